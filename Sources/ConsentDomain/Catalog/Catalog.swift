@@ -1,0 +1,134 @@
+/// A consent a feature asks for (the app's `CMConsent` without its per-subject state).
+public struct ConsentDefinition: Hashable, Sendable {
+    /// Unique within its feature, for example `required` or `optional-a`.
+    public let code: String
+    /// Display names by language tag (`en`, `de`), in catalogue order.
+    public let names: [LocalizedName]
+    /// Required consents gate the feature (rule R2); optional ones are chosen on the same screen.
+    public let isRequired: Bool
+    /// An external link that explains why the data is needed.
+    public let link: String
+    /// The policy version of the notice the subject agrees to.
+    public let version: String
+
+    public init(code: String, names: [LocalizedName], isRequired: Bool, link: String, version: String) {
+        self.code = code
+        self.names = names
+        self.isRequired = isRequired
+        self.link = link
+        self.version = version
+    }
+
+    /// The English name, or the first one when there is no English name.
+    public var name: String { names.first { $0.language == "en" }?.text ?? names.first?.text ?? code }
+}
+
+/// A display name in one language.
+public struct LocalizedName: Hashable, Sendable {
+    public let language: String
+    public let text: String
+
+    public init(language: String, text: String) {
+        self.language = language
+        self.text = text
+    }
+}
+
+/// An app feature that needs consent, such as Medication Management.
+public struct Feature: Hashable, Sendable {
+    /// Unique numeric feature code; events refer to a feature by it.
+    public let code: Int
+    /// Unique slug, for example `medication-management`.
+    public let key: String
+    public let names: [LocalizedName]
+    /// Required consents first, then optional ones, each group in catalogue order (rule R7).
+    public let consents: [ConsentDefinition]
+
+    public init(code: Int, key: String, names: [LocalizedName], consents: [ConsentDefinition]) {
+        self.code = code
+        self.key = key
+        self.names = names
+        self.consents = consents.filter(\.isRequired) + consents.filter { !$0.isRequired }
+    }
+
+    public var name: String { names.first { $0.language == "en" }?.text ?? names.first?.text ?? key }
+    public var requiredConsents: [ConsentDefinition] { consents.filter(\.isRequired) }
+    public var optionalConsents: [ConsentDefinition] { consents.filter { !$0.isRequired } }
+
+    public func consent(code: String) -> ConsentDefinition? { consents.first { $0.code == code } }
+}
+
+/// The features and consents a ledger knows. Constructing one validates it.
+public struct Catalog: Hashable, Sendable {
+    public let features: [Feature]
+
+    /// Validates and builds a catalogue; the error names the offending entry.
+    public init(features: [Feature]) throws(CatalogError) {
+        if features.isEmpty { throw CatalogError(entry: "features", problem: "the catalogue has no features") }
+        var codes: [Int: Int] = [:]
+        var keys: [String: Int] = [:]
+        for (i, feature) in features.enumerated() {
+            let entry = "features[\(i)] (\(feature.key.isEmpty ? String(feature.code) : feature.key))"
+            if let earlier = codes[feature.code] {
+                throw CatalogError(entry: entry, problem: "feature code \(feature.code) is already used by features[\(earlier)]")
+            }
+            if let earlier = keys[feature.key] {
+                throw CatalogError(entry: entry, problem: "feature key '\(feature.key)' is already used by features[\(earlier)]")
+            }
+            codes[feature.code] = i
+            keys[feature.key] = i
+            if feature.code < 0 { throw CatalogError(entry: entry, problem: "feature code must not be negative") }
+            if !Self.isSlug(feature.key) {
+                throw CatalogError(entry: entry, problem: "feature key '\(feature.key)' must be lowercase letters, digits and '-', starting with a letter")
+            }
+            if feature.names.isEmpty { throw CatalogError(entry: entry, problem: "the feature has no name") }
+            if feature.consents.isEmpty { throw CatalogError(entry: entry, problem: "the feature has no consents") }
+            if feature.requiredConsents.isEmpty {
+                throw CatalogError(entry: entry, problem: "the feature has no required consent; every feature needs at least one")
+            }
+            var consentCodes: Set<String> = []
+            for consent in feature.consents {
+                let centry = "\(entry) consent '\(consent.code)'"
+                if !consentCodes.insert(consent.code).inserted {
+                    throw CatalogError(entry: centry, problem: "consent code '\(consent.code)' appears twice in feature '\(feature.key)'")
+                }
+                if !Self.isSlug(consent.code) {
+                    throw CatalogError(entry: centry, problem: "consent code must be lowercase letters, digits and '-', starting with a letter")
+                }
+                if consent.names.isEmpty { throw CatalogError(entry: centry, problem: "the consent has no name") }
+                if !(consent.link.hasPrefix("https://") || consent.link.hasPrefix("http://")) || consent.link.count < 10 {
+                    throw CatalogError(entry: centry, problem: "link '\(consent.link)' is not an http(s) URL")
+                }
+                if consent.version.isEmpty { throw CatalogError(entry: centry, problem: "the consent has no policy version") }
+            }
+        }
+        self.features = features
+    }
+
+    /// Finds a feature by its key (`timeline`) or its numeric code (`2`).
+    public func feature(named nameOrCode: String) -> Feature? {
+        if let code = Int(nameOrCode) { return feature(code: code) }
+        return features.first { $0.key == nameOrCode }
+    }
+
+    public func feature(code: Int) -> Feature? { features.first { $0.code == code } }
+
+    static func isSlug(_ s: String) -> Bool {
+        guard let first = s.utf8.first, first >= 0x61, first <= 0x7A, s.utf8.count <= 64 else { return false }
+        return s.utf8.allSatisfy { ($0 >= 0x61 && $0 <= 0x7A) || ($0 >= 0x30 && $0 <= 0x39) || $0 == 0x2D }
+    }
+}
+
+/// A catalogue that cannot be used, and which entry is at fault.
+public struct CatalogError: Error, Hashable, Sendable, CustomStringConvertible {
+    /// Where the problem is, for example `features[1] (timeline) consent 'optional-a'`.
+    public let entry: String
+    public let problem: String
+
+    public init(entry: String, problem: String) {
+        self.entry = entry
+        self.problem = problem
+    }
+
+    public var description: String { "\(entry): \(problem)" }
+}

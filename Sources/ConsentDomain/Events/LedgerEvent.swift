@@ -1,0 +1,130 @@
+/// An opaque, pseudonymous reference to a subject (a patient).
+///
+/// Subject ids are personal data, so the log never holds them: it holds a reference derived from
+/// the id and a per-subject random salt kept outside the log. Forgetting the salt erases the link
+/// between the person and their events without touching the hash chain.
+public struct SubjectRef: Hashable, Comparable, Sendable, CustomStringConvertible {
+    public let value: String
+
+    public init(_ value: String) { self.value = value }
+
+    public var description: String { value }
+
+    public static func < (lhs: SubjectRef, rhs: SubjectRef) -> Bool { lhs.value < rhs.value }
+}
+
+/// Which events were written together by one command. A command's events are atomic: after a
+/// crash either all of them are in the log or none is.
+public struct CommandSpan: Hashable, Sendable {
+    /// Sequence number of the command's first event.
+    public let first: UInt64
+    /// How many events the command wrote.
+    public let size: Int
+
+    public init(first: UInt64, size: Int) {
+        self.first = first
+        self.size = size
+    }
+
+    /// Sequence number of the command's last event.
+    public var last: UInt64 { first + UInt64(size) - 1 }
+}
+
+/// The first event of every ledger: it pins the ledger's name, catalogue and public key.
+public struct LedgerCreated: Hashable, Sendable {
+    /// The ledger's name; later issues use it as the checkpoint origin.
+    public let ledgerName: String
+    /// Lowercase hex SHA-256 of the catalogue's canonical bytes.
+    public let catalogHash: String
+    /// Lowercase hex Ed25519 public key that signs every event.
+    public let publicKey: String
+
+    public init(ledgerName: String, catalogHash: String, publicKey: String) {
+        self.ledgerName = ledgerName
+        self.catalogHash = catalogHash
+        self.publicKey = publicKey
+    }
+}
+
+/// A subject gave one consent.
+public struct ConsentGiven: Hashable, Sendable {
+    public let subject: SubjectRef
+    public let feature: Int
+    public let consent: String
+    /// The consent's policy version in force when it was given.
+    public let version: String
+
+    public init(subject: SubjectRef, feature: Int, consent: String, version: String) {
+        self.subject = subject
+        self.feature = feature
+        self.consent = consent
+        self.version = version
+    }
+}
+
+/// Why a consent was withdrawn.
+public enum RevocationReason: Hashable, Sendable {
+    /// The subject (or the actor on their behalf) withdrew this consent.
+    case withdrawn
+    /// Rule R4: withdrawing a required consent withdrew this optional one; `cause` is the
+    /// sequence number of that required consent's `ConsentRevoked` event.
+    case cascade(cause: UInt64)
+}
+
+/// A subject's consent was withdrawn.
+public struct ConsentRevoked: Hashable, Sendable {
+    public let subject: SubjectRef
+    public let feature: Int
+    public let consent: String
+    public let reason: RevocationReason
+
+    public init(subject: SubjectRef, feature: Int, consent: String, reason: RevocationReason) {
+        self.subject = subject
+        self.feature = feature
+        self.consent = consent
+        self.reason = reason
+    }
+}
+
+/// What happened.
+public enum EventPayload: Hashable, Sendable {
+    case ledgerCreated(LedgerCreated)
+    case consentGiven(ConsentGiven)
+    case consentRevoked(ConsentRevoked)
+
+    /// The subject the event is about, if any.
+    public var subject: SubjectRef? {
+        switch self {
+        case .ledgerCreated: return nil
+        case .consentGiven(let e): return e.subject
+        case .consentRevoked(let e): return e.subject
+        }
+    }
+
+    /// The `type` string of the ledger format.
+    public var typeName: String {
+        switch self {
+        case .ledgerCreated: return "ledger.created"
+        case .consentGiven: return "consent.given"
+        case .consentRevoked: return "consent.revoked"
+        }
+    }
+}
+
+/// One event of the log, as the domain sees it: no hashes, no signatures (those are the chain's).
+public struct LedgerEvent: Hashable, Sendable {
+    public let seq: UInt64
+    public let at: Timestamp
+    /// Who did it: the subject themselves (`self`), a clinician, a system.
+    public let actor: String
+    public let command: CommandSpan
+    public let payload: EventPayload
+
+    public init(seq: UInt64, at: Timestamp, actor: String, command: CommandSpan, payload: EventPayload) {
+        self.seq = seq
+        self.at = at
+        self.actor = actor
+        self.command = command
+        self.payload = payload
+    }
+}

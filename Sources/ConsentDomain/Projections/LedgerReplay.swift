@@ -1,0 +1,66 @@
+/// Rebuilds every subject's state from the log, event by event. Replay is the truth: the ledger's
+/// state is whatever this fold produces, and it refuses any log the rules do not allow.
+///
+/// Feed it every event in order (``apply(_:)``), or, for one subject, only that subject's
+/// events with ``SubjectState/apply(_:catalog:)`` directly.
+public struct LedgerReplay: Sendable {
+    public let catalog: Catalog
+    public private(set) var subjects: [SubjectRef: SubjectState] = [:]
+    /// The genesis event, once applied.
+    public private(set) var genesis: LedgerCreated?
+    public private(set) var lastSeq: UInt64?
+    public private(set) var lastAt: Timestamp?
+    public private(set) var eventCount = 0
+    private var openCommand: (span: CommandSpan, subject: SubjectRef?)?
+
+    public init(catalog: Catalog) {
+        self.catalog = catalog
+    }
+
+    /// Applies the next event of the log. Checks sequence numbers, time order, command spans and
+    /// the consent rules.
+    public mutating func apply(_ event: LedgerEvent) throws(ReplayViolation) {
+        let seq = event.seq
+        let expected = lastSeq.map { $0 + 1 } ?? 0
+        guard seq == expected else {
+            throw ReplayViolation(seq: seq, problem: "sequence number \(seq) where \(expected) was expected")
+        }
+        if let lastAt, event.at < lastAt {
+            throw ReplayViolation(seq: seq, problem: "time \(event.at) is earlier than the previous event's \(lastAt)")
+        }
+        if let open = openCommand {
+            guard event.command == open.span, event.payload.subject == open.subject else {
+                throw ReplayViolation(seq: seq, problem: "command starting at seq \(open.span.first) is incomplete: expected \(open.span.size) events")
+            }
+        } else {
+            guard event.command.first == seq, event.command.size >= 1 else {
+                throw ReplayViolation(seq: seq, problem: "event claims command start \(event.command.first), but a new command must start at its own seq")
+            }
+            openCommand = (event.command, event.payload.subject)
+        }
+        switch event.payload {
+        case .ledgerCreated(let created):
+            guard seq == 0, event.command.size == 1 else {
+                throw ReplayViolation(seq: seq, problem: "a genesis event can only be the first event, alone in its command")
+            }
+            genesis = created
+        default:
+            guard genesis != nil, let subject = event.payload.subject else {
+                throw ReplayViolation(seq: seq, problem: "the log does not start with a genesis event")
+            }
+            try subjects[subject, default: SubjectState()].apply(event, catalog: catalog)
+        }
+        if seq == event.command.last { openCommand = nil }
+        lastSeq = seq
+        lastAt = event.at
+        eventCount += 1
+    }
+
+    /// The start of the command still open, when the log ends inside one.
+    public var incompleteCommand: CommandSpan? { openCommand?.span }
+
+    /// A subject's state; a subject with no events has no consents (rule R1).
+    public func state(of subject: SubjectRef) -> SubjectState {
+        subjects[subject] ?? SubjectState()
+    }
+}

@@ -1,0 +1,165 @@
+/// Identifies one consent of one feature.
+public struct ConsentKey: Hashable, Sendable {
+    public let feature: Int
+    public let consent: String
+
+    public init(feature: Int, consent: String) {
+        self.feature = feature
+        self.consent = consent
+    }
+}
+
+/// A consent that is currently given.
+public struct Grant: Hashable, Sendable {
+    /// When it was given (the app's `validFrom`).
+    public let validFrom: Timestamp
+    public let version: String
+    /// The `ConsentGiven` event's sequence number.
+    public let seq: UInt64
+}
+
+/// A consent that was given once and later withdrawn.
+public struct Withdrawal: Hashable, Sendable {
+    public let at: Timestamp
+    public let seq: UInt64
+    /// Set when rule R4 withdrew it because a required consent was withdrawn.
+    public let cause: UInt64?
+}
+
+/// The state of one consent for one subject.
+///
+/// The app shows `GIVEN` or `WITHHELD`; withheld covers both "never given" (no status at all) and
+/// "given and later withdrawn" (`.withdrawn`), which the ledger keeps apart.
+public enum ConsentStatus: Hashable, Sendable {
+    case given(Grant)
+    case withdrawn(Withdrawal)
+
+    public var isGiven: Bool {
+        if case .given = self { return true }
+        return false
+    }
+}
+
+/// One subject's consents, rebuilt by replaying their events. Applying an event re-checks the
+/// rules, so a log that breaks them fails replay instead of producing a state the app never allows.
+public struct SubjectState: Hashable, Sendable {
+    /// Consents that have ever been given; a consent that is absent was never given.
+    public private(set) var consents: [ConsentKey: ConsentStatus] = [:]
+    /// Sequence number of the subject's latest event.
+    public private(set) var lastSeq: UInt64?
+    /// The command being applied, its events seen so far, and its required revocations by seq.
+    private var openCommand: CommandSpan?
+    private var requiredRevocations: [UInt64: ConsentKey] = [:]
+    private var touchedFeatures: Set<Int> = []
+
+    public init() {}
+
+    public func status(feature: Int, consent: String) -> ConsentStatus? {
+        consents[ConsentKey(feature: feature, consent: consent)]
+    }
+
+    public func isGiven(feature: Int, consent: String) -> Bool {
+        status(feature: feature, consent: consent)?.isGiven ?? false
+    }
+
+    /// Rule R3: a feature is active when all its required consents are given.
+    public func isActive(_ feature: Feature) -> Bool {
+        feature.requiredConsents.allSatisfy { isGiven(feature: feature.code, consent: $0.code) }
+    }
+
+    /// True when no consent of this subject is given right now (rule R8's empty state).
+    public var hasNoGivenConsent: Bool { !consents.values.contains { $0.isGiven } }
+
+    /// True while a command's events have been applied only in part.
+    public var isInsideCommand: Bool { openCommand != nil }
+
+    /// Applies one of this subject's events, re-checking rules R2–R6 and the cascade.
+    public mutating func apply(_ event: LedgerEvent, catalog: Catalog) throws(ReplayViolation) {
+        let seq = event.seq
+        if let open = openCommand, open != event.command {
+            throw ReplayViolation(seq: seq, problem: "command starting at seq \(open.first) is incomplete: expected \(open.size) events")
+        }
+        if openCommand == nil {
+            guard event.command.first == seq, event.command.size >= 1 else {
+                throw ReplayViolation(seq: seq, problem: "event claims to belong to a command starting at seq \(event.command.first), which is not open for this subject")
+            }
+            openCommand = event.command
+            requiredRevocations = [:]
+            touchedFeatures = []
+        }
+        switch event.payload {
+        case .ledgerCreated:
+            throw ReplayViolation(seq: seq, problem: "a genesis event can only be the first event")
+        case .consentGiven(let given):
+            let (feature, definition) = try resolve(given.feature, given.consent, seq: seq, catalog: catalog)
+            let key = ConsentKey(feature: feature.code, consent: definition.code)
+            if consents[key]?.isGiven == true {
+                throw ReplayViolation(seq: seq, problem: "consent '\(definition.code)' of '\(feature.key)' is given twice (rule R6 gives only a withheld consent)")
+            }
+            if !definition.isRequired && !isActive(feature) {
+                throw ReplayViolation(seq: seq, problem: "optional consent '\(definition.code)' given while '\(feature.key)' has a required consent withheld (rule R2)")
+            }
+            if given.version != definition.version {
+                throw ReplayViolation(seq: seq, problem: "consent '\(definition.code)' of '\(feature.key)' records policy version '\(given.version)' but the catalogue's is '\(definition.version)'")
+            }
+            consents[key] = .given(Grant(validFrom: event.at, version: given.version, seq: seq))
+            touchedFeatures.insert(feature.code)
+        case .consentRevoked(let revoked):
+            let (feature, definition) = try resolve(revoked.feature, revoked.consent, seq: seq, catalog: catalog)
+            let key = ConsentKey(feature: feature.code, consent: definition.code)
+            guard consents[key]?.isGiven == true else {
+                throw ReplayViolation(seq: seq, problem: "consent '\(definition.code)' of '\(feature.key)' is revoked while it is withheld")
+            }
+            var cause: UInt64?
+            switch revoked.reason {
+            case .withdrawn:
+                if definition.isRequired { requiredRevocations[seq] = key }
+            case .cascade(let causeSeq):
+                guard !definition.isRequired else {
+                    throw ReplayViolation(seq: seq, problem: "required consent '\(definition.code)' cannot be revoked by cascade (rule R4 cascades to optional consents only)")
+                }
+                guard let causeKey = requiredRevocations[causeSeq], causeKey.feature == feature.code else {
+                    throw ReplayViolation(seq: seq, problem: "cascade names cause seq \(causeSeq), which is not a revocation of a required consent of '\(feature.key)' in the same command")
+                }
+                cause = causeSeq
+            }
+            consents[key] = .withdrawn(Withdrawal(at: event.at, seq: seq, cause: cause))
+            touchedFeatures.insert(feature.code)
+        }
+        lastSeq = seq
+        if seq == event.command.last {
+            // Rule R4, checked once the whole command is in: no optional consent survives a
+            // withheld required consent.
+            for code in touchedFeatures.sorted() {
+                guard let feature = catalog.feature(code: code), !isActive(feature) else { continue }
+                if let survivor = feature.optionalConsents.first(where: { isGiven(feature: code, consent: $0.code) }) {
+                    throw ReplayViolation(seq: seq, problem: "optional consent '\(survivor.code)' of '\(feature.key)' is still given after its feature became inactive (rule R4 cascade missing)")
+                }
+            }
+            openCommand = nil
+        }
+    }
+
+    private func resolve(_ featureCode: Int, _ consentCode: String, seq: UInt64, catalog: Catalog) throws(ReplayViolation) -> (Feature, ConsentDefinition) {
+        guard let feature = catalog.feature(code: featureCode) else {
+            throw ReplayViolation(seq: seq, problem: "unknown feature code \(featureCode)")
+        }
+        guard let definition = feature.consent(code: consentCode) else {
+            throw ReplayViolation(seq: seq, problem: "unknown consent '\(consentCode)' in feature '\(feature.key)'")
+        }
+        return (feature, definition)
+    }
+}
+
+/// An event that the rules or the log's structure do not allow.
+public struct ReplayViolation: Error, Hashable, Sendable, CustomStringConvertible {
+    public let seq: UInt64
+    public let problem: String
+
+    public init(seq: UInt64, problem: String) {
+        self.seq = seq
+        self.problem = problem
+    }
+
+    public var description: String { "seq \(seq): \(problem)" }
+}

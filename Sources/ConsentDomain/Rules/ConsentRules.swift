@@ -1,0 +1,139 @@
+/// What a caller asks the ledger to do for one subject.
+public enum ConsentRequest: Hashable, Sendable {
+    /// Give one or more consents of a feature. Activates the feature when the required consents
+    /// are among them (R2, R5), or gives withheld consents of an active feature (R6).
+    case give(feature: String, consents: [String])
+    /// Withdraw one consent; withdrawing a required consent cascades to the optional ones (R4).
+    case revoke(feature: String, consent: String)
+}
+
+/// The events a command appends, or why it appends nothing although it succeeded.
+public struct CommandOutcome: Hashable, Sendable {
+    /// Events to append, in order; empty when the request changes nothing.
+    public let events: [LedgerEvent]
+    /// Notes for the caller, such as "already given", in request order.
+    public let notes: [String]
+}
+
+/// Why a request was refused. Nothing is appended.
+public enum CommandRejection: Error, Hashable, Sendable, CustomStringConvertible {
+    case unknownFeature(String, known: [String])
+    case unknownConsent(String, feature: String, known: [String])
+    case emptyRequest(String)
+    /// The request is well formed but a consent rule forbids it.
+    case ruleViolation(rule: String, message: String)
+
+    public var description: String {
+        switch self {
+        case .unknownFeature(let f, let known):
+            return "unknown feature '\(f)'; the catalogue has: \(known.joined(separator: ", "))"
+        case .unknownConsent(let c, let f, let known):
+            return "unknown consent '\(c)' in feature '\(f)'; it has: \(known.joined(separator: ", "))"
+        case .emptyRequest(let message):
+            return message
+        case .ruleViolation(let rule, let message):
+            return "rule \(rule): \(message)"
+        }
+    }
+}
+
+/// The consent rules of `consent-rules.md`, as a pure decision: given the catalogue, a subject's
+/// replayed state and a request, which events does the request append?
+public enum ConsentRules {
+    /// Decides a request. `nextSeq` and `at` are the sequence number and time the first event will
+    /// get; the function has no clock and no I/O.
+    public static func decide(
+        _ request: ConsentRequest,
+        subject: SubjectRef,
+        state: SubjectState,
+        catalog: Catalog,
+        actor: String,
+        at: Timestamp,
+        nextSeq: UInt64
+    ) throws(CommandRejection) -> CommandOutcome {
+        switch request {
+        case .give(let featureName, let codes):
+            let feature = try resolveFeature(featureName, catalog)
+            guard !codes.isEmpty else { throw .emptyRequest("give needs at least one consent") }
+            var requested: Set<String> = []
+            for code in codes {
+                guard feature.consent(code: code) != nil else {
+                    throw .unknownConsent(code, feature: feature.key, known: feature.consents.map(\.code))
+                }
+                requested.insert(code)
+            }
+            // R2/R5: an inactive feature is activated only together with every required consent
+            // still withheld. This also refuses an optional consent on its own (rules file: "what
+            // the seed does not say", first point).
+            if !state.isActive(feature) {
+                let missing = feature.requiredConsents.filter {
+                    !state.isGiven(feature: feature.code, consent: $0.code) && !requested.contains($0.code)
+                }
+                if !missing.isEmpty {
+                    let names = missing.map { "'\($0.code)'" }.joined(separator: ", ")
+                    throw .ruleViolation(
+                        rule: "R2",
+                        message: "'\(feature.key)' is not active; its required consent \(names) must be given first or in the same command"
+                    )
+                }
+            }
+            // Catalogue order puts required consents first, so replay sees the feature activated
+            // before its optional consents are given.
+            var notes: [String] = []
+            var toGive: [ConsentDefinition] = []
+            for definition in feature.consents where requested.contains(definition.code) {
+                if state.isGiven(feature: feature.code, consent: definition.code) {
+                    notes.append("'\(definition.code)' of '\(feature.key)' is already given; nothing to do")
+                } else {
+                    toGive.append(definition)
+                }
+            }
+            let span = CommandSpan(first: nextSeq, size: toGive.count)
+            let events = toGive.enumerated().map { i, definition in
+                LedgerEvent(
+                    seq: nextSeq + UInt64(i), at: at, actor: actor, command: span,
+                    payload: .consentGiven(ConsentGiven(subject: subject, feature: feature.code, consent: definition.code, version: definition.version))
+                )
+            }
+            return CommandOutcome(events: events, notes: notes)
+
+        case .revoke(let featureName, let code):
+            let feature = try resolveFeature(featureName, catalog)
+            guard let definition = feature.consent(code: code) else {
+                throw .unknownConsent(code, feature: feature.key, known: feature.consents.map(\.code))
+            }
+            guard state.isGiven(feature: feature.code, consent: code) else {
+                let how = state.status(feature: feature.code, consent: code) == nil ? "never given" : "already withdrawn"
+                return CommandOutcome(events: [], notes: ["'\(code)' of '\(feature.key)' is withheld (\(how)); nothing to do"])
+            }
+            // R4: a required consent takes the feature's given optional consents with it; an
+            // optional consent goes alone.
+            let cascaded = definition.isRequired
+                ? feature.optionalConsents.filter { state.isGiven(feature: feature.code, consent: $0.code) }
+                : []
+            let span = CommandSpan(first: nextSeq, size: 1 + cascaded.count)
+            var events = [
+                LedgerEvent(
+                    seq: nextSeq, at: at, actor: actor, command: span,
+                    payload: .consentRevoked(ConsentRevoked(subject: subject, feature: feature.code, consent: code, reason: .withdrawn))
+                )
+            ]
+            for (i, optional) in cascaded.enumerated() {
+                events.append(
+                    LedgerEvent(
+                        seq: nextSeq + 1 + UInt64(i), at: at, actor: actor, command: span,
+                        payload: .consentRevoked(ConsentRevoked(subject: subject, feature: feature.code, consent: optional.code, reason: .cascade(cause: nextSeq)))
+                    )
+                )
+            }
+            return CommandOutcome(events: events, notes: [])
+        }
+    }
+
+    private static func resolveFeature(_ name: String, _ catalog: Catalog) throws(CommandRejection) -> Feature {
+        guard let feature = catalog.feature(named: name) else {
+            throw .unknownFeature(name, known: catalog.features.map { "\($0.key) (\($0.code))" })
+        }
+        return feature
+    }
+}

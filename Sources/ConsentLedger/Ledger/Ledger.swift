@@ -1,0 +1,445 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import ConsentDomain
+import Synchronization
+
+/// One command for one subject, as the ledger accepts it.
+public struct LedgerCommand: Hashable, Sendable {
+    public let subjectID: String
+    public let request: ConsentRequest
+    /// Who acts: `self` for the subject, or a clinician's or system's id.
+    public let actor: String
+
+    public init(subjectID: String, request: ConsentRequest, actor: String = "self") {
+        self.subjectID = subjectID
+        self.request = request
+        self.actor = actor
+    }
+}
+
+/// What one accepted command did, and the subject's consents afterwards (rule R9: every call
+/// answers with the updated consents).
+public struct CommandResult: Hashable, Sendable {
+    public let subjectID: String
+    /// The events appended; empty when the command changed nothing.
+    public let events: [LedgerEvent]
+    public let notes: [String]
+    public let listing: ConsentListing
+}
+
+/// The outcome of ``Ledger/execute(_:)``.
+public struct ExecutionReport: Hashable, Sendable {
+    public let results: [CommandResult]
+    /// A torn tail that a crash had left and this write removed (its bytes are kept aside).
+    public let recovered: TornTail?
+}
+
+/// One subject's events and state, read from the log.
+public struct SubjectReport: Hashable, Sendable {
+    public let subjectID: String
+    public let subject: SubjectRef?
+    public let state: SubjectState
+    /// The subject's events up to the requested time, in log order.
+    public let events: [LedgerEvent]
+    public let listing: ConsentListing
+    /// A torn tail left by a crash, ignored by this read; the next write removes it.
+    public let torn: TornTail?
+}
+
+/// A clock, so the domain needs none and tests can fix time.
+public typealias LedgerClock = @Sendable () -> Timestamp
+
+/// A source of random bytes (subject salts); injectable so test vectors are reproducible.
+public typealias RandomSource = @Sendable (Int) -> [UInt8]
+
+/// libsodium's `randombytes_buf`.
+public let systemRandom: RandomSource = { Sodium().randomBytes($0) }
+
+/// The system's UTC clock, in milliseconds.
+public let systemClock: LedgerClock = {
+    var ts = timespec()
+    clock_gettime(CLOCK_REALTIME, &ts)
+    return Timestamp(millisecondsSinceEpoch: Int64(ts.tv_sec) * 1000 + Int64(ts.tv_nsec) / 1_000_000)
+}
+
+/// A consent ledger: the rules, the chain and a store put together.
+///
+/// State is always what replaying the log gives. A ledger opened for many commands keeps a
+/// replay in memory (``loadAll()``) and checks before each write that the log has not moved
+/// on; otherwise it replays just the subjects a command touches.
+public final class Ledger: Sendable {
+    public let store: any LedgerStore
+    public let catalog: Catalog
+    public let catalogBytes: [UInt8]
+    public let genesis: LedgerCreated
+    public let publicKey: PublicKey
+    public let keyID: String
+    public let chain: HashChain
+    public let verifier: any SignatureVerifier
+    let clock: LedgerClock
+    let random: RandomSource
+    private let memory: Mutex<Memory>
+
+    private struct Memory: Sendable {
+        var salts: [String: [UInt8]]?
+        var signer: SodiumSigner?
+        /// A full replay with the cursor it reached, when loaded.
+        var replay: LedgerReplay?
+        var cursor: LogCursor?
+        var head: ChainHead?
+    }
+
+    private init(store: any LedgerStore, catalog: Catalog, catalogBytes: [UInt8], genesis: LedgerCreated, publicKey: PublicKey, chain: HashChain, verifier: any SignatureVerifier, clock: @escaping LedgerClock, random: @escaping RandomSource, signer: SodiumSigner?) {
+        self.store = store
+        self.catalog = catalog
+        self.catalogBytes = catalogBytes
+        self.genesis = genesis
+        self.publicKey = publicKey
+        self.keyID = chain.keyID(of: publicKey)
+        self.chain = chain
+        self.verifier = verifier
+        self.clock = clock
+        self.random = random
+        self.memory = Mutex(Memory(signer: signer))
+    }
+
+    // MARK: - Creating and opening
+
+    /// Creates a ledger: a fresh key pair unless `signer` is given, the catalogue, and the genesis
+    /// event that pins both.
+    public static func create(
+        store: any LedgerStore,
+        catalog: Catalog,
+        name: String,
+        actor: String = "consentctl",
+        signer: SodiumSigner = .generate(),
+        clock: @escaping LedgerClock = systemClock,
+        random: @escaping RandomSource = systemRandom
+    ) throws -> Ledger {
+        try validateText(name, what: "ledger name", maxBytes: 256)
+        try validateText(actor, what: "actor", maxBytes: 128)
+        let chain = HashChain()
+        let catalogBytes = CatalogCodec.canonicalBytes(catalog)
+        let created = LedgerCreated(ledgerName: name, catalogHash: chain.hasher.sha256(catalogBytes).hex, publicKey: signer.publicKey.hex)
+        let event = LedgerEvent(seq: 0, at: clock(), actor: actor, command: CommandSpan(first: 0, size: 1), payload: .ledgerCreated(created))
+        let (records, head) = chain.seal([event], after: .zero, signer: signer)
+        try store.create(LedgerSetup(catalog: catalogBytes, publicKey: signer.publicKey, secretSeed: signer.seed, genesis: records[0], head: ChainHead(seq: 0, hash: head)))
+        return Ledger(store: store, catalog: catalog, catalogBytes: catalogBytes, genesis: created, publicKey: signer.publicKey, chain: chain, verifier: Sodium(), clock: clock, random: random, signer: signer)
+    }
+
+    /// Opens a ledger. Checks that the genesis event is signed by the stored public key and pins
+    /// the stored catalogue; anything else is an integrity failure.
+    public static func open(store: any LedgerStore, clock: @escaping LedgerClock = systemClock, random: @escaping RandomSource = systemRandom) throws -> Ledger {
+        let chain = HashChain()
+        let verifier = Sodium()
+        let publicKey = try store.readPublicKey()
+        let catalogBytes = try store.readCatalog()
+        let firstLine = try store.readFirstLine()
+        let record: EventRecord
+        do {
+            record = try EventCodec.decode(line: firstLine)
+        } catch {
+            throw LedgerError.integrity(IntegrityFailure(line: 1, seq: 0, problem: "genesis event is malformed: \(error.problem)"))
+        }
+        func fail(_ problem: String) -> LedgerError {
+            .integrity(IntegrityFailure(line: 1, seq: 0, problem: problem))
+        }
+        guard case .ledgerCreated(let created) = record.event.payload, record.event.seq == 0, record.prev == .zero else {
+            throw fail("the first line is not a genesis event with seq 0 and a zero prev")
+        }
+        guard created.publicKey == publicKey.hex, record.keyID == chain.keyID(of: publicKey) else {
+            throw fail("the genesis event pins public key \(created.publicKey), but the ledger's public key is \(publicKey.hex)")
+        }
+        let valid = EventCodec.signedMessage(body: record.body).withUnsafeBytes { verifier.isValid(record.signature, of: $0, by: publicKey) }
+        guard valid else { throw fail("the genesis event's signature does not verify with the ledger's public key") }
+        guard chain.hasher.sha256(catalogBytes).hex == created.catalogHash else {
+            throw fail("the stored catalogue's SHA-256 differs from the hash pinned in the genesis event")
+        }
+        let catalog: Catalog
+        do {
+            guard (try? CanonicalJSON.parse(catalogBytes, canonical: true)) != nil else {
+                throw CatalogError(entry: "catalog.json", problem: "the stored catalogue is not canonical JSON")
+            }
+            catalog = try CatalogCodec.decode(catalogBytes)
+        } catch {
+            throw fail("stored catalogue: \(error)")
+        }
+        return Ledger(store: store, catalog: catalog, catalogBytes: catalogBytes, genesis: created, publicKey: publicKey, chain: chain, verifier: verifier, clock: clock, random: random, signer: nil)
+    }
+
+    // MARK: - Subjects
+
+    static func validateText(_ text: String, what: String, maxBytes: Int) throws {
+        guard !text.isEmpty else { throw LedgerError.invalidRequest("\(what) must not be empty") }
+        guard text.utf8.count <= maxBytes else { throw LedgerError.invalidRequest("\(what) is longer than \(maxBytes) bytes") }
+        guard !text.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) else {
+            throw LedgerError.invalidRequest("\(what) must not contain control characters")
+        }
+        guard text.trimmingSpaces == text else { throw LedgerError.invalidRequest("\(what) must not start or end with spaces") }
+    }
+
+    /// The pseudonym of a subject id under a salt: the first 16 bytes of
+    /// SHA-256("consentledger-subject-v1\n" ‖ salt ‖ id), in hex.
+    public func subjectRef(id: String, salt: [UInt8]) -> SubjectRef {
+        let digest = chain.hasher.sha256(Array("consentledger-subject-v1\n".utf8) + salt + Array(id.utf8))
+        return SubjectRef(Hex.encode(digest.bytes.prefix(16)))
+    }
+
+    /// The known subject's reference, or nil for a subject the ledger has never seen.
+    public func subjectRef(for subjectID: String) throws -> SubjectRef? {
+        if let salt = try salts(refreshingFor: subjectID)[subjectID] { return subjectRef(id: subjectID, salt: salt) }
+        return nil
+    }
+
+    private func salts(refreshingFor subjectID: String) throws -> [String: [UInt8]] {
+        if let cached = memory.withLock({ $0.salts }), cached[subjectID] != nil { return cached }
+        let loaded = try store.readSubjectSalts()
+        memory.withLock { $0.salts = loaded }
+        return loaded
+    }
+
+    // MARK: - Writing
+
+    /// Accepts commands, appends their events atomically and durably, and answers with each
+    /// subject's updated consents. The commands are checked in order against the state the
+    /// earlier ones leave; if any is refused, nothing is appended. All events go to the store in
+    /// one write and one sync.
+    @discardableResult
+    public func execute(_ commands: [LedgerCommand]) throws -> ExecutionReport {
+        for command in commands {
+            try Self.validateText(command.subjectID, what: "subject id", maxBytes: 256)
+            try Self.validateText(command.actor, what: "actor", maxBytes: 128)
+        }
+        let signer = try signingKey()
+        return try store.withLock(exclusive: true) {
+            let log = try store.logState()
+            try checkHead(log)
+            let headHash = chain.hash(ofBody: log.last.body)
+            // Subject references; a new subject gets a salt that is saved only if it gets events.
+            var salts = memory.withLock { $0.salts } ?? [:]
+            if commands.contains(where: { salts[$0.subjectID] == nil }) { salts = try store.readSubjectSalts() }
+            var newSalts: [String: [UInt8]] = [:]
+            var refs: [String: SubjectRef] = [:]
+            for command in commands where refs[command.subjectID] == nil {
+                if salts[command.subjectID] == nil {
+                    let salt = random(16)
+                    salts[command.subjectID] = salt
+                    newSalts[command.subjectID] = salt
+                }
+                refs[command.subjectID] = subjectRef(id: command.subjectID, salt: salts[command.subjectID]!)
+            }
+            var states = try currentStates(of: Set(refs.values), log: log)
+            let at = max(clock(), log.last.event.at)
+            var nextSeq = log.last.event.seq + 1
+            var results: [CommandResult] = []
+            var events: [LedgerEvent] = []
+            for command in commands {
+                let ref = refs[command.subjectID]!
+                var state = states[ref] ?? SubjectState()
+                let outcome: CommandOutcome
+                do throws(CommandRejection) {
+                    outcome = try ConsentRules.decide(command.request, subject: ref, state: state, catalog: catalog, actor: command.actor, at: at, nextSeq: nextSeq)
+                } catch {
+                    throw LedgerError(error)
+                }
+                for event in outcome.events {
+                    do {
+                        try state.apply(event, catalog: catalog)
+                    } catch {
+                        throw LedgerError.ruleViolation("internal check failed: \(error)")
+                    }
+                }
+                states[ref] = state
+                nextSeq += UInt64(outcome.events.count)
+                events += outcome.events
+                results.append(CommandResult(subjectID: command.subjectID, events: outcome.events, notes: outcome.notes, listing: ConsentListing(state: state, catalog: catalog)))
+            }
+            guard !events.isEmpty else { return ExecutionReport(results: results, recovered: nil) }
+            for (id, salt) in newSalts.sorted(by: { $0.key < $1.key }) where results.contains(where: { $0.subjectID == id && !$0.events.isEmpty }) {
+                try store.saveSubjectSalt(salt, for: id)
+            }
+            let (records, newHead) = chain.seal(events, after: headHash, signer: signer)
+            var bytes: [UInt8] = []
+            bytes.reserveCapacity(records.count * 450)
+            for record in records { bytes += record.line }
+            let head = ChainHead(seq: events.last!.seq, hash: newHead)
+            let cursor = try store.append(bytes, lineCount: records.count, at: log.end, head: head)
+            memory.withLock { memory in
+                memory.salts = salts
+                if memory.replay != nil, memory.cursor == log.end {
+                    for event in events { try? memory.replay!.apply(event) }
+                    memory.cursor = cursor
+                    memory.head = head
+                }
+            }
+            return ExecutionReport(results: results, recovered: log.torn)
+        }
+    }
+
+    /// Convenience for one command.
+    @discardableResult
+    public func execute(_ command: LedgerCommand) throws -> (result: CommandResult, recovered: TornTail?) {
+        let report = try execute([command])
+        return (report.results[0], report.recovered)
+    }
+
+    private func signingKey() throws -> SodiumSigner {
+        if let signer = memory.withLock({ $0.signer }) { return signer }
+        let seed = try store.readSecretSeed()
+        guard let signer = SodiumSigner(seed: seed), signer.publicKey == publicKey else {
+            throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the secret key does not belong to the ledger's public key"))
+        }
+        memory.withLock { $0.signer = signer }
+        return signer
+    }
+
+    /// The recorded head must be on the log: the log may run ahead of it (a crash between the
+    /// log's sync and the head's), never behind.
+    func checkHead(_ log: LogState) throws {
+        let head = log.recordedHead
+        if log.last.event.seq < head.seq {
+            throw LedgerError.integrity(IntegrityFailure(line: Int(log.last.event.seq) + 2, seq: log.last.event.seq + 1, problem: "the log ends at seq \(log.last.event.seq) but seq \(head.seq) was acknowledged: acknowledged events are missing (truncated log)"))
+        }
+        if log.last.event.seq == head.seq, chain.hash(ofBody: log.last.body) != head.hash {
+            throw LedgerError.integrity(IntegrityFailure(line: Int(head.seq) + 1, seq: head.seq, problem: "the newest event's hash differs from the recorded head \(head.hash.hex)"))
+        }
+    }
+
+    /// States of some subjects at the end of the log: from the in-memory replay when it is
+    /// current (catching up if the log moved on), otherwise by replaying those subjects' events.
+    private func currentStates(of subjects: Set<SubjectRef>, log: LogState) throws -> [SubjectRef: SubjectState] {
+        let warm = memory.withLock { m -> (LedgerReplay, LogCursor)? in
+            guard let replay = m.replay, let cursor = m.cursor else { return nil }
+            return (replay, cursor)
+        }
+        if var (replay, cursor) = warm {
+            if cursor != log.end {
+                try replayLines(from: cursor, to: log.end, into: &replay, verifySignatures: false)
+                cursor = log.end
+                let (r, c) = (replay, cursor)
+                memory.withLock { $0.replay = r; $0.cursor = c; $0.head = ChainHead(seq: log.last.event.seq, hash: chain.hash(ofBody: log.last.body)) }
+            }
+            return Dictionary(uniqueKeysWithValues: subjects.map { ($0, replay.state(of: $0)) })
+        }
+        var states: [SubjectRef: SubjectState] = [:]
+        for subject in subjects {
+            states[subject] = try subjectEvents(subject, end: log.end, until: nil, verifySignatures: false).state
+        }
+        return states
+    }
+
+    // MARK: - Reading
+
+    /// One subject's consents and history, optionally as of a past time. Unknown subjects have
+    /// no consents (rule R1). The subject's event signatures are checked; the whole chain is
+    /// `verify`'s job.
+    public func report(for subjectID: String, asOf: Timestamp? = nil) throws -> SubjectReport {
+        try Self.validateText(subjectID, what: "subject id", maxBytes: 256)
+        return try store.withLock(exclusive: false) {
+            let log = try store.logState()
+            try checkHead(log)
+            guard let ref = try subjectRef(for: subjectID) else {
+                let empty = SubjectState()
+                return SubjectReport(subjectID: subjectID, subject: nil, state: empty, events: [], listing: ConsentListing(state: empty, catalog: catalog), torn: log.torn)
+            }
+            let (state, events) = try subjectEvents(ref, end: log.end, until: asOf, verifySignatures: true)
+            return SubjectReport(subjectID: subjectID, subject: ref, state: state, events: events, listing: ConsentListing(state: state, catalog: catalog), torn: log.torn)
+        }
+    }
+
+    private func subjectEvents(_ subject: SubjectRef, end: LogCursor, until: Timestamp?, verifySignatures: Bool) throws -> (state: SubjectState, events: [LedgerEvent]) {
+        var state = SubjectState()
+        var events: [LedgerEvent] = []
+        let needle = Array(#""subject":""#.utf8) + Array(subject.value.utf8) + [0x22]
+        var done = false
+        try store.scan(from: .start, to: end, batchSize: 256, containing: needle) { lines in
+            for line in lines where !done {
+                let record = try decode(line)
+                guard record.event.payload.subject == subject else { continue }
+                if let until, record.event.at > until {
+                    done = true
+                    break
+                }
+                if verifySignatures { try checkSignature(record, line: line.number) }
+                do throws(ReplayViolation) {
+                    try state.apply(record.event, catalog: catalog)
+                } catch {
+                    throw LedgerError.integrity(IntegrityFailure(line: line.number, seq: error.seq, problem: error.problem))
+                }
+                events.append(record.event)
+            }
+        }
+        return (state, events)
+    }
+
+    func decode(_ line: RawLine) throws -> EventRecord {
+        do {
+            return try EventCodec.decode(line: line.bytes)
+        } catch {
+            throw LedgerError.integrity(IntegrityFailure(line: line.number, seq: nil, problem: error.problem))
+        }
+    }
+
+    func checkSignature(_ record: EventRecord, line: Int) throws {
+        guard record.keyID == keyID else {
+            throw LedgerError.integrity(IntegrityFailure(line: line, seq: record.event.seq, problem: "signed with key id \(record.keyID), not the ledger's key \(keyID)"))
+        }
+        let valid = EventCodec.signedMessage(body: record.body).withUnsafeBytes { verifier.isValid(record.signature, of: $0, by: publicKey) }
+        guard valid else {
+            throw LedgerError.integrity(IntegrityFailure(line: line, seq: record.event.seq, problem: "signature does not verify with the ledger's public key"))
+        }
+    }
+
+    /// Replays every event into memory and keeps the result, so later commands and reads need
+    /// not scan the log. Returns the replay.
+    @discardableResult
+    public func loadAll() throws -> LedgerReplay {
+        try store.withLock(exclusive: false) {
+            let log = try store.logState()
+            try checkHead(log)
+            var replay = LedgerReplay(catalog: catalog)
+            try replayLines(from: .start, to: log.end, into: &replay, verifySignatures: false)
+            let result = replay
+            memory.withLock { $0.replay = result; $0.cursor = log.end; $0.head = ChainHead(seq: log.last.event.seq, hash: chain.hash(ofBody: log.last.body)) }
+            return result
+        }
+    }
+
+    /// Drops the in-memory replay; later calls read the log again.
+    public func unload() {
+        memory.withLock { $0.replay = nil; $0.cursor = nil; $0.head = nil }
+    }
+
+    func replayLines(from: LogCursor, to end: LogCursor, into replay: inout LedgerReplay, verifySignatures: Bool) throws {
+        try store.scan(from: from, to: end, batchSize: 4096, containing: nil) { lines in
+            let decoded = parallelMap(lines.count, minimumForParallel: 512) { i in
+                Result<EventRecord, EventDecodingError> { () throws(EventDecodingError) in try EventCodec.decode(line: lines[i].bytes) }
+            }
+            for (i, result) in decoded.enumerated() {
+                let record: EventRecord
+                switch result {
+                case .success(let r): record = r
+                case .failure(let e):
+                    throw LedgerError.integrity(IntegrityFailure(line: lines[i].number, seq: nil, problem: e.problem))
+                }
+                do throws(ReplayViolation) {
+                    try replay.apply(record.event)
+                } catch {
+                    throw LedgerError.integrity(IntegrityFailure(line: lines[i].number, seq: error.seq, problem: error.problem))
+                }
+            }
+        }
+    }
+}
+
+extension String {
+    var trimmingSpaces: Substring {
+        var s = self[...]
+        while s.first == " " { s.removeFirst() }
+        while s.last == " " { s.removeLast() }
+        return s
+    }
+}

@@ -1,0 +1,392 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import ConsentDomain
+
+/// The embedded default store: a ledger folder on the local file system.
+///
+/// ```
+/// DIR/ledger.jsonl    the log, one canonical JSON event per line (append-only)
+/// DIR/head            "SEQ HASH" of the newest acknowledged event (guards against truncation)
+/// DIR/catalog.json    the catalogue's canonical bytes, pinned by the genesis event
+/// DIR/public.key      the Ed25519 public key, hex
+/// DIR/secret.key      the Ed25519 seed, hex, mode 0600
+/// DIR/subjects.jsonl  subject id -> pseudonym salt (the only personal data; never in the log)
+/// DIR/lock            flock(2) target: shared for readers, exclusive for the writer
+/// DIR/recovered/      torn tails removed after a crash, kept for inspection
+/// ```
+public struct FileLedgerStore: LedgerStore {
+    public let directory: String
+
+    public init(directory: String) {
+        var d = directory
+        while d.count > 1 && d.hasSuffix("/") { d.removeLast() }
+        self.directory = d
+    }
+
+    public var location: String { directory }
+
+    var logPath: String { directory + "/ledger.jsonl" }
+    var headPath: String { directory + "/head" }
+    var catalogPath: String { directory + "/catalog.json" }
+    var publicKeyPath: String { directory + "/public.key" }
+    var secretKeyPath: String { directory + "/secret.key" }
+    var subjectsPath: String { directory + "/subjects.jsonl" }
+    var lockPath: String { directory + "/lock" }
+
+    // MARK: - Creating
+
+    public func create(_ setup: LedgerSetup) throws {
+        switch PosixFile.kind(of: directory) {
+        case .file:
+            throw LedgerError.alreadyExists("\(directory) exists and is a file, not a ledger folder")
+        case .directory:
+            let entries = PosixFile.directoryEntries(directory)
+            if entries.contains("ledger.jsonl") { throw LedgerError.alreadyExists("a ledger already exists at \(directory)") }
+            if !entries.isEmpty { throw LedgerError.alreadyExists("\(directory) exists and is not empty; choose a new folder") }
+            guard rmdir(directory) == 0 else { throw LedgerError.storage("cannot replace empty folder \(directory): \(PosixFile.reason())") }
+        case .missing:
+            break
+        }
+        let parent = PosixFile.parent(of: directory)
+        guard PosixFile.kind(of: parent) == .directory else {
+            throw LedgerError.notFound("cannot create \(directory): folder \(parent) does not exist")
+        }
+        // Build the whole ledger under a temporary name, then rename it into place: a crash
+        // during init leaves no ledger rather than half of one.
+        let staging = "\(parent)/.\(directory.split(separator: "/").last ?? "ledger").init-\(getpid())"
+        let stagingStore = FileLedgerStore(directory: staging)
+        if PosixFile.kind(of: staging) == .directory {
+            for name in PosixFile.directoryEntries(staging) { unlink(staging + "/" + name) }
+            rmdir(staging)
+        }
+        guard mkdir(staging, 0o755) == 0 else { throw LedgerError.storage("cannot create \(staging): \(PosixFile.reason())") }
+        do {
+            try PosixFile.writeNew(setup.catalog, to: stagingStore.catalogPath)
+            try PosixFile.writeNew(Array((setup.publicKey.hex + "\n").utf8), to: stagingStore.publicKeyPath)
+            try PosixFile.writeNew(Array((Hex.encode(setup.secretSeed) + "\n").utf8), to: stagingStore.secretKeyPath, mode: 0o600)
+            try PosixFile.writeNew(setup.genesis.line, to: stagingStore.logPath)
+            try PosixFile.writeNew(Self.headBytes(setup.head), to: stagingStore.headPath)
+            try PosixFile.writeNew([], to: stagingStore.subjectsPath)
+            try PosixFile.writeNew([], to: stagingStore.lockPath)
+            try PosixFile.syncDirectory(staging)
+            guard rename(staging, directory) == 0 else {
+                throw LedgerError.storage("cannot move \(staging) to \(directory): \(PosixFile.reason())")
+            }
+            try PosixFile.syncDirectory(parent)
+        } catch {
+            for name in PosixFile.directoryEntries(staging) { unlink(staging + "/" + name) }
+            rmdir(staging)
+            throw error
+        }
+    }
+
+    // MARK: - Small files
+
+    private func requireLedger() throws {
+        guard PosixFile.kind(of: logPath) == .file else {
+            throw LedgerError.notFound("no ledger at \(directory) (run 'consentctl init' to create one)")
+        }
+    }
+
+    public func readCatalog() throws -> [UInt8] {
+        try requireLedger()
+        return try PosixFile(path: catalogPath, flags: O_RDONLY).readAll()
+    }
+
+    public func readPublicKey() throws -> PublicKey {
+        try requireLedger()
+        let text = try Self.trimmedText(PosixFile(path: publicKeyPath, flags: O_RDONLY).readAll())
+        guard let key = PublicKey(hex: text) else {
+            throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "\(publicKeyPath) does not hold a 64-digit lowercase hex Ed25519 public key"))
+        }
+        return key
+    }
+
+    public func readSecretSeed() throws -> [UInt8] {
+        try requireLedger()
+        let text = try Self.trimmedText(PosixFile(path: secretKeyPath, flags: O_RDONLY).readAll())
+        guard let seed = Hex.decode(text), seed.count == 32 else {
+            throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "\(secretKeyPath) does not hold a 64-digit lowercase hex Ed25519 seed"))
+        }
+        return seed
+    }
+
+    private static func trimmedText(_ bytes: [UInt8]) -> String {
+        var b = bytes
+        while let last = b.last, last == 0x0A || last == 0x0D || last == 0x20 { b.removeLast() }
+        return String(decoding: b, as: UTF8.self)
+    }
+
+    static func headBytes(_ head: ChainHead) -> [UInt8] {
+        Array("\(head.seq) \(head.hash.hex)\n".utf8)
+    }
+
+    func readHead() throws -> ChainHead {
+        let text = Self.trimmedText(try PosixFile(path: headPath, flags: O_RDONLY).readAll())
+        let parts = text.split(separator: " ", omittingEmptySubsequences: false)
+        guard parts.count == 2, let seq = UInt64(parts[0]), String(seq) == parts[0], let hash = Digest(hex: String(parts[1])) else {
+            throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "\(headPath) is not 'SEQ HASH'"))
+        }
+        return ChainHead(seq: seq, hash: hash)
+    }
+
+    // MARK: - Locking
+
+    public func withLock<T>(exclusive: Bool, _ body: () throws -> T) throws -> T {
+        try requireLedger()
+        let file = try PosixFile(path: lockPath, flags: O_RDONLY)
+        try file.lock(exclusive: exclusive)
+        defer { file.unlock() }
+        return try body()
+    }
+
+    // MARK: - The log
+
+    private static let newline: UInt8 = 0x0A
+
+    public func readFirstLine() throws -> [UInt8] {
+        try requireLedger()
+        let file = try PosixFile(path: logPath, flags: O_RDONLY)
+        var count = 4096
+        while true {
+            let bytes = try file.read(at: 0, count: count)
+            if let end = bytes.firstIndex(of: Self.newline) { return Array(bytes[..<end]) }
+            guard bytes.count == count else {
+                throw LedgerError.integrity(IntegrityFailure(line: 1, seq: 0, problem: "the genesis line is incomplete (no newline)"))
+            }
+            count *= 4
+        }
+    }
+
+    /// 1-based number of the line that starts at or contains `offset` (for error messages).
+    func lineNumber(atOffset offset: UInt64) -> Int {
+        guard let file = try? PosixFile(path: logPath, flags: O_RDONLY) else { return 0 }
+        var line = 1
+        var position: UInt64 = 0
+        while position < offset {
+            guard let chunk = try? file.read(at: position, count: Int(min(UInt64(4 << 20), offset - position))), !chunk.isEmpty else { break }
+            line += chunk.reduce(0) { $0 + ($1 == Self.newline ? 1 : 0) }
+            position += UInt64(chunk.count)
+        }
+        return line
+    }
+
+    public func logState() throws -> LogState {
+        try requireLedger()
+        let file = try PosixFile(path: logPath, flags: O_RDONLY)
+        let size = try file.size()
+        let recordedHead = try readHead()
+        guard size > 0 else {
+            throw LedgerError.integrity(IntegrityFailure(line: 1, seq: 0, problem: "the log is empty: the genesis event is missing"))
+        }
+        // Read backwards in growing windows until the last complete command is in view.
+        var window = min(size, 65_536)
+        while true {
+            let start = size - window
+            let bytes = try file.read(at: start, count: Int(window))
+            if let state = try tailState(bytes: bytes, windowStart: start, fileSize: size, recordedHead: recordedHead) {
+                return state
+            }
+            guard window < size else {
+                throw LedgerError.integrity(IntegrityFailure(line: 1, seq: 0, problem: "the log holds no complete event"))
+            }
+            window = min(size, window * 4)
+        }
+    }
+
+    /// Works out the tail from the last `bytes` of the log. Returns nil when the window is too
+    /// small to see the start of the last command.
+    private func tailState(bytes: [UInt8], windowStart: UInt64, fileSize: UInt64, recordedHead: ChainHead) throws -> LogState? {
+        // Line boundaries inside the window: ends[i] is the index just after a newline.
+        var lineEnds: [Int] = []
+        for (i, b) in bytes.enumerated() where b == Self.newline { lineEnds.append(i + 1) }
+        guard let lastEnd = lineEnds.last else { return nil }
+        let partialBytes = bytes.count - lastEnd
+        // Complete lines from the end: line k spans lineEnds[k-1]..<lineEnds[k] - 1.
+        func lineStart(_ k: Int) -> Int? { k > 0 ? lineEnds[k - 1] : (windowStart == 0 ? 0 : nil) }
+        func decodeLine(_ k: Int) throws -> EventRecord? {
+            guard let s = lineStart(k) else { return nil }
+            let line = Array(bytes[s..<(lineEnds[k] - 1)])
+            do {
+                return try EventCodec.decode(line: line)
+            } catch {
+                let offset = windowStart + UInt64(s)
+                throw LedgerError.integrity(IntegrityFailure(line: lineNumber(atOffset: offset), seq: nil, problem: "malformed event at byte offset \(offset): \(error.problem)"))
+            }
+        }
+        var k = lineEnds.count - 1
+        guard let newest = try decodeLine(k) else { return nil }
+        var tornLines = 0
+        var last = newest
+        if newest.event.seq != newest.event.command.last {
+            // The newest command is incomplete: walk back to its first event, then one more line.
+            let first = newest.event.command.first
+            while last.event.seq != first {
+                k -= 1
+                guard k >= 0 else { return nil }
+                guard let previous = try decodeLine(k) else { return nil }
+                guard previous.event.command == newest.event.command, previous.event.seq + 1 == last.event.seq else {
+                    throw LedgerError.integrity(IntegrityFailure(line: nil, seq: previous.event.seq, problem: "the last command's events are not contiguous"))
+                }
+                last = previous
+            }
+            tornLines = lineEnds.count - k
+            k -= 1
+            guard k >= 0, let before = try decodeLine(k) else { return nil }
+            last = before
+        }
+        let endOffset = windowStart + UInt64(lineEnds[k])
+        let torn: TornTail? = (tornLines > 0 || partialBytes > 0)
+            ? TornTail(offset: endOffset, byteCount: Int(fileSize - endOffset), completeLines: tornLines)
+            : nil
+        return LogState(end: LogCursor(offset: endOffset, lines: Int(last.event.seq) + 1), last: last, recordedHead: recordedHead, torn: torn)
+    }
+
+    public func scan(from cursor: LogCursor, to end: LogCursor, batchSize: Int, containing needle: [UInt8]?, _ visit: ([RawLine]) throws -> Void) throws {
+        guard cursor.offset < end.offset else { return }
+        let file = try PosixFile(path: logPath, flags: O_RDONLY)
+        let chunkSize = 4 << 20
+        var offset = cursor.offset
+        var lineNumber = cursor.lines
+        var carry: [UInt8] = []
+        var batch: [RawLine] = []
+        batch.reserveCapacity(batchSize)
+        while offset < end.offset {
+            let chunk = try file.read(at: offset, count: Int(min(UInt64(chunkSize), end.offset - offset)))
+            guard !chunk.isEmpty else {
+                throw LedgerError.integrity(IntegrityFailure(line: lineNumber + 1, seq: nil, problem: "the log ended while being read"))
+            }
+            offset += UInt64(chunk.count)
+            try chunk.withUnsafeBufferPointer { buffer in
+                var start = 0
+                let base = buffer.baseAddress!
+                while start < buffer.count {
+                    guard let hit = memchr(base + start, Int32(Self.newline), buffer.count - start) else {
+                        carry.append(contentsOf: buffer[start...])
+                        break
+                    }
+                    let stop = base.distance(to: hit.assumingMemoryBound(to: UInt8.self))
+                    lineNumber += 1
+                    var keep = true
+                    if let needle {
+                        if carry.isEmpty {
+                            keep = Self.contains(UnsafeRawBufferPointer(start: base + start, count: stop - start), needle)
+                        } else {
+                            carry.append(contentsOf: buffer[start..<stop])
+                            keep = carry.withUnsafeBytes { Self.contains($0, needle) }
+                        }
+                    }
+                    if keep {
+                        if carry.isEmpty {
+                            batch.append(RawLine(number: lineNumber, bytes: Array(buffer[start..<stop])))
+                        } else {
+                            if needle == nil { carry.append(contentsOf: buffer[start..<stop]) }
+                            batch.append(RawLine(number: lineNumber, bytes: carry))
+                        }
+                        if batch.count >= batchSize {
+                            try visit(batch)
+                            batch.removeAll(keepingCapacity: true)
+                        }
+                    }
+                    carry.removeAll(keepingCapacity: true)
+                    start = stop + 1
+                }
+            }
+        }
+        guard carry.isEmpty else {
+            throw LedgerError.integrity(IntegrityFailure(line: lineNumber + 1, seq: nil, problem: "the log does not end with a newline where a command should end"))
+        }
+        if !batch.isEmpty { try visit(batch) }
+    }
+
+    /// Whether `haystack` contains `needle` (memchr for the first byte, then memcmp).
+    static func contains(_ haystack: UnsafeRawBufferPointer, _ needle: [UInt8]) -> Bool {
+        guard let first = needle.first, haystack.count >= needle.count, let base = haystack.baseAddress else { return needle.isEmpty }
+        var start = 0
+        let lastStart = haystack.count - needle.count
+        return needle.withUnsafeBytes { n in
+            while start <= lastStart {
+                guard let hit = memchr(base + start, Int32(first), lastStart - start + 1) else { return false }
+                let at = base.distance(to: UnsafeRawPointer(hit))
+                if memcmp(base + at, n.baseAddress!, needle.count) == 0 { return true }
+                start = at + 1
+            }
+            return false
+        }
+    }
+
+    public func append(_ lines: [UInt8], lineCount: Int, at expected: LogCursor, head: ChainHead) throws -> LogCursor {
+        let file = try PosixFile(path: logPath, flags: O_RDWR)
+        let size = try file.size()
+        if size < expected.offset {
+            throw LedgerError.integrity(IntegrityFailure(line: expected.lines, seq: nil, problem: "the log is shorter than when it was read (\(size) < \(expected.offset) bytes); refusing to append"))
+        }
+        if size > expected.offset {
+            // A torn tail from a crash: keep its bytes for inspection, then cut it off.
+            let torn = try file.read(at: expected.offset, count: Int(size - expected.offset))
+            try saveRecovered(torn, offset: expected.offset)
+            try file.truncate(to: expected.offset)
+            try file.sync()
+        }
+        try file.write(lines, at: expected.offset)
+        try file.sync()
+        try PosixFile.writeAtomically(Self.headBytes(head), to: headPath)
+        return LogCursor(offset: expected.offset + UInt64(lines.count), lines: expected.lines + lineCount)
+    }
+
+    private func saveRecovered(_ bytes: [UInt8], offset: UInt64) throws {
+        let folder = directory + "/recovered"
+        if PosixFile.kind(of: folder) == .missing {
+            guard mkdir(folder, 0o755) == 0 else { throw LedgerError.storage("cannot create \(folder): \(PosixFile.reason())") }
+            try PosixFile.syncDirectory(directory)
+        }
+        var n = 0
+        var path = "\(folder)/torn-at-\(offset).bin"
+        while PosixFile.kind(of: path) != .missing {
+            n += 1
+            path = "\(folder)/torn-at-\(offset).\(n).bin"
+        }
+        try PosixFile.writeNew(bytes, to: path)
+        try PosixFile.syncDirectory(folder)
+    }
+
+    // MARK: - Subjects
+
+    public func readSubjectSalts() throws -> [String: [UInt8]] {
+        try requireLedger()
+        let bytes = try PosixFile(path: subjectsPath, flags: O_RDONLY).readAll()
+        var salts: [String: [UInt8]] = [:]
+        var lineNumber = 0
+        // A trailing line without a newline was never acknowledged (a crash mid-write): ignored.
+        for line in bytes.split(separator: Self.newline, omittingEmptySubsequences: false).dropLast() {
+            lineNumber += 1
+            guard let value = try? CanonicalJSON.parse(Array(line), canonical: true),
+                let id = value["id"]?.stringValue, let saltHex = value["salt"]?.stringValue,
+                let salt = Hex.decode(saltHex), salt.count == 16, value.objectValue?.count == 2
+            else {
+                throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "\(subjectsPath) line \(lineNumber) is not {\"id\":…,\"salt\":…}"))
+            }
+            salts[id] = salt
+        }
+        return salts
+    }
+
+    public func saveSubjectSalt(_ salt: [UInt8], for subjectID: String) throws {
+        let file = try PosixFile(path: subjectsPath, flags: O_RDWR)
+        var size = try file.size()
+        if size > 0, try file.read(at: size - 1, count: 1) != [Self.newline] {
+            // Drop a partial line left by a crash before appending after it.
+            let bytes = try file.readAll()
+            let keep = bytes.lastIndex(of: Self.newline).map { $0 + 1 } ?? 0
+            try file.truncate(to: UInt64(keep))
+            size = UInt64(keep)
+        }
+        var line = CanonicalJSON.serialize(.object(["id": .string(subjectID), "salt": .string(Hex.encode(salt))]))
+        line.append(Self.newline)
+        try file.write(line, at: size)
+        try file.sync()
+    }
+}

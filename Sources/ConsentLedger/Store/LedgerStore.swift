@@ -1,0 +1,120 @@
+import ConsentDomain
+
+/// The hash of the newest acknowledged event and its sequence number.
+public struct ChainHead: Hashable, Sendable, CustomStringConvertible {
+    public let seq: UInt64
+    public let hash: Digest
+
+    public init(seq: UInt64, hash: Digest) {
+        self.seq = seq
+        self.hash = hash
+    }
+
+    public var description: String { "\(seq) \(hash.hex)" }
+}
+
+/// What a new ledger is made of.
+public struct LedgerSetup: Sendable {
+    /// The catalogue's canonical bytes (their SHA-256 is pinned in the genesis event).
+    public let catalog: [UInt8]
+    public let publicKey: PublicKey
+    /// The 32-byte Ed25519 seed; stored only by stores that hold the signing key.
+    public let secretSeed: [UInt8]
+    public let genesis: EventRecord
+    public let head: ChainHead
+
+    public init(catalog: [UInt8], publicKey: PublicKey, secretSeed: [UInt8], genesis: EventRecord, head: ChainHead) {
+        self.catalog = catalog
+        self.publicKey = publicKey
+        self.secretSeed = secretSeed
+        self.genesis = genesis
+        self.head = head
+    }
+}
+
+/// A position in the log: the byte offset after a complete command and the number of lines
+/// before it. Only the store that produced it interprets it.
+public struct LogCursor: Hashable, Sendable {
+    public let offset: UInt64
+    public let lines: Int
+
+    public init(offset: UInt64, lines: Int) {
+        self.offset = offset
+        self.lines = lines
+    }
+
+    public static let start = LogCursor(offset: 0, lines: 0)
+}
+
+/// A complete line of the log, without its newline.
+public struct RawLine: Sendable {
+    /// 1-based line number in the log.
+    public let number: Int
+    public let bytes: [UInt8]
+}
+
+/// Bytes at the end of the log that a crash left behind: a partial line, or the complete lines of
+/// a command whose other events never reached the disk. They were never acknowledged.
+public struct TornTail: Hashable, Sendable, CustomStringConvertible {
+    public let offset: UInt64
+    public let byteCount: Int
+    /// Complete lines in the torn region (events of the incomplete command).
+    public let completeLines: Int
+
+    public var description: String {
+        "\(byteCount) bytes at offset \(offset) (\(completeLines) complete line(s) of an unfinished command"
+            + (completeLines == 0 ? ", a partial line)" : " and any partial line)")
+    }
+}
+
+/// The log as it stands when opened: where its last complete command ends, its newest event and
+/// anything torn after it.
+public struct LogState: Sendable {
+    public let end: LogCursor
+    public let last: EventRecord
+    /// The head recorded after the last acknowledged append.
+    public let recordedHead: ChainHead
+    public let torn: TornTail?
+}
+
+/// Where events are kept. A store translates between bytes and events and keeps them durable;
+/// it holds no ledger state of its own and knows nothing of consent rules.
+///
+/// Every method may throw ``LedgerError``.
+public protocol LedgerStore: Sendable {
+    /// A human-readable name of where the ledger lives, for messages.
+    var location: String { get }
+
+    /// Creates a ledger. Fails with ``LedgerError/alreadyExists(_:)`` when there is one; a crash
+    /// part-way leaves no ledger at all.
+    func create(_ setup: LedgerSetup) throws
+
+    func readCatalog() throws -> [UInt8]
+    func readPublicKey() throws -> PublicKey
+    /// The signing seed, for writers.
+    func readSecretSeed() throws -> [UInt8]
+
+    /// Runs `body` while holding the ledger's lock: shared for readers, exclusive for the one writer.
+    func withLock<T>(exclusive: Bool, _ body: () throws -> T) throws -> T
+
+    /// The log's first line (the genesis event), without its newline.
+    func readFirstLine() throws -> [UInt8]
+
+    /// Inspects the end of the log: the last complete command, the newest event, and any torn tail.
+    /// A log shorter than the recorded head is an integrity failure.
+    func logState() throws -> LogState
+
+    /// Reads complete lines from `cursor` up to `end`, in batches of at most `batchSize`. With
+    /// `containing`, only lines holding that byte string are delivered (a cheap pre-filter).
+    func scan(from cursor: LogCursor, to end: LogCursor, batchSize: Int, containing: [UInt8]?, _ visit: ([RawLine]) throws -> Void) throws
+
+    /// Appends lines at `expected` (which must be the end of the last complete command), removing
+    /// any torn tail first, and returns once the bytes are durable. Then records `head`.
+    /// Call with the exclusive lock held.
+    func append(_ lines: [UInt8], lineCount: Int, at expected: LogCursor, head: ChainHead) throws -> LogCursor
+
+    /// Every known subject id with the random salt that pseudonymises it.
+    func readSubjectSalts() throws -> [String: [UInt8]]
+    /// Durably records a new subject's salt. Call with the exclusive lock held.
+    func saveSubjectSalt(_ salt: [UInt8], for subjectID: String) throws
+}

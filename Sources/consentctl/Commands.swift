@@ -1,0 +1,449 @@
+import ArgumentParser
+import ConsentDomain
+import ConsentLedger
+
+// MARK: - init
+
+struct Init: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Create a new ledger: a key pair, the catalogue and the genesis event.",
+        discussion: """
+            Refuses a folder that already holds a ledger or other files. Without --catalog the
+            seed's catalogue is used (Medication Management and Timeline; see 'consentctl catalog').
+            The secret key is written with mode 0600.
+            """
+    )
+
+    @ParentCommand var root: ConsentCtl
+
+    @Option(help: ArgumentHelp("A catalogue JSON file (format: Samples/catalog.json).", valueName: "FILE"))
+    var catalog: String?
+
+    @Option(help: ArgumentHelp("The ledger's name, used as the checkpoint origin. Default: consentledger.local/<random>.", valueName: "NAME"))
+    var name: String?
+
+    @Option(help: "Who creates the ledger.")
+    var actor: String = "consentctl"
+
+    func run() throws {
+        try reporting {
+            let catalogValue: Catalog
+            if let catalog {
+                let bytes: [UInt8]
+                do {
+                    bytes = try LocalFile.read(catalog)
+                } catch {
+                    throw LedgerError.invalidRequest("cannot read catalogue: \(error)")
+                }
+                do throws(CatalogError) {
+                    catalogValue = try CatalogCodec.decode(bytes)
+                } catch {
+                    throw LedgerError.invalidCatalog(CatalogError(entry: "\(catalog): \(error.entry)", problem: error.problem))
+                }
+            } else {
+                catalogValue = SeedCatalog.catalog
+            }
+            let ledgerName = name ?? "consentledger.local/" + Hex.encode(Sodium().randomBytes(6))
+            let store = root.store
+            let ledger = try Ledger.create(store: store, catalog: catalogValue, name: ledgerName, actor: actor)
+            print("Created ledger '\(ledgerName)' at \(store.directory)")
+            print("  features:   \(catalogValue.features.map(\.key).joined(separator: ", "))")
+            print("  public key: \(ledger.publicKey.hex)")
+            print("  key id:     \(ledger.keyID)")
+        }
+    }
+}
+
+// MARK: - catalog
+
+struct CatalogCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "catalog",
+        abstract: "Show the ledger's catalogue: its features and their consents."
+    )
+
+    @ParentCommand var root: ConsentCtl
+
+    @Flag(help: "Print JSON: features[] with code, key, name, consents[] with code, name, required, link, version.")
+    var json = false
+
+    func run() throws {
+        try reporting(json: json) {
+            let ledger = try root.openLedger()
+            if json {
+                printJSON(.object(["features": .array(ledger.catalog.features.map { f in
+                    .object([
+                        "code": .int(Int64(f.code)), "key": .string(f.key), "name": .string(f.name),
+                        "names": names(f.names),
+                        "consents": .array(f.consents.map { c in
+                            .object([
+                                "code": .string(c.code), "name": .string(c.name), "names": names(c.names),
+                                "required": .bool(c.isRequired), "link": .string(c.link), "version": .string(c.version),
+                            ])
+                        }),
+                    ])
+                })]))
+                return
+            }
+            for (i, f) in ledger.catalog.features.enumerated() {
+                if i > 0 { print("") }
+                print("\(f.name) (key \(f.key), code \(f.code))")
+                var table = Table()
+                for c in f.consents {
+                    table.add(["  " + c.code, c.isRequired ? "required" : "optional", "v" + c.version, c.name, c.link])
+                }
+                table.print()
+            }
+        }
+    }
+
+    func names(_ names: [LocalizedName]) -> JSONValue {
+        .object(Dictionary(uniqueKeysWithValues: names.map { ($0.language, JSONValue.string($0.text)) }))
+    }
+}
+
+// MARK: - give / revoke
+
+struct Give: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Give one or more consents of a feature.",
+        discussion: """
+            To activate an inactive feature, give its required consent, with any optional ones in
+            the same command (rules R2 and R5). Once a feature is active, a withheld optional consent
+            can be given on its own (R6). Giving a consent that is already given appends nothing and
+            succeeds. All events of one command are appended atomically.
+
+            Example:
+              consentctl give --subject alice --feature timeline --consent required --consent optional-a
+            """
+    )
+
+    @ParentCommand var root: ConsentCtl
+
+    @Option(help: "The subject (patient) id.")
+    var subject: String
+
+    @Option(help: "A feature key (medication-management) or numeric code (1).")
+    var feature: String
+
+    @Option(name: .customLong("consent"), help: "A consent code of that feature; repeat for several.")
+    var consents: [String]
+
+    @Option(help: "Who acts: 'self' for the subject, or a clinician's or system's id.")
+    var actor: String = "self"
+
+    @Flag(help: "Print JSON.")
+    var json = false
+
+    func validate() throws {
+        if consents.isEmpty { throw ValidationError("give needs at least one --consent") }
+    }
+
+    func run() throws {
+        try runCommand(root: root, LedgerCommand(subjectID: subject, request: .give(feature: feature, consents: consents), actor: actor), json: json)
+    }
+}
+
+struct Revoke: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Withdraw one consent of a feature.",
+        discussion: """
+            Withdrawing a required consent also withdraws the feature's given optional consents,
+            each as its own event that names the cause (rule R4); the feature becomes inactive, and
+            the way back is to give the required consent again (R5). Withdrawing a withheld consent
+            appends nothing and succeeds.
+
+            Example:
+              consentctl revoke --subject alice --feature medication-management --consent required
+            """
+    )
+
+    @ParentCommand var root: ConsentCtl
+
+    @Option(help: "The subject (patient) id.")
+    var subject: String
+
+    @Option(help: "A feature key (medication-management) or numeric code (1).")
+    var feature: String
+
+    @Option(help: "The consent code to withdraw.")
+    var consent: String
+
+    @Option(help: "Who acts: 'self' for the subject, or a clinician's or system's id.")
+    var actor: String = "self"
+
+    @Flag(help: "Print JSON.")
+    var json = false
+
+    func run() throws {
+        try runCommand(root: root, LedgerCommand(subjectID: subject, request: .revoke(feature: feature, consent: consent), actor: actor), json: json)
+    }
+}
+
+private func runCommand(root: ConsentCtl, _ command: LedgerCommand, json: Bool) throws {
+    try reporting(json: json) {
+        let ledger = try root.openLedger()
+        let (result, recovered) = try ledger.execute(command)
+        warnAboutTornTail(recovered, removed: true, store: root.store)
+        let catalog = ledger.catalog
+        if json {
+            printJSON(.object([
+                "ok": .bool(true),
+                "subject": .string(result.subjectID),
+                "appended": .array(result.events.compactMap(HistoryEntry.init).map { historyJSON($0, catalog) }),
+                "notes": .array(result.notes.map(JSONValue.string)),
+                "features": .array(result.listing.features.map(featureJSON)),
+            ]))
+            return
+        }
+        for note in result.notes { print(note) }
+        if let first = result.events.first, let last = result.events.last {
+            let range = first.seq == last.seq ? "seq \(first.seq)" : "seq \(first.seq)–\(last.seq)"
+            print("Appended \(result.events.count) event\(result.events.count == 1 ? "" : "s") for \(result.subjectID) (\(range)):")
+            var table = Table()
+            for entry in result.events.compactMap(HistoryEntry.init) {
+                table.add(["  " + entry.kind.rawValue, featureKey(entry.feature, catalog) + "/" + entry.consent, entry.cause.map { "caused by seq \($0)" } ?? ""])
+            }
+            table.print()
+        }
+        let touched = featureCode(command.request, catalog)
+        for line in result.listing.features where line.feature.code == touched {
+            print("\(line.feature.name) is \(line.isActive ? "active" : "inactive") for \(result.subjectID).")
+            printConsents(line)
+        }
+    }
+}
+
+private func featureCode(_ request: ConsentRequest, _ catalog: Catalog) -> Int? {
+    switch request {
+    case .give(let f, _), .revoke(let f, _): return catalog.feature(named: f)?.code
+    }
+}
+
+func featureKey(_ code: Int, _ catalog: Catalog) -> String {
+    catalog.feature(code: code)?.key ?? String(code)
+}
+
+// MARK: - status
+
+struct Status: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Show a subject's consents, grouped by feature, required first.",
+        discussion: """
+            With --at, shows the state as of that time, replayed from the events up to it.
+            Dates are shown dd.MM.yyyy (UTC) as in the app; --json gives full UTC times.
+            """
+    )
+
+    @ParentCommand var root: ConsentCtl
+
+    @Option(help: "The subject (patient) id.")
+    var subject: String
+
+    @Option(help: ArgumentHelp("Show the state as of this time (RFC 3339, or a date meaning the end of that day, UTC).", valueName: "TIME"))
+    var at: String?
+
+    @Flag(help: "Print JSON: features[] with code, key, active, consents[] with code, required, state, validFrom.")
+    var json = false
+
+    func run() throws {
+        let asOf = try at.map { try parseTime($0, option: "--at") }
+        try reporting(json: json) {
+            let ledger = try root.openLedger()
+            let report = try ledger.report(for: subject, asOf: asOf)
+            warnAboutTornTail(report.torn, removed: false, store: root.store)
+            if json {
+                printJSON(.object([
+                    "subject": .string(subject),
+                    "asOf": asOf.map { .string($0.rfc3339) } ?? .null,
+                    "empty": .bool(report.listing.isEmpty),
+                    "features": .array(report.listing.features.map(featureJSON)),
+                ]))
+                return
+            }
+            let when = asOf.map { " as of \($0.rfc3339)" } ?? ""
+            if report.listing.isEmpty {
+                // Rule R8: say plainly that nothing is given.
+                if report.events.isEmpty {
+                    print("\(subject) has not given any consent\(when). Every feature is off.")
+                } else {
+                    print("\(subject) has no consent given\(when): every consent given earlier was withdrawn. Every feature is off.")
+                }
+                print("To give one: consentctl give --subject \(subject) --feature <feature> --consent required")
+                return
+            }
+            print("Consents of \(subject)\(when):")
+            for line in report.listing.features {
+                print("")
+                print("\(line.feature.name) (\(line.feature.key), code \(line.feature.code)): \(line.isActive ? "active" : "inactive")")
+                printConsents(line)
+            }
+        }
+    }
+}
+
+func printConsents(_ line: FeatureLine) {
+    var table = Table()
+    for c in line.consents {
+        let state = c.isGiven ? "given" : "withheld"
+        let detail: String
+        switch c.status {
+        case .given(let grant): detail = "since " + grant.validFrom.dayMonthYear
+        case .withdrawn(let w): detail = w.cause == nil ? "withdrawn " + w.at.dayMonthYear : "withdrawn " + w.at.dayMonthYear + " (cascade)"
+        case nil: detail = "never given"
+        }
+        table.add(["  " + c.definition.code, c.definition.isRequired ? "required" : "optional", state, detail, c.definition.name])
+    }
+    table.print()
+}
+
+func featureJSON(_ line: FeatureLine) -> JSONValue {
+    .object([
+        "code": .int(Int64(line.feature.code)),
+        "key": .string(line.feature.key),
+        "name": .string(line.feature.name),
+        "active": .bool(line.isActive),
+        "consents": .array(line.consents.map { c in
+            var members: [String: JSONValue] = [
+                "code": .string(c.definition.code),
+                "name": .string(c.definition.name),
+                "required": .bool(c.definition.isRequired),
+                "state": .string(c.isGiven ? "given" : "withheld"),
+                "validFrom": c.validFrom.map { .string($0.rfc3339) } ?? .null,
+            ]
+            switch c.status {
+            case .given(let grant): members["version"] = .string(grant.version)
+            case .withdrawn(let w):
+                members["withdrawnAt"] = .string(w.at.rfc3339)
+                members["everGiven"] = .bool(true)
+            case nil: members["everGiven"] = .bool(false)
+            }
+            if c.isGiven { members["everGiven"] = .bool(true) }
+            return .object(members)
+        }),
+    ])
+}
+
+// MARK: - history
+
+struct History: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Show a subject's events in order, with cascaded withdrawals linked to their cause."
+    )
+
+    @ParentCommand var root: ConsentCtl
+
+    @Option(help: "The subject (patient) id.")
+    var subject: String
+
+    @Option(help: ArgumentHelp("Only events up to this time (RFC 3339, or a date meaning the end of that day, UTC).", valueName: "TIME"))
+    var until: String?
+
+    @Flag(help: "Print JSON: events[] with seq, at, type, feature, consent, actor, and cause on cascaded withdrawals.")
+    var json = false
+
+    func run() throws {
+        let limit = try until.map { try parseTime($0, option: "--until") }
+        try reporting(json: json) {
+            let ledger = try root.openLedger()
+            let report = try ledger.report(for: subject, asOf: limit)
+            warnAboutTornTail(report.torn, removed: false, store: root.store)
+            let entries = report.events.compactMap(HistoryEntry.init)
+            if json {
+                printJSON(.object(["subject": .string(subject), "events": .array(entries.map { historyJSON($0, ledger.catalog) })]))
+                return
+            }
+            guard !entries.isEmpty else {
+                print("No events for \(subject): no consent was ever given or withdrawn.")
+                return
+            }
+            var table = Table()
+            table.add(["SEQ", "AT (UTC)", "TYPE", "FEATURE", "CONSENT", "ACTOR", "CAUSE"])
+            for e in entries {
+                table.add([String(e.seq), e.at.rfc3339, e.kind == .given ? "given" : "revoked", featureKey(e.feature, ledger.catalog), e.consent, e.actor, e.cause.map { "cascade from seq \($0)" } ?? ""])
+            }
+            table.print()
+        }
+    }
+}
+
+func historyJSON(_ e: HistoryEntry, _ catalog: Catalog) -> JSONValue {
+    var members: [String: JSONValue] = [
+        "seq": .int(Int64(e.seq)),
+        "at": .string(e.at.rfc3339),
+        "type": .string(e.kind == .given ? "given" : "revoked"),
+        "feature": .string(featureKey(e.feature, catalog)),
+        "featureCode": .int(Int64(e.feature)),
+        "consent": .string(e.consent),
+        "actor": .string(e.actor),
+    ]
+    if e.kind != .given { members["reason"] = .string(e.kind == .cascade ? "cascade" : "withdrawn") }
+    if let cause = e.cause { members["cause"] = .int(Int64(cause)) }
+    if let version = e.version { members["version"] = .string(version) }
+    return .object(members)
+}
+
+// MARK: - verify
+
+struct Verify: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Check every hash link, signature, sequence number and rule by replaying the whole log.",
+        discussion: """
+            On success prints the number of events and subjects and the head hash, exit 0. On failure
+            names the first bad entry (sequence number and line) and why, exit 2.
+            """
+    )
+
+    @ParentCommand var root: ConsentCtl
+
+    @Flag(help: "Print JSON: ok, events, subjects, head {seq, hash}; or ok false with line, seq and problem.")
+    var json = false
+
+    func run() throws {
+        try reporting(json: json) {
+            let ledger = try root.openLedger()
+            let report = try ledger.verify()
+            warnAboutTornTail(report.torn, removed: false, store: root.store)
+            if json {
+                printJSON(.object([
+                    "ok": .bool(true), "ledger": .string(report.ledgerName), "events": .int(Int64(report.events)),
+                    "subjects": .int(Int64(report.subjects)), "publicKey": .string(report.publicKey.hex),
+                    "head": .object(["seq": .int(Int64(report.head.seq)), "hash": .string(report.head.hash.hex)]),
+                ]))
+                return
+            }
+            print("OK: ledger '\(report.ledgerName)' verified")
+            var table = Table()
+            table.add(["  events", String(report.events)])
+            table.add(["  subjects", String(report.subjects)])
+            table.add(["  head", "seq \(report.head.seq), \(report.head.hash.hex)"])
+            table.add(["  public key", report.publicKey.hex])
+            table.print()
+        }
+    }
+}
+
+// MARK: - Tables
+
+struct Table {
+    private var rows: [[String]] = []
+
+    mutating func add(_ row: [String]) { rows.append(row) }
+
+    func print() {
+        let columns = rows.map(\.count).max() ?? 0
+        var widths = [Int](repeating: 0, count: columns)
+        for row in rows {
+            for (i, cell) in row.enumerated() { widths[i] = max(widths[i], cell.count) }
+        }
+        for row in rows {
+            var line = ""
+            for (i, cell) in row.enumerated() {
+                line += cell
+                if i < row.count - 1 { line += String(repeating: " ", count: widths[i] - cell.count + 2) }
+            }
+            while line.hasSuffix(" ") { line.removeLast() }
+            Swift.print(line)
+        }
+    }
+}

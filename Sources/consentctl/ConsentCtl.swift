@@ -1,0 +1,151 @@
+import ArgumentParser
+import ConsentDomain
+import ConsentLedger
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+@main
+struct ConsentCtl: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "consentctl",
+        abstract: "Record patients' consents in a signed, hash-chained, append-only ledger.",
+        discussion: """
+            Every grant and withdrawal is an Ed25519-signed event appended to a hash-chained log.
+            The current state is always what replaying the log gives.
+
+            A typical session:
+              consentctl init
+              consentctl give --subject alice --feature medication-management --consent required --consent optional-a
+              consentctl revoke --subject alice --feature medication-management --consent required
+              consentctl status --subject alice
+              consentctl history --subject alice
+              consentctl verify
+
+            The ledger folder is --ledger DIR, else $CONSENTCTL_LEDGER, else ./consent-ledger.
+
+            EXIT CODES
+              0   success (including a request that changes nothing, such as giving a given consent)
+              1   rule violation: a consent rule forbids the request; nothing was appended
+              2   integrity failure: the ledger is damaged, tampered with or signed by another key
+              3   storage error: reading, writing, syncing or locking failed
+              64  usage error: bad flags, unknown feature or consent, malformed subject id or time
+              65  invalid catalogue file (init --catalog)
+              66  no ledger at the given folder
+              73  a ledger (or other files) already exists where init would create one
+            """,
+        version: "0.1.0",
+        subcommands: [Init.self, CatalogCommand.self, Give.self, Revoke.self, Status.self, History.self, Verify.self]
+    )
+
+    @Option(name: .long, help: ArgumentHelp("The ledger folder.", valueName: "DIR"))
+    var ledger: String?
+
+    /// The ledger folder: --ledger, then $CONSENTCTL_LEDGER, then ./consent-ledger.
+    var ledgerDirectory: String {
+        if let ledger, !ledger.isEmpty { return ledger }
+        if let env = getenv("CONSENTCTL_LEDGER"), let value = String(validatingCString: env), !value.isEmpty { return value }
+        return "consent-ledger"
+    }
+
+    var store: FileLedgerStore { FileLedgerStore(directory: absolute(ledgerDirectory)) }
+
+    func openLedger() throws -> Ledger {
+        try Ledger.open(store: store)
+    }
+}
+
+/// Makes a relative path absolute, so messages name the folder unambiguously.
+func absolute(_ path: String) -> String {
+    if path.hasPrefix("/") { return path }
+    var buffer = [CChar](repeating: 0, count: 4096)
+    guard getcwd(&buffer, buffer.count) != nil else { return path }
+    let cwd = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    var relative = path
+    while relative.hasPrefix("./") { relative.removeFirst(2) }
+    return relative.isEmpty || relative == "." ? cwd : (cwd == "/" ? "/" : cwd + "/") + relative
+}
+
+// MARK: - Errors and exit codes
+
+enum Exit {
+    static let ruleViolation: Int32 = 1
+    static let integrity: Int32 = 2
+    static let storage: Int32 = 3
+    static let usage: Int32 = 64
+    static let invalidCatalog: Int32 = 65
+    static let notFound: Int32 = 66
+    static let alreadyExists: Int32 = 73
+
+    static func code(for error: LedgerError) -> Int32 {
+        switch error {
+        case .ruleViolation: return ruleViolation
+        case .integrity: return integrity
+        case .storage: return storage
+        case .invalidRequest: return usage
+        case .invalidCatalog: return invalidCatalog
+        case .notFound: return notFound
+        case .alreadyExists: return alreadyExists
+        }
+    }
+}
+
+func printError(_ message: String) {
+    var line = "consentctl: " + message + "\n"
+    line.withUTF8 { _ = write(2, $0.baseAddress, $0.count) }
+}
+
+/// Runs a command body, turning a ``LedgerError`` into a message on stderr and its exit code.
+func reporting(json: Bool = false, _ body: () throws -> Void) throws {
+    do {
+        try body()
+    } catch let error as LedgerError {
+        if json {
+            var members: [String: JSONValue] = ["ok": .bool(false), "error": .string(error.description), "kind": .string(kind(of: error))]
+            if case .integrity(let failure) = error {
+                if let line = failure.line { members["line"] = .int(Int64(line)) }
+                if let seq = failure.seq { members["seq"] = .int(Int64(seq)) }
+                members["problem"] = .string(failure.problem)
+            }
+            printJSON(.object(members))
+        }
+        printError(error.description)
+        throw ExitCode(Exit.code(for: error))
+    }
+}
+
+func kind(of error: LedgerError) -> String {
+    switch error {
+    case .ruleViolation: return "rule-violation"
+    case .integrity: return "integrity"
+    case .storage: return "storage"
+    case .invalidRequest: return "usage"
+    case .invalidCatalog: return "invalid-catalog"
+    case .notFound: return "not-found"
+    case .alreadyExists: return "already-exists"
+    }
+}
+
+func printJSON(_ value: JSONValue) {
+    print(String(decoding: CanonicalJSON.serialize(value), as: UTF8.self))
+}
+
+func warnAboutTornTail(_ torn: TornTail?, removed: Bool, store: FileLedgerStore) {
+    guard let torn else { return }
+    if removed {
+        printError("recovered: removed a torn tail left by a crash, \(torn); its bytes are kept in \(store.directory)/recovered/")
+    } else {
+        printError("warning: ignoring a torn tail left by a crash, \(torn); the next write removes it")
+    }
+}
+
+/// Parses a time given on the command line.
+func parseTime(_ text: String, option: String) throws -> Timestamp {
+    guard let t = Timestamp(rfc3339: text) else {
+        throw ValidationError("\(option) '\(text)' is not a time like 2026-11-21T10:00:00Z, 2026-11-21T11:00:00+01:00 or a date 2026-11-21 (end of that day, UTC)")
+    }
+    return t
+}
