@@ -137,7 +137,15 @@ public struct FileLedgerStore: LedgerStore {
 
     public func withLock<T>(exclusive: Bool, _ body: () throws -> T) throws -> T {
         try requireLedger()
-        let file = try PosixFile(path: lockPath, flags: O_RDONLY)
+        let file: PosixFile
+        do {
+            // The lock file is not ledger data: a copied ledger may lack it, so make it on demand.
+            file = try PosixFile(path: lockPath, flags: O_RDONLY | O_CREAT)
+        } catch {
+            // A read-only copy (an auditor's, say) can still be read without the lock.
+            if exclusive { throw error }
+            return try body()
+        }
         try file.lock(exclusive: exclusive)
         defer { file.unlock() }
         return try body()

@@ -1,0 +1,121 @@
+import ConsentDomain
+import Synchronization
+@testable import ConsentLedger
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A fresh folder under /tmp, removed by `remove()`.
+struct TemporaryFolder {
+    let path: String
+
+    init(_ label: String = "test") {
+        var template = Array("/tmp/consentledger-\(label)-XXXXXX".utf8CString)
+        let made = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }
+        precondition(made != nil, "mkdtemp failed")
+        path = String(cString: template.withUnsafeBufferPointer { $0.baseAddress! })
+    }
+
+    func remove() {
+        _ = system("rm -rf '\(path)'")
+    }
+}
+
+/// A clock that starts at `start` and moves `step` milliseconds each time it is read.
+final class SteppingClock: Sendable {
+    private let now: Mutex<Int64>
+    let step: Int64
+
+    init(start: String = "2026-01-15T09:00:00.000Z", step: Int64 = 1000) {
+        now = Mutex(Timestamp(canonical: start)!.millisecondsSinceEpoch)
+        self.step = step
+    }
+
+    var clock: LedgerClock {
+        { [self] in
+            now.withLock { value in
+                let t = Timestamp(millisecondsSinceEpoch: value)
+                value += step
+                return t
+            }
+        }
+    }
+}
+
+/// Deterministic "random" bytes: the n-th call returns n repeated.
+final class CountingRandom: Sendable {
+    private let counter = Mutex<UInt8>(0)
+
+    var source: RandomSource {
+        { [self] count in
+            counter.withLock { c in
+                c &+= 1
+                return [UInt8](repeating: c, count: count)
+            }
+        }
+    }
+}
+
+/// The fixed test key of the vectors: seed bytes 0, 1, …, 31.
+let vectorSeed: [UInt8] = Array(0..<32)
+
+func readBytes(_ path: String) -> [UInt8] {
+    (try? LocalFile.read(path, limit: 1 << 30)) ?? []
+}
+
+func writeBytes(_ bytes: [UInt8], to path: String) {
+    let f = fopen(path, "wb")!
+    _ = bytes.withUnsafeBytes { fwrite($0.baseAddress, 1, $0.count, f) }
+    fclose(f)
+}
+
+func copyFolder(_ from: String, to: String) {
+    _ = system("rm -rf '\(to)' && cp -a '\(from)' '\(to)'")
+}
+
+/// The lines of a file, each with its newline.
+func lines(of bytes: [UInt8]) -> [[UInt8]] {
+    var result: [[UInt8]] = []
+    var current: [UInt8] = []
+    for b in bytes {
+        current.append(b)
+        if b == 0x0A {
+            result.append(current)
+            current = []
+        }
+    }
+    if !current.isEmpty { result.append(current) }
+    return result
+}
+
+/// The path of the package's root folder, from this file's location.
+let packageRoot: String = {
+    var parts = #filePath.split(separator: "/", omittingEmptySubsequences: false)
+    parts.removeLast(3)
+    return parts.joined(separator: "/")
+}()
+
+/// The seed scenario of the rules file, as commands.
+let seedScenario: [LedgerCommand] = [
+    LedgerCommand(subjectID: "alice", request: .give(feature: "medication-management", consents: ["required", "optional-a"])),
+    LedgerCommand(subjectID: "alice", request: .give(feature: "timeline", consents: ["required", "optional-a", "optional-b"])),
+    LedgerCommand(subjectID: "alice", request: .revoke(feature: "medication-management", consent: "required")),
+]
+
+/// Outcome of opening and verifying a ledger folder.
+enum VerifyOutcome: Equatable {
+    case ok(events: Int)
+    case failed(LedgerError)
+}
+
+func verifyFolder(_ path: String) -> VerifyOutcome {
+    do {
+        let ledger = try Ledger.open(store: FileLedgerStore(directory: path))
+        return .ok(events: try ledger.verify().events)
+    } catch let error as LedgerError {
+        return .failed(error)
+    } catch {
+        return .failed(.storage("\(error)"))
+    }
+}

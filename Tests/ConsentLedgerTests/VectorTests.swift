@@ -1,0 +1,154 @@
+import ConsentDomain
+import Foundation
+import Testing
+@testable import ConsentLedger
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `Spec/vectors/` is produced by this scenario with a fixed key, clock and salts. The test
+/// rebuilds it and demands the same bytes, so the vectors and the code cannot drift apart.
+/// Set CONSENTLEDGER_UPDATE_VECTORS=1 to rewrite the vectors after a deliberate format change.
+@Suite struct VectorTests {
+    static let vectors = packageRoot + "/Spec/vectors"
+
+    static func buildTinyLedger(at path: String) throws -> Ledger {
+        let clock = SteppingClock()
+        let random = CountingRandom()
+        let ledger = try Ledger.create(
+            store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog,
+            name: "consentledger.example/vectors", actor: "vector-generator",
+            signer: SodiumSigner(seed: vectorSeed)!, clock: clock.clock, random: random.source
+        )
+        try ledger.execute(Array(seedScenario[0...1]))
+        try ledger.execute(seedScenario[2])
+        try ledger.execute(LedgerCommand(subjectID: "bob", request: .give(feature: "timeline", consents: ["required"]), actor: "dr.house"))
+        try ledger.execute(LedgerCommand(subjectID: "bob", request: .give(feature: "timeline", consents: ["optional-b"])))
+        return ledger
+    }
+
+    /// The negative vectors: a change to the tiny ledger's log, and what `verify` must report.
+    static let tamperings: [(name: String, line: Int, change: @Sendable ([[UInt8]]) -> [[UInt8]], expect: String)] = [
+        ("flipped-signature-byte", 3, { l in var l = l; l[2][l[2].count - 10] = l[2][l[2].count - 10] == 0x30 ? 0x31 : 0x30; return l }, "signature does not verify"),
+        ("edited-consent", 5, { l in
+            var l = l
+            let s = String(decoding: l[4], as: UTF8.self).replacingOccurrences(of: "\"consent\":\"optional-a\"", with: "\"consent\":\"optional-b\"")
+            l[4] = Array(s.utf8); return l
+        }, "signature does not verify"),
+        ("swapped-lines", 5, { l in var l = l; l.swapAt(4, 5); return l }, "expected seq 4"),
+        ("deleted-line", 6, { l in var l = l; l.remove(at: 5); return l }, "expected seq 5"),
+        ("non-canonical-whitespace", 2, { l in
+            var l = l
+            l[1] = Array(String(decoding: l[1], as: UTF8.self).replacingOccurrences(of: "{\"actor\":", with: "{ \"actor\":").utf8)
+            return l
+        }, "not canonical"),
+    ]
+
+    @Test func vectorsMatchTheCode() throws {
+        let folder = TemporaryFolder("vectors")
+        defer { folder.remove() }
+        let path = folder.path + "/tiny-ledger"
+        let ledger = try Self.buildTinyLedger(at: path)
+        let report = try ledger.verify()
+        let files = ["ledger.jsonl", "catalog.json", "public.key", "secret.key", "head", "subjects.jsonl"]
+        let expected = try expectedJSON(ledger: ledger, path: path, report: report)
+        let update = getenv("CONSENTLEDGER_UPDATE_VECTORS") != nil
+        if update {
+            _ = system("mkdir -p '\(Self.vectors)/tiny-ledger' '\(Self.vectors)/tampered'")
+            for f in files { writeBytes(readBytes(path + "/" + f), to: "\(Self.vectors)/tiny-ledger/\(f)") }
+            writeBytes(expected, to: Self.vectors + "/expected.json")
+        }
+        for f in files {
+            #expect(readBytes(path + "/" + f) == readBytes("\(Self.vectors)/tiny-ledger/\(f)"), "Spec/vectors/tiny-ledger/\(f) differs from what the code writes")
+        }
+        #expect(readBytes(Self.vectors + "/expected.json") == expected, "Spec/vectors/expected.json differs")
+        let original = lines(of: readBytes(path + "/ledger.jsonl"))
+        for t in Self.tamperings {
+            let bytes = Array(t.change(original).joined())
+            let vectorPath = "\(Self.vectors)/tampered/\(t.name).jsonl"
+            if update { writeBytes(bytes, to: vectorPath) }
+            #expect(readBytes(vectorPath) == bytes, "\(vectorPath) differs")
+        }
+    }
+
+    /// Every negative vector fails `verify` at the documented line, for the documented reason.
+    @Test func tamperedVectorsFailVerify() throws {
+        let expected = try CanonicalJSON.parse(readBytes(Self.vectors + "/expected.json"), canonical: false)
+        let cases = expected["tampered"]?.arrayValue ?? []
+        #expect(cases.count == Self.tamperings.count)
+        for c in cases {
+            let name = c["file"]!.stringValue!
+            let folder = TemporaryFolder("tampered")
+            defer { folder.remove() }
+            let copy = folder.path + "/ledger"
+            copyFolder(Self.vectors + "/tiny-ledger", to: copy)
+            writeBytes(readBytes(Self.vectors + "/tampered/" + name), to: copy + "/ledger.jsonl")
+            guard case .failed(.integrity(let failure)) = verifyFolder(copy) else {
+                Issue.record("\(name) passed verify")
+                continue
+            }
+            #expect(failure.line == Int(c["line"]!.intValue!), "\(name): \(failure)")
+            #expect(failure.problem.contains(c["reason"]!.stringValue!), "\(name): \(failure)")
+        }
+    }
+
+    /// The committed tiny ledger verifies as it is.
+    @Test func tinyLedgerVerifies() throws {
+        let folder = TemporaryFolder("tiny")
+        defer { folder.remove() }
+        copyFolder(Self.vectors + "/tiny-ledger", to: folder.path + "/l")
+        #expect(verifyFolder(folder.path + "/l") == .ok(events: 10))
+    }
+
+    func expectedJSON(ledger: Ledger, path: String, report: VerificationReport) throws -> [UInt8] {
+        let hasher = Sodium()
+        var events: [JSONValue] = []
+        for (i, line) in lines(of: readBytes(path + "/ledger.jsonl")).enumerated() {
+            let record = try EventCodec.decode(line: Array(line.dropLast()))
+            events.append(.object([
+                "line": .int(Int64(i + 1)),
+                "seq": .int(Int64(record.event.seq)),
+                "type": .string(record.event.payload.typeName),
+                "prev": .string(record.prev.hex),
+                "bodySha256": .string(hasher.sha256(record.body).hex),
+                "signedMessageSha256": .string(hasher.sha256(EventCodec.signedMessage(body: record.body)).hex),
+            ]))
+        }
+        let salts = try FileLedgerStore(directory: path).readSubjectSalts()
+        let subjects: [JSONValue] = salts.keys.sorted().map { id in
+            .object(["id": .string(id), "salt": .string(Hex.encode(salts[id]!)), "ref": .string(ledger.subjectRef(id: id, salt: salts[id]!).value)])
+        }
+        let value: JSONValue = .object([
+            "description": .string("Expected values for Spec/vectors/tiny-ledger; see Spec/ledger-format.md section 'Test vectors'. The secret key is a test key: seed bytes 00 01 02 ... 1f."),
+            "publicKey": .string(ledger.publicKey.hex),
+            "keyID": .string(ledger.keyID),
+            "catalogSha256": .string(hasher.sha256(ledger.catalogBytes).hex),
+            "ledgerName": .string(ledger.genesis.ledgerName),
+            "events": .array(events),
+            "head": .object(["seq": .int(Int64(report.head.seq)), "hash": .string(report.head.hash.hex)]),
+            "subjects": .array(subjects),
+            "finalState": finalState(ledger),
+            "tampered": .array(Self.tamperings.map { t in
+                .object(["file": .string(t.name + ".jsonl"), "line": .int(Int64(t.line)), "reason": .string(t.expect)])
+            }),
+        ])
+        return CanonicalJSON.serialize(value) + [0x0A]
+    }
+
+    func finalState(_ ledger: Ledger) -> JSONValue {
+        var subjects: [String: JSONValue] = [:]
+        for id in ["alice", "bob"] {
+            let report = try! ledger.report(for: id)
+            var features: [String: JSONValue] = [:]
+            for f in report.listing.features {
+                features[f.feature.key] = .object([
+                    "active": .bool(f.isActive),
+                    "given": .array(f.consents.filter(\.isGiven).map { .string($0.definition.code) }),
+                ])
+            }
+            subjects[id] = .object(features)
+        }
+        return .object(subjects)
+    }
+}
