@@ -119,3 +119,7 @@ func verifyFolder(_ path: String) -> VerifyOutcome {
         return .failed(.storage("\(error)"))
     }
 }
+
+func removeFolder(_ paths: String...) {
+    for path in paths { _ = system("rm -rf '\(path)'") }
+}

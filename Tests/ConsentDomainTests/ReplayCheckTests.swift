@@ -1,0 +1,124 @@
+import ConsentDomain
+import Testing
+
+/// Replay re-checks the rules: a log holding what the rules forbid does not replay.
+@Suite struct ReplayCheckTests {
+    let subject = SubjectRef("s")
+
+    func event(_ seq: UInt64, _ payload: EventPayload, command: CommandSpan? = nil, at: Int64 = 1_768_467_700_000) -> LedgerEvent {
+        LedgerEvent(seq: seq, at: Timestamp(millisecondsSinceEpoch: at), actor: "x", command: command ?? CommandSpan(first: seq, size: 1), payload: payload)
+    }
+
+    func given(_ consent: String, feature: Int = 1) -> EventPayload {
+        .consentGiven(ConsentGiven(subject: subject, feature: feature, consent: consent, version: "1.0"))
+    }
+
+    func revoked(_ consent: String, _ reason: RevocationReason = .withdrawn) -> EventPayload {
+        .consentRevoked(ConsentRevoked(subject: subject, feature: 1, consent: consent, reason: reason))
+    }
+
+    func replay(_ events: [LedgerEvent]) -> ReplayViolation? {
+        var r = DomainLedger().replay
+        do {
+            for e in events { try r.apply(e) }
+            return nil
+        } catch {
+            return error
+        }
+    }
+
+    @Test func optionalGivenWithoutRequiredIsRefused() {
+        #expect(replay([event(1, given("optional-a"))])?.problem.contains("rule R2") == true)
+    }
+
+    @Test func givenTwiceIsRefused() {
+        #expect(replay([event(1, given("required")), event(2, given("required"))])?.seq == 2)
+    }
+
+    @Test func revokingWithheldIsRefused() {
+        #expect(replay([event(1, revoked("required"))])?.problem.contains("withheld") == true)
+    }
+
+    @Test func r4MissingCascadeIsRefused() {
+        let span = CommandSpan(first: 3, size: 1)
+        let v = replay([event(1, given("required")), event(2, given("optional-a")), event(3, revoked("required"), command: span)])
+        #expect(v?.problem.contains("cascade missing") == true)
+    }
+
+    @Test func r4CascadeMustNameARequiredRevocationInTheSameCommand() {
+        let v = replay([event(1, given("required")), event(2, given("optional-a")), event(3, revoked("optional-a", .cascade(cause: 1)))])
+        #expect(v?.problem.contains("cause") == true)
+    }
+
+    @Test func sequenceGapsAndTimeTravelAreRefused() {
+        #expect(replay([event(2, given("required"))])?.problem.contains("expected") == true)
+        #expect(replay([event(1, given("required"), at: 500)])?.problem.contains("earlier") == true)
+    }
+
+    @Test func commandSpansMustBeComplete() {
+        let span = CommandSpan(first: 1, size: 2)
+        let v = replay([event(1, given("required"), command: span), event(2, given("required", feature: 2))])
+        #expect(v?.problem.contains("incomplete") == true)
+        var r = DomainLedger().replay
+        try? r.apply(event(1, given("required"), command: span))
+        #expect(r.incompleteCommand == span)
+    }
+
+    @Test func aValidCascadeReplays() {
+        let span = CommandSpan(first: 3, size: 2)
+        #expect(replay([event(1, given("required")), event(2, given("optional-a")), event(3, revoked("required"), command: span), event(4, revoked("optional-a", .cascade(cause: 3)), command: span)]) == nil)
+    }
+}
+
+@Suite struct CatalogValidationTests {
+    func consent(_ code: String, _ required: Bool, link: String = "https://example.org/x") -> ConsentDefinition {
+        ConsentDefinition(code: code, names: [LocalizedName(language: "en", text: code)], isRequired: required, link: link, version: "1")
+    }
+
+    func feature(_ code: Int, _ key: String, _ consents: [ConsentDefinition]) -> Feature {
+        Feature(code: code, key: key, names: [LocalizedName(language: "en", text: key)], consents: consents)
+    }
+
+    @Test func duplicateFeatureCodeNamesTheEntry() {
+        #expect(throws: CatalogError(entry: "features[1] (b)", problem: "feature code 1 is already used by features[0]")) {
+            try Catalog(features: [feature(1, "a", [consent("r", true)]), feature(1, "b", [consent("r", true)])])
+        }
+    }
+
+    @Test func duplicateConsentCodeNamesTheEntry() {
+        #expect(throws: CatalogError(entry: "features[0] (a) consent 'r'", problem: "consent code 'r' appears twice in feature 'a'")) {
+            try Catalog(features: [feature(1, "a", [consent("r", true), consent("r", false)])])
+        }
+    }
+
+    @Test func featureWithoutRequiredConsentIsRefused() {
+        #expect(throws: CatalogError.self) { try Catalog(features: [feature(1, "a", [consent("o", false)])]) }
+    }
+
+    @Test func badLinkAndEmptyCatalogAreRefused() {
+        #expect(throws: CatalogError.self) { try Catalog(features: [feature(1, "a", [consent("r", true, link: "ftp://x")])]) }
+        #expect(throws: CatalogError.self) { try Catalog(features: []) }
+    }
+}
+
+@Suite struct TimestampTests {
+    @Test func canonicalRoundTrip() {
+        let t = Timestamp(rfc3339: "2026-11-21T23:59:58.5+01:00")!
+        #expect(t.rfc3339 == "2026-11-21T22:59:58.500Z")
+        #expect(Timestamp(canonical: t.rfc3339) == t)
+        #expect(Timestamp(canonical: "2026-11-21T22:59:58.5Z") == nil, "not canonical")
+    }
+
+    @Test func dateMeansEndOfDay() {
+        #expect(Timestamp(rfc3339: "2024-02-29")?.rfc3339 == "2024-02-29T23:59:59.999Z")
+        #expect(Timestamp(rfc3339: "2023-02-29") == nil)
+        #expect(Timestamp(rfc3339: "yesterday") == nil)
+    }
+
+    @Test func calendarArithmeticAgreesOverCenturies() {
+        for ms in stride(from: Int64(-2_208_988_800_000), to: 4_102_444_800_000, by: 86_400_000 * 37 + 3_723_456) {
+            let t = Timestamp(millisecondsSinceEpoch: ms)
+            #expect(Timestamp(canonical: t.rfc3339) == t)
+        }
+    }
+}
