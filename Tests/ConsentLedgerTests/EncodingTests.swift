@@ -1,0 +1,99 @@
+import ConsentDomain
+import Foundation
+import Testing
+@testable import ConsentLedger
+
+@Suite struct CanonicalJSONTests {
+    @Test func serialisesPerRFC8785() {
+        let value: JSONValue = .object([
+            "b": .array([.int(-5), .int(0), .bool(true), .null]),
+            "a": .string("quote\" back\\ nl\n tab\t bell\u{7} é € 😀 \u{7F}"),
+            "\u{20AC}": .int(1), "\u{1F600}": .int(2), "\u{FB33}": .int(3),
+        ])
+        let text = String(decoding: CanonicalJSON.serialize(value), as: UTF8.self)
+        // Keys sort by UTF-16 code units: U+1F600 (D83D DE00) sorts before U+FB33 and after U+20AC.
+        #expect(text == #"{"a":"quote\" back\\ nl\n tab\t bell\u0007 é € 😀 "# + "\u{7F}" + #"","b":[-5,0,true,null],"€":1,"😀":2,"דּ":3}"#)
+        #expect((try? CanonicalJSON.parse(Array(text.utf8), canonical: true)) == value)
+    }
+
+    @Test func strictParsingRejectsEveryNonCanonicalForm() {
+        let rejects = [
+            #"{ "a":1}"#, #"{"b":1,"a":2}"#, #"{"a":1,"a":1}"#, #"{"a":01}"#, #"{"a":-0}"#, #"{"a":1.0}"#,
+            #"{"a":1e3}"#, #"{"a":"\u0041"}"#, #"{"a":"\/"}"#, #"{"a":"\u000a"}"#, #"{"a":"\u001F"}"#,
+            "{\"a\":\"\u{1}\"}", #"{"a":9007199254740992}"#, #"{"a":1} "#, #"{"a":"\ud800"}"#,
+        ]
+        for text in rejects {
+            #expect(throws: JSONParseError.self, "\(text)") { try CanonicalJSON.parse(Array(text.utf8), canonical: true) }
+        }
+        #expect((try? CanonicalJSON.parse(Array(#"{"a":"\u001f"}"#.utf8), canonical: true)) != nil)
+        #expect((try? CanonicalJSON.parse(Array(" { \"b\" : [1, 2], \"a\": \"\\/\" } ".utf8), canonical: false)) != nil)
+    }
+
+    @Test func parseErrorsSayWhere() {
+        do {
+            _ = try CanonicalJSON.parse(Array("{\n  \"a\": tru\n}".utf8), canonical: false)
+            Issue.record("should fail")
+        } catch {
+            #expect(error.line == 2 && error.column == 8)
+        }
+    }
+}
+
+@Suite struct CatalogFileTests {
+    func decode(_ text: String) -> CatalogError? {
+        do {
+            _ = try CatalogCodec.decode(Array(text.utf8))
+            return nil
+        } catch {
+            return error
+        }
+    }
+
+    @Test func samplesCatalogueIsTheBuiltInSeedCatalogue() throws {
+        let sample = try CatalogCodec.decode(readBytes(packageRoot + "/Samples/catalog.json"))
+        #expect(sample == SeedCatalog.catalog)
+        #expect(sample.features.map(\.key) == ["medication-management", "timeline"])
+        #expect(sample.features.allSatisfy { $0.requiredConsents.count == 1 && $0.optionalConsents.count == 2 })
+        #expect(sample.features.allSatisfy { f in f.consents.allSatisfy { c in Set(c.names.map(\.language)) == ["de", "en"] } })
+    }
+
+    @Test func malformedJsonSaysLineAndColumn() {
+        #expect(decode("{\n \"features\": [\n  {\"code\": 1,,}\n ]\n}")?.entry == "line 3, column 14")
+    }
+
+    @Test func duplicatesAndMissingRequiredNameTheEntry() throws {
+        let sample = String(decoding: readBytes(packageRoot + "/Samples/catalog.json"), as: UTF8.self)
+        let dupConsent = sample.replacingOccurrences(of: "\"code\": \"optional-b\"", with: "\"code\": \"optional-a\"")
+        #expect(decode(dupConsent)?.description.contains("features[0] (medication-management) consent 'optional-a'") == true)
+        let dupFeature = sample.replacingOccurrences(of: "\"code\": 2,", with: "\"code\": 1,")
+        #expect(decode(dupFeature)?.description == "features[1] (timeline): feature code 1 is already used by features[0]")
+        let noRequired = sample.replacingOccurrences(of: "\"required\": true", with: "\"required\": false")
+        #expect(decode(noRequired)?.description == "features[0] (medication-management): the feature has no required consent; every feature needs at least one")
+        let unknown = sample.replacingOccurrences(of: "\"link\":", with: "\"url\":")
+        #expect(decode(unknown)?.description.contains("unknown member 'url'") == true)
+    }
+}
+
+@Suite struct EventCodecTests {
+    @Test func lineRoundTripsAndIsItselfCanonical() throws {
+        let signer = SodiumSigner(seed: vectorSeed)!
+        let event = LedgerEvent(seq: 3, at: Timestamp(canonical: "2026-01-15T09:00:00.000Z")!, actor: "dr \"house\"", command: CommandSpan(first: 2, size: 2),
+                                payload: .consentRevoked(ConsentRevoked(subject: SubjectRef("ab"), feature: 2, consent: "optional-a", reason: .cascade(cause: 2))))
+        let (records, _) = HashChain().seal([event], after: .zero, signer: signer)
+        var line = records[0].line
+        #expect(line.removeLast() == 0x0A)
+        #expect(try EventCodec.decode(line: line) == records[0])
+        #expect(try CanonicalJSON.serialize(CanonicalJSON.parse(line, canonical: true)) == line)
+    }
+
+    @Test func unknownMembersAndTypesAreRefused() throws {
+        let tiny = lines(of: readBytes(packageRoot + "/Spec/vectors/tiny-ledger/ledger.jsonl"))
+        let line = String(decoding: tiny[1].dropLast(), as: UTF8.self)
+        let extra = line.replacingOccurrences(of: "\"version\":\"1.0\"}", with: "\"version\":\"1.0\",\"x\":1}")
+        #expect(throws: EventDecodingError(problem: "member 'x' does not belong to a 'consent.given' event")) {
+            try EventCodec.decode(line: Array(extra.utf8))
+        }
+        let future = line.replacingOccurrences(of: "\"v\":1,", with: "\"v\":2,")
+        #expect(throws: EventDecodingError.self) { try EventCodec.decode(line: Array(future.utf8)) }
+    }
+}

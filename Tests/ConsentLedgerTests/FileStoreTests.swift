@@ -1,0 +1,193 @@
+import ConsentDomain
+import Dispatch
+import Foundation
+import Synchronization
+import Testing
+@testable import ConsentLedger
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The file store: crash recovery, bad input leaving bytes untouched, keys, locking.
+@Suite struct FileStoreTests {
+    static let files = ["ledger.jsonl", "head", "catalog.json", "public.key", "secret.key", "subjects.jsonl"]
+
+    func makeLedger(_ label: String) throws -> (Ledger, String) {
+        let path = LedgerPropertyTests.folder(label)
+        let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: label)
+        try ledger.execute(Array(seedScenario))
+        return (ledger, path)
+    }
+
+    func snapshot(_ path: String) -> [String: [UInt8]] {
+        Dictionary(uniqueKeysWithValues: Self.files.map { ($0, readBytes(path + "/" + $0)) })
+    }
+
+    func append(_ bytes: [UInt8], to path: String) {
+        writeBytes(readBytes(path) + bytes, to: path)
+    }
+
+    @Test func partialLineFromACrashIsIgnoredByReadsAndRemovedByTheNextWrite() throws {
+        let (ledger, path) = try makeLedger("torn")
+        defer { removeFolder(path) }
+        let before = readBytes(path + "/ledger.jsonl")
+        let garbage = Array(#"{"body":{"actor":"self","at":"2026-"#.utf8)
+        append(garbage, to: path + "/ledger.jsonl")
+        let report = try ledger.verify()
+        #expect(report.events == 8)
+        #expect(report.torn == TornTail(offset: UInt64(before.count), byteCount: garbage.count, completeLines: 0))
+        #expect(try ledger.report(for: "alice").torn != nil)
+        #expect(readBytes(path + "/ledger.jsonl") == before + garbage, "reads change nothing")
+        let (_, recovered) = try ledger.execute(LedgerCommand(subjectID: "bob", request: .give(feature: "timeline", consents: ["required"])))
+        #expect(recovered?.byteCount == garbage.count)
+        #expect(readBytes("\(path)/recovered/torn-at-\(before.count).bin") == garbage, "torn bytes kept aside")
+        let after = try ledger.verify()
+        #expect(after.events == 9 && after.torn == nil)
+    }
+
+    @Test func incompleteTrailingCommandIsDroppedAndReported() throws {
+        let (ledger, path) = try makeLedger("cmd")
+        defer { removeFolder(path) }
+        let before = readBytes(path + "/ledger.jsonl")
+        // A two-event command (revoke Timeline's required consent, cascading optional-a) of which
+        // only the first line reached the disk before a crash.
+        let alice = try #require(try ledger.subjectRef(for: "alice"))
+        let last = try ledger.store.logState().last
+        let span = CommandSpan(first: 8, size: 3)
+        let at = last.event.at
+        let events = [
+            LedgerEvent(seq: 8, at: at, actor: "self", command: span, payload: .consentRevoked(ConsentRevoked(subject: alice, feature: 2, consent: "required", reason: .withdrawn))),
+            LedgerEvent(seq: 9, at: at, actor: "self", command: span, payload: .consentRevoked(ConsentRevoked(subject: alice, feature: 2, consent: "optional-a", reason: .cascade(cause: 8)))),
+        ]
+        let signer = SodiumSigner(seed: try ledger.store.readSecretSeed())!
+        let (records, _) = ledger.chain.seal(events, after: ledger.chain.hash(ofBody: last.body), signer: signer)
+        let tornBytes = records[0].line + records[1].line
+        append(tornBytes, to: path + "/ledger.jsonl")
+        let report = try ledger.verify()
+        #expect(report.events == 8, "the incomplete command is not part of the ledger")
+        #expect(report.torn == TornTail(offset: UInt64(before.count), byteCount: tornBytes.count, completeLines: 2))
+        #expect(try ledger.report(for: "alice").listing.activeFeatures.map(\.feature.key) == ["timeline"])
+        let (result, recovered) = try ledger.execute(LedgerCommand(subjectID: "alice", request: .revoke(feature: "timeline", consent: "optional-b")))
+        #expect(recovered?.completeLines == 2)
+        #expect(result.events.first?.seq == 8, "the dropped events' sequence numbers are reused")
+        #expect(try ledger.verify().events == 9)
+    }
+
+    @Test func aTornTailThatWouldCostAnAcknowledgedEventIsAnIntegrityFailure() throws {
+        let (ledger, path) = try makeLedger("acked")
+        defer { removeFolder(path) }
+        let log = readBytes(path + "/ledger.jsonl")
+        writeBytes(Array(log.dropLast(20)), to: path + "/ledger.jsonl")
+        #expect(throws: LedgerError.self) { try ledger.verify() }
+        do {
+            _ = try ledger.execute(LedgerCommand(subjectID: "bob", request: .give(feature: "timeline", consents: ["required"])))
+            Issue.record("append after a lost acknowledged event must fail")
+        } catch LedgerError.integrity(let failure) {
+            #expect(failure.problem.contains("acknowledged events are missing"))
+        }
+        #expect(readBytes(path + "/ledger.jsonl") == Array(log.dropLast(20)), "nothing was repaired or appended")
+    }
+
+    @Test func badRequestsChangeNoByte() throws {
+        let (ledger, path) = try makeLedger("bad")
+        defer { removeFolder(path) }
+        let before = snapshot(path)
+        let bad: [LedgerCommand] = [
+            LedgerCommand(subjectID: "carol", request: .give(feature: "timeline", consents: ["optional-a"])),
+            LedgerCommand(subjectID: "carol", request: .give(feature: "diary", consents: ["required"])),
+            LedgerCommand(subjectID: "carol", request: .give(feature: "timeline", consents: ["optional-z"])),
+            LedgerCommand(subjectID: "", request: .give(feature: "timeline", consents: ["required"])),
+            LedgerCommand(subjectID: "bad\nid", request: .give(feature: "timeline", consents: ["required"])),
+            LedgerCommand(subjectID: "carol", request: .give(feature: "timeline", consents: ["required"]), actor: ""),
+        ]
+        for command in bad {
+            #expect(throws: LedgerError.self) { try ledger.execute(command) }
+        }
+        // A batch with one refused command appends none of them.
+        #expect(throws: LedgerError.self) {
+            try ledger.execute([LedgerCommand(subjectID: "dave", request: .give(feature: "timeline", consents: ["required"])), bad[0]])
+        }
+        // No-ops succeed and append nothing either.
+        try ledger.execute(LedgerCommand(subjectID: "alice", request: .give(feature: "timeline", consents: ["required"])))
+        try ledger.execute(LedgerCommand(subjectID: "erin", request: .revoke(feature: "timeline", consent: "required")))
+        #expect(snapshot(path) == before)
+    }
+
+    @Test func aWrongKeyIsRefused() throws {
+        let (ledger, path) = try makeLedger("key")
+        defer { removeFolder(path) }
+        let other = SodiumSigner.generate()
+        let before = snapshot(path)
+        // Another secret key: writing fails, nothing changes.
+        writeBytes(Array((Hex.encode(other.seed) + "\n").utf8), to: path + "/secret.key")
+        let reopened = try Ledger.open(store: FileLedgerStore(directory: path))
+        #expect(throws: LedgerError.self) {
+            try reopened.execute(LedgerCommand(subjectID: "bob", request: .give(feature: "timeline", consents: ["required"])))
+        }
+        #expect(readBytes(path + "/ledger.jsonl") == before["ledger.jsonl"])
+        // Another public key: opening fails.
+        writeBytes(Array((other.publicKey.hex + "\n").utf8), to: path + "/public.key")
+        #expect(throws: LedgerError.self) { try Ledger.open(store: FileLedgerStore(directory: path)) }
+        _ = ledger
+    }
+
+    @Test func aChangedCatalogueOrHeadIsCaught() throws {
+        let (_, path) = try makeLedger("pins")
+        defer { removeFolder(path) }
+        let catalog = readBytes(path + "/catalog.json")
+        writeBytes(Array(String(decoding: catalog, as: UTF8.self).replacingOccurrences(of: "\"1.0\"", with: "\"1.1\"").utf8), to: path + "/catalog.json")
+        guard case .failed(.integrity(let failure)) = verifyFolder(path) else {
+            Issue.record("a changed catalogue must fail")
+            return
+        }
+        #expect(failure.problem.contains("catalogue"))
+        writeBytes(catalog, to: path + "/catalog.json")
+        let head = readBytes(path + "/head")
+        var changed = head
+        changed[changed.count - 2] = changed[changed.count - 2] == 0x30 ? 0x31 : 0x30
+        writeBytes(changed, to: path + "/head")
+        #expect(TamperTests.isCaught(verifyFolder(path)))
+        writeBytes(head, to: path + "/head")
+        #expect(verifyFolder(path) == .ok(events: 8))
+    }
+
+    @Test func initRefusesAnExistingLedgerAndKeepsTheSecretKeyPrivate() throws {
+        let (_, path) = try makeLedger("init")
+        defer { removeFolder(path) }
+        let before = snapshot(path)
+        #expect(throws: LedgerError.alreadyExists("a ledger already exists at \(path)")) {
+            try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "again")
+        }
+        #expect(snapshot(path) == before)
+        var st = stat()
+        stat(path + "/secret.key", &st)
+        #expect(st.st_mode & 0o777 == 0o600)
+        #expect(PosixFile.kind(of: path + "/recovered") == .missing)
+    }
+
+    @Test func concurrentWritersKeepOneLinearChain() throws {
+        let path = LedgerPropertyTests.folder("concurrent")
+        defer { removeFolder(path) }
+        _ = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "c")
+        let writers = 4, commands = 15
+        let failures = Counter()
+        DispatchQueue.concurrentPerform(iterations: writers) { w in
+            // Separate ledgers, separate open files: the flock(2) lock is what serialises them.
+            guard let ledger = try? Ledger.open(store: FileLedgerStore(directory: path)) else { failures.add(); return }
+            for i in 0..<commands {
+                let request: ConsentRequest = i % 2 == 0 ? .give(feature: "timeline", consents: ["required", "optional-a"]) : .revoke(feature: "timeline", consent: "required")
+                if (try? ledger.execute(LedgerCommand(subjectID: "w\(w)", request: request))) == nil { failures.add() }
+            }
+        }
+        #expect(failures.value == 0)
+        // Each subject: 8 gives of 2 events, 7 revokes of 2 events (required + cascaded optional-a).
+        #expect(verifyFolder(path) == .ok(events: 1 + writers * (8 * 2 + 7 * 2)))
+    }
+}
+
+final class Counter: Sendable {
+    private let count = Mutex(0)
+    func add() { count.withLock { $0 += 1 } }
+    var value: Int { count.withLock { $0 } }
+}
