@@ -19,16 +19,45 @@ extension Ledger {
     /// ``LedgerError/integrity(_:)`` naming the first bad entry.
     public func verify() throws -> VerificationReport {
         try store.withLock(exclusive: false) {
-            let log = try store.logState()
-            var replay = LedgerReplay(catalog: catalog)
-            var previous = Digest.zero
-            var headSeen = false
+            let log: LogState
+            do {
+                log = try store.logState()
+            } catch LedgerError.integrity(let tailFailure) {
+                // The tail is damaged; an earlier line may be too. Report the first bad entry.
+                try scanForFirstFailure(to: try store.completeLinesExtent())
+                throw LedgerError.integrity(tailFailure)
+            }
+            let (replay, previous, headSeen) = try checkLines(to: log.end, head: log.recordedHead)
             let head = log.recordedHead
+            guard headSeen, let lastSeq = replay.lastSeq else {
+                throw LedgerError.integrity(IntegrityFailure(line: replay.eventCount + 1, seq: replay.lastSeq.map { $0 + 1 }, problem: "the log ends at seq \(replay.lastSeq.map(String.init) ?? "none") but seq \(head.seq) was acknowledged: acknowledged events are missing (truncated log)"))
+            }
+            if let open = replay.incompleteCommand {
+                throw LedgerError.integrity(IntegrityFailure(line: Int(open.first) + 1, seq: open.first, problem: "the command starting here is incomplete"))
+            }
+            guard replay.genesis == genesis else {
+                throw LedgerError.integrity(IntegrityFailure(line: 1, seq: 0, problem: "the genesis event differs from the one the ledger was opened with"))
+            }
+            return VerificationReport(events: replay.eventCount, subjects: replay.subjects.count, head: ChainHead(seq: lastSeq, hash: previous), ledgerName: genesis.ledgerName, publicKey: publicKey, torn: log.torn)
+        }
+    }
+
+    /// Scans to `end` only to find the first bad line; throws it if there is one.
+    private func scanForFirstFailure(to end: LogCursor) throws {
+        _ = try checkLines(to: end, head: nil)
+    }
+
+    /// Checks every line up to `end`: encoding, key id, signature and hash in parallel; sequence,
+    /// links, rules and the recorded head in order.
+    private func checkLines(to end: LogCursor, head: ChainHead?) throws -> (LedgerReplay, Digest, Bool) {
+        var replay = LedgerReplay(catalog: catalog)
+        var previous = Digest.zero
+        var headSeen = false
             let publicKey = self.publicKey
             let keyID = self.keyID
             let chain = self.chain
             let verifier = self.verifier
-            try store.scan(from: .start, to: log.end, batchSize: 8192, containing: nil) { lines in
+            try store.scan(from: .start, to: end, batchSize: 8192, containing: nil) { lines in
                 // Independent per-line work, in parallel: decode, hash, check the signature.
                 let checked = parallelMap(lines.count, minimumForParallel: 64) { i -> Result<(EventRecord, Digest), IntegrityFailure> in
                     let line = lines[i]
@@ -68,7 +97,7 @@ extension Ledger {
                     } catch {
                         throw LedgerError.integrity(IntegrityFailure(line: number, seq: error.seq, problem: error.problem))
                     }
-                    if seq == head.seq {
+                    if let head, seq == head.seq {
                         guard hash == head.hash else {
                             throw LedgerError.integrity(IntegrityFailure(line: number, seq: seq, problem: "hash differs from the recorded head \(head.hash.hex)"))
                         }
@@ -77,16 +106,6 @@ extension Ledger {
                     previous = hash
                 }
             }
-            guard headSeen, let lastSeq = replay.lastSeq else {
-                throw LedgerError.integrity(IntegrityFailure(line: replay.eventCount + 1, seq: replay.lastSeq.map { $0 + 1 }, problem: "the log ends at seq \(replay.lastSeq.map(String.init) ?? "none") but seq \(head.seq) was acknowledged: acknowledged events are missing (truncated log)"))
-            }
-            if let open = replay.incompleteCommand {
-                throw LedgerError.integrity(IntegrityFailure(line: Int(open.first) + 1, seq: open.first, problem: "the command starting here is incomplete"))
-            }
-            guard replay.genesis == genesis else {
-                throw LedgerError.integrity(IntegrityFailure(line: 1, seq: 0, problem: "the genesis event differs from the one the ledger was opened with"))
-            }
-            return VerificationReport(events: replay.eventCount, subjects: replay.subjects.count, head: ChainHead(seq: lastSeq, hash: previous), ledgerName: genesis.ledgerName, publicKey: publicKey, torn: log.torn)
-        }
+        return (replay, previous, headSeen)
     }
 }

@@ -182,6 +182,20 @@ public struct FileLedgerStore: LedgerStore {
         return line
     }
 
+    public func completeLinesExtent() throws -> LogCursor {
+        try requireLedger()
+        let file = try PosixFile(path: logPath, flags: O_RDONLY)
+        let size = try file.size()
+        var position = size
+        while position > 0 {
+            let start = position >= 65_536 ? position - 65_536 : 0
+            let bytes = try file.read(at: start, count: Int(position - start))
+            if let last = bytes.lastIndex(of: Self.newline) { return LogCursor(offset: start + UInt64(last) + 1, lines: 0) }
+            position = start
+        }
+        return .start
+    }
+
     public func logState() throws -> LogState {
         try requireLedger()
         let file = try PosixFile(path: logPath, flags: O_RDONLY)

@@ -104,6 +104,10 @@ public protocol LedgerStore: Sendable {
     /// A log shorter than the recorded head is an integrity failure.
     func logState() throws -> LogState
 
+    /// The end of the last complete line, whatever command it belongs to. `verify` scans up to
+    /// it when the tail is damaged, to name the first bad entry rather than the last.
+    func completeLinesExtent() throws -> LogCursor
+
     /// Reads complete lines from `cursor` up to `end`, in batches of at most `batchSize`. With
     /// `containing`, only lines holding that byte string are delivered (a cheap pre-filter).
     func scan(from cursor: LogCursor, to end: LogCursor, batchSize: Int, containing: [UInt8]?, _ visit: ([RawLine]) throws -> Void) throws

@@ -1,0 +1,220 @@
+import Foundation
+import Testing
+
+/// End-to-end: the built `consentctl` binary, run as a user would.
+@Suite(.serialized) struct ConsentctlTests {
+    /// `swift test` builds consentctl next to the test bundle.
+    static let binary: String = {
+        let exe = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        return exe.deletingLastPathComponent().appendingPathComponent("consentctl").path
+    }()
+
+    struct Run {
+        let status: Int32
+        let stdout: String
+        let stderr: String
+    }
+
+    @discardableResult
+    static func run(_ arguments: [String], ledger: String?, environment: [String: String] = [:]) throws -> Run {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: binary)
+        process.arguments = (ledger.map { ["--ledger", $0] } ?? []) + arguments
+        var env = ProcessInfo.processInfo.environment
+        env.removeValue(forKey: "CONSENTCTL_LEDGER")
+        for (k, v) in environment { env[k] = v }
+        process.environment = env
+        let out = Pipe(), err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        try process.run()
+        let stdout = out.fileHandleForReading.readDataToEndOfFile()
+        let stderr = err.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return Run(status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self), stderr: String(decoding: stderr, as: UTF8.self))
+    }
+
+    static func temporaryFolder() -> String {
+        let path = NSTemporaryDirectory() + "consentctl-e2e-" + UUID().uuidString
+        try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        return path
+    }
+
+    static func snapshot(_ ledger: String) -> [String: Data] {
+        var files: [String: Data] = [:]
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: ledger)) ?? [] where name != "lock" {
+            files[name] = FileManager.default.contents(atPath: ledger + "/" + name)
+        }
+        return files
+    }
+
+    static func json(_ text: String) throws -> [String: Any] {
+        try #require(try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any])
+    }
+
+    @Test func seedScenarioEndToEnd() throws {
+        let dir = Self.temporaryFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ledger = dir + "/ledger"
+        #expect(try Self.run(["init"], ledger: ledger).status == 0)
+        let give = try Self.run(["give", "--subject", "alice", "--feature", "medication-management", "--consent", "required", "--consent", "optional-a"], ledger: ledger)
+        #expect(give.status == 0)
+        #expect(give.stdout.contains("Appended 2 events for alice"))
+        #expect(try Self.run(["give", "--subject", "alice", "--feature", "2", "--consent", "required", "--consent", "optional-a", "--consent", "optional-b"], ledger: ledger).status == 0)
+        let revoke = try Self.run(["revoke", "--subject", "alice", "--feature", "medication-management", "--consent", "required"], ledger: ledger)
+        #expect(revoke.status == 0)
+        #expect(revoke.stdout.contains("cascade"))
+        #expect(revoke.stdout.contains("Medication Management is inactive for alice."))
+
+        let status = try Self.json(try Self.run(["status", "--subject", "alice", "--json"], ledger: ledger).stdout)
+        let features = try #require(status["features"] as? [[String: Any]])
+        #expect(features.map { $0["key"] as? String } == ["medication-management", "timeline"])
+        #expect(features.map { $0["active"] as? Bool } == [false, true])
+        let timeline = try #require(features[1]["consents"] as? [[String: Any]])
+        #expect(timeline.allSatisfy { $0["state"] as? String == "given" && $0["validFrom"] is String })
+        #expect(timeline.map { $0["required"] as? Bool } == [true, false, false], "required first (R7)")
+
+        let history = try Self.json(try Self.run(["history", "--subject", "alice", "--json"], ledger: ledger).stdout)
+        let events = try #require(history["events"] as? [[String: Any]])
+        #expect(events.count == 7)
+        #expect(events.map { $0["seq"] as? Int } == [1, 2, 3, 4, 5, 6, 7])
+        #expect(events[6]["cause"] as? Int == 6)
+        #expect(events[6]["type"] as? String == "revoked")
+        #expect(events[5]["cause"] == nil)
+        #expect(events.allSatisfy { $0["at"] is String && $0["actor"] as? String == "self" && $0["feature"] is String && $0["consent"] is String })
+
+        let humanStatus = try Self.run(["status", "--subject", "alice"], ledger: ledger)
+        #expect(humanStatus.stdout.contains("Timeline (timeline, code 2): active"))
+        let verify = try Self.run(["verify"], ledger: ledger)
+        #expect(verify.status == 0)
+        #expect(verify.stdout.contains("events      8"))
+        let verifyJSON = try Self.json(try Self.run(["verify", "--json"], ledger: ledger).stdout)
+        #expect(verifyJSON["ok"] as? Bool == true && verifyJSON["events"] as? Int == 8 && verifyJSON["subjects"] as? Int == 1)
+
+        // Flip one byte of line 4's signature: verify names the entry and exits 2.
+        var log = try #require(FileManager.default.contents(atPath: ledger + "/ledger.jsonl"))
+        let lines = log.split(separator: 0x0A, omittingEmptySubsequences: false)
+        let offset = lines[0..<4].reduce(0) { $0 + $1.count + 1 } - 10
+        log[offset] = log[offset] == 0x30 ? 0x31 : 0x30
+        try log.write(to: URL(fileURLWithPath: ledger + "/ledger.jsonl"))
+        let tampered = try Self.run(["verify"], ledger: ledger)
+        #expect(tampered.status == 2)
+        #expect(tampered.stderr.contains("seq 3, line 4: signature does not verify"))
+        let tamperedJSON = try Self.json(try Self.run(["verify", "--json"], ledger: ledger).stdout)
+        #expect(tamperedJSON["ok"] as? Bool == false && tamperedJSON["line"] as? Int == 4 && tamperedJSON["seq"] as? Int == 3)
+    }
+
+    @Test func badInputGetsItsExitCodeAndChangesNothing() throws {
+        let dir = Self.temporaryFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ledger = dir + "/ledger"
+        try Self.run(["init"], ledger: ledger)
+        try Self.run(["give", "--subject", "alice", "--feature", "timeline", "--consent", "required"], ledger: ledger)
+        let before = Self.snapshot(ledger)
+        let cases: [([String], Int32, String)] = [
+            (["give", "--subject", "bob", "--feature", "timeline", "--consent", "optional-a"], 1, "rule R2"),
+            (["give", "--subject", "bob", "--feature", "diary", "--consent", "required"], 64, "unknown feature 'diary'"),
+            (["give", "--subject", "bob", "--feature", "timeline", "--consent", "optional-z"], 64, "unknown consent 'optional-z'"),
+            (["give", "--subject", "", "--feature", "timeline", "--consent", "required"], 64, "subject id must not be empty"),
+            (["give", "--feature", "timeline", "--consent", "required"], 64, "--subject"),
+            (["give", "--subject", "bob", "--feature", "timeline"], 64, "--consent"),
+            (["status", "--subject", "alice", "--at", "last tuesday"], 64, "is not a time"),
+            (["frobnicate"], 64, "frobnicate"),
+            (["init"], 73, "a ledger already exists"),
+        ]
+        for (arguments, code, message) in cases {
+            let result = try Self.run(arguments, ledger: ledger)
+            #expect(result.status == code, "\(arguments): \(result.stderr)")
+            #expect(result.stderr.contains(message), "\(arguments): \(result.stderr)")
+        }
+        // No-ops succeed without appending.
+        let again = try Self.run(["give", "--subject", "alice", "--feature", "timeline", "--consent", "required"], ledger: ledger)
+        #expect(again.status == 0 && again.stdout.contains("already given"))
+        let withheld = try Self.run(["revoke", "--subject", "alice", "--feature", "timeline", "--consent", "optional-a"], ledger: ledger)
+        #expect(withheld.status == 0 && withheld.stdout.contains("withheld (never given)"))
+        #expect(Self.snapshot(ledger) == before, "bad input and no-ops change no byte")
+
+        #expect(try Self.run(["status", "--subject", "alice"], ledger: dir + "/nowhere").status == 66)
+        // A malformed catalogue: 65, and no ledger is created.
+        try Data(#"{"features": [{"code": 1, "key": "a", "name": {"en": "A"}, "consents": []}]}"#.utf8).write(to: URL(fileURLWithPath: dir + "/bad.json"))
+        let badCatalog = try Self.run(["init", "--catalog", dir + "/bad.json"], ledger: dir + "/other")
+        #expect(badCatalog.status == 65)
+        #expect(badCatalog.stderr.contains("features[0] (a)"))
+        #expect(!FileManager.default.fileExists(atPath: dir + "/other"))
+        // A storage error: 3.
+        try FileManager.default.removeItem(atPath: ledger + "/head")
+        try FileManager.default.createDirectory(atPath: ledger + "/head", withIntermediateDirectories: false)
+        #expect(try Self.run(["status", "--subject", "alice"], ledger: ledger).status == 3)
+    }
+
+    @Test func malformedLedgerIsAnIntegrityFailureNamingTheLine() throws {
+        let dir = Self.temporaryFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ledger = dir + "/ledger"
+        try Self.run(["init"], ledger: ledger)
+        try Self.run(["give", "--subject", "alice", "--feature", "timeline", "--consent", "required"], ledger: ledger)
+        try Self.run(["give", "--subject", "bob", "--feature", "timeline", "--consent", "required"], ledger: ledger)
+        var text = try String(contentsOfFile: ledger + "/ledger.jsonl", encoding: .utf8)
+        text = text.replacingOccurrences(of: #"{"body":{"actor":"self""#, with: #"{"body":{"actor" :"self""#)
+        try text.write(toFile: ledger + "/ledger.jsonl", atomically: false, encoding: .utf8)
+        let before = Self.snapshot(ledger)
+        let verify = try Self.run(["verify"], ledger: ledger)
+        #expect(verify.status == 2)
+        #expect(verify.stderr.contains("line 2"), "\(verify.stderr)")
+        let give = try Self.run(["give", "--subject", "carol", "--feature", "timeline", "--consent", "required"], ledger: ledger)
+        #expect(give.status == 2, "no append onto a damaged ledger: \(give.stderr)")
+        #expect(Self.snapshot(ledger) == before)
+    }
+
+    @Test func emptyStateDefaultFolderAndHelp() throws {
+        let dir = Self.temporaryFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let env = ["CONSENTCTL_LEDGER": dir + "/from-env"]
+        #expect(try Self.run(["init"], ledger: nil, environment: env).status == 0)
+        #expect(FileManager.default.fileExists(atPath: dir + "/from-env/ledger.jsonl"))
+        let empty = try Self.run(["status", "--subject", "zoe"], ledger: nil, environment: env)
+        #expect(empty.stdout.contains("zoe has not given any consent"), "R8")
+        #expect(try Self.json(try Self.run(["status", "--subject", "zoe", "--json"], ledger: nil, environment: env).stdout)["empty"] as? Bool == true)
+        #expect(try Self.run(["history", "--subject", "zoe"], ledger: nil, environment: env).stdout.contains("No events for zoe"))
+        let catalog = try Self.json(try Self.run(["catalog", "--json"], ledger: nil, environment: env).stdout)
+        let features = try #require(catalog["features"] as? [[String: Any]])
+        #expect(features.count == 2)
+        let consent = try #require((features[0]["consents"] as? [[String: Any]])?.first)
+        #expect(Set(consent.keys).isSuperset(of: ["code", "name", "required", "link", "version"]))
+        let help = try Self.run(["--help"], ledger: nil)
+        #expect(help.stdout.contains("EXIT CODES") && help.stdout.contains("integrity failure"))
+        #expect(try Self.run(["give", "--help"], ledger: nil).stdout.contains("Example"))
+    }
+
+    /// Writers killed at random moments (SIGKILL) never cost an acknowledged event and never
+    /// leave a ledger that cannot be opened.
+    @Test func killedWritersLoseNothingAcknowledged() throws {
+        let dir = Self.temporaryFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ledger = dir + "/ledger"
+        try Self.run(["init"], ledger: ledger)
+        var acknowledged: [String] = []
+        for i in 0..<24 {
+            let subject = "k\(i)"
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: Self.binary)
+            process.arguments = ["--ledger", ledger, "give", "--subject", subject, "--feature", "timeline", "--consent", "required", "--consent", "optional-a", "--consent", "optional-b"]
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            usleep(UInt32.random(in: 0...15_000))
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+            if process.terminationReason == .exit && process.terminationStatus == 0 { acknowledged.append(subject) }
+            let verify = try Self.run(["verify"], ledger: ledger)
+            #expect(verify.status == 0, "after kill \(i): \(verify.stderr)")
+        }
+        for subject in acknowledged {
+            let status = try Self.json(try Self.run(["status", "--subject", subject, "--json"], ledger: ledger).stdout)
+            #expect((status["features"] as? [[String: Any]])?[1]["active"] as? Bool == true, "\(subject) was acknowledged")
+        }
+        // A final write succeeds on whatever the kills left.
+        #expect(try Self.run(["give", "--subject", "final", "--feature", "timeline", "--consent", "required"], ledger: ledger).status == 0)
+        #expect(try Self.run(["verify"], ledger: ledger).status == 0)
+    }
+}
