@@ -1,1 +1,283 @@
-print("bench")
+// consent-bench: measures the ledger against libsodium's own speed on this machine.
+//
+//   consent-bench [--sizes 100000,1000000] [--subjects 10000] [--batch 1000] [--durable 500] [--dir DIR] [--keep]
+//
+// For each size it builds a ledger in DIR (on disk, so syncs are real) and measures, each phase
+// in a child process of its own so that its peak memory (ru_maxrss) is its own:
+//   append, durable per command   one command per execute: log fsync + head rename + dir fsync
+//   append, batched               --batch commands per execute: one write, one set of syncs
+//   replay                        decode, hash links and rules for every event (Ledger.loadAll)
+//   verify                        replay plus every signature, on all cores (Ledger.verify)
+//   status / history              `consentctl status|history` for one subject, whole process
+// Beside each it prints the raw libsodium rate of the matching primitive, measured in this run,
+// and the ratio. Nothing is asserted: the numbers are for the reader and the closing note.
+
+import ConsentDomain
+import ConsentLedger
+import CSodium
+import Dispatch
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+// MARK: - Workload
+
+/// A per-subject script that is valid whatever the interleaving across subjects: 8 commands,
+/// 14 events, ending with everything withheld so it can repeat.
+let script: [ConsentRequest] = [
+    .give(feature: "medication-management", consents: ["required", "optional-a"]),
+    .give(feature: "timeline", consents: ["required", "optional-a", "optional-b"]),
+    .revoke(feature: "medication-management", consent: "required"),
+    .revoke(feature: "timeline", consent: "optional-b"),
+    .give(feature: "medication-management", consents: ["required", "optional-b"]),
+    .revoke(feature: "timeline", consent: "required"),
+    .revoke(feature: "medication-management", consent: "optional-b"),
+    .revoke(feature: "medication-management", consent: "required"),
+]
+
+func command(_ k: Int, subjects: Int) -> LedgerCommand {
+    LedgerCommand(subjectID: "patient-\(k % subjects)", request: script[(k / subjects) % script.count], actor: k % 3 == 0 ? "dr.house" : "self")
+}
+
+func printError(_ text: String) {
+    var line = text
+    line.withUTF8 { _ = write(2, $0.baseAddress, $0.count) }
+}
+
+func now() -> Double {
+    var ts = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+}
+
+func emit(_ key: String, _ events: Int, _ seconds: Double, _ extra: String = "") {
+    print("RESULT \(key) \(events) \(seconds) \(extra)")
+}
+
+// MARK: - Phases (run in child processes)
+
+/// Builds a ledger of at least `target` events with batched appends.
+func phaseBuild(dir: String, target: Int, subjects: Int, batch: Int) throws {
+    let ledger = try Ledger.create(store: FileLedgerStore(directory: dir), catalog: SeedCatalog.catalog, name: "bench")
+    try ledger.loadAll()
+    var k = 0, events = 0
+    let start = now()
+    while events < target {
+        let commands = (k..<(k + batch)).map { command($0, subjects: subjects) }
+        k += batch
+        events += try ledger.execute(commands).results.reduce(0) { $0 + $1.events.count }
+    }
+    emit("batched", events, now() - start, "commands=\(k)")
+}
+
+/// Appends `count` commands, one durable execute each, to an existing ledger.
+/// `offset` is the number of commands already run, so every subject's script continues.
+func phaseDurable(dir: String, count: Int, subjects: Int, offset: Int) throws {
+    let ledger = try Ledger.open(store: FileLedgerStore(directory: dir))
+    try ledger.loadAll()
+    var events = 0
+    let start = now()
+    for i in 0..<count {
+        events += try ledger.execute(command(offset + i, subjects: subjects)).result.events.count
+    }
+    emit("durable", events, now() - start, "commands=\(count)")
+}
+
+func phaseReplay(dir: String) throws {
+    let start = now()
+    let ledger = try Ledger.open(store: FileLedgerStore(directory: dir))
+    let replay = try ledger.loadAll()
+    emit("replay", replay.eventCount, now() - start, "subjects=\(replay.subjects.count)")
+}
+
+func phaseVerify(dir: String) throws {
+    let start = now()
+    let ledger = try Ledger.open(store: FileLedgerStore(directory: dir))
+    let report = try ledger.verify()
+    emit("verify", report.events, now() - start, "subjects=\(report.subjects)")
+}
+
+// MARK: - Raw libsodium rates
+
+struct RawRates {
+    let sign: Double, verify: Double, sha256: Double
+    /// Verifications per second with every core verifying at once (same message, own keys).
+    var verifyAllCores: Double = 0
+}
+
+/// Operations per second for one core, on messages the size of an event body.
+func rawRates(messageSize: Int) -> RawRates {
+    _ = Sodium()
+    var pk = [UInt8](repeating: 0, count: 32), sk = [UInt8](repeating: 0, count: 64)
+    crypto_sign_keypair(&pk, &sk)
+    var message = [UInt8](repeating: 0x61, count: messageSize)
+    var sig = [UInt8](repeating: 0, count: 64)
+    var digest = [UInt8](repeating: 0, count: 32)
+    func rate(_ body: () -> Void) -> Double {
+        var n = 0
+        let start = now()
+        while now() - start < 1.5 {
+            for _ in 0..<200 { body() }
+            n += 200
+        }
+        return Double(n) / (now() - start)
+    }
+    let sign = rate { message[0] &+= 1; crypto_sign_detached(&sig, nil, message, UInt64(message.count), sk) }
+    crypto_sign_detached(&sig, nil, message, UInt64(message.count), sk)
+    let verify = rate { _ = crypto_sign_verify_detached(sig, message, UInt64(message.count), pk) }
+    let sha = rate { crypto_hash_sha256(&digest, message, UInt64(message.count)) }
+    var rates = RawRates(sign: sign, verify: verify, sha256: sha)
+    rates.verifyAllCores = parallelVerifyRate(message: message, signature: sig, publicKey: pk)
+    return rates
+}
+
+func parallelVerifyRate(message: [UInt8], signature: [UInt8], publicKey: [UInt8]) -> Double {
+    let cores = Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))
+    let perCore = 20_000
+    let start = now()
+    DispatchQueue.concurrentPerform(iterations: cores) { _ in
+        for _ in 0..<perCore { _ = crypto_sign_verify_detached(signature, message, UInt64(message.count), publicKey) }
+    }
+    return Double(perCore * cores) / (now() - start)
+}
+
+// MARK: - Running children
+
+struct ChildRun {
+    let status: Int32
+    let seconds: Double
+    let maxRSSKiB: Int
+    let output: String
+}
+
+func runChild(_ arguments: [String]) -> ChildRun {
+    var pipe: [Int32] = [0, 0]
+    pipe.withUnsafeMutableBufferPointer { _ = Glibc.pipe($0.baseAddress!) }
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    posix_spawn_file_actions_adddup2(&actions, pipe[1], 1)
+    posix_spawn_file_actions_addclose(&actions, pipe[0])
+    let argv = arguments.map { strdup($0) } + [nil]
+    defer { argv.forEach { free($0) } }
+    var pid: pid_t = 0
+    let start = now()
+    let rc = posix_spawn(&pid, arguments[0], &actions, nil, argv, environ)
+    close(pipe[1])
+    guard rc == 0 else { return ChildRun(status: -1, seconds: 0, maxRSSKiB: 0, output: "spawn failed: \(rc)") }
+    var output: [UInt8] = []
+    var buffer = [UInt8](repeating: 0, count: 65536)
+    while true {
+        let n = read(pipe[0], &buffer, buffer.count)
+        if n <= 0 { break }
+        output += buffer[0..<n]
+    }
+    close(pipe[0])
+    var status: Int32 = 0
+    var usage = rusage()
+    wait4(pid, &status, 0, &usage)
+    return ChildRun(status: status, seconds: now() - start, maxRSSKiB: usage.ru_maxrss, output: String(decoding: output, as: UTF8.self))
+}
+
+func selfPath() -> String {
+    var buffer = [CChar](repeating: 0, count: 4096)
+    let n = readlink("/proc/self/exe", &buffer, buffer.count - 1)
+    return String(decoding: buffer[0..<max(0, n)].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+}
+
+struct Measured {
+    let events: Int, seconds: Double, maxRSSKiB: Int, note: String
+    var rate: Double { Double(events) / seconds }
+}
+
+func measure(_ arguments: [String]) -> Measured {
+    let run = runChild([selfPath()] + arguments)
+    guard run.status == 0, let line = run.output.split(separator: "\n").first(where: { $0.hasPrefix("RESULT ") }) else {
+        printError("consent-bench: phase \(arguments) failed (status \(run.status)):\n\(run.output)\n")
+        exit(1)
+    }
+    let parts = line.split(separator: " ")
+    return Measured(events: Int(parts[2])!, seconds: Double(parts[3])!, maxRSSKiB: run.maxRSSKiB, note: parts.dropFirst(4).joined(separator: " "))
+}
+
+// MARK: - Main
+
+func option(_ name: String, _ args: [String]) -> String? {
+    guard let i = args.firstIndex(of: name), i + 1 < args.count else { return nil }
+    return args[i + 1]
+}
+
+func format(_ value: Double) -> String {
+    if value >= 100 { return String(Int(value.rounded())) }
+    let scaled = (value * 100).rounded() / 100
+    return String(scaled)
+}
+
+func pad(_ s: String, _ width: Int, right: Bool = false) -> String {
+    s.count >= width ? s : (right ? String(repeating: " ", count: width - s.count) + s : s + String(repeating: " ", count: width - s.count))
+}
+
+let args = Array(CommandLine.arguments.dropFirst())
+do {
+    if args.first == "phase" {
+        let dir = args[2]
+        switch args[1] {
+        case "build": try phaseBuild(dir: dir, target: Int(args[3])!, subjects: Int(args[4])!, batch: Int(args[5])!)
+        case "durable": try phaseDurable(dir: dir, count: Int(args[3])!, subjects: Int(args[4])!, offset: Int(args[5])!)
+        case "replay": try phaseReplay(dir: dir)
+        case "verify": try phaseVerify(dir: dir)
+        default: printError("unknown phase\n"); exit(64)
+        }
+        exit(0)
+    }
+} catch {
+    printError("consent-bench: \(error)\n")
+    exit(1)
+}
+
+if args.contains("--help") {
+    print("usage: consent-bench [--sizes 100000,1000000] [--subjects 10000] [--batch 1000] [--durable 500] [--dir DIR] [--keep]")
+    exit(0)
+}
+let sizes = (option("--sizes", args) ?? "100000,1000000").split(separator: ",").compactMap { Int($0) }
+let subjects = Int(option("--subjects", args) ?? "10000") ?? 10000
+let batch = Int(option("--batch", args) ?? "1000") ?? 1000
+let durableCount = Int(option("--durable", args) ?? "500") ?? 500
+let base = option("--dir", args) ?? "/tmp/consent-bench"
+let keep = args.contains("--keep")
+let consentctl = String(selfPath().dropLast("consent-bench".count)) + "consentctl"
+let cores = Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))
+
+print("consent-bench: \(cores) cores, \(subjects) subjects, batches of \(batch) commands, ledgers under \(base)")
+let raw = rawRates(messageSize: 330)
+print("raw libsodium, one core, 330-byte messages: sign \(format(raw.sign))/s, verify \(format(raw.verify))/s, SHA-256 \(format(raw.sha256))/s")
+print("raw libsodium verify with all \(cores) cores at once: \(format(raw.verifyAllCores))/s (\(format(raw.verifyAllCores / raw.verify))x one core)")
+print("")
+
+_ = system("rm -rf '\(base)' && mkdir -p '\(base)'")
+for size in sizes {
+    let dir = "\(base)/ledger-\(size)"
+    print("== \(size) events over \(subjects) subjects ==")
+    let header = [pad("phase", 28), pad("events", 9, right: true), pad("seconds", 9, right: true), pad("events/s", 10, right: true), pad("peak MB", 8, right: true), "  limit (raw libsodium)", "  ratio"]
+    print(header.joined(separator: " "))
+    func row(_ name: String, _ m: Measured, limitName: String, limit: Double) {
+        let mb = Double(m.maxRSSKiB) / 1024
+        print([pad(name, 28), pad(String(m.events), 9, right: true), pad(format(m.seconds), 9, right: true), pad(format(m.rate), 10, right: true), pad(format(mb), 8, right: true), "  \(limitName) \(format(limit))/s", "  \(format(m.rate / limit * 100))%"].joined(separator: " "))
+    }
+    let built = measure(["phase", "build", dir, String(size), String(subjects), String(batch)])
+    row("append, batched (1 fsync)", built, limitName: "sign, 1 core", limit: raw.sign)
+    let commandsRun = built.note.split(separator: "=").last.map(String.init) ?? "0"
+    let durable = measure(["phase", "durable", dir, String(durableCount), String(subjects), commandsRun])
+    row("append, durable per command", durable, limitName: "sign, 1 core", limit: raw.sign)
+    let replay = measure(["phase", "replay", dir])
+    row("replay (links + rules)", replay, limitName: "SHA-256, 1 core", limit: raw.sha256)
+    let verify = measure(["phase", "verify", dir])
+    row("verify (all, \(cores) cores)", verify, limitName: "verify x \(cores) cores", limit: raw.verify * Double(cores))
+    for command in ["status", "history"] {
+        let run = runChild([consentctl, "--ledger", dir, command, "--subject", "patient-42"])
+        let mb = Double(run.maxRSSKiB) / 1024
+        print([pad("consentctl \(command) (1 subject)", 28), pad("-", 9, right: true), pad(format(run.seconds), 9, right: true), pad("-", 10, right: true), pad(format(mb), 8, right: true), "  whole process, wall time", run.status == 0 ? "" : "  FAILED \(run.status)"].joined(separator: " "))
+    }
+    print("")
+    if !keep { _ = system("rm -rf '\(dir)'") }
+}

@@ -78,7 +78,7 @@ import Testing
     @Test func lineRoundTripsAndIsItselfCanonical() throws {
         let signer = SodiumSigner(seed: vectorSeed)!
         let event = LedgerEvent(seq: 3, at: Timestamp(canonical: "2026-01-15T09:00:00.000Z")!, actor: "dr \"house\"", command: CommandSpan(first: 2, size: 2),
-                                payload: .consentRevoked(ConsentRevoked(subject: SubjectRef("ab"), feature: 2, consent: "optional-a", reason: .cascade(cause: 2))))
+                                payload: .consentRevoked(ConsentRevoked(subject: SubjectRef("00112233445566778899aabbccddeeff"), feature: 2, consent: "optional-a", reason: .cascade(cause: 2))))
         let (records, _) = HashChain().seal([event], after: .zero, signer: signer)
         var line = records[0].line
         #expect(line.removeLast() == 0x0A)
@@ -90,10 +90,30 @@ import Testing
         let tiny = lines(of: readBytes(packageRoot + "/Spec/vectors/tiny-ledger/ledger.jsonl"))
         let line = String(decoding: tiny[1].dropLast(), as: UTF8.self)
         let extra = line.replacingOccurrences(of: "\"version\":\"1.0\"}", with: "\"version\":\"1.0\",\"x\":1}")
-        #expect(throws: EventDecodingError(problem: "member 'x' does not belong to a 'consent.given' event")) {
+        #expect(throws: EventDecodingError(problem: "member 'x' is not part of the ledger format")) {
             try EventCodec.decode(line: Array(extra.utf8))
+        }
+        let ledgerMember = line.replacingOccurrences(of: "\"kid\":", with: "\"ledger\":\"l\",\"kid\":")
+        // "ledger" sorts after "kid": put it in canonical order to reach the membership check.
+        let ordered = ledgerMember.replacingOccurrences(of: "\"ledger\":\"l\",", with: "")
+            .replacingOccurrences(of: "\"prev\":", with: "\"ledger\":\"l\",\"prev\":")
+        #expect(throws: EventDecodingError(problem: "member 'ledger' does not belong to a 'consent.given' event")) {
+            try EventCodec.decode(line: Array(ordered.utf8))
         }
         let future = line.replacingOccurrences(of: "\"v\":1,", with: "\"v\":2,")
         #expect(throws: EventDecodingError.self) { try EventCodec.decode(line: Array(future.utf8)) }
+    }
+}
+
+/// Regression: `parallelMap` once wrote its results through `Array.withUnsafeMutableBufferPointer`
+/// from several threads at once, which corrupted the heap on large inputs (found by the
+/// benchmark). Heap-allocated results on every core must come back intact and in order.
+@Suite struct ParallelMapTests {
+    @Test func manyHeapResultsFromAllCoresArriveIntactAndInOrder() {
+        for _ in 0..<20 {
+            let results = parallelMap(50_000, minimumForParallel: 1) { i in String(repeating: "x", count: 20 + i % 7) + String(i) }
+            #expect(results.count == 50_000)
+            #expect(results.enumerated().allSatisfy { $0.element.hasSuffix(String($0.offset)) && $0.element.count == 20 + $0.offset % 7 + String($0.offset).count })
+        }
     }
 }

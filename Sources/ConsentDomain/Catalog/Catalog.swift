@@ -49,11 +49,13 @@ public struct Feature: Hashable, Sendable {
         self.key = key
         self.names = names
         self.consents = consents.filter(\.isRequired) + consents.filter { !$0.isRequired }
+        self.requiredConsents = consents.filter(\.isRequired)
+        self.optionalConsents = consents.filter { !$0.isRequired }
     }
 
     public var name: String { names.first { $0.language == "en" }?.text ?? names.first?.text ?? key }
-    public var requiredConsents: [ConsentDefinition] { consents.filter(\.isRequired) }
-    public var optionalConsents: [ConsentDefinition] { consents.filter { !$0.isRequired } }
+    public let requiredConsents: [ConsentDefinition]
+    public let optionalConsents: [ConsentDefinition]
 
     public func consent(code: String) -> ConsentDefinition? { consents.first { $0.code == code } }
 }

@@ -11,7 +11,7 @@ public struct LedgerReplay: Sendable {
     public private(set) var lastSeq: UInt64?
     public private(set) var lastAt: Timestamp?
     public private(set) var eventCount = 0
-    private var openCommand: (span: CommandSpan, subject: SubjectRef?)?
+    private var openCommand: (span: CommandSpan, subject: SubjectRef?, at: Timestamp, actor: String)?
 
     public init(catalog: Catalog) {
         self.catalog = catalog
@@ -32,11 +32,14 @@ public struct LedgerReplay: Sendable {
             guard event.command == open.span, event.payload.subject == open.subject else {
                 throw ReplayViolation(seq: seq, problem: "command starting at seq \(open.span.first) is incomplete: expected \(open.span.size) events")
             }
+            guard event.at == open.at, event.actor == open.actor else {
+                throw ReplayViolation(seq: seq, problem: "events of one command share one time and one actor")
+            }
         } else {
             guard event.command.first == seq, event.command.size >= 1 else {
                 throw ReplayViolation(seq: seq, problem: "event claims command start \(event.command.first), but a new command must start at its own seq")
             }
-            openCommand = (event.command, event.payload.subject)
+            openCommand = (event.command, event.payload.subject, event.at, event.actor)
         }
         switch event.payload {
         case .ledgerCreated(let created):

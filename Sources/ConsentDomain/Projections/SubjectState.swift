@@ -43,14 +43,17 @@ public enum ConsentStatus: Hashable, Sendable {
 /// One subject's consents, rebuilt by replaying their events. Applying an event re-checks the
 /// rules, so a log that breaks them fails replay instead of producing a state the app never allows.
 public struct SubjectState: Hashable, Sendable {
+    // Equality and hashing cover the consents and the last sequence number, not the bookkeeping
+    // of a command in progress.
     /// Consents that have ever been given; a consent that is absent was never given.
     public private(set) var consents: [ConsentKey: ConsentStatus] = [:]
     /// Sequence number of the subject's latest event.
     public private(set) var lastSeq: UInt64?
-    /// The command being applied, its events seen so far, and its required revocations by seq.
+    /// The command being applied, the one feature it is about, and its revocations of required
+    /// consents (seq, consent), which cascades must cite.
     private var openCommand: CommandSpan?
-    private var requiredRevocations: [UInt64: ConsentKey] = [:]
-    private var touchedFeatures: Set<Int> = []
+    private var commandFeature: Int?
+    private var requiredRevocations: [(seq: UInt64, consent: String)] = []
 
     public init() {}
 
@@ -73,6 +76,15 @@ public struct SubjectState: Hashable, Sendable {
     /// True while a command's events have been applied only in part.
     public var isInsideCommand: Bool { openCommand != nil }
 
+    public static func == (a: SubjectState, b: SubjectState) -> Bool {
+        a.consents == b.consents && a.lastSeq == b.lastSeq && a.openCommand == b.openCommand
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(consents)
+        hasher.combine(lastSeq)
+    }
+
     /// Applies one of this subject's events, re-checking rules R2–R6 and the cascade.
     public mutating func apply(_ event: LedgerEvent, catalog: Catalog) throws(ReplayViolation) {
         let seq = event.seq
@@ -84,14 +96,15 @@ public struct SubjectState: Hashable, Sendable {
                 throw ReplayViolation(seq: seq, problem: "event claims to belong to a command starting at seq \(event.command.first), which is not open for this subject")
             }
             openCommand = event.command
-            requiredRevocations = [:]
-            touchedFeatures = []
+            commandFeature = nil
+            if !requiredRevocations.isEmpty { requiredRevocations.removeAll() }
         }
         switch event.payload {
         case .ledgerCreated:
             throw ReplayViolation(seq: seq, problem: "a genesis event can only be the first event")
         case .consentGiven(let given):
             let (feature, definition) = try resolve(given.feature, given.consent, seq: seq, catalog: catalog)
+            try enter(feature, seq: seq)
             let key = ConsentKey(feature: feature.code, consent: definition.code)
             if consents[key]?.isGiven == true {
                 throw ReplayViolation(seq: seq, problem: "consent '\(definition.code)' of '\(feature.key)' is given twice (rule R6 gives only a withheld consent)")
@@ -103,9 +116,9 @@ public struct SubjectState: Hashable, Sendable {
                 throw ReplayViolation(seq: seq, problem: "consent '\(definition.code)' of '\(feature.key)' records policy version '\(given.version)' but the catalogue's is '\(definition.version)'")
             }
             consents[key] = .given(Grant(validFrom: event.at, version: given.version, seq: seq))
-            touchedFeatures.insert(feature.code)
         case .consentRevoked(let revoked):
             let (feature, definition) = try resolve(revoked.feature, revoked.consent, seq: seq, catalog: catalog)
+            try enter(feature, seq: seq)
             let key = ConsentKey(feature: feature.code, consent: definition.code)
             guard consents[key]?.isGiven == true else {
                 throw ReplayViolation(seq: seq, problem: "consent '\(definition.code)' of '\(feature.key)' is revoked while it is withheld")
@@ -113,31 +126,41 @@ public struct SubjectState: Hashable, Sendable {
             var cause: UInt64?
             switch revoked.reason {
             case .withdrawn:
-                if definition.isRequired { requiredRevocations[seq] = key }
+                if definition.isRequired {
+                    requiredRevocations.append((seq, definition.code))
+                } else if !requiredRevocations.isEmpty {
+                    throw ReplayViolation(seq: seq, problem: "optional consent '\(definition.code)' is withdrawn in the same command as a required one; it must be a cascade (rule R4)")
+                }
             case .cascade(let causeSeq):
                 guard !definition.isRequired else {
                     throw ReplayViolation(seq: seq, problem: "required consent '\(definition.code)' cannot be revoked by cascade (rule R4 cascades to optional consents only)")
                 }
-                guard let causeKey = requiredRevocations[causeSeq], causeKey.feature == feature.code else {
+                guard requiredRevocations.contains(where: { $0.seq == causeSeq }) else {
                     throw ReplayViolation(seq: seq, problem: "cascade names cause seq \(causeSeq), which is not a revocation of a required consent of '\(feature.key)' in the same command")
                 }
                 cause = causeSeq
             }
             consents[key] = .withdrawn(Withdrawal(at: event.at, seq: seq, cause: cause))
-            touchedFeatures.insert(feature.code)
         }
         lastSeq = seq
         if seq == event.command.last {
             // Rule R4, checked once the whole command is in: no optional consent survives a
             // withheld required consent.
-            for code in touchedFeatures.sorted() {
-                guard let feature = catalog.feature(code: code), !isActive(feature) else { continue }
-                if let survivor = feature.optionalConsents.first(where: { isGiven(feature: code, consent: $0.code) }) {
-                    throw ReplayViolation(seq: seq, problem: "optional consent '\(survivor.code)' of '\(feature.key)' is still given after its feature became inactive (rule R4 cascade missing)")
-                }
+            if let code = commandFeature, let feature = catalog.feature(code: code), !isActive(feature),
+                let survivor = feature.optionalConsents.first(where: { isGiven(feature: code, consent: $0.code) })
+            {
+                throw ReplayViolation(seq: seq, problem: "optional consent '\(survivor.code)' of '\(feature.key)' is still given after its feature became inactive (rule R4 cascade missing)")
             }
             openCommand = nil
         }
+    }
+
+    /// A command is about one feature of one subject.
+    private mutating func enter(_ feature: Feature, seq: UInt64) throws(ReplayViolation) {
+        if let current = commandFeature, current != feature.code {
+            throw ReplayViolation(seq: seq, problem: "a command is about one feature; this event is about feature \(feature.code), the command's first about \(current)")
+        }
+        commandFeature = feature.code
     }
 
     private func resolve(_ featureCode: Int, _ consentCode: String, seq: UInt64, catalog: Catalog) throws(ReplayViolation) -> (Feature, ConsentDefinition) {

@@ -41,10 +41,42 @@ public struct Timestamp: Hashable, Comparable, Sendable, CustomStringConvertible
     }
 
     /// Parses exactly the canonical form written by ``rfc3339``; anything else is `nil`.
-    public init?(canonical text: String) {
-        guard text.utf8.count == 24, let parsed = Timestamp(rfc3339: text), parsed.rfc3339 == text else {
-            return nil
+    /// Parses the canonical form from UTF-8 bytes.
+    public init?(canonicalUTF8 b: UnsafeBufferPointer<UInt8>) {
+        guard b.count == 24 else { return nil }
+        for (i, c) in b.enumerated() {
+            let ok: Bool
+            switch i {
+            case 4, 7: ok = c == 0x2D
+            case 10: ok = c == 0x54
+            case 13, 16: ok = c == 0x3A
+            case 19: ok = c == 0x2E
+            case 23: ok = c == 0x5A
+            default: ok = c >= 0x30 && c <= 0x39
+            }
+            guard ok else { return nil }
         }
+        guard let parsed = Timestamp.parse(b) else { return nil }
+        self = parsed
+    }
+
+    public init?(canonical text: String) {
+        // The canonical form is fixed-width: digits everywhere but the separators. With that
+        // shape, and fields the parser accepts as in range, formatting gives back the same text.
+        var shapeOK = text.utf8.count == 24
+        if shapeOK {
+            for (i, c) in text.utf8.enumerated() {
+                switch i {
+                case 4, 7: shapeOK = shapeOK && c == 0x2D
+                case 10: shapeOK = shapeOK && c == 0x54
+                case 13, 16: shapeOK = shapeOK && c == 0x3A
+                case 19: shapeOK = shapeOK && c == 0x2E
+                case 23: shapeOK = shapeOK && c == 0x5A
+                default: shapeOK = shapeOK && c >= 0x30 && c <= 0x39
+                }
+            }
+        }
+        guard shapeOK, let parsed = Timestamp(rfc3339: text) else { return nil }
         self = parsed
     }
 
@@ -52,7 +84,12 @@ public struct Timestamp: Hashable, Comparable, Sendable, CustomStringConvertible
     /// any number of fractional digits (truncated to milliseconds), or a bare date `YYYY-MM-DD`,
     /// meaning the end of that day in UTC (so `--at 2026-11-21` includes all of that day).
     public init?(rfc3339 text: String) {
-        let b = Array(text.utf8)
+        var text = text
+        guard let value = text.withUTF8({ Timestamp.parse($0) }) else { return nil }
+        self = value
+    }
+
+    private static func parse(_ b: UnsafeBufferPointer<UInt8>) -> Timestamp? {
         func digits(_ from: Int, _ count: Int) -> Int64? {
             guard from + count <= b.count else { return nil }
             var v: Int64 = 0
@@ -68,8 +105,7 @@ public struct Timestamp: Hashable, Comparable, Sendable, CustomStringConvertible
         else { return nil }
         let days = Self.days(fromCivil: y, mo, d)
         if b.count == 10 {
-            self.init(millisecondsSinceEpoch: days * 86_400_000 + 86_399_999)
-            return
+            return Timestamp(millisecondsSinceEpoch: days * 86_400_000 + 86_399_999)
         }
         guard b.count >= 20, b[10] == 0x54 || b[10] == 0x74, let h = digits(11, 2), b[13] == 0x3A,
             let mi = digits(14, 2), b[16] == 0x3A, let s = digits(17, 2), h < 24, mi < 60, s < 60
@@ -105,7 +141,7 @@ public struct Timestamp: Hashable, Comparable, Sendable, CustomStringConvertible
         let local = days * 86_400_000 + h * 3_600_000 + mi * 60_000 + s * 1000 + ms
         let value = Timestamp(millisecondsSinceEpoch: local - offsetMinutes * 60_000)
         guard value >= .earliest, value <= .latest else { return nil }
-        self = value
+        return value
     }
 
     // MARK: - Calendar arithmetic (proleptic Gregorian, after Howard Hinnant's algorithms)

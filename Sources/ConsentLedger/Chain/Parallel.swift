@@ -21,17 +21,31 @@ func parallelMap<T: Sendable>(_ count: Int, minimumForParallel: Int = 64, _ tran
     return results.take()
 }
 
-/// Write-once slots shared by the workers of `parallelMap`; each slot is written by one worker.
+/// Write-once slots shared by the workers of `parallelMap`; each slot is written by exactly one
+/// worker. The storage is a raw allocation made once: an Array's `withUnsafeMutableBufferPointer`
+/// must not be entered from several threads at once.
 private final class ResultSlots<T>: @unchecked Sendable {
-    private var slots: [T?]
+    private let slots: UnsafeMutablePointer<T>
+    private let count: Int
 
-    init(count: Int) { slots = Array(repeating: nil, count: count) }
-
-    func set(_ i: Int, _ value: T) {
-        slots.withUnsafeMutableBufferPointer { $0[i] = value }
+    init(count: Int) {
+        self.count = count
+        slots = UnsafeMutablePointer<T>.allocate(capacity: count)
     }
 
-    func take() -> [T] { slots.map { $0! } }
+    func set(_ i: Int, _ value: T) {
+        (slots + i).initialize(to: value)
+    }
+
+    /// Moves every slot out; call once, after all are set.
+    func take() -> [T] {
+        Array(unsafeUninitializedCapacity: count) { buffer, initialized in
+            buffer.baseAddress!.moveInitialize(from: slots, count: count)
+            initialized = count
+        }
+    }
+
+    deinit { slots.deallocate() }
 }
 
 enum ProcessInfoCores {

@@ -1,21 +1,58 @@
-/// A SHA-256 digest.
+/// A SHA-256 digest, held inline (no allocation: replay makes two per event).
 public struct Digest: Hashable, Sendable, CustomStringConvertible {
-    public let bytes: [UInt8]
+    private var words: (UInt64, UInt64, UInt64, UInt64)
 
-    public init?(bytes: [UInt8]) {
+    public init?(bytes: some Collection<UInt8>) {
         guard bytes.count == 32 else { return nil }
-        self.bytes = bytes
+        words = (0, 0, 0, 0)
+        withUnsafeMutableBytes(of: &words) { raw in
+            for (i, b) in bytes.enumerated() { raw[i] = b }
+        }
+    }
+
+    /// Reads 32 bytes from `pointer`.
+    init(copying pointer: UnsafeRawPointer) {
+        words = (0, 0, 0, 0)
+        withUnsafeMutableBytes(of: &words) { $0.copyMemory(from: UnsafeRawBufferPointer(start: pointer, count: 32)) }
     }
 
     public init?(hex: String) {
-        guard let b = Hex.decode(hex), b.count == 32 else { return nil }
-        bytes = b
+        var text = hex
+        guard let d = text.withUTF8({ Digest(hexBytes: $0) }) else { return nil }
+        self = d
+    }
+
+    /// Decodes 64 lowercase hex digits.
+    public init?(hexBytes: UnsafeBufferPointer<UInt8>) {
+        guard hexBytes.count == 64 else { return nil }
+        words = (0, 0, 0, 0)
+        let ok = withUnsafeMutableBytes(of: &words) { raw -> Bool in
+            for i in 0..<32 {
+                guard let hi = Hex.nibble(hexBytes[2 * i]), let lo = Hex.nibble(hexBytes[2 * i + 1]) else { return false }
+                raw[i] = hi << 4 | lo
+            }
+            return true
+        }
+        guard ok else { return nil }
     }
 
     /// All zeros: the `prev` of the genesis event.
     public static let zero = Digest(bytes: [UInt8](repeating: 0, count: 32))!
 
-    public var hex: String { Hex.encode(bytes) }
+    public var bytes: [UInt8] { withUnsafeBytes(of: words) { Array($0) } }
+
+    public static func == (a: Digest, b: Digest) -> Bool {
+        a.words.0 == b.words.0 && a.words.1 == b.words.1 && a.words.2 == b.words.2 && a.words.3 == b.words.3
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(words.0)
+        hasher.combine(words.1)
+        hasher.combine(words.2)
+        hasher.combine(words.3)
+    }
+
+    public var hex: String { withUnsafeBytes(of: words) { Hex.encode($0) } }
     public var description: String { hex }
 }
 
@@ -46,6 +83,9 @@ public struct Signature: Hashable, Sendable {
     }
 
     public var hex: String { Hex.encode(bytes) }
+
+    /// Stands in where a signature was only checked for shape (see `EventCodec.splitLine`).
+    static let placeholder = Signature(bytes: [UInt8](repeating: 0, count: 64))!
 }
 
 /// SHA-256. Behind a protocol so the chain does not care which library computes it.

@@ -14,11 +14,11 @@ public struct Sodium: SHA256Hasher, SignatureVerifier {
     }()
 
     public func sha256(_ bytes: UnsafeRawBufferPointer) -> Digest {
-        var out = [UInt8](repeating: 0, count: 32)
-        _ = out.withUnsafeMutableBufferPointer { o in
-            crypto_hash_sha256(o.baseAddress!, bytes.bindMemory(to: UInt8.self).baseAddress, UInt64(bytes.count))
+        var out: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
+        return withUnsafeMutableBytes(of: &out) { o in
+            crypto_hash_sha256(o.baseAddress!.assumingMemoryBound(to: UInt8.self), bytes.bindMemory(to: UInt8.self).baseAddress, UInt64(bytes.count))
+            return Digest(copying: o.baseAddress!)
         }
-        return Digest(bytes: out)!
     }
 
     public func isValid(_ signature: Signature, of message: UnsafeRawBufferPointer, by key: PublicKey) -> Bool {

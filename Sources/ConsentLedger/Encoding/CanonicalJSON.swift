@@ -137,7 +137,42 @@ public enum CanonicalJSON {
         return value
     }
 
-    private struct Parser {
+    /// Parses a canonical JSON object into its members, in order, without building a dictionary:
+    /// the fast path for event bodies. Strictly increasing names rule out duplicates.
+    public static func parseCanonicalObject(_ buffer: UnsafeBufferPointer<UInt8>) throws(JSONParseError) -> [(name: String, value: JSONValue)] {
+        var parser = Parser(bytes: buffer, canonical: true)
+        guard buffer.count >= 2, buffer[0] == UInt8(ascii: "{") else { throw parser.error("expected a JSON object") }
+        parser.index = 1
+        var members: [(name: String, value: JSONValue)] = []
+        members.reserveCapacity(16)
+        if buffer[1] == UInt8(ascii: "}") {
+            parser.index = 2
+        } else {
+            while true {
+                guard parser.index < buffer.count, buffer[parser.index] == UInt8(ascii: "\"") else { throw parser.error("expected a member name") }
+                let keyOffset = parser.index
+                let name = try parser.parseString()
+                if let previous = members.last?.name, !utf16Less(previous, name) {
+                    throw parser.error("member '\(name)' is out of canonical (RFC 8785) order", at: keyOffset)
+                }
+                guard parser.index < buffer.count, buffer[parser.index] == UInt8(ascii: ":") else { throw parser.error("expected ':'") }
+                parser.index += 1
+                members.append((name, try parser.parseValue(depth: 1)))
+                guard parser.index < buffer.count else { throw parser.error("unexpected end of input in an object") }
+                if buffer[parser.index] == UInt8(ascii: ",") {
+                    parser.index += 1
+                    continue
+                }
+                guard buffer[parser.index] == UInt8(ascii: "}") else { throw parser.error("expected ',' or '}'") }
+                parser.index += 1
+                break
+            }
+        }
+        guard parser.index == buffer.count else { throw parser.error("unexpected bytes after the JSON value") }
+        return members
+    }
+
+    struct Parser {
         let bytes: UnsafeBufferPointer<UInt8>
         let canonical: Bool
         var index = 0
@@ -282,15 +317,23 @@ public enum CanonicalJSON {
             index += 1
             // Fast path: no escapes.
             var scan = index
+            var union: UInt8 = 0
             while scan < bytes.count {
                 let b = bytes[scan]
                 if b == 0x22 || b == 0x5C || b < 0x20 { break }
+                union |= b
                 scan += 1
             }
             guard scan < bytes.count else { throw error("unterminated string", at: start) }
             if bytes[scan] == 0x22 {
                 let slice = UnsafeBufferPointer(rebasing: bytes[index..<scan])
-                guard let s = String(validating: slice, as: UTF8.self) else { throw error("string is not valid UTF-8", at: start) }
+                let s: String
+                if union < 0x80 {
+                    s = String(decoding: slice, as: UTF8.self)  // ASCII: nothing to validate
+                } else {
+                    guard let valid = String(validating: slice, as: UTF8.self) else { throw error("string is not valid UTF-8", at: start) }
+                    s = valid
+                }
                 index = scan + 1
                 return s
             }
@@ -351,6 +394,24 @@ public enum CanonicalJSON {
             }
             guard let s = String(validating: out, as: UTF8.self) else { throw error("string is not valid UTF-8", at: start) }
             return s
+        }
+
+        /// The content of the string at `index` when it is plain printable ASCII without escapes
+        /// (names, hex digits, times), consumed; otherwise nil and nothing consumed.
+        mutating func plainASCIIString() -> Range<Int>? {
+            guard index < bytes.count, bytes[index] == 0x22 else { return nil }
+            var scan = index + 1
+            while scan < bytes.count {
+                let b = bytes[scan]
+                if b == 0x22 {
+                    let range = (index + 1)..<scan
+                    index = scan + 1
+                    return range
+                }
+                if b == 0x5C || b < 0x20 || b >= 0x7F { return nil }
+                scan += 1
+            }
+            return nil
         }
 
         mutating func hex4() throws(JSONParseError) -> UInt32 {

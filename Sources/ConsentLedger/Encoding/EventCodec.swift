@@ -93,7 +93,9 @@ public enum EventCodec {
     }
 
     /// Splits a line (without its newline) into body bytes and signature, checking the envelope.
-    public static func splitLine(_ line: UnsafeBufferPointer<UInt8>) throws(EventDecodingError) -> (body: UnsafeBufferPointer<UInt8>, signature: Signature) {
+    /// With `decodeSignature: false` the signature is only checked to be hex (replay does not
+    /// verify signatures) and a placeholder is returned.
+    public static func splitLine(_ line: UnsafeBufferPointer<UInt8>, decodeSignature: Bool = true) throws(EventDecodingError) -> (body: UnsafeBufferPointer<UInt8>, signature: Signature) {
         let minimum = linePrefix.count + 2 + signaturePrefix.count + 128 + 2
         guard line.count >= minimum else {
             throw EventDecodingError(problem: "line is too short to be an event (\(line.count) bytes)")
@@ -108,9 +110,14 @@ public enum EventCodec {
         else {
             throw EventDecodingError(problem: #"line does not end with ,"sig":"<128 hex digits>"}"#)
         }
-        guard let sigBytes = Hex.decode(String(decoding: line[sigStart..<(line.count - 2)], as: UTF8.self)),
-            let signature = Signature(bytes: sigBytes)
-        else {
+        let sigHex = line[sigStart..<(line.count - 2)]
+        let signature: Signature?
+        if decodeSignature {
+            signature = Hex.decode(bytes: sigHex).flatMap { Signature(bytes: $0) }
+        } else {
+            signature = sigHex.allSatisfy { Hex.nibble($0) != nil } ? Signature.placeholder : nil
+        }
+        guard let signature else {
             throw EventDecodingError(problem: "signature is not 128 lowercase hex digits")
         }
         return (UnsafeBufferPointer(rebasing: line[linePrefix.count..<prefixStart]), signature)
@@ -120,77 +127,19 @@ public enum EventCodec {
     /// members its type defines.
     public static func decode(line: UnsafeBufferPointer<UInt8>) throws(EventDecodingError) -> EventRecord {
         let (bodyBytes, signature) = try splitLine(line)
-        let value: JSONValue
-        do {
-            value = try CanonicalJSON.parse(bodyBytes, canonical: true)
-        } catch {
-            throw EventDecodingError(problem: "body is not canonical JSON: byte \(error.offset + linePrefix.count + 1): \(error.message)")
-        }
-        let (event, prev, keyID) = try decodeBody(value)
+        let (event, prev, keyID) = try EventBodyReader.read(bodyBytes)
         return EventRecord(event: event, prev: prev, keyID: keyID, body: Array(bodyBytes), signature: signature)
+    }
+
+    /// Decodes a line's event and chain fields and hashes its body, without keeping the body:
+    /// what replay needs, at the least cost.
+    public static func decodeForReplay(line: UnsafeBufferPointer<UInt8>, hasher: any SHA256Hasher) throws(EventDecodingError) -> (event: LedgerEvent, prev: Digest, hash: Digest) {
+        let (bodyBytes, _) = try splitLine(line, decodeSignature: false)
+        let (event, prev, _) = try EventBodyReader.read(bodyBytes)
+        return (event, prev, hasher.sha256(UnsafeRawBufferPointer(bodyBytes)))
     }
 
     public static func decode(line: [UInt8]) throws(EventDecodingError) -> EventRecord {
         try line.withUnsafeBufferPointer { (b) throws(EventDecodingError) -> EventRecord in try decode(line: b) }
-    }
-
-    private static let commonMembers: Set<String> = ["v", "seq", "at", "actor", "cmd", "cmdSize", "prev", "kid", "type"]
-    private static let typeMembers: [String: Set<String>] = [
-        "ledger.created": ["ledger", "catalog", "publicKey"],
-        "consent.given": ["subject", "feature", "consent", "version"],
-        "consent.revoked": ["subject", "feature", "consent", "reason"],
-    ]
-
-    static func decodeBody(_ value: JSONValue) throws(EventDecodingError) -> (LedgerEvent, Digest, String) {
-        guard case .object(let m) = value else { throw EventDecodingError(problem: "body is not a JSON object") }
-        func string(_ key: String) throws(EventDecodingError) -> String {
-            guard let s = m[key]?.stringValue else { throw EventDecodingError(problem: "member '\(key)' is missing or not a string") }
-            return s
-        }
-        func integer(_ key: String) throws(EventDecodingError) -> Int64 {
-            guard let i = m[key]?.intValue, i >= 0 else { throw EventDecodingError(problem: "member '\(key)' is missing or not a non-negative integer") }
-            return i
-        }
-        guard m["v"]?.intValue == formatVersion else {
-            throw EventDecodingError(problem: "member 'v' must be \(formatVersion) (this reader knows format version 1)")
-        }
-        let type = try string("type")
-        guard var allowed = typeMembers[type] else { throw EventDecodingError(problem: "unknown event type '\(type)'") }
-        allowed.formUnion(commonMembers)
-        if type == "consent.revoked", m["reason"]?.stringValue == "cascade" { allowed.insert("cause") }
-        if let extra = m.keys.sorted().first(where: { !allowed.contains($0) }) {
-            throw EventDecodingError(problem: "member '\(extra)' does not belong to a '\(type)' event")
-        }
-        let seq = UInt64(try integer("seq"))
-        guard let at = Timestamp(canonical: try string("at")) else {
-            throw EventDecodingError(problem: "member 'at' is not a canonical UTC time like 2026-01-31T08:00:00.000Z")
-        }
-        let actor = try string("actor")
-        let cmd = UInt64(try integer("cmd"))
-        let cmdSize = try integer("cmdSize")
-        guard cmdSize >= 1, cmd <= seq, seq - cmd < UInt64(cmdSize) else {
-            throw EventDecodingError(problem: "command span cmd=\(cmd) cmdSize=\(cmdSize) does not contain seq \(seq)")
-        }
-        guard let prev = Digest(hex: try string("prev")) else {
-            throw EventDecodingError(problem: "member 'prev' is not 64 lowercase hex digits")
-        }
-        let keyID = try string("kid")
-        let payload: EventPayload
-        switch type {
-        case "ledger.created":
-            payload = .ledgerCreated(LedgerCreated(ledgerName: try string("ledger"), catalogHash: try string("catalog"), publicKey: try string("publicKey")))
-        case "consent.given":
-            payload = .consentGiven(ConsentGiven(subject: SubjectRef(try string("subject")), feature: Int(try integer("feature")), consent: try string("consent"), version: try string("version")))
-        default:
-            let reason: RevocationReason
-            switch try string("reason") {
-            case "withdrawn": reason = .withdrawn
-            case "cascade": reason = .cascade(cause: UInt64(try integer("cause")))
-            case let other: throw EventDecodingError(problem: "unknown revocation reason '\(other)'")
-            }
-            payload = .consentRevoked(ConsentRevoked(subject: SubjectRef(try string("subject")), feature: Int(try integer("feature")), consent: try string("consent"), reason: reason))
-        }
-        let event = LedgerEvent(seq: seq, at: at, actor: actor, command: CommandSpan(first: cmd, size: Int(cmdSize)), payload: payload)
-        return (event, prev, keyID)
     }
 }

@@ -13,18 +13,23 @@ public enum Hex {
 
     /// Decodes lowercase hex; uppercase or odd length is `nil`, so each value has one spelling.
     public static func decode(_ text: String) -> [UInt8]? {
-        let utf8 = Array(text.utf8)
+        decode(bytes: text.utf8)
+    }
+
+    /// Decodes lowercase hex bytes; nil for anything else.
+    public static func decode(bytes utf8: some Collection<UInt8>) -> [UInt8]? {
         guard utf8.count % 2 == 0 else { return nil }
         var out: [UInt8] = []
         out.reserveCapacity(utf8.count / 2)
-        var i = 0
-        while i < utf8.count {
-            guard let hi = value(utf8[i]), let lo = value(utf8[i + 1]) else { return nil }
+        var iterator = utf8.makeIterator()
+        while let a = iterator.next(), let b = iterator.next() {
+            guard let hi = value(a), let lo = value(b) else { return nil }
             out.append(hi << 4 | lo)
-            i += 2
         }
         return out
     }
+
+    static func nibble(_ c: UInt8) -> UInt8? { value(c) }
 
     private static func value(_ c: UInt8) -> UInt8? {
         switch c {

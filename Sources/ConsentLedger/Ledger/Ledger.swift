@@ -258,9 +258,8 @@ public final class Ledger: Sendable {
                 results.append(CommandResult(subjectID: command.subjectID, events: outcome.events, notes: outcome.notes, listing: ConsentListing(state: state, catalog: catalog)))
             }
             guard !events.isEmpty else { return ExecutionReport(results: results, recovered: nil) }
-            for (id, salt) in newSalts.sorted(by: { $0.key < $1.key }) where results.contains(where: { $0.subjectID == id && !$0.events.isEmpty }) {
-                try store.saveSubjectSalt(salt, for: id)
-            }
+            let withEvents = Set(results.filter { !$0.events.isEmpty }.map(\.subjectID))
+            try store.saveSubjectSalts(newSalts.filter { withEvents.contains($0.key) }.sorted { $0.key < $1.key }.map { ($0.key, $0.value) })
             let (records, newHead) = chain.seal(events, after: headHash, signer: signer)
             var bytes: [UInt8] = []
             bytes.reserveCapacity(records.count * 450)
@@ -311,16 +310,16 @@ public final class Ledger: Sendable {
     /// States of some subjects at the end of the log: from the in-memory replay when it is
     /// current (catching up if the log moved on), otherwise by replaying those subjects' events.
     private func currentStates(of subjects: Set<SubjectRef>, log: LogState) throws -> [SubjectRef: SubjectState] {
-        let warm = memory.withLock { m -> (LedgerReplay, LogCursor)? in
-            guard let replay = m.replay, let cursor = m.cursor else { return nil }
-            return (replay, cursor)
+        let warm = memory.withLock { m -> (LedgerReplay, LogCursor, Digest)? in
+            guard let replay = m.replay, let cursor = m.cursor, let head = m.head else { return nil }
+            return (replay, cursor, head.hash)
         }
-        if var (replay, cursor) = warm {
+        if var (replay, cursor, hash) = warm {
             if cursor != log.end {
-                try replayLines(from: cursor, to: log.end, into: &replay, verifySignatures: false)
+                hash = try replayLines(from: cursor, to: log.end, into: &replay, after: hash)
                 cursor = log.end
-                let (r, c) = (replay, cursor)
-                memory.withLock { $0.replay = r; $0.cursor = c; $0.head = ChainHead(seq: log.last.event.seq, hash: chain.hash(ofBody: log.last.body)) }
+                let (r, c, h) = (replay, cursor, ChainHead(seq: log.last.event.seq, hash: hash))
+                memory.withLock { $0.replay = r; $0.cursor = c; $0.head = h }
             }
             return Dictionary(uniqueKeysWithValues: subjects.map { ($0, replay.state(of: $0)) })
         }
@@ -355,19 +354,20 @@ public final class Ledger: Sendable {
         var events: [LedgerEvent] = []
         let needle = Array(#""subject":""#.utf8) + Array(subject.value.utf8) + [0x22]
         var done = false
-        try store.scan(from: .start, to: end, batchSize: 256, containing: needle) { lines in
-            for line in lines where !done {
-                let record = try decode(line)
+        try store.scan(from: .start, to: end, batchSize: 256, containing: needle) { batch in
+            for i in 0..<batch.count where !done {
+                let number = batch.number(i)
+                let record = try decode(batch.line(i), number: number)
                 guard record.event.payload.subject == subject else { continue }
                 if let until, record.event.at > until {
                     done = true
                     break
                 }
-                if verifySignatures { try checkSignature(record, line: line.number) }
+                if verifySignatures { try checkSignature(record, line: number) }
                 do throws(ReplayViolation) {
                     try state.apply(record.event, catalog: catalog)
                 } catch {
-                    throw LedgerError.integrity(IntegrityFailure(line: line.number, seq: error.seq, problem: error.problem))
+                    throw LedgerError.integrity(IntegrityFailure(line: number, seq: error.seq, problem: error.problem))
                 }
                 events.append(record.event)
             }
@@ -375,11 +375,11 @@ public final class Ledger: Sendable {
         return (state, events)
     }
 
-    func decode(_ line: RawLine) throws -> EventRecord {
+    func decode(_ line: [UInt8], number: Int) throws -> EventRecord {
         do {
-            return try EventCodec.decode(line: line.bytes)
+            return try EventCodec.decode(line: line)
         } catch {
-            throw LedgerError.integrity(IntegrityFailure(line: line.number, seq: nil, problem: error.problem))
+            throw LedgerError.integrity(IntegrityFailure(line: number, seq: nil, problem: error.problem))
         }
     }
 
@@ -401,9 +401,9 @@ public final class Ledger: Sendable {
             let log = try store.logState()
             try checkHead(log)
             var replay = LedgerReplay(catalog: catalog)
-            try replayLines(from: .start, to: log.end, into: &replay, verifySignatures: false)
-            let result = replay
-            memory.withLock { $0.replay = result; $0.cursor = log.end; $0.head = ChainHead(seq: log.last.event.seq, hash: chain.hash(ofBody: log.last.body)) }
+            let hash = try replayLines(from: .start, to: log.end, into: &replay, after: .zero)
+            let (result, head) = (replay, ChainHead(seq: log.last.event.seq, hash: hash))
+            memory.withLock { $0.replay = result; $0.cursor = log.end; $0.head = head }
             return result
         }
     }
@@ -413,25 +413,40 @@ public final class Ledger: Sendable {
         memory.withLock { $0.replay = nil; $0.cursor = nil; $0.head = nil }
     }
 
-    func replayLines(from: LogCursor, to end: LogCursor, into replay: inout LedgerReplay, verifySignatures: Bool) throws {
-        try store.scan(from: from, to: end, batchSize: 4096, containing: nil) { lines in
-            let decoded = parallelMap(lines.count, minimumForParallel: 512) { i in
-                Result<EventRecord, EventDecodingError> { () throws(EventDecodingError) in try EventCodec.decode(line: lines[i].bytes) }
+    /// Replays lines into `replay`, checking each event's hash link (the chain, not the
+    /// signatures: that is `verify`'s work). Decoding and hashing run on all cores. Returns the
+    /// hash of the last event replayed.
+    func replayLines(from: LogCursor, to end: LogCursor, into replay: inout LedgerReplay, after start: Digest) throws -> Digest {
+        var previous = start
+        let chain = self.chain
+        let hasher = chain.hasher
+        try store.scan(from: from, to: end, batchSize: 4096, containing: nil) { batch in
+            let decoded = parallelMap(batch.count, minimumForParallel: 512) { i in
+                batch.withLine(i) { line in
+                    Result<(event: LedgerEvent, prev: Digest, hash: Digest), EventDecodingError> { () throws(EventDecodingError) in
+                        try EventCodec.decodeForReplay(line: line, hasher: hasher)
+                    }
+                }
             }
             for (i, result) in decoded.enumerated() {
-                let record: EventRecord
+                let decodedLine: (event: LedgerEvent, prev: Digest, hash: Digest)
                 switch result {
-                case .success(let r): record = r
+                case .success(let value): decodedLine = value
                 case .failure(let e):
-                    throw LedgerError.integrity(IntegrityFailure(line: lines[i].number, seq: nil, problem: e.problem))
+                    throw LedgerError.integrity(IntegrityFailure(line: batch.number(i), seq: nil, problem: e.problem))
                 }
+                guard decodedLine.prev == previous else {
+                    throw LedgerError.integrity(IntegrityFailure(line: batch.number(i), seq: decodedLine.event.seq, problem: "prev \(decodedLine.prev.hex) does not match the previous event's hash \(previous.hex)"))
+                }
+                previous = decodedLine.hash
                 do throws(ReplayViolation) {
-                    try replay.apply(record.event)
+                    try replay.apply(decodedLine.event)
                 } catch {
-                    throw LedgerError.integrity(IntegrityFailure(line: lines[i].number, seq: error.seq, problem: error.problem))
+                    throw LedgerError.integrity(IntegrityFailure(line: batch.number(i), seq: error.seq, problem: error.problem))
                 }
             }
         }
+        return previous
     }
 }
 

@@ -57,29 +57,29 @@ extension Ledger {
             let keyID = self.keyID
             let chain = self.chain
             let verifier = self.verifier
-            try store.scan(from: .start, to: end, batchSize: 8192, containing: nil) { lines in
+            try store.scan(from: .start, to: end, batchSize: 8192, containing: nil) { batch in
                 // Independent per-line work, in parallel: decode, hash, check the signature.
-                let checked = parallelMap(lines.count, minimumForParallel: 64) { i -> Result<(EventRecord, Digest), IntegrityFailure> in
-                    let line = lines[i]
+                let checked = parallelMap(batch.count, minimumForParallel: 64) { i -> Result<(EventRecord, Digest), IntegrityFailure> in
+                    let number = batch.number(i)
                     let record: EventRecord
                     do throws(EventDecodingError) {
-                        record = try EventCodec.decode(line: line.bytes)
+                        record = try batch.withLine(i) { (line) throws(EventDecodingError) in try EventCodec.decode(line: line) }
                     } catch {
-                        return .failure(IntegrityFailure(line: line.number, seq: nil, problem: error.problem))
+                        return .failure(IntegrityFailure(line: number, seq: nil, problem: error.problem))
                     }
                     let seq = record.event.seq
                     guard record.keyID == keyID else {
-                        return .failure(IntegrityFailure(line: line.number, seq: seq, problem: "signed with key id \(record.keyID), not the ledger's key \(keyID)"))
+                        return .failure(IntegrityFailure(line: number, seq: seq, problem: "signed with key id \(record.keyID), not the ledger's key \(keyID)"))
                     }
                     let valid = EventCodec.signedMessage(body: record.body).withUnsafeBytes { verifier.isValid(record.signature, of: $0, by: publicKey) }
                     guard valid else {
-                        return .failure(IntegrityFailure(line: line.number, seq: seq, problem: "signature does not verify with the ledger's public key"))
+                        return .failure(IntegrityFailure(line: number, seq: seq, problem: "signature does not verify with the ledger's public key"))
                     }
                     return .success((record, chain.hash(ofBody: record.body)))
                 }
                 // Links and rules, in order.
                 for (i, result) in checked.enumerated() {
-                    let number = lines[i].number
+                    let number = batch.number(i)
                     let (record, hash): (EventRecord, Digest)
                     switch result {
                     case .failure(let failure): throw LedgerError.integrity(failure)

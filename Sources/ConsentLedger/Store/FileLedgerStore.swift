@@ -267,61 +267,46 @@ public struct FileLedgerStore: LedgerStore {
         return LogState(end: LogCursor(offset: endOffset, lines: Int(last.event.seq) + 1), last: last, recordedHead: recordedHead, torn: torn)
     }
 
-    public func scan(from cursor: LogCursor, to end: LogCursor, batchSize: Int, containing needle: [UInt8]?, _ visit: ([RawLine]) throws -> Void) throws {
+    public func scan(from cursor: LogCursor, to end: LogCursor, batchSize: Int, containing needle: [UInt8]?, _ visit: (LineBatch) throws -> Void) throws {
         guard cursor.offset < end.offset else { return }
         let file = try PosixFile(path: logPath, flags: O_RDONLY)
         let chunkSize = 4 << 20
         var offset = cursor.offset
         var lineNumber = cursor.lines
         var carry: [UInt8] = []
-        var batch: [RawLine] = []
-        batch.reserveCapacity(batchSize)
         while offset < end.offset {
             let chunk = try file.read(at: offset, count: Int(min(UInt64(chunkSize), end.offset - offset)))
             guard !chunk.isEmpty else {
                 throw LedgerError.integrity(IntegrityFailure(line: lineNumber + 1, seq: nil, problem: "the log ended while being read"))
             }
             offset += UInt64(chunk.count)
-            try chunk.withUnsafeBufferPointer { buffer in
+            let buffer = carry.isEmpty ? chunk : carry + chunk
+            var lines: [(start: Int, end: Int, number: Int)] = []
+            var consumed = 0
+            buffer.withUnsafeBufferPointer { all in
+                let base = all.baseAddress!
                 var start = 0
-                let base = buffer.baseAddress!
-                while start < buffer.count {
-                    guard let hit = memchr(base + start, Int32(Self.newline), buffer.count - start) else {
-                        carry.append(contentsOf: buffer[start...])
-                        break
-                    }
+                while start < all.count, let hit = memchr(base + start, Int32(Self.newline), all.count - start) {
                     let stop = base.distance(to: hit.assumingMemoryBound(to: UInt8.self))
                     lineNumber += 1
-                    var keep = true
-                    if let needle {
-                        if carry.isEmpty {
-                            keep = Self.contains(UnsafeRawBufferPointer(start: base + start, count: stop - start), needle)
-                        } else {
-                            carry.append(contentsOf: buffer[start..<stop])
-                            keep = carry.withUnsafeBytes { Self.contains($0, needle) }
-                        }
+                    if needle == nil || Self.contains(UnsafeRawBufferPointer(start: base + start, count: stop - start), needle!) {
+                        lines.append((start, stop, lineNumber))
                     }
-                    if keep {
-                        if carry.isEmpty {
-                            batch.append(RawLine(number: lineNumber, bytes: Array(buffer[start..<stop])))
-                        } else {
-                            if needle == nil { carry.append(contentsOf: buffer[start..<stop]) }
-                            batch.append(RawLine(number: lineNumber, bytes: carry))
-                        }
-                        if batch.count >= batchSize {
-                            try visit(batch)
-                            batch.removeAll(keepingCapacity: true)
-                        }
-                    }
-                    carry.removeAll(keepingCapacity: true)
                     start = stop + 1
                 }
+                consumed = start
+            }
+            carry = Array(buffer[consumed...])
+            var first = 0
+            while first < lines.count {
+                let last = min(lines.count, first + batchSize)
+                try visit(LineBatch(buffer: buffer, lines: Array(lines[first..<last])))
+                first = last
             }
         }
         guard carry.isEmpty else {
             throw LedgerError.integrity(IntegrityFailure(line: lineNumber + 1, seq: nil, problem: "the log does not end with a newline where a command should end"))
         }
-        if !batch.isEmpty { try visit(batch) }
     }
 
     /// Whether `haystack` contains `needle` (memchr for the first byte, then memcmp).
@@ -396,7 +381,8 @@ public struct FileLedgerStore: LedgerStore {
         return salts
     }
 
-    public func saveSubjectSalt(_ salt: [UInt8], for subjectID: String) throws {
+    public func saveSubjectSalts(_ salts: [(subjectID: String, salt: [UInt8])]) throws {
+        guard !salts.isEmpty else { return }
         let file = try PosixFile(path: subjectsPath, flags: O_RDWR)
         var size = try file.size()
         if size > 0, try file.read(at: size - 1, count: 1) != [Self.newline] {
@@ -406,9 +392,12 @@ public struct FileLedgerStore: LedgerStore {
             try file.truncate(to: UInt64(keep))
             size = UInt64(keep)
         }
-        var line = CanonicalJSON.serialize(.object(["id": .string(subjectID), "salt": .string(Hex.encode(salt))]))
-        line.append(Self.newline)
-        try file.write(line, at: size)
+        var lines: [UInt8] = []
+        for (id, salt) in salts {
+            CanonicalJSON.serialize(.object(["id": .string(id), "salt": .string(Hex.encode(salt))]), into: &lines)
+            lines.append(Self.newline)
+        }
+        try file.write(lines, at: size)
         try file.sync()
     }
 }

@@ -46,11 +46,39 @@ public struct LogCursor: Hashable, Sendable {
     public static let start = LogCursor(offset: 0, lines: 0)
 }
 
-/// A complete line of the log, without its newline.
-public struct RawLine: Sendable {
-    /// 1-based line number in the log.
-    public let number: Int
-    public let bytes: [UInt8]
+/// Complete lines of the log, read together: one buffer and where each line lies in it, so a
+/// million lines do not cost a million allocations.
+public struct LineBatch: Sendable {
+    /// The bytes the lines lie in (shared between batches cut from one read).
+    public let buffer: [UInt8]
+    /// Each line's start and end in `buffer` (newline excluded) and its 1-based line number.
+    public let lines: [(start: Int, end: Int, number: Int)]
+
+    public init(buffer: [UInt8], lines: [(start: Int, end: Int, number: Int)]) {
+        self.buffer = buffer
+        self.lines = lines
+    }
+
+    public var count: Int { lines.count }
+
+    /// 1-based line number of the `i`-th line.
+    public func number(_ i: Int) -> Int { lines[i].number }
+
+    /// Runs `body` on the `i`-th line's bytes.
+    public func withLine<T, E: Error>(_ i: Int, _ body: (UnsafeBufferPointer<UInt8>) throws(E) -> T) throws(E) -> T {
+        let (start, end, _) = lines[i]
+        let result: Result<T, E> = buffer.withUnsafeBufferPointer { all in
+            do throws(E) {
+                return .success(try body(UnsafeBufferPointer(rebasing: all[start..<end])))
+            } catch {
+                return .failure(error)
+            }
+        }
+        return try result.get()
+    }
+
+    /// A copy of the `i`-th line's bytes.
+    public func line(_ i: Int) -> [UInt8] { Array(buffer[lines[i].start..<lines[i].end]) }
 }
 
 /// Bytes at the end of the log that a crash left behind: a partial line, or the complete lines of
@@ -110,7 +138,7 @@ public protocol LedgerStore: Sendable {
 
     /// Reads complete lines from `cursor` up to `end`, in batches of at most `batchSize`. With
     /// `containing`, only lines holding that byte string are delivered (a cheap pre-filter).
-    func scan(from cursor: LogCursor, to end: LogCursor, batchSize: Int, containing: [UInt8]?, _ visit: ([RawLine]) throws -> Void) throws
+    func scan(from cursor: LogCursor, to end: LogCursor, batchSize: Int, containing: [UInt8]?, _ visit: (LineBatch) throws -> Void) throws
 
     /// Appends lines at `expected` (which must be the end of the last complete command), removing
     /// any torn tail first, and returns once the bytes are durable. Then records `head`.
@@ -119,6 +147,7 @@ public protocol LedgerStore: Sendable {
 
     /// Every known subject id with the random salt that pseudonymises it.
     func readSubjectSalts() throws -> [String: [UInt8]]
-    /// Durably records a new subject's salt. Call with the exclusive lock held.
-    func saveSubjectSalt(_ salt: [UInt8], for subjectID: String) throws
+    /// Durably records new subjects' salts, in one write and one sync. Call with the exclusive
+    /// lock held, before appending the subjects' first events.
+    func saveSubjectSalts(_ salts: [(subjectID: String, salt: [UInt8])]) throws
 }

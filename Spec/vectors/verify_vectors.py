@@ -1,0 +1,1219 @@
+#!/usr/bin/env python3
+"""An independent verifier for the ConsentLedger format, version 1.
+
+Written from Spec/ledger-format.md alone, with the Python 3 standard library only: SHA-256 and
+SHA-512 come from hashlib, Ed25519 verification is implemented below from RFC 8032 (with the
+stricter acceptance rules that the spec adopts from libsodium), and canonical JSON (RFC 8785) is
+checked by a strict parser of its own.
+
+Usage:
+    python3 Spec/vectors/verify_vectors.py          check Spec/vectors (tiny-ledger, expected.json,
+                                                    tampered/*.jsonl)
+    python3 Spec/vectors/verify_vectors.py DIR      verify the ledger folder DIR (structure only)
+
+Prints one line per check and ends with "N passed, M failed"; exits 0 only when M is 0.
+"""
+
+import hashlib
+import json
+import os
+import sys
+
+# ---------------------------------------------------------------------------------------------
+# Ed25519 (RFC 8032, section 5.1), verification with libsodium's acceptance rules
+# ---------------------------------------------------------------------------------------------
+
+P = 2**255 - 19
+L = 2**252 + 27742317777372353535851937790883648493
+D = -121665 * pow(121666, P - 2, P) % P
+SQRT_M1 = pow(2, (P - 1) // 4, P)
+
+
+def _recover_x(y, sign):
+    """RFC 8032 5.1.3 step 2-4: the x coordinate for y and the sign bit, or None."""
+    if y >= P:
+        return None
+    x2 = (y * y - 1) * pow(D * y * y + 1, P - 2, P) % P
+    if x2 == 0:
+        return None if sign else 0
+    x = pow(x2, (P + 3) // 8, P)
+    if (x * x - x2) % P != 0:
+        x = x * SQRT_M1 % P
+    if (x * x - x2) % P != 0:
+        return None
+    if (x & 1) != sign:
+        x = P - x
+    return x
+
+
+_BY = 4 * pow(5, P - 2, P) % P
+BASE = (_recover_x(_BY, 0), _BY, 1, _recover_x(_BY, 0) * _BY % P)
+IDENTITY = (0, 1, 1, 0)
+
+
+def _add(p, q):
+    """Addition in extended coordinates (RFC 8032 5.1.4)."""
+    a = (p[1] - p[0]) * (q[1] - q[0]) % P
+    b = (p[1] + p[0]) * (q[1] + q[0]) % P
+    c = 2 * p[3] * q[3] * D % P
+    d = 2 * p[2] * q[2] % P
+    e, f, g, h = b - a, d - c, d + c, b + a
+    return (e * f % P, g * h % P, f * g % P, e * h % P)
+
+
+def _mul(s, p):
+    q = IDENTITY
+    while s > 0:
+        if s & 1:
+            q = _add(q, p)
+        p = _add(p, p)
+        s >>= 1
+    return q
+
+
+def _neg(p):
+    return ((P - p[0]) % P, p[1], p[2], (P - p[3]) % P)
+
+
+def _compress(p):
+    zinv = pow(p[2], P - 2, P)
+    x, y = p[0] * zinv % P, p[1] * zinv % P
+    return int.to_bytes(y | ((x & 1) << 255), 32, "little")
+
+
+def _decompress(s):
+    y = int.from_bytes(s, "little")
+    sign = y >> 255
+    y &= (1 << 255) - 1
+    x = _recover_x(y, sign)
+    if x is None:
+        return None
+    return (x, y, 1, x * y % P)
+
+
+# The y coordinates (sign bit ignored) of the points of order 1, 2, 4 and 8, including the
+# non-canonical spellings p and p+1 of 0 and 1. libsodium's ge25519_has_small_order.
+_Y8 = 2707385501144840649318225287225658788936804267575313519463743609750303402022
+SMALL_ORDER_Y = {0, 1, P - 1, _Y8, P - _Y8, P, P + 1}
+
+
+def _has_small_order(encoding):
+    return (int.from_bytes(encoding, "little") & ((1 << 255) - 1)) in SMALL_ORDER_Y
+
+
+def ed25519_verify(public_key, message, signature):
+    """True when `signature` is a valid Ed25519 signature of `message` by `public_key`, under the
+    rules of Spec/ledger-format.md ("Signatures"): S < L; R and A not of small order; A's y
+    canonical; [S]B - [k]A encodes to exactly the bytes R (cofactorless)."""
+    if len(public_key) != 32 or len(signature) != 64:
+        return False
+    r_bytes, s_bytes = signature[:32], signature[32:]
+    s = int.from_bytes(s_bytes, "little")
+    if s >= L or _has_small_order(r_bytes):
+        return False
+    if (int.from_bytes(public_key, "little") & ((1 << 255) - 1)) >= P or _has_small_order(public_key):
+        return False
+    a = _decompress(public_key)
+    if a is None:
+        return False
+    k = int.from_bytes(hashlib.sha512(r_bytes + public_key + message).digest(), "little") % L
+    check = _add(_mul(s, BASE), _mul(k, _neg(a)))
+    return _compress(check) == r_bytes
+
+
+def ed25519_public_key(seed):
+    h = hashlib.sha512(seed).digest()
+    a = int.from_bytes(h[:32], "little")
+    a &= (1 << 254) - 8
+    a |= 1 << 254
+    return _compress(_mul(a, BASE))
+
+
+def ed25519_sign(seed, message):
+    """RFC 8032 5.1.6; only to show that the vectors' signatures are reproducible."""
+    h = hashlib.sha512(seed).digest()
+    a = int.from_bytes(h[:32], "little")
+    a &= (1 << 254) - 8
+    a |= 1 << 254
+    public = _compress(_mul(a, BASE))
+    r = int.from_bytes(hashlib.sha512(h[32:] + message).digest(), "little") % L
+    big_r = _compress(_mul(r, BASE))
+    k = int.from_bytes(hashlib.sha512(big_r + public + message).digest(), "little") % L
+    return big_r + int.to_bytes((r + k * a) % L, 32, "little")
+
+
+# ---------------------------------------------------------------------------------------------
+# Canonical JSON (RFC 8785 subset): a strict parser that accepts exactly the canonical form
+# ---------------------------------------------------------------------------------------------
+
+MAX_SAFE_INTEGER = 2**53 - 1
+SHORT_ESCAPES = {0x22: 0x22, 0x5C: 0x5C, 0x62: 0x08, 0x66: 0x0C, 0x6E: 0x0A, 0x72: 0x0D, 0x74: 0x09}
+HEX_LOWER = b"0123456789abcdef"
+
+
+class JSONError(Exception):
+    def __init__(self, offset, message):
+        super().__init__(message)
+        self.offset = offset
+        self.message = message
+
+
+def utf16_key(s):
+    """Sort key of RFC 8785 section 3.2.3: UTF-16 code units, compared as unsigned integers."""
+    return s.encode("utf-16-be", "surrogatepass")
+
+
+class StrictParser:
+    """Accepts exactly the bytes that the canonical serialisation of some value produces."""
+
+    def __init__(self, data):
+        self.b = data
+        self.i = 0
+
+    def fail(self, message, at=None):
+        raise JSONError(self.i if at is None else at, message)
+
+    def parse(self):
+        value = self.value(0)
+        if self.i != len(self.b):
+            self.fail("unexpected bytes after the JSON value")
+        return value
+
+    def value(self, depth):
+        if depth >= 64:
+            self.fail("nesting is deeper than 64 levels")
+        if self.i >= len(self.b):
+            self.fail("unexpected end of input")
+        c = self.b[self.i]
+        if c == 0x7B:
+            return self.obj(depth)
+        if c == 0x5B:
+            return self.arr(depth)
+        if c == 0x22:
+            return self.string()
+        for literal, v in ((b"true", True), (b"false", False), (b"null", None)):
+            if c == literal[0]:
+                if self.b[self.i:self.i + len(literal)] != literal:
+                    self.fail("invalid literal")
+                self.i += len(literal)
+                return v
+        if c == 0x2D or 0x30 <= c <= 0x39:
+            return self.integer()
+        if c in b" \t\n\r":
+            self.fail("whitespace is not canonical")
+        self.fail("unexpected character %r" % chr(c))
+
+    def obj(self, depth):
+        self.i += 1
+        members = {}
+        previous = None
+        if self.i < len(self.b) and self.b[self.i] == 0x7D:
+            self.i += 1
+            return members
+        while True:
+            if self.i >= len(self.b) or self.b[self.i] != 0x22:
+                self.fail("expected a member name")
+            at = self.i
+            key = self.string()
+            if key in members:
+                self.fail("duplicate member name %r" % key, at)
+            if previous is not None and not utf16_key(previous) < utf16_key(key):
+                self.fail("member %r is out of canonical (RFC 8785) order" % key, at)
+            previous = key
+            if self.i >= len(self.b) or self.b[self.i] != 0x3A:
+                self.fail("expected ':'")
+            self.i += 1
+            members[key] = self.value(depth + 1)
+            if self.i >= len(self.b):
+                self.fail("unexpected end of input in an object")
+            if self.b[self.i] == 0x2C:
+                self.i += 1
+                continue
+            if self.b[self.i] != 0x7D:
+                self.fail("expected ',' or '}'")
+            self.i += 1
+            return members
+
+    def arr(self, depth):
+        self.i += 1
+        items = []
+        if self.i < len(self.b) and self.b[self.i] == 0x5D:
+            self.i += 1
+            return items
+        while True:
+            items.append(self.value(depth + 1))
+            if self.i >= len(self.b):
+                self.fail("unexpected end of input in an array")
+            if self.b[self.i] == 0x2C:
+                self.i += 1
+                continue
+            if self.b[self.i] != 0x5D:
+                self.fail("expected ',' or ']'")
+            self.i += 1
+            return items
+
+    def integer(self):
+        start = self.i
+        negative = self.b[self.i] == 0x2D
+        if negative:
+            self.i += 1
+        digits_start = self.i
+        while self.i < len(self.b) and 0x30 <= self.b[self.i] <= 0x39:
+            self.i += 1
+        digits = self.b[digits_start:self.i]
+        if not digits:
+            self.fail("expected digits", start)
+        if len(digits) > 1 and digits[0] == 0x30:
+            self.fail("integer has a leading zero", start)
+        if self.i < len(self.b) and self.b[self.i] in b".eE":
+            self.fail("only integers are allowed here", start)
+        value = int(digits)
+        if value > MAX_SAFE_INTEGER:
+            self.fail("integer is out of range", start)
+        if negative and value == 0:
+            self.fail("'-0' is not allowed", start)
+        return -value if negative else value
+
+    def string(self):
+        start = self.i
+        self.i += 1
+        out = bytearray()
+        while True:
+            if self.i >= len(self.b):
+                self.fail("unterminated string", start)
+            c = self.b[self.i]
+            if c == 0x22:
+                self.i += 1
+                break
+            if c < 0x20:
+                self.fail("control character in a string must be escaped")
+            if c != 0x5C:
+                out.append(c)
+                self.i += 1
+                continue
+            if self.i + 1 >= len(self.b):
+                self.fail("unterminated escape")
+            e = self.b[self.i + 1]
+            if e in SHORT_ESCAPES:
+                out.append(SHORT_ESCAPES[e])
+                self.i += 2
+            elif e == 0x75:
+                h = self.b[self.i + 2:self.i + 6]
+                if len(h) != 4 or any(x not in HEX_LOWER for x in h):
+                    self.fail("'\\u' escape is not canonical here (4 lowercase hex digits required)")
+                v = int(h, 16)
+                if v >= 0x20 or v in (0x08, 0x09, 0x0A, 0x0C, 0x0D):
+                    self.fail("'\\u' escape is not canonical here", self.i)
+                out.append(v)
+                self.i += 6
+            else:
+                self.fail("escape '\\%s' is not canonical" % chr(e), self.i)
+        try:
+            return out.decode("utf-8", "strict")
+        except UnicodeDecodeError:
+            self.fail("string is not valid UTF-8", start)
+
+
+def parse_canonical(data):
+    return StrictParser(bytes(data)).parse()
+
+
+def serialize(value):
+    """RFC 8785 serialisation of the subset (used to cross-check the strict parser)."""
+    if value is None:
+        return b"null"
+    if value is True:
+        return b"true"
+    if value is False:
+        return b"false"
+    if isinstance(value, int):
+        if abs(value) > MAX_SAFE_INTEGER:
+            raise ValueError("integer out of range")
+        return str(value).encode()
+    if isinstance(value, str):
+        out = bytearray(b'"')
+        for byte in value.encode("utf-8"):
+            if byte == 0x22:
+                out += b'\\"'
+            elif byte == 0x5C:
+                out += b"\\\\"
+            elif byte in (0x08, 0x09, 0x0A, 0x0C, 0x0D):
+                out += {0x08: b"\\b", 0x09: b"\\t", 0x0A: b"\\n", 0x0C: b"\\f", 0x0D: b"\\r"}[byte]
+            elif byte < 0x20:
+                out += b"\\u%04x" % byte
+            else:
+                out.append(byte)
+        return bytes(out + b'"')
+    if isinstance(value, list):
+        return b"[" + b",".join(serialize(v) for v in value) + b"]"
+    if isinstance(value, dict):
+        keys = sorted(value, key=utf16_key)
+        return b"{" + b",".join(serialize(k) + b":" + serialize(value[k]) for k in keys) + b"}"
+    raise ValueError("not a JSON value of the subset: %r" % (value,))
+
+
+# ---------------------------------------------------------------------------------------------
+# Small formats
+# ---------------------------------------------------------------------------------------------
+
+def sha256(data):
+    return hashlib.sha256(data).digest()
+
+
+def hex_decode(text, length=None):
+    """Lowercase hex only; None for anything else."""
+    if not isinstance(text, str) or len(text) % 2 or any(c not in "0123456789abcdef" for c in text):
+        return None
+    raw = bytes.fromhex(text)
+    if length is not None and len(raw) != length:
+        return None
+    return raw
+
+
+def key_id(public_key):
+    return sha256(public_key)[:8].hex()
+
+
+def subject_ref(subject_id, salt):
+    return sha256(b"consentledger-subject-v1\n" + salt + subject_id.encode("utf-8"))[:16].hex()
+
+
+SIGNING_CONTEXT = b"consentledger-event-v1\n"
+ZERO_HASH = "0" * 64
+
+
+def _days_from_civil(y, m, d):
+    y -= m <= 2
+    era = (y if y >= 0 else y - 399) // 400
+    yoe = y - era * 400
+    doy = (153 * (m + (-3 if m > 2 else 9)) + 2) // 5 + d - 1
+    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+    return era * 146097 + doe - 719468
+
+
+def parse_time(text):
+    """Milliseconds since the epoch for a canonical time YYYY-MM-DDTHH:MM:SS.sssZ, else None."""
+    if not isinstance(text, str) or len(text) != 24:
+        return None
+    b = text.encode("utf-8")
+    if len(b) != 24 or not all(b[i] in b"0123456789" for i in (0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18, 20, 21, 22)):
+        return None
+    if (b[4], b[7], b[10], b[13], b[16], b[19], b[23]) != tuple(b"--T::.Z"):
+        return None
+    y, mo, d = int(text[0:4]), int(text[5:7]), int(text[8:10])
+    h, mi, s, ms = int(text[11:13]), int(text[14:16]), int(text[17:19]), int(text[20:23])
+    leap = y % 4 == 0 and (y % 100 != 0 or y % 400 == 0)
+    days_in_month = [31, 29 if leap else 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
+    if not (1 <= mo <= 12 and 1 <= d <= days_in_month[mo - 1] and h < 24 and mi < 60 and s < 60):
+        return None
+    return ((_days_from_civil(y, mo, d) * 24 + h) * 60 + mi) * 60000 + s * 1000 + ms
+
+
+def trimmed_text(data):
+    """Small text files: trailing LF, CR and space are ignored."""
+    return data.rstrip(b"\n\r ").decode("utf-8", "replace")
+
+
+# ---------------------------------------------------------------------------------------------
+# Catalogue
+# ---------------------------------------------------------------------------------------------
+
+class CatalogError(Exception):
+    pass
+
+
+def _is_slug(s):
+    b = s.encode("utf-8")
+    return 0 < len(b) <= 64 and 0x61 <= b[0] <= 0x7A and all(
+        0x61 <= c <= 0x7A or 0x30 <= c <= 0x39 or c == 0x2D for c in b)
+
+
+def _names(value, entry):
+    if not isinstance(value, dict) or not value:
+        raise CatalogError("%s: 'name' must be a non-empty object of language tag to text" % entry)
+    for language, text in value.items():
+        if not isinstance(text, str) or not text:
+            raise CatalogError("%s: name in %r must be a non-empty string" % (entry, language))
+    return value
+
+
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def decode_catalog(root):
+    """Validates a parsed catalogue; returns {code: feature}, each feature a dict with 'code',
+    'key', 'consents' (required first, then optional, each group in catalogue order)."""
+    if not isinstance(root, dict):
+        raise CatalogError("the top level must be a JSON object")
+    for k in root:
+        if k != "features":
+            raise CatalogError("unknown member %r" % k)
+    features = root.get("features")
+    if not isinstance(features, list) or not features:
+        raise CatalogError("'features' must be a non-empty array")
+    by_code, keys = {}, set()
+    ordered = []
+    for i, f in enumerate(features):
+        entry = "features[%d]" % i
+        if not isinstance(f, dict):
+            raise CatalogError(entry + ": must be an object")
+        for k in f:
+            if k not in ("code", "key", "name", "consents"):
+                raise CatalogError("%s: unknown member %r" % (entry, k))
+        code, key = f.get("code"), f.get("key")
+        if not _is_int(code) or code < 0:
+            raise CatalogError(entry + ": 'code' must be a non-negative integer")
+        if not isinstance(key, str) or not _is_slug(key):
+            raise CatalogError(entry + ": 'key' must be a slug")
+        if code in by_code or key in keys:
+            raise CatalogError(entry + ": feature code or key used twice")
+        _names(f.get("name"), entry)
+        consents = f.get("consents")
+        if not isinstance(consents, list) or not consents:
+            raise CatalogError(entry + ": 'consents' must be a non-empty array")
+        seen = set()
+        parsed = []
+        for j, c in enumerate(consents):
+            centry = "%s consents[%d]" % (entry, j)
+            if not isinstance(c, dict):
+                raise CatalogError(centry + ": must be an object")
+            for k in c:
+                if k not in ("code", "name", "required", "link", "version"):
+                    raise CatalogError("%s: unknown member %r" % (centry, k))
+            ccode, required, link, version = c.get("code"), c.get("required"), c.get("link"), c.get("version")
+            if not isinstance(ccode, str) or not _is_slug(ccode) or ccode in seen:
+                raise CatalogError(centry + ": 'code' must be a slug, unique in its feature")
+            seen.add(ccode)
+            if not isinstance(required, bool):
+                raise CatalogError(centry + ": 'required' must be true or false")
+            _names(c.get("name"), centry)
+            # The reference counts characters (extended grapheme clusters); code points here.
+            if not isinstance(link, str) or not (link.startswith("https://") or link.startswith("http://")) or len(link) < 10:
+                raise CatalogError(centry + ": 'link' must be an http(s) URL")
+            if not isinstance(version, str) or not version:
+                raise CatalogError(centry + ": 'version' must be a non-empty string")
+            parsed.append({"code": ccode, "required": required, "version": version})
+        if not any(c["required"] for c in parsed):
+            raise CatalogError(entry + ": the feature has no required consent")
+        feature = {"code": code, "key": key,
+                   "consents": [c for c in parsed if c["required"]] + [c for c in parsed if not c["required"]]}
+        by_code[code] = feature
+        keys.add(key)
+        ordered.append(feature)
+    return by_code, ordered
+
+
+# ---------------------------------------------------------------------------------------------
+# Events
+# ---------------------------------------------------------------------------------------------
+
+class Failure(Exception):
+    """Verification failed at `line` (1-based, or None) and `seq` (or None)."""
+
+    def __init__(self, line, seq, reason):
+        super().__init__(reason)
+        self.line, self.seq, self.reason = line, seq, reason
+
+    def __str__(self):
+        where = []
+        if self.line is not None:
+            where.append("line %d" % self.line)
+        if self.seq is not None:
+            where.append("seq %d" % self.seq)
+        return (", ".join(where) + ": " if where else "") + self.reason
+
+
+class DecodeError(Exception):
+    pass
+
+
+LINE_PREFIX = b'{"body":'
+SIG_PREFIX = b',"sig":"'
+COMMON = {"v", "seq", "at", "actor", "cmd", "cmdSize", "prev", "kid", "type"}
+TYPE_MEMBERS = {
+    "ledger.created": {"ledger", "catalog", "publicKey"},
+    "consent.given": {"subject", "feature", "consent", "version"},
+    "consent.revoked": {"subject", "feature", "consent", "reason"},
+}
+
+
+class Event:
+    pass
+
+
+def decode_line(line):
+    """One line without its newline -> Event. Raises DecodeError."""
+    if len(line) < len(LINE_PREFIX) + 2 + len(SIG_PREFIX) + 128 + 2:
+        raise DecodeError("line is too short to be an event (%d bytes)" % len(line))
+    if not line.startswith(LINE_PREFIX):
+        raise DecodeError('line does not start with {"body":')
+    sig_start = len(line) - 2 - 128
+    if line[-2:] != b'"}' or line[sig_start - len(SIG_PREFIX):sig_start] != SIG_PREFIX:
+        raise DecodeError('line does not end with ,"sig":"<128 hex digits>"}')
+    signature = hex_decode(line[sig_start:-2].decode("latin-1"), 64)
+    if signature is None:
+        raise DecodeError("signature is not 128 lowercase hex digits")
+    body = line[len(LINE_PREFIX):sig_start - len(SIG_PREFIX)]
+    try:
+        m = parse_canonical(body)
+    except JSONError as e:
+        raise DecodeError("body is not canonical JSON: byte %d: %s" % (e.offset + len(LINE_PREFIX) + 1, e.message))
+    if serialize(m) != body:  # belt and braces: the strict parser and the serialiser must agree
+        raise DecodeError("body is not canonical JSON (re-serialisation differs)")
+    if not isinstance(m, dict):
+        raise DecodeError("body is not a JSON object")
+
+    def string(k):
+        v = m.get(k)
+        if not isinstance(v, str):
+            raise DecodeError("member '%s' is missing or not a string" % k)
+        return v
+
+    def integer(k):
+        v = m.get(k)
+        if not _is_int(v) or v < 0:
+            raise DecodeError("member '%s' is missing or not a non-negative integer" % k)
+        return v
+
+    if not (_is_int(m.get("v")) and m.get("v") == 1):
+        raise DecodeError("member 'v' must be 1 (this reader knows format version 1)")
+    etype = string("type")
+    if etype not in TYPE_MEMBERS:
+        raise DecodeError("unknown event type '%s'" % etype)
+    allowed = COMMON | TYPE_MEMBERS[etype]
+    if etype == "consent.revoked" and m.get("reason") == "cascade":
+        allowed = allowed | {"cause"}
+    extra = sorted(k for k in m if k not in allowed)
+    if extra:
+        raise DecodeError("member '%s' does not belong to a '%s' event" % (extra[0], etype))
+    e = Event()
+    e.body, e.signature, e.type = body, signature, etype
+    e.seq = integer("seq")
+    e.at = string("at")
+    e.at_ms = parse_time(e.at)
+    if e.at_ms is None:
+        raise DecodeError("member 'at' is not a canonical UTC time like 2026-01-31T08:00:00.000Z")
+    e.actor = string("actor")
+    e.cmd = integer("cmd")
+    e.cmd_size = integer("cmdSize")
+    if not (e.cmd_size >= 1 and e.cmd <= e.seq and e.seq - e.cmd < e.cmd_size):
+        raise DecodeError("command span cmd=%d cmdSize=%d does not contain seq %d" % (e.cmd, e.cmd_size, e.seq))
+    e.prev = string("prev")
+    if hex_decode(e.prev, 32) is None:
+        raise DecodeError("member 'prev' is not 64 lowercase hex digits")
+    e.kid = string("kid")
+    e.subject = None
+    if etype == "ledger.created":
+        e.ledger, e.catalog, e.public_key = string("ledger"), string("catalog"), string("publicKey")
+    else:
+        e.subject, e.feature, e.consent = string("subject"), integer("feature"), string("consent")
+        if etype == "consent.given":
+            e.version = string("version")
+        else:
+            e.reason = string("reason")
+            if e.reason == "cascade":
+                e.cause = integer("cause")
+            elif e.reason != "withdrawn":
+                raise DecodeError("unknown revocation reason '%s'" % e.reason)
+    return e
+
+
+# ---------------------------------------------------------------------------------------------
+# Replay
+# ---------------------------------------------------------------------------------------------
+
+class Violation(Exception):
+    def __init__(self, seq, reason):
+        super().__init__(reason)
+        self.seq, self.reason = seq, reason
+
+
+class SubjectState:
+    def __init__(self):
+        self.consents = {}        # (feature, code) -> "given" | "withdrawn"
+        self.open = None          # (cmd, cmdSize) of the command being applied
+        self.required_revocations = {}
+        self.touched = set()
+
+    def is_given(self, feature, code):
+        return self.consents.get((feature, code)) == "given"
+
+    def is_active(self, feature):
+        return all(self.is_given(feature["code"], c["code"]) for c in feature["consents"] if c["required"])
+
+    def apply(self, e, catalog):
+        span = (e.cmd, e.cmd_size)
+        if self.open is not None and self.open != span:
+            raise Violation(e.seq, "command starting at seq %d is incomplete: expected %d events" % self.open)
+        if self.open is None:
+            if e.cmd != e.seq:
+                raise Violation(e.seq, "event claims to belong to a command starting at seq %d, which is not open for this subject" % e.cmd)
+            self.open, self.required_revocations, self.touched = span, {}, set()
+        feature = catalog.get(e.feature)
+        if feature is None:
+            raise Violation(e.seq, "unknown feature code %d" % e.feature)
+        definition = next((c for c in feature["consents"] if c["code"] == e.consent), None)
+        if definition is None:
+            raise Violation(e.seq, "unknown consent '%s' in feature '%s'" % (e.consent, feature["key"]))
+        key = (feature["code"], definition["code"])
+        if e.type == "consent.given":
+            if self.is_given(*key):
+                raise Violation(e.seq, "consent '%s' of '%s' is given twice (rule R6 gives only a withheld consent)" % (e.consent, feature["key"]))
+            if not definition["required"] and not self.is_active(feature):
+                raise Violation(e.seq, "optional consent '%s' given while '%s' has a required consent withheld (rule R2)" % (e.consent, feature["key"]))
+            if e.version != definition["version"]:
+                raise Violation(e.seq, "consent '%s' of '%s' records policy version '%s' but the catalogue's is '%s'" % (e.consent, feature["key"], e.version, definition["version"]))
+            self.consents[key] = "given"
+        else:
+            if not self.is_given(*key):
+                raise Violation(e.seq, "consent '%s' of '%s' is revoked while it is withheld" % (e.consent, feature["key"]))
+            if e.reason == "withdrawn":
+                if definition["required"]:
+                    self.required_revocations[e.seq] = key
+            else:
+                if definition["required"]:
+                    raise Violation(e.seq, "required consent '%s' cannot be revoked by cascade (rule R4 cascades to optional consents only)" % e.consent)
+                cause = self.required_revocations.get(e.cause)
+                if cause is None or cause[0] != feature["code"]:
+                    raise Violation(e.seq, "cascade names cause seq %d, which is not a revocation of a required consent of '%s' in the same command" % (e.cause, feature["key"]))
+            self.consents[key] = "withdrawn"
+        self.touched.add(feature["code"])
+        if e.seq == e.cmd + e.cmd_size - 1:
+            for code in sorted(self.touched):
+                f = catalog.get(code)
+                if f is None or self.is_active(f):
+                    continue
+                for c in f["consents"]:
+                    if not c["required"] and self.is_given(code, c["code"]):
+                        raise Violation(e.seq, "optional consent '%s' of '%s' is still given after its feature became inactive (rule R4 cascade missing)" % (c["code"], f["key"]))
+            self.open = None
+
+
+class Replay:
+    def __init__(self, catalog):
+        self.catalog = catalog
+        self.subjects = {}
+        self.genesis = None
+        self.last_seq = None
+        self.last_at = None
+        self.count = 0
+        self.open = None  # ((cmd, cmdSize), subject)
+
+    def apply(self, e):
+        expected = 0 if self.last_seq is None else self.last_seq + 1
+        if e.seq != expected:
+            raise Violation(e.seq, "sequence number %d where %d was expected" % (e.seq, expected))
+        if self.last_at is not None and e.at_ms < self.last_at:
+            raise Violation(e.seq, "time %s is earlier than the previous event's" % e.at)
+        span = (e.cmd, e.cmd_size)
+        if self.open is not None:
+            if span != self.open[0] or e.subject != self.open[1]:
+                raise Violation(e.seq, "command starting at seq %d is incomplete: expected %d events" % self.open[0])
+        else:
+            if e.cmd != e.seq:
+                raise Violation(e.seq, "event claims command start %d, but a new command must start at its own seq" % e.cmd)
+            self.open = (span, e.subject)
+        if e.type == "ledger.created":
+            if e.seq != 0 or e.cmd_size != 1:
+                raise Violation(e.seq, "a genesis event can only be the first event, alone in its command")
+            self.genesis = e
+        else:
+            if self.genesis is None:
+                raise Violation(e.seq, "the log does not start with a genesis event")
+            self.subjects.setdefault(e.subject, SubjectState()).apply(e, self.catalog)
+        if e.seq == e.cmd + e.cmd_size - 1:
+            self.open = None
+        self.last_seq, self.last_at = e.seq, e.at_ms
+        self.count += 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Verifying a ledger folder (Spec/ledger-format.md, "Verifying, step by step")
+# ---------------------------------------------------------------------------------------------
+
+class Report:
+    pass
+
+
+def read_file(folder, name):
+    with open(os.path.join(folder, name), "rb") as f:
+        return f.read()
+
+
+def verify_folder(folder, log=None, head_text=None):
+    """Verifies the ledger folder; `log` and `head_text` replace ledger.jsonl and head.
+    Returns a Report or raises Failure naming the first bad entry."""
+    if log is None:
+        if not os.path.isfile(os.path.join(folder, "ledger.jsonl")):
+            raise Failure(None, None, "no ledger at %s (no ledger.jsonl)" % folder)
+        log = read_file(folder, "ledger.jsonl")
+
+    # Steps 1 and 2: the key, the catalogue and the genesis event.
+    public_key = hex_decode(trimmed_text(read_file(folder, "public.key")), 32)
+    if public_key is None:
+        raise Failure(None, None, "public.key does not hold a 64-digit lowercase hex Ed25519 public key")
+    kid = key_id(public_key)
+    catalog_bytes = read_file(folder, "catalog.json")
+    newline = log.find(b"\n")
+    if newline < 0:
+        raise Failure(1, 0, "the genesis line is incomplete (no newline)")
+    try:
+        genesis = decode_line(log[:newline])
+    except DecodeError as e:
+        raise Failure(1, 0, "genesis event is malformed: %s" % e)
+    if genesis.type != "ledger.created" or genesis.seq != 0 or genesis.prev != ZERO_HASH:
+        raise Failure(1, 0, "the first line is not a genesis event with seq 0 and a zero prev")
+    if genesis.public_key != public_key.hex() or genesis.kid != kid:
+        raise Failure(1, 0, "the genesis event pins public key %s, but the ledger's public key is %s" % (genesis.public_key, public_key.hex()))
+    if not ed25519_verify(public_key, SIGNING_CONTEXT + genesis.body, genesis.signature):
+        raise Failure(1, 0, "the genesis event's signature does not verify with the ledger's public key")
+    if sha256(catalog_bytes).hex() != genesis.catalog:
+        raise Failure(1, 0, "the stored catalogue's SHA-256 differs from the hash pinned in the genesis event")
+    try:
+        catalog_value = parse_canonical(catalog_bytes)
+    except JSONError as e:
+        raise Failure(1, 0, "stored catalogue: catalog.json is not canonical JSON: byte %d: %s" % (e.offset + 1, e.message))
+    try:
+        catalog, catalog_order = decode_catalog(catalog_value)
+    except CatalogError as e:
+        raise Failure(1, 0, "stored catalogue: %s" % e)
+
+    # Steps 3 and 4: the head file and the end of the log (torn tail). If either fails, an
+    # earlier line may be bad too, and the first bad line of the whole file is named instead.
+    if head_text is None:
+        head_text = trimmed_text(read_file(folder, "head"))
+    ends = [i + 1 for i, b in enumerate(log) if b == 0x0A]
+    starts = [0] + ends[:-1]
+    try:
+        head_seq, head_hash = parse_head(head_text)
+        end, complete_lines, torn_lines = find_end(log, ends, starts)
+    except Failure:
+        check_lines(log, ends, starts, len(ends), public_key, kid, catalog, None)
+        raise
+
+    # Step 5: every line up to the end of the last complete command, in order.
+    replay, previous_hash, head_seen, records = check_lines(
+        log, ends, starts, complete_lines, public_key, kid, catalog, (head_seq, head_hash))
+
+    # Steps 6 and 7: the head was reached; no command is left open.
+    if not head_seen or replay.last_seq is None:
+        last = "none" if replay.last_seq is None else str(replay.last_seq)
+        raise Failure(replay.count + 1, None if replay.last_seq is None else replay.last_seq + 1,
+                      "the log ends at seq %s but seq %d was acknowledged: acknowledged events are missing (truncated log)" % (last, head_seq))
+    if replay.open is not None:
+        first = replay.open[0][0]
+        raise Failure(first + 1, first, "the command starting here is incomplete")
+
+    report = Report()
+    report.events, report.records, report.replay = replay.count, records, replay
+    report.head = (replay.last_seq, previous_hash)
+    report.recorded_head = (head_seq, head_hash)
+    report.ledger_name, report.public_key, report.key_id = genesis.ledger, public_key, kid
+    report.catalog, report.catalog_order = catalog, catalog_order
+    report.torn = None if end == len(log) else (end, len(log) - end, torn_lines)
+    return report
+
+
+def parse_head(text):
+    """Step 3: `SEQ HASH` -> (seq, hash hex)."""
+    parts = text.split(" ")
+    if (len(parts) != 2 or not parts[0].isascii() or not parts[0].isdigit() or str(int(parts[0])) != parts[0]
+            or int(parts[0]) >= 2**64 or hex_decode(parts[1], 32) is None):
+        raise Failure(None, None, "head is not 'SEQ HASH'")
+    return int(parts[0]), parts[1]
+
+
+def find_end(log, ends, starts):
+    """Step 4 (Torn tails): (end offset, lines before it, torn complete lines)."""
+    if not ends:
+        raise Failure(1, 0, "the log holds no complete event")
+
+    def tail_line(k):
+        try:
+            return decode_line(log[starts[k]:ends[k] - 1])
+        except DecodeError as e:
+            raise Failure(k + 1, None, "malformed event at byte offset %d: %s" % (starts[k], e))
+
+    k = len(ends) - 1
+    newest = tail_line(k)
+    torn_lines = 0
+    if newest.seq != newest.cmd + newest.cmd_size - 1:
+        last = newest
+        while last.seq != newest.cmd:
+            k -= 1
+            if k < 0:
+                raise Failure(1, 0, "the log holds no complete event")
+            previous = tail_line(k)
+            if (previous.cmd, previous.cmd_size) != (newest.cmd, newest.cmd_size) or previous.seq + 1 != last.seq:
+                raise Failure(None, previous.seq, "the last command's events are not contiguous")
+            last = previous
+        torn_lines = len(ends) - k
+        k -= 1
+        if k < 0:
+            raise Failure(1, 0, "the log holds no complete event")
+        tail_line(k)
+    return ends[k], k + 1, torn_lines
+
+
+def check_lines(log, ends, starts, count, public_key, kid, catalog, head):
+    """Step 5 over the first `count` lines; `head` is (seq, hash) or None (no head check).
+    Returns (replay, hash of the last line, whether the head's seq was seen, records)."""
+    replay = Replay(catalog)
+    previous_hash = ZERO_HASH
+    head_seen = False
+    records = []
+    for i in range(count):
+        number = i + 1
+        try:
+            e = decode_line(log[starts[i]:ends[i] - 1])
+        except DecodeError as err:
+            raise Failure(number, None, str(err))
+        if e.kid != kid:
+            raise Failure(number, e.seq, "signed with key id %s, not the ledger's key %s" % (e.kid, kid))
+        if not ed25519_verify(public_key, SIGNING_CONTEXT + e.body, e.signature):
+            raise Failure(number, e.seq, "signature does not verify with the ledger's public key")
+        if e.seq + 1 != number:
+            raise Failure(number, e.seq, "line %d holds seq %d; expected seq %d (lines removed, inserted or reordered)" % (number, e.seq, number - 1))
+        if e.prev != previous_hash:
+            raise Failure(number, e.seq, "prev %s does not match the previous event's hash %s" % (e.prev, previous_hash))
+        try:
+            replay.apply(e)
+        except Violation as v:
+            raise Failure(number, v.seq, v.reason)
+        body_hash = sha256(e.body).hex()
+        if head is not None and e.seq == head[0]:
+            if body_hash != head[1]:
+                raise Failure(number, e.seq, "hash differs from the recorded head %s" % head[1])
+            head_seen = True
+        previous_hash = body_hash
+        e.line, e.hash = number, body_hash
+        records.append(e)
+    return replay, previous_hash, head_seen, records
+
+
+def read_subjects(folder):
+    """subjects.jsonl -> {id: salt}; a final line without a newline is ignored."""
+    data = read_file(folder, "subjects.jsonl")
+    salts = {}
+    for n, line in enumerate(data.split(b"\n")[:-1], 1):
+        try:
+            v = parse_canonical(line)
+        except JSONError:
+            v = None
+        salt = hex_decode(v.get("salt"), 16) if isinstance(v, dict) else None
+        if not isinstance(v, dict) or set(v) != {"id", "salt"} or not isinstance(v["id"], str) or salt is None:
+            raise ValueError('subjects.jsonl line %d is not {"id":…,"salt":…}' % n)
+        salts[v["id"]] = salt
+    return salts
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks
+# ---------------------------------------------------------------------------------------------
+
+class Checks:
+    def __init__(self):
+        self.passed = 0
+        self.failed = 0
+
+    def check(self, ok, name, detail=""):
+        if ok:
+            self.passed += 1
+            print("ok    " + name + ("  (" + detail + ")" if detail else ""))
+        else:
+            self.failed += 1
+            print("FAIL  " + name + (": " + detail if detail else ""))
+
+    def run(self, name, fn):
+        """fn() returns (ok, detail); an exception is a failure."""
+        try:
+            ok, detail = fn()
+        except Exception as exc:  # noqa: BLE001 - report any crash as a failed check
+            ok, detail = False, "%s: %s" % (type(exc).__name__, exc)
+        self.check(ok, name, detail)
+
+    def finish(self):
+        print("%d passed, %d failed" % (self.passed, self.failed))
+        return 0 if self.failed == 0 else 1
+
+
+def describe_torn(torn):
+    if torn is None:
+        return "no torn tail"
+    return "torn tail ignored: %d bytes at offset %d, %d complete line(s)" % (torn[1], torn[0], torn[2])
+
+
+def self_tests(checks):
+    # RFC 8032 section 7.1, TEST 1 (empty message).
+    seed = bytes.fromhex("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60")
+    public = bytes.fromhex("d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a")
+    sig = bytes.fromhex("e5564300c360ac729086e2cc806e828a84877f1eb8e5d974d873e065224901555fb8821590a33bacc61e39701cf9b46bd25bf5f0595bbe24655141438e7a100b")
+    checks.check(ed25519_public_key(seed) == public and ed25519_sign(seed, b"") == sig and ed25519_verify(public, b"", sig)
+                 and not ed25519_verify(public, b"x", sig), "ed25519: RFC 8032 7.1 TEST 1 (key, signature, verify, reject)")
+    s_plus_l = sig[:32] + int.to_bytes(int.from_bytes(sig[32:], "little") + L, 32, "little")
+    checks.check(not ed25519_verify(public, b"", s_plus_l), "ed25519: S + L (malleated signature) is rejected")
+    checks.check(all(_mul(8, _decompress(int.to_bytes(y, 32, "little"))) [0] % P == 0 for y in (_Y8, P - _Y8)),
+                 "ed25519: the order-8 y coordinates of the small-order list are of order 8")
+
+    accept = [b'{"a":1,"b":[true,false,null],"c":"x"}', b'"\\u001f\\n\\"\\\\/\xc3\xa9"', b"-9007199254740991",
+              b'{"\xc3\xa9":1,"\xf0\x9f\x98\x80":2,"\xef\xbc\xa1":3}', b'"\x7f"', b"0", b"[]", b"{}"]
+    for text in accept:
+        def ok(text=text):
+            v = parse_canonical(text)
+            return serialize(v) == text, "round-trips"
+        label = "".join(c if 0x20 <= ord(c) < 0x7F else "<U+%04X>" % ord(c) for c in text.decode("utf-8"))
+        checks.run("jcs: accepts canonical %s" % label, ok)
+    reject = [
+        (b'{ "a":1}', "whitespace"), (b'{"a":1}\n', "trailing newline"), (b'{"b":1,"a":2}', "unsorted keys"),
+        (b'{"a":1,"a":1}', "duplicate keys"), (b"1.0", "fraction"), (b"1e3", "exponent"), (b"01", "leading zero"),
+        (b"-0", "minus zero"), (b"9007199254740992", "integer beyond 2^53-1"), (b'"\\/"', "escaped slash"),
+        (b'"\\u0041"', "needless \\u escape"), (b'"\\u000a"', "\\u for a short escape"), (b'"\\u001F"', "uppercase hex"),
+        (b'"\\ud83d\\ude00"', "escaped non-control character"), (b'"\x01"', "raw control character"),
+        (b'"\xc3"', "invalid UTF-8"), (b'"\xed\xa0\x80"', "UTF-8-encoded surrogate"), (b"True", "bad literal"),
+        (b'{"\xef\xbc\xa1":1,"\xf0\x9f\x98\x80":2}', "keys in code-point rather than UTF-16 order"),
+    ]
+    for text, why in reject:
+        def rejected(text=text):
+            try:
+                parse_canonical(text)
+            except JSONError as e:
+                return True, e.message
+            return False, "accepted"
+        checks.run("jcs: rejects %s" % why, rejected)
+    checks.check(parse_time("2026-01-15T09:00:00.000Z") == 1768467600000 and parse_time("0000-02-29T00:00:00.000Z") is not None
+                 and all(parse_time(t) is None for t in ("2026-01-15T09:00:00Z", "2026-01-15T09:00:00.0000Z", "2026-01-15t09:00:00.000Z",
+                                                          "2026-02-29T00:00:00.000Z", "2026-01-15T09:00:60.000Z", "2026-01-15T09:00:00.000+00:00")),
+                 "time: canonical spelling accepted, every other spelling rejected")
+
+
+def check_vectors(checks, here):
+    folder = os.path.join(here, "tiny-ledger")
+    with open(os.path.join(here, "expected.json"), "rb") as f:
+        expected_bytes = f.read()
+    expected = json.loads(expected_bytes)
+    checks.check(expected_bytes.endswith(b"\n") and serialize(parse_canonical(expected_bytes[:-1])) == expected_bytes[:-1],
+                 "expected.json is canonical JSON followed by a newline")
+
+    seed = hex_decode(trimmed_text(read_file(folder, "secret.key")), 32)
+    public = hex_decode(trimmed_text(read_file(folder, "public.key")), 32)
+    checks.check(seed == bytes(range(32)) and ed25519_public_key(seed) == public,
+                 "secret.key is the test seed 00..1f and derives public.key", public.hex() if public else "")
+    for name in ("public.key", "secret.key"):
+        data = read_file(folder, name)
+        checks.check(len(data) == 65 and data.endswith(b"\n") and hex_decode(data[:-1].decode(), 32) is not None,
+                     "%s is 64 lowercase hex digits and a newline" % name)
+
+    try:
+        report = verify_folder(folder)
+        checks.check(True, "tiny-ledger verifies", "%d events, %d subjects, head seq %d, %s" % (
+            report.events, len(report.replay.subjects), report.head[0], describe_torn(report.torn)))
+    except Failure as f:
+        checks.check(False, "tiny-ledger verifies", str(f))
+        return
+
+    checks.check(report.public_key.hex() == expected["publicKey"], "publicKey matches expected.json")
+    checks.check(report.key_id == expected["keyID"] == key_id(public), "keyID = SHA-256(public key)[:8] matches expected.json", report.key_id)
+    catalog_hash = sha256(read_file(folder, "catalog.json")).hex()
+    checks.check(catalog_hash == expected["catalogSha256"] == report.records[0].catalog,
+                 "catalogSha256 = SHA-256(catalog.json) = genesis 'catalog'", catalog_hash)
+    checks.check(report.ledger_name == expected["ledgerName"], "ledgerName matches expected.json", report.ledger_name)
+    checks.check(len(report.records) == len(expected["events"]) == report.events, "event count matches expected.json",
+                 str(report.events))
+    for e, x in zip(report.records, expected["events"]):
+        message = SIGNING_CONTEXT + e.body
+        checks.check(
+            x["line"] == e.line and x["seq"] == e.seq and x["type"] == e.type and x["prev"] == e.prev
+            and x["bodySha256"] == sha256(e.body).hex() and x["signedMessageSha256"] == sha256(message).hex(),
+            "line %d (seq %d, %s): bodySha256, signedMessageSha256, prev, seq, type" % (e.line, e.seq, e.type))
+        checks.check(ed25519_sign(seed, message) == e.signature,
+                     "line %d: signature is reproduced by signing with the test key" % e.line)
+    head_file = trimmed_text(read_file(folder, "head"))
+    checks.check(read_file(folder, "head") == b"%d %s\n" % (expected["head"]["seq"], expected["head"]["hash"].encode())
+                 and report.head == (expected["head"]["seq"], expected["head"]["hash"]),
+                 "head file and verified head match expected.json", head_file)
+
+    salts = read_subjects(folder)
+    refs_in_log = set(report.replay.subjects)
+    checks.check(sorted(salts) == [s["id"] for s in expected["subjects"]], "subjects.jsonl lists exactly the expected ids",
+                 ", ".join(sorted(salts)))
+    for s in expected["subjects"]:
+        salt = bytes.fromhex(s["salt"])
+        ref = subject_ref(s["id"], salt)
+        checks.check(ref == s["ref"] and salts.get(s["id"]) == salt and ref in refs_in_log,
+                     "subject %s: ref from id and salt matches, salt in subjects.jsonl, ref in the log" % s["id"], ref)
+
+    for subject in ("alice", "bob"):
+        state = report.replay.subjects.get(subject_ref(subject, salts[subject]), SubjectState())
+        got = {f["key"]: {"active": state.is_active(f),
+                          "given": [c["code"] for c in f["consents"] if state.is_given(f["code"], c["code"])]}
+               for f in report.catalog_order}
+        checks.check(got == expected["finalState"][subject], "finalState of %s matches expected.json" % subject,
+                     json.dumps(got, sort_keys=True))
+
+    for t in expected["tampered"]:
+        log = read_file(os.path.join(here, "tampered"), t["file"])
+        try:
+            verify_folder(folder, log=log)
+            checks.check(False, "tampered/%s fails at line %d" % (t["file"], t["line"]), "it verified")
+        except Failure as f:
+            checks.check(f.line == t["line"] and t["reason"] in f.reason,
+                         "tampered/%s fails at line %d" % (t["file"], t["line"]), str(f))
+
+    # Torn tails and the head file (derived from the tiny ledger, no new signatures needed).
+    log = read_file(folder, "ledger.jsonl")
+    lines = log.splitlines(keepends=True)
+
+    def torn_partial():
+        r = verify_folder(folder, log=log + lines[1][:40])
+        return r.events == 10 and r.torn == (len(log), 40, 0), describe_torn(r.torn)
+    checks.run("a partial last line is a torn tail: ignored, ledger still verifies", torn_partial)
+
+    def torn_command():
+        r = verify_folder(folder, log=b"".join(lines[:7]), head_text="5 " + report.records[5].hash)
+        return r.events == 6 and r.torn == (len(b"".join(lines[:6])), len(lines[6]), 1), describe_torn(r.torn)
+    checks.run("complete lines of an unfinished command are a torn tail (head at seq 5)", torn_command)
+
+    def truncated():
+        try:
+            verify_folder(folder, log=b"".join(lines[:7]))
+        except Failure as f:
+            return f.line == 7 and "truncated log" in f.reason, str(f)
+        return False, "it verified"
+    checks.run("head at seq 9 with the log cut inside the command at seq 6: truncation found at line 7", truncated)
+
+    def ahead():
+        r = verify_folder(folder, head_text="5 " + report.records[5].hash)
+        return r.events == 10, "log runs ahead of head; accepted"
+    checks.run("head behind the log (crash between log sync and head write) is accepted", ahead)
+
+    def wrong_head():
+        try:
+            verify_folder(folder, head_text="5 " + report.records[4].hash)
+        except Failure as f:
+            return f.line == 6 and "recorded head" in f.reason, str(f)
+        return False, "it verified"
+    checks.run("head naming seq 5 with another hash fails at line 6", wrong_head)
+
+
+def check_resigned(checks, here):
+    """Ledgers that are validly signed with the test key and chained, but break a rule of the
+    spec. They are derived here, not by the reference implementation, so they test this verifier
+    against the spec's replay rules rather than against the vectors."""
+    folder = os.path.join(here, "tiny-ledger")
+    seed = bytes(range(32))
+    bodies = [parse_canonical(line[len(LINE_PREFIX):-(len(SIG_PREFIX) + 130)])
+              for line in read_file(folder, "ledger.jsonl").split(b"\n")[:-1]]
+    bob = bodies[8]["subject"]
+
+    def build(change):
+        events = [dict(b) for b in bodies]
+        events = change(events) or events
+        lines, prev = [], ZERO_HASH
+        for b in events:
+            b["prev"] = prev
+            body = serialize(b)
+            lines.append(LINE_PREFIX + body + SIG_PREFIX + ed25519_sign(seed, SIGNING_CONTEXT + body).hex().encode() + b'"}\n')
+            prev = sha256(body).hex()
+        return b"".join(lines), "%d %s" % (events[-1]["seq"], prev)
+
+    def edit(i, **members):
+        def change(events):
+            events[i].update(members)
+        return change
+
+    def drop_cascade(events):
+        events[6]["cmdSize"] = 1
+        del events[7]
+        for n, b in enumerate(events):
+            b["seq"] = n
+            b["cmd"] = n if b["cmdSize"] == 1 else b["cmd"]
+
+    def optional_first(events):
+        events[1]["consent"], events[2]["consent"] = "optional-a", "required"
+
+    def second_genesis(events):
+        g = dict(bodies[0])
+        g.update(seq=9, cmd=9, at=events[9]["at"])
+        events[9] = g
+
+    def withdrawn_not_cascade(events):
+        events[7]["reason"] = "withdrawn"
+        del events[7]["cause"]
+
+    cases = [
+        ("unchanged, re-signed", None, None, None),
+        ("cascade naming a cause outside its command", edit(7, cause=5), 8, "cascade names cause seq 5"),
+        ("required consent withdrawn without its cascade", drop_cascade, 7, "still given after its feature became inactive"),
+        ("cascade written as a plain withdrawal (allowed by rules 10-11)", withdrawn_not_cascade, None, None),
+        ("time going backwards", edit(8, at="2026-01-15T09:00:01.999Z"), 9, "earlier than the previous"),
+        ("policy version not the catalogue's", edit(1, version="2.0"), 2, "policy version '2.0'"),
+        ("optional consent before the required one", optional_first, 2, "given while"),
+        ("second event of a command for another subject", edit(2, subject=bob), 3, "is incomplete"),
+        ("consent given twice", edit(9, consent="required"), 10, "given twice"),
+        ("revoking a withheld consent", edit(6, consent="optional-b"), 7, "revoked while it is withheld"),
+        ("unknown consent", edit(9, consent="optional-c"), 10, "unknown consent"),
+        ("a key id that is not the ledger's", edit(3, kid="0000000000000000"), 4, "not the ledger's key"),
+        ("a member that does not belong to the type", edit(8, cause=1), 9, "does not belong"),
+        ("genesis pinning another catalogue", edit(0, catalog="00" * 32), 1, "catalogue's SHA-256 differs"),
+        ("a second genesis event", second_genesis, 10, "genesis event can only be the first"),
+        ("a command that does not start at its own seq", edit(9, cmd=8, cmdSize=2), 10, "must start at its own seq"),
+        ("malformed last line and a bad signature on line 3: the first bad line is named,", None, 3, "signature does not verify"),
+        ("malformed last line alone", None, 10, "member 'v' must be 1"),
+        ("malformed head file and a bad signature on line 3: the first bad line is named,", None, 3, "signature does not verify"),
+    ]
+    for name, change, line, reason in cases:
+        def run(change=change, line=line, reason=reason):
+            log, head = build(change or (lambda events: None))
+            if name.startswith("malformed"):
+                lines = log.split(b"\n")
+                if "line 3" in name:
+                    lines[2] = lines[2][:-9] + (b"1" if lines[2][-9:-8] == b"0" else b"0") + lines[2][-8:]
+                if "last line" in name:
+                    lines[9] = lines[9].replace(b'"v":1', b'"v":2')
+                if "head" in name:
+                    head = "9  " + head.split(" ")[1]
+                log = b"\n".join(lines)
+            try:
+                r = verify_folder(folder, log=log, head_text=head)
+            except Failure as f:
+                return line is not None and f.line == line and reason in f.reason, str(f)
+            return line is None, "verified, %d events" % r.events
+        expect = "verifies" if line is None else "fails at line %d" % line
+        checks.run("re-signed: %s %s" % (name, expect), run)
+
+
+def check_folder(checks, folder):
+    try:
+        r = verify_folder(folder)
+    except Failure as f:
+        checks.check(False, "ledger %s verifies" % folder, "first bad entry: %s" % f)
+        return
+    except (OSError, ValueError) as exc:
+        checks.check(False, "ledger %s verifies" % folder, str(exc))
+        return
+    checks.check(True, "ledger %s verifies" % folder, "ledger %r, %d events, %d subjects" % (
+        r.ledger_name, r.events, len(r.replay.subjects)))
+    print("      head      seq %d %s" % r.head)
+    print("      recorded  seq %d %s" % r.recorded_head)
+    print("      key       %s (kid %s)" % (r.public_key.hex(), r.key_id))
+    print("      " + describe_torn(r.torn))
+
+
+def main(argv):
+    checks = Checks()
+    if len(argv) > 2 or (len(argv) == 2 and argv[1] in ("-h", "--help")):
+        print(__doc__.strip())
+        return 64
+    if len(argv) == 2:
+        check_folder(checks, argv[1])
+    else:
+        here = os.path.dirname(os.path.abspath(__file__))
+        self_tests(checks)
+        check_vectors(checks, here)
+        check_resigned(checks, here)
+    return checks.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
