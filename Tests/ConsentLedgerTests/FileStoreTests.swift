@@ -191,3 +191,27 @@ final class Counter: Sendable {
     func add() { count.withLock { $0 += 1 } }
     var value: Int { count.withLock { $0 } }
 }
+
+/// Regression: salts were found by `String` equality (canonical equivalence) but references
+/// hashed from bytes, so "José" typed precomposed and decomposed shared one salt and got two
+/// references. Ids are now compared byte for byte: two spellings, two subjects, each consistent.
+@Suite struct SubjectIdentityTests {
+    @Test func canonicallyEquivalentSpellingsAreDistinctSubjects() throws {
+        let path = LedgerPropertyTests.folder("nfc")
+        defer { removeFolder(path) }
+        let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "nfc")
+        let composed = "Jos\u{E9}", decomposed = "Jose\u{301}"
+        #expect(composed == decomposed, "Swift calls them equal")
+        try ledger.execute(LedgerCommand(subjectID: composed, request: .give(feature: "timeline", consents: ["required"])))
+        #expect(try ledger.report(for: decomposed).listing.isEmpty, "the other spelling is another subject")
+        try ledger.execute(LedgerCommand(subjectID: decomposed, request: .give(feature: "medication-management", consents: ["required"])))
+        let salts = try FileLedgerStore(directory: path).readSubjectSalts()
+        #expect(salts.count == 2)
+        for id in [composed, decomposed] {
+            let ref = try #require(try ledger.subjectRef(for: id))
+            #expect(ref == ledger.subjectRef(id: id, salt: salts[SubjectID(id)]!))
+            #expect(try ledger.report(for: id).events.count == 1)
+        }
+        #expect(try ledger.verify().subjects == 2)
+    }
+}

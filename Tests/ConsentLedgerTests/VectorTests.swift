@@ -117,7 +117,7 @@ import Glibc
         }
         let salts = try FileLedgerStore(directory: path).readSubjectSalts()
         let subjects: [JSONValue] = salts.keys.sorted().map { id in
-            .object(["id": .string(id), "salt": .string(Hex.encode(salts[id]!)), "ref": .string(ledger.subjectRef(id: id, salt: salts[id]!).value)])
+            .object(["id": .string(id.text), "salt": .string(Hex.encode(salts[id]!)), "ref": .string(ledger.subjectRef(id: id.text, salt: salts[id]!).value)])
         }
         let value: JSONValue = .object([
             "description": .string("Expected values for Spec/vectors/tiny-ledger; see Spec/ledger-format.md section 'Test vectors'. The secret key is a test key: seed bytes 00 01 02 ... 1f."),

@@ -84,7 +84,7 @@ public final class Ledger: Sendable {
     private let memory: Mutex<Memory>
 
     private struct Memory: Sendable {
-        var salts: [String: [UInt8]]?
+        var salts: [SubjectID: [UInt8]]?
         var signer: SodiumSigner?
         /// A full replay with the cursor it reached, when loaded.
         var replay: LedgerReplay?
@@ -190,11 +190,11 @@ public final class Ledger: Sendable {
 
     /// The known subject's reference, or nil for a subject the ledger has never seen.
     public func subjectRef(for subjectID: String) throws -> SubjectRef? {
-        if let salt = try salts(refreshingFor: subjectID)[subjectID] { return subjectRef(id: subjectID, salt: salt) }
+        if let salt = try salts(refreshingFor: SubjectID(subjectID))[SubjectID(subjectID)] { return subjectRef(id: subjectID, salt: salt) }
         return nil
     }
 
-    private func salts(refreshingFor subjectID: String) throws -> [String: [UInt8]] {
+    private func salts(refreshingFor subjectID: SubjectID) throws -> [SubjectID: [UInt8]] {
         if let cached = memory.withLock({ $0.salts }), cached[subjectID] != nil { return cached }
         let loaded = try store.readSubjectSalts()
         memory.withLock { $0.salts = loaded }
@@ -220,16 +220,17 @@ public final class Ledger: Sendable {
             let headHash = chain.hash(ofBody: log.last.body)
             // Subject references; a new subject gets a salt that is saved only if it gets events.
             var salts = memory.withLock { $0.salts } ?? [:]
-            if commands.contains(where: { salts[$0.subjectID] == nil }) { salts = try store.readSubjectSalts() }
-            var newSalts: [String: [UInt8]] = [:]
-            var refs: [String: SubjectRef] = [:]
-            for command in commands where refs[command.subjectID] == nil {
-                if salts[command.subjectID] == nil {
+            if commands.contains(where: { salts[SubjectID($0.subjectID)] == nil }) { salts = try store.readSubjectSalts() }
+            var newSalts: [SubjectID: [UInt8]] = [:]
+            var refs: [SubjectID: SubjectRef] = [:]
+            for command in commands where refs[SubjectID(command.subjectID)] == nil {
+                let id = SubjectID(command.subjectID)
+                if salts[id] == nil {
                     let salt = random(16)
-                    salts[command.subjectID] = salt
-                    newSalts[command.subjectID] = salt
+                    salts[id] = salt
+                    newSalts[id] = salt
                 }
-                refs[command.subjectID] = subjectRef(id: command.subjectID, salt: salts[command.subjectID]!)
+                refs[id] = subjectRef(id: command.subjectID, salt: salts[id]!)
             }
             var states = try currentStates(of: Set(refs.values), log: log)
             let at = max(clock(), log.last.event.at)
@@ -237,7 +238,7 @@ public final class Ledger: Sendable {
             var results: [CommandResult] = []
             var events: [LedgerEvent] = []
             for command in commands {
-                let ref = refs[command.subjectID]!
+                let ref = refs[SubjectID(command.subjectID)]!
                 var state = states[ref] ?? SubjectState()
                 let outcome: CommandOutcome
                 do throws(CommandRejection) {
@@ -258,7 +259,7 @@ public final class Ledger: Sendable {
                 results.append(CommandResult(subjectID: command.subjectID, events: outcome.events, notes: outcome.notes, listing: ConsentListing(state: state, catalog: catalog)))
             }
             guard !events.isEmpty else { return ExecutionReport(results: results, recovered: nil) }
-            let withEvents = Set(results.filter { !$0.events.isEmpty }.map(\.subjectID))
+            let withEvents = Set(results.filter { !$0.events.isEmpty }.map { SubjectID($0.subjectID) })
             try store.saveSubjectSalts(newSalts.filter { withEvents.contains($0.key) }.sorted { $0.key < $1.key }.map { ($0.key, $0.value) })
             let (records, newHead) = chain.seal(events, after: headHash, signer: signer)
             var bytes: [UInt8] = []

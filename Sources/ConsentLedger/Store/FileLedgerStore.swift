@@ -251,7 +251,7 @@ public struct FileLedgerStore: LedgerStore {
                 guard k >= 0 else { return nil }
                 guard let previous = try decodeLine(k) else { return nil }
                 guard previous.event.command == newest.event.command, previous.event.seq + 1 == last.event.seq else {
-                    throw LedgerError.integrity(IntegrityFailure(line: nil, seq: previous.event.seq, problem: "the last command's events are not contiguous"))
+                    throw LedgerError.integrity(IntegrityFailure(line: Int(previous.event.seq) + 1, seq: previous.event.seq, problem: "the last command's events are not contiguous"))
                 }
                 last = previous
             }
@@ -362,10 +362,10 @@ public struct FileLedgerStore: LedgerStore {
 
     // MARK: - Subjects
 
-    public func readSubjectSalts() throws -> [String: [UInt8]] {
+    public func readSubjectSalts() throws -> [SubjectID: [UInt8]] {
         try requireLedger()
         let bytes = try PosixFile(path: subjectsPath, flags: O_RDONLY).readAll()
-        var salts: [String: [UInt8]] = [:]
+        var salts: [SubjectID: [UInt8]] = [:]
         var lineNumber = 0
         // A trailing line without a newline was never acknowledged (a crash mid-write): ignored.
         for line in bytes.split(separator: Self.newline, omittingEmptySubsequences: false).dropLast() {
@@ -376,12 +376,14 @@ public struct FileLedgerStore: LedgerStore {
             else {
                 throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "\(subjectsPath) line \(lineNumber) is not {\"id\":…,\"salt\":…}"))
             }
-            salts[id] = salt
+            guard salts.updateValue(salt, forKey: SubjectID(id)) == nil else {
+                throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "\(subjectsPath) line \(lineNumber) repeats subject id '\(id)'"))
+            }
         }
         return salts
     }
 
-    public func saveSubjectSalts(_ salts: [(subjectID: String, salt: [UInt8])]) throws {
+    public func saveSubjectSalts(_ salts: [(subjectID: SubjectID, salt: [UInt8])]) throws {
         guard !salts.isEmpty else { return }
         let file = try PosixFile(path: subjectsPath, flags: O_RDWR)
         var size = try file.size()
@@ -394,7 +396,7 @@ public struct FileLedgerStore: LedgerStore {
         }
         var lines: [UInt8] = []
         for (id, salt) in salts {
-            CanonicalJSON.serialize(.object(["id": .string(id), "salt": .string(Hex.encode(salt))]), into: &lines)
+            CanonicalJSON.serialize(.object(["id": .string(id.text), "salt": .string(Hex.encode(salt))]), into: &lines)
             lines.append(Self.newline)
         }
         try file.write(lines, at: size)

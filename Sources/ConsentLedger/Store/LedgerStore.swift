@@ -1,5 +1,18 @@
 import ConsentDomain
 
+/// A subject id as given, compared byte for byte. Swift's `String` equality treats canonically
+/// equivalent spellings ("é" and "e" + U+0301) as equal, but the pseudonym is a hash of the bytes,
+/// so the salt must be found by the same bytes that are hashed.
+public struct SubjectID: Hashable, Sendable, Comparable {
+    public let utf8: [UInt8]
+
+    public init(_ text: String) { utf8 = Array(text.utf8) }
+
+    public var text: String { String(decoding: utf8, as: UTF8.self) }
+
+    public static func < (a: SubjectID, b: SubjectID) -> Bool { a.utf8.lexicographicallyPrecedes(b.utf8) }
+}
+
 /// The hash of the newest acknowledged event and its sequence number.
 public struct ChainHead: Hashable, Sendable, CustomStringConvertible {
     public let seq: UInt64
@@ -146,8 +159,8 @@ public protocol LedgerStore: Sendable {
     func append(_ lines: [UInt8], lineCount: Int, at expected: LogCursor, head: ChainHead) throws -> LogCursor
 
     /// Every known subject id with the random salt that pseudonymises it.
-    func readSubjectSalts() throws -> [String: [UInt8]]
+    func readSubjectSalts() throws -> [SubjectID: [UInt8]]
     /// Durably records new subjects' salts, in one write and one sync. Call with the exclusive
     /// lock held, before appending the subjects' first events.
-    func saveSubjectSalts(_ salts: [(subjectID: String, salt: [UInt8])]) throws
+    func saveSubjectSalts(_ salts: [(subjectID: SubjectID, salt: [UInt8])]) throws
 }
