@@ -1,5 +1,6 @@
 import ConsentDomain
 import Foundation
+import PropertyBased
 import Testing
 @testable import ConsentLedger
 
@@ -114,6 +115,30 @@ import Testing
             let results = parallelMap(50_000, minimumForParallel: 1) { i in String(repeating: "x", count: 20 + i % 7) + String(i) }
             #expect(results.count == 50_000)
             #expect(results.enumerated().allSatisfy { $0.element.hasSuffix(String($0.offset)) && $0.element.count == 20 + $0.offset % 7 + String($0.offset).count })
+        }
+    }
+}
+
+/// The direct body writer must produce exactly what the generic RFC 8785 serialiser does, for
+/// any event: random actors (with escapes and non-ASCII), times, sequence numbers and payloads.
+@Suite struct BodyWriterTests {
+    @Test func directWriterEqualsGenericSerialiser() async {
+        let names = ["self", "dr. \"house\"", "Zoë\n\t", "\u{1}\u{7F}", "名前", "a\\b"]
+        let actors = Gen.int(in: 0...(names.count - 1)).map { names[$0] }
+        let input = zip(actors, Gen.int(in: 0...1_000_000), Gen.int(in: -2_000_000_000...2_000_000_000), Gen.int(in: 0...3))
+        await propertyCheck(count: 300, input: input) { actor, seq, seconds, kind in
+            let at = Timestamp(millisecondsSinceEpoch: Int64(seconds) * 1000 + Int64(seq % 1000))
+            let subject = SubjectRef("00112233445566778899aabbccddeeff")
+            let payload: EventPayload
+            switch kind {
+            case 0: payload = .ledgerCreated(LedgerCreated(ledgerName: "n/\(actor)", catalogHash: "ab", publicKey: "cd"))
+            case 1: payload = .consentGiven(ConsentGiven(subject: subject, feature: seq % 7, consent: "optional-a", version: "v\(actor)"))
+            case 2: payload = .consentRevoked(ConsentRevoked(subject: subject, feature: 2, consent: "required", reason: .withdrawn))
+            default: payload = .consentRevoked(ConsentRevoked(subject: subject, feature: 2, consent: "optional-b", reason: .cascade(cause: UInt64(seq / 2))))
+            }
+            let event = LedgerEvent(seq: UInt64(seq), at: at, actor: actor, command: CommandSpan(first: UInt64(seq / 2), size: seq - seq / 2 + 1), payload: payload)
+            let prev = Sodium().sha256(Array(actor.utf8))
+            #expect(EventCodec.body(of: event, prev: prev, keyID: "0123456789abcdef") == EventCodec.bodyViaGenericSerialiser(of: event, prev: prev, keyID: "0123456789abcdef"))
         }
     }
 }

@@ -49,8 +49,67 @@ public enum EventCodec {
     /// signature over anything else the same key signs.
     public static let signingContext = Array("consentledger-event-v1\n".utf8)
 
-    /// The canonical body of an event.
+    /// The canonical body of an event, written member by member in RFC 8785 order (the names are
+    /// ASCII, so byte order is UTF-16 order). A test checks it against the generic serialiser.
     public static func body(of event: LedgerEvent, prev: Digest, keyID: String) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(360)
+        var first = true
+        func name(_ key: StaticString) {
+            out.append(first ? UInt8(ascii: "{") : UInt8(ascii: ","))
+            first = false
+            out.append(UInt8(ascii: "\""))
+            out.append(contentsOf: UnsafeBufferPointer(start: key.utf8Start, count: key.utf8CodeUnitCount))
+            out.append(contentsOf: [UInt8(ascii: "\""), UInt8(ascii: ":")])
+        }
+        func string(_ key: StaticString, _ value: String) {
+            name(key)
+            CanonicalJSON.writeString(value, into: &out)
+        }
+        func integer(_ key: StaticString, _ value: some BinaryInteger) {
+            name(key)
+            out.append(contentsOf: String(value).utf8)
+        }
+        string("actor", event.actor)
+        string("at", event.at.rfc3339)
+        switch event.payload {
+        case .ledgerCreated(let e):
+            string("catalog", e.catalogHash)
+            integer("cmd", event.command.first)
+            integer("cmdSize", event.command.size)
+            string("kid", keyID)
+            string("ledger", e.ledgerName)
+            string("prev", prev.hex)
+            string("publicKey", e.publicKey)
+        case .consentGiven(let e):
+            integer("cmd", event.command.first)
+            integer("cmdSize", event.command.size)
+            string("consent", e.consent)
+            integer("feature", e.feature)
+            string("kid", keyID)
+            string("prev", prev.hex)
+        case .consentRevoked(let e):
+            if case .cascade(let cause) = e.reason { integer("cause", cause) }
+            integer("cmd", event.command.first)
+            integer("cmdSize", event.command.size)
+            string("consent", e.consent)
+            integer("feature", e.feature)
+            string("kid", keyID)
+            string("prev", prev.hex)
+            if case .cascade = e.reason { string("reason", "cascade") } else { string("reason", "withdrawn") }
+        }
+        integer("seq", event.seq)
+        if let subject = event.payload.subject { string("subject", subject.value) }
+        string("type", event.payload.typeName)
+        integer("v", formatVersion)
+        if case .consentGiven(let e) = event.payload { string("version", e.version) }
+        out.append(UInt8(ascii: "}"))
+        return out
+    }
+
+    /// The same body through the generic serialiser: the reference the direct writer is tested
+    /// against.
+    static func bodyViaGenericSerialiser(of event: LedgerEvent, prev: Digest, keyID: String) -> [UInt8] {
         var members: [String: JSONValue] = [
             "v": .int(formatVersion),
             "seq": .int(Int64(event.seq)),

@@ -415,39 +415,12 @@ public final class Ledger: Sendable {
     }
 
     /// Replays lines into `replay`, checking each event's hash link (the chain, not the
-    /// signatures: that is `verify`'s work). Decoding and hashing run on all cores. Returns the
-    /// hash of the last event replayed.
+    /// signatures: that is `verify`'s work). Returns the hash of the last event replayed.
     func replayLines(from: LogCursor, to end: LogCursor, into replay: inout LedgerReplay, after start: Digest) throws -> Digest {
-        var previous = start
-        let chain = self.chain
-        let hasher = chain.hasher
-        try store.scan(from: from, to: end, batchSize: 4096, containing: nil) { batch in
-            let decoded = parallelMap(batch.count, minimumForParallel: 512) { i in
-                batch.withLine(i) { line in
-                    Result<(event: LedgerEvent, prev: Digest, hash: Digest), EventDecodingError> { () throws(EventDecodingError) in
-                        try EventCodec.decodeForReplay(line: line, hasher: hasher)
-                    }
-                }
-            }
-            for (i, result) in decoded.enumerated() {
-                let decodedLine: (event: LedgerEvent, prev: Digest, hash: Digest)
-                switch result {
-                case .success(let value): decodedLine = value
-                case .failure(let e):
-                    throw LedgerError.integrity(IntegrityFailure(line: batch.number(i), seq: nil, problem: e.problem))
-                }
-                guard decodedLine.prev == previous else {
-                    throw LedgerError.integrity(IntegrityFailure(line: batch.number(i), seq: decodedLine.event.seq, problem: "prev \(decodedLine.prev.hex) does not match the previous event's hash \(previous.hex)"))
-                }
-                previous = decodedLine.hash
-                do throws(ReplayViolation) {
-                    try replay.apply(decodedLine.event)
-                } catch {
-                    throw LedgerError.integrity(IntegrityFailure(line: batch.number(i), seq: error.seq, problem: error.problem))
-                }
-            }
-        }
-        return previous
+        let checker = LogChecker(store: store, hasher: chain.hasher, signatures: nil)
+        let result = try checker.run(from: from, to: end, head: nil, progress: LogChecker.Progress(replay: replay, previous: start))
+        replay = result.replay
+        return result.previous
     }
 }
 

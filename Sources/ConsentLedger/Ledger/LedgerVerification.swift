@@ -47,65 +47,11 @@ extension Ledger {
         _ = try checkLines(to: end, head: nil)
     }
 
-    /// Checks every line up to `end`: encoding, key id, signature and hash in parallel; sequence,
+    /// Checks every line up to `end`: encoding, key id, signature and hash on all cores; sequence,
     /// links, rules and the recorded head in order.
     private func checkLines(to end: LogCursor, head: ChainHead?) throws -> (LedgerReplay, Digest, Bool) {
-        var replay = LedgerReplay(catalog: catalog)
-        var previous = Digest.zero
-        var headSeen = false
-            let publicKey = self.publicKey
-            let keyID = self.keyID
-            let chain = self.chain
-            let verifier = self.verifier
-            try store.scan(from: .start, to: end, batchSize: 8192, containing: nil) { batch in
-                // Independent per-line work, in parallel: decode, hash, check the signature.
-                let checked = parallelMap(batch.count, minimumForParallel: 64) { i -> Result<(EventRecord, Digest), IntegrityFailure> in
-                    let number = batch.number(i)
-                    let record: EventRecord
-                    do throws(EventDecodingError) {
-                        record = try batch.withLine(i) { (line) throws(EventDecodingError) in try EventCodec.decode(line: line) }
-                    } catch {
-                        return .failure(IntegrityFailure(line: number, seq: nil, problem: error.problem))
-                    }
-                    let seq = record.event.seq
-                    guard record.keyID == keyID else {
-                        return .failure(IntegrityFailure(line: number, seq: seq, problem: "signed with key id \(record.keyID), not the ledger's key \(keyID)"))
-                    }
-                    let valid = EventCodec.signedMessage(body: record.body).withUnsafeBytes { verifier.isValid(record.signature, of: $0, by: publicKey) }
-                    guard valid else {
-                        return .failure(IntegrityFailure(line: number, seq: seq, problem: "signature does not verify with the ledger's public key"))
-                    }
-                    return .success((record, chain.hash(ofBody: record.body)))
-                }
-                // Links and rules, in order.
-                for (i, result) in checked.enumerated() {
-                    let number = batch.number(i)
-                    let (record, hash): (EventRecord, Digest)
-                    switch result {
-                    case .failure(let failure): throw LedgerError.integrity(failure)
-                    case .success(let pair): (record, hash) = pair
-                    }
-                    let seq = record.event.seq
-                    guard Int(seq) + 1 == number else {
-                        throw LedgerError.integrity(IntegrityFailure(line: number, seq: seq, problem: "line \(number) holds seq \(seq); expected seq \(number - 1) (lines removed, inserted or reordered)"))
-                    }
-                    guard record.prev == previous else {
-                        throw LedgerError.integrity(IntegrityFailure(line: number, seq: seq, problem: "prev \(record.prev.hex) does not match the previous event's hash \(previous.hex)"))
-                    }
-                    do throws(ReplayViolation) {
-                        try replay.apply(record.event)
-                    } catch {
-                        throw LedgerError.integrity(IntegrityFailure(line: number, seq: error.seq, problem: error.problem))
-                    }
-                    if let head, seq == head.seq {
-                        guard hash == head.hash else {
-                            throw LedgerError.integrity(IntegrityFailure(line: number, seq: seq, problem: "hash differs from the recorded head \(head.hash.hex)"))
-                        }
-                        headSeen = true
-                    }
-                    previous = hash
-                }
-            }
-        return (replay, previous, headSeen)
+        let checker = LogChecker(store: store, hasher: chain.hasher, signatures: (verifier, publicKey, keyID))
+        let result = try checker.run(from: .start, to: end, head: head, progress: LogChecker.Progress(replay: LedgerReplay(catalog: catalog), previous: .zero))
+        return (result.replay, result.previous, result.headSeen)
     }
 }

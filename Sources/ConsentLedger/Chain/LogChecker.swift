@@ -1,0 +1,134 @@
+import ConsentDomain
+import Dispatch
+import Synchronization
+
+/// Replays the log through the chain and the rules: the engine under `Ledger.loadAll()` (hash
+/// links and rules) and `Ledger.verify()` (also every key id and signature).
+///
+/// Work per line that does not depend on other lines (decoding, hashing, signatures) runs on all
+/// cores; what must run in order (sequence numbers, links, rules) runs on a serial queue while
+/// the next batch is decoded, so neither stage waits for the other.
+struct LogChecker {
+    let store: any LedgerStore
+    let hasher: any SHA256Hasher
+    /// Check key ids and signatures (verify), or only links and rules (replay).
+    let signatures: (verifier: any SignatureVerifier, publicKey: PublicKey, keyID: String)?
+
+    /// What the parallel stage learns of one line.
+    struct CheckedLine: Sendable {
+        let number: Int
+        let event: LedgerEvent
+        let prev: Digest
+        let hash: Digest
+    }
+
+    enum LineOutcome: Sendable {
+        case checked(CheckedLine)
+        case failed(IntegrityFailure)
+    }
+
+    /// The state the ordered stage builds.
+    struct Progress: Sendable {
+        var replay: LedgerReplay
+        var previous: Digest
+        /// Set when the event at `head.seq` was seen and its hash matched.
+        var headSeen = false
+    }
+
+    /// The ordered stage's state; touched only on the `ordered` queue, then read after it drained.
+    private final class ProgressBox: @unchecked Sendable {
+        var progress: Progress
+        init(_ progress: Progress) { self.progress = progress }
+    }
+
+    /// Checks lines `from` up to `end`, continuing `progress`. Throws the first failure in log order.
+    func run(from: LogCursor, to end: LogCursor, head: ChainHead?, progress start: Progress) throws -> Progress {
+        let box = ProgressBox(start)
+        let failure = Mutex<LedgerError?>(nil)
+        let ordered = DispatchQueue(label: "consentledger.log-checker")
+        // At most two batches in flight: one being decoded, one being applied.
+        let slots = DispatchSemaphore(value: 2)
+        let signatures = self.signatures
+        let hasher = self.hasher
+        do {
+            try store.scan(from: from, to: end, batchSize: 4096, containing: nil) { batch in
+                if let failed = failure.withLock({ $0 }) { throw failed }
+                let outcomes = parallelMap(batch.count, minimumForParallel: 256) { i in
+                    batch.withLine(i) { line in Self.check(line, number: batch.number(i), hasher: hasher, signatures: signatures) }
+                }
+                slots.wait()
+                ordered.async {
+                    defer { slots.signal() }
+                    guard failure.withLock({ $0 == nil }) else { return }
+                    for outcome in outcomes {
+                        do throws(LedgerError) {
+                            try Self.apply(outcome, to: &box.progress, head: head)
+                        } catch {
+                            failure.withLock { $0 = error }
+                            return
+                        }
+                    }
+                }
+            }
+        } catch {
+            ordered.sync {}
+            // A failure found in order comes first in the log; report it before a later one.
+            if let failed = failure.withLock({ $0 }) { throw failed }
+            throw error
+        }
+        ordered.sync {}
+        if let failed = failure.withLock({ $0 }) { throw failed }
+        return box.progress
+    }
+
+    private static func check(_ line: UnsafeBufferPointer<UInt8>, number: Int, hasher: any SHA256Hasher, signatures: (verifier: any SignatureVerifier, publicKey: PublicKey, keyID: String)?) -> LineOutcome {
+        do throws(EventDecodingError) {
+            let (body, signature) = try EventCodec.splitLine(line, decodeSignature: signatures != nil)
+            let (event, prev, keyID) = try EventBodyReader.read(body)
+            if let signatures {
+                guard keyID == signatures.keyID else {
+                    return .failed(IntegrityFailure(line: number, seq: event.seq, problem: "signed with key id \(keyID), not the ledger's key \(signatures.keyID)"))
+                }
+                let context = EventCodec.signingContext
+                let valid = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: context.count + body.count) { message in
+                    _ = message.initialize(fromContentsOf: context)
+                    _ = UnsafeMutableBufferPointer(rebasing: message[context.count...]).initialize(fromContentsOf: body)
+                    return signatures.verifier.isValid(signature, of: UnsafeRawBufferPointer(message), by: signatures.publicKey)
+                }
+                guard valid else {
+                    return .failed(IntegrityFailure(line: number, seq: event.seq, problem: "signature does not verify with the ledger's public key"))
+                }
+            }
+            return .checked(CheckedLine(number: number, event: event, prev: prev, hash: hasher.sha256(UnsafeRawBufferPointer(body))))
+        } catch {
+            return .failed(IntegrityFailure(line: number, seq: nil, problem: error.problem))
+        }
+    }
+
+    private static func apply(_ outcome: LineOutcome, to progress: inout Progress, head: ChainHead?) throws(LedgerError) {
+        let line: CheckedLine
+        switch outcome {
+        case .failed(let failure): throw .integrity(failure)
+        case .checked(let checked): line = checked
+        }
+        let seq = line.event.seq
+        guard Int(seq) + 1 == line.number else {
+            throw .integrity(IntegrityFailure(line: line.number, seq: seq, problem: "line \(line.number) holds seq \(seq); expected seq \(line.number - 1) (lines removed, inserted or reordered)"))
+        }
+        guard line.prev == progress.previous else {
+            throw .integrity(IntegrityFailure(line: line.number, seq: seq, problem: "prev \(line.prev.hex) does not match the previous event's hash \(progress.previous.hex)"))
+        }
+        do throws(ReplayViolation) {
+            try progress.replay.apply(line.event)
+        } catch {
+            throw .integrity(IntegrityFailure(line: line.number, seq: error.seq, problem: error.problem))
+        }
+        if let head, seq == head.seq {
+            guard line.hash == head.hash else {
+                throw .integrity(IntegrityFailure(line: line.number, seq: seq, problem: "hash differs from the recorded head \(head.hash.hex)"))
+            }
+            progress.headSeen = true
+        }
+        progress.previous = line.hash
+    }
+}
