@@ -1,13 +1,13 @@
 # ConsentLedger: the two commands are `make demo` and `make test`.
-# Each installs what is missing (libsodium-dev, pkg-config, python3) from Debian's packages.
+# Each installs what is missing (libsodium-dev, libssl-dev, pkg-config, python3) from Debian's packages.
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-APT_PACKAGES := libsodium-dev pkg-config python3
+APT_PACKAGES := libsodium-dev libssl-dev pkg-config python3
 
 .PHONY: deps build demo test bench clean
 
 deps:
-	@if ! pkg-config --exists libsodium 2>/dev/null || ! command -v python3 >/dev/null; then \
+	@if ! pkg-config --exists libsodium libcrypto 2>/dev/null || ! command -v python3 >/dev/null; then \
 		echo "==> installing $(APT_PACKAGES) with apt-get"; \
 		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null; \
 	fi

@@ -23,8 +23,15 @@ let package = Package(
             pkgConfig: "libsodium",
             providers: [.apt(["libsodium-dev"])]
         ),
+        // OpenSSL's SHA-256 uses the CPU's SHA extensions: measured 4-5x libsodium's on this
+        // machine (see README, Benchmarks). libsodium does all signing and verifying.
+        .systemLibrary(
+            name: "CLibCrypto",
+            pkgConfig: "libcrypto",
+            providers: [.apt(["libssl-dev"])]
+        ),
         .target(name: "ConsentDomain"),
-        .target(name: "ConsentLedger", dependencies: ["ConsentDomain", "CSodium"]),
+        .target(name: "ConsentLedger", dependencies: ["ConsentDomain", "CSodium", "CLibCrypto"]),
         .executableTarget(
             name: "consentctl",
             dependencies: [
@@ -32,7 +39,7 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
-        .executableTarget(name: "consent-bench", dependencies: ["ConsentLedger"]),
+        .executableTarget(name: "consent-bench", dependencies: ["ConsentLedger", "CSodium", "CLibCrypto"]),
         .testTarget(
             name: "ConsentDomainTests",
             dependencies: [

@@ -4,12 +4,14 @@
 Written from Spec/ledger-format.md alone, with the Python 3 standard library only: SHA-256 and
 SHA-512 come from hashlib, Ed25519 verification is implemented below from RFC 8032 (with the
 stricter acceptance rules that the spec adopts from libsodium), and canonical JSON (RFC 8785) is
-checked by a strict parser of its own.
+checked by a strict parser of its own. Event bodies are read in one pass, as the spec's "Reading a
+body" describes, so that failures carry the reference implementation's reasons.
 
 Usage:
     python3 Spec/vectors/verify_vectors.py          check Spec/vectors (tiny-ledger, expected.json,
                                                     tampered/*.jsonl)
-    python3 Spec/vectors/verify_vectors.py DIR      verify the ledger folder DIR (structure only)
+    python3 Spec/vectors/verify_vectors.py DIR      verify the ledger folder DIR (structure only;
+                                                    subjects.jsonl too, if present)
 
 Prints one line per check and ends with "N passed, M failed"; exits 0 only when M is 0.
 """
@@ -18,6 +20,7 @@ import hashlib
 import json
 import os
 import sys
+import unicodedata
 
 # ---------------------------------------------------------------------------------------------
 # Ed25519 (RFC 8032, section 5.1), verification with libsodium's acceptance rules
@@ -193,15 +196,15 @@ class StrictParser:
             return self.string()
         for literal, v in ((b"true", True), (b"false", False), (b"null", None)):
             if c == literal[0]:
+                if self.i + len(literal) > len(self.b):
+                    self.fail("unexpected end of input")
                 if self.b[self.i:self.i + len(literal)] != literal:
                     self.fail("invalid literal")
                 self.i += len(literal)
                 return v
         if c == 0x2D or 0x30 <= c <= 0x39:
             return self.integer()
-        if c in b" \t\n\r":
-            self.fail("whitespace is not canonical")
-        self.fail("unexpected character %r" % chr(c))
+        self.fail("unexpected character '%s'" % _printable(c))  # whitespace included
 
     def obj(self, depth):
         self.i += 1
@@ -252,6 +255,9 @@ class StrictParser:
             self.i += 1
             return items
 
+    # integer() and string() follow the reference's parser (CanonicalJSON.swift) check for check,
+    # so that a body that is not canonical is refused with the same message at the same byte.
+
     def integer(self):
         start = self.i
         negative = self.b[self.i] == 0x2D
@@ -260,6 +266,8 @@ class StrictParser:
         digits_start = self.i
         while self.i < len(self.b) and 0x30 <= self.b[self.i] <= 0x39:
             self.i += 1
+            if self.i - digits_start > 16:
+                self.fail("integer is out of range", start)
         digits = self.b[digits_start:self.i]
         if not digits:
             self.fail("expected digits", start)
@@ -273,6 +281,35 @@ class StrictParser:
         if negative and value == 0:
             self.fail("'-0' is not allowed", start)
         return -value if negative else value
+
+    def _hex4(self):
+        if self.i + 4 > len(self.b):
+            self.fail("short '\\u' escape")
+        v = 0
+        for _ in range(4):
+            c = self.b[self.i]
+            if c not in b"0123456789abcdefABCDEF":
+                self.fail("invalid hex digit in '\\u' escape")
+            v = v << 4 | int(chr(c), 16)
+            self.i += 1
+        return v
+
+    def plain_ascii_string(self):
+        """(start, end) of the content of the string at i when it is printable ASCII without
+        escapes, consumed; otherwise None and nothing consumed."""
+        if self.i >= len(self.b) or self.b[self.i] != 0x22:
+            return None
+        scan = self.i + 1
+        while scan < len(self.b):
+            c = self.b[scan]
+            if c == 0x22:
+                content = (self.i + 1, scan)
+                self.i = scan + 1
+                return content
+            if c == 0x5C or c < 0x20 or c >= 0x7F:
+                return None
+            scan += 1
+        return None
 
     def string(self):
         start = self.i
@@ -294,24 +331,39 @@ class StrictParser:
             if self.i + 1 >= len(self.b):
                 self.fail("unterminated escape")
             e = self.b[self.i + 1]
+            self.i += 2
             if e in SHORT_ESCAPES:
                 out.append(SHORT_ESCAPES[e])
-                self.i += 2
+            elif e == 0x2F:
+                self.fail("'\\/' is not canonical; write '/'", self.i - 2)
             elif e == 0x75:
-                h = self.b[self.i + 2:self.i + 6]
-                if len(h) != 4 or any(x not in HEX_LOWER for x in h):
-                    self.fail("'\\u' escape is not canonical here (4 lowercase hex digits required)")
-                v = int(h, 16)
-                if v >= 0x20 or v in (0x08, 0x09, 0x0A, 0x0C, 0x0D):
-                    self.fail("'\\u' escape is not canonical here", self.i)
-                out.append(v)
-                self.i += 6
+                escape_start = self.i - 2
+                scalar = self._hex4()
+                if 0xD800 <= scalar < 0xDC00:
+                    if not (self.i + 1 < len(self.b) and self.b[self.i] == 0x5C and self.b[self.i + 1] == 0x75):
+                        self.fail("unpaired surrogate", escape_start)
+                    self.i += 2
+                    low = self._hex4()
+                    if not 0xDC00 <= low < 0xE000:
+                        self.fail("unpaired surrogate", escape_start)
+                    scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
+                elif 0xDC00 <= scalar < 0xE000:
+                    self.fail("unpaired surrogate", escape_start)
+                # JCS escapes with \u only the control characters that have no short form.
+                if (scalar >= 0x20 or scalar in (0x08, 0x09, 0x0A, 0x0C, 0x0D)
+                        or any(0x41 <= x <= 0x46 for x in self.b[escape_start + 2:escape_start + 6])):
+                    self.fail("'\\u' escape is not canonical here", escape_start)
+                out += chr(scalar).encode("utf-8")
             else:
-                self.fail("escape '\\%s' is not canonical" % chr(e), self.i)
+                self.fail("invalid escape '\\%s'" % _printable(e), self.i - 2)
         try:
             return out.decode("utf-8", "strict")
         except UnicodeDecodeError:
             self.fail("string is not valid UTF-8", start)
+
+
+def _printable(c):
+    return chr(c) if 0x20 <= c < 0x7F else "\\x%x" % c
 
 
 def parse_canonical(data):
@@ -488,8 +540,8 @@ def decode_catalog(root):
             if not isinstance(required, bool):
                 raise CatalogError(centry + ": 'required' must be true or false")
             _names(c.get("name"), centry)
-            # The reference counts characters (extended grapheme clusters); code points here.
-            if not isinstance(link, str) or not (link.startswith("https://") or link.startswith("http://")) or len(link) < 10:
+            # At least 10 bytes of UTF-8, as the reference counts.
+            if not isinstance(link, str) or not (link.startswith("https://") or link.startswith("http://")) or len(link.encode("utf-8")) < 10:
                 raise CatalogError(centry + ": 'link' must be an http(s) URL")
             if not isinstance(version, str) or not version:
                 raise CatalogError(centry + ": 'version' must be a non-empty string")
@@ -530,6 +582,12 @@ class DecodeError(Exception):
 
 LINE_PREFIX = b'{"body":'
 SIG_PREFIX = b',"sig":"'
+# Every member name of format version 1, in canonical (byte) order. The body reader refuses any
+# other name as soon as it meets it, and reports "first" extra or missing members in this order.
+BODY_NAMES = ["actor", "at", "catalog", "cause", "cmd", "cmdSize", "consent", "feature", "kid", "ledger", "prev",
+              "publicKey", "reason", "seq", "subject", "type", "v", "version"]
+NAME_INDEX = {name.encode("ascii"): i for i, name in enumerate(BODY_NAMES)}
+INTEGER_MEMBERS = {"v", "seq", "cmd", "cmdSize", "feature", "cause"}
 COMMON = {"v", "seq", "at", "actor", "cmd", "cmdSize", "prev", "kid", "type"}
 TYPE_MEMBERS = {
     "ledger.created": {"ledger", "catalog", "publicKey"},
@@ -540,6 +598,140 @@ TYPE_MEMBERS = {
 
 class Event:
     pass
+
+
+def _scan_body(p, members):
+    """One pass over the body (Spec/ledger-format.md, "Reading a body"): canonical JSON, an object
+    whose member names are names of the format, each value of its member's JSON type."""
+    b = p.b
+    if len(b) < 2 or b[0] != 0x7B:
+        p.fail("expected a JSON object")
+    p.i = 1
+    if b[1] == 0x7D:
+        raise DecodeError("body is an empty object")
+    previous = None
+    while True:
+        name_offset = p.i
+        content = p.plain_ascii_string()
+        if content is None:
+            if p.i >= len(b) or b[p.i] != 0x22:
+                p.fail("expected a member name")
+            raise DecodeError("member '%s' is not part of the ledger format" % p.string())
+        index = NAME_INDEX.get(b[content[0]:content[1]])
+        if index is None:
+            raise DecodeError("member '%s' is not part of the ledger format" % b[content[0]:content[1]].decode("ascii"))
+        name = BODY_NAMES[index]
+        # Known names are ASCII, so byte order is RFC 8785's UTF-16 order.
+        if previous is not None and previous >= index:
+            p.fail("duplicate member name '%s'" % name if previous == index
+                   else "member '%s' is out of canonical (RFC 8785) order" % name, name_offset)
+        previous = index
+        if p.i >= len(b) or b[p.i] != 0x3A:
+            p.fail("expected ':'")
+        p.i += 1
+        if p.i >= len(b):
+            p.fail("unexpected end of input")
+        if name in INTEGER_MEMBERS:
+            if not (b[p.i] == 0x2D or 0x30 <= b[p.i] <= 0x39):
+                raise DecodeError("member '%s' must be an integer" % name)
+            members[name] = p.integer()
+        elif name == "at":
+            content = p.plain_ascii_string()
+            text = b[content[0]:content[1]].decode("ascii") if content else None
+            if text is None or parse_time(text) is None:
+                raise DecodeError("member 'at' is not a canonical UTC time like 2026-01-31T08:00:00.000Z")
+            members[name] = text
+        elif name == "prev":
+            content = p.plain_ascii_string()
+            text = b[content[0]:content[1]].decode("ascii") if content else None
+            if text is None or hex_decode(text, 32) is None:
+                raise DecodeError("member 'prev' is not 64 lowercase hex digits")
+            members[name] = text
+        else:
+            if b[p.i] != 0x22:
+                raise DecodeError("member '%s' must be a string" % name)
+            members[name] = p.string()
+        if p.i >= len(b):
+            p.fail("unexpected end of input in an object")
+        if b[p.i] == 0x2C:
+            p.i += 1
+            continue
+        if b[p.i] != 0x7D:
+            p.fail("expected ',' or '}'")
+        p.i += 1
+        break
+    if p.i != len(b):
+        p.fail("unexpected bytes after the JSON value")
+
+
+def _first(names):
+    return min(names, key=BODY_NAMES.index)
+
+
+def is_subject_ref(s):
+    """32 lowercase hex digits: the only spelling of a subject reference."""
+    return len(s.encode("utf-8")) == 32 and all(c in "0123456789abcdef" for c in s)
+
+
+def read_body(body):
+    """Canonical body bytes -> Event (without signature). Raises DecodeError; the checks and
+    their order are those of the reference (EventBodyReader.swift)."""
+    m = {}
+    try:
+        _scan_body(StrictParser(bytes(body)), m)
+    except JSONError as e:
+        raise DecodeError("body is not canonical JSON: byte %d: %s" % (min(e.offset, len(body)) + len(LINE_PREFIX) + 1, e.message))
+
+    if m.get("v", -1) != 1:
+        raise DecodeError("member 'v' must be 1 (this reader knows format version 1)")
+    if "type" not in m:
+        raise DecodeError("member 'type' is missing")
+    etype = m["type"]
+    if etype not in TYPE_MEMBERS:
+        raise DecodeError("unknown event type '%s'" % etype)
+    allowed = COMMON | TYPE_MEMBERS[etype]
+    if etype == "consent.revoked" and m.get("reason") == "cascade":
+        allowed = allowed | {"cause"}
+    if set(m) - allowed:
+        raise DecodeError("member '%s' does not belong to a '%s' event" % (_first(set(m) - allowed), etype))
+    if allowed - set(m):
+        raise DecodeError("member '%s' is missing from a '%s' event" % (_first(allowed - set(m)), etype))
+
+    def integer(k):
+        if m[k] < 0:
+            raise DecodeError("member '%s' is missing or negative" % k)
+        return m[k]
+
+    def subject():
+        if not is_subject_ref(m["subject"]):
+            raise DecodeError("member 'subject' is not 32 lowercase hex digits")
+        return m["subject"]
+
+    e = Event()
+    e.body, e.type = bytes(body), etype
+    e.seq, e.cmd, e.cmd_size = integer("seq"), integer("cmd"), integer("cmdSize")
+    if not (e.cmd_size >= 1 and e.cmd <= e.seq and e.seq - e.cmd < e.cmd_size):
+        raise DecodeError("command span cmd=%d cmdSize=%d does not contain seq %d" % (e.cmd, e.cmd_size, e.seq))
+    e.subject = None
+    if etype == "ledger.created":
+        e.ledger, e.catalog, e.public_key = m["ledger"], m["catalog"], m["publicKey"]
+    elif etype == "consent.given":
+        e.subject = subject()
+        e.feature, e.consent, e.version = integer("feature"), m["consent"], m["version"]
+    else:
+        e.reason = m["reason"]
+        if e.reason == "cascade":
+            e.cause = integer("cause")
+        elif e.reason != "withdrawn":
+            raise DecodeError("unknown revocation reason '%s'" % e.reason)
+        e.subject = subject()
+        e.feature, e.consent = integer("feature"), m["consent"]
+    e.at, e.actor, e.prev, e.kid = m["at"], m["actor"], m["prev"], m["kid"]
+    e.at_ms = parse_time(e.at)
+    # Belt and braces: what the reader accepted is what the serialiser writes.
+    if serialize(m) != e.body:
+        raise DecodeError("body is not canonical JSON (re-serialisation differs)")
+    return e
 
 
 def decode_line(line):
@@ -554,68 +746,8 @@ def decode_line(line):
     signature = hex_decode(line[sig_start:-2].decode("latin-1"), 64)
     if signature is None:
         raise DecodeError("signature is not 128 lowercase hex digits")
-    body = line[len(LINE_PREFIX):sig_start - len(SIG_PREFIX)]
-    try:
-        m = parse_canonical(body)
-    except JSONError as e:
-        raise DecodeError("body is not canonical JSON: byte %d: %s" % (e.offset + len(LINE_PREFIX) + 1, e.message))
-    if serialize(m) != body:  # belt and braces: the strict parser and the serialiser must agree
-        raise DecodeError("body is not canonical JSON (re-serialisation differs)")
-    if not isinstance(m, dict):
-        raise DecodeError("body is not a JSON object")
-
-    def string(k):
-        v = m.get(k)
-        if not isinstance(v, str):
-            raise DecodeError("member '%s' is missing or not a string" % k)
-        return v
-
-    def integer(k):
-        v = m.get(k)
-        if not _is_int(v) or v < 0:
-            raise DecodeError("member '%s' is missing or not a non-negative integer" % k)
-        return v
-
-    if not (_is_int(m.get("v")) and m.get("v") == 1):
-        raise DecodeError("member 'v' must be 1 (this reader knows format version 1)")
-    etype = string("type")
-    if etype not in TYPE_MEMBERS:
-        raise DecodeError("unknown event type '%s'" % etype)
-    allowed = COMMON | TYPE_MEMBERS[etype]
-    if etype == "consent.revoked" and m.get("reason") == "cascade":
-        allowed = allowed | {"cause"}
-    extra = sorted(k for k in m if k not in allowed)
-    if extra:
-        raise DecodeError("member '%s' does not belong to a '%s' event" % (extra[0], etype))
-    e = Event()
-    e.body, e.signature, e.type = body, signature, etype
-    e.seq = integer("seq")
-    e.at = string("at")
-    e.at_ms = parse_time(e.at)
-    if e.at_ms is None:
-        raise DecodeError("member 'at' is not a canonical UTC time like 2026-01-31T08:00:00.000Z")
-    e.actor = string("actor")
-    e.cmd = integer("cmd")
-    e.cmd_size = integer("cmdSize")
-    if not (e.cmd_size >= 1 and e.cmd <= e.seq and e.seq - e.cmd < e.cmd_size):
-        raise DecodeError("command span cmd=%d cmdSize=%d does not contain seq %d" % (e.cmd, e.cmd_size, e.seq))
-    e.prev = string("prev")
-    if hex_decode(e.prev, 32) is None:
-        raise DecodeError("member 'prev' is not 64 lowercase hex digits")
-    e.kid = string("kid")
-    e.subject = None
-    if etype == "ledger.created":
-        e.ledger, e.catalog, e.public_key = string("ledger"), string("catalog"), string("publicKey")
-    else:
-        e.subject, e.feature, e.consent = string("subject"), integer("feature"), string("consent")
-        if etype == "consent.given":
-            e.version = string("version")
-        else:
-            e.reason = string("reason")
-            if e.reason == "cascade":
-                e.cause = integer("cause")
-            elif e.reason != "withdrawn":
-                raise DecodeError("unknown revocation reason '%s'" % e.reason)
+    e = read_body(line[len(LINE_PREFIX):sig_start - len(SIG_PREFIX)])
+    e.signature = signature
     return e
 
 
@@ -629,12 +761,20 @@ class Violation(Exception):
         self.seq, self.reason = seq, reason
 
 
+def same_text(a, b):
+    """Equality of `actor` and `version` strings as the reference decides it: Swift's String
+    equality, under which canonically equivalent spellings (NFC and NFD) are equal. Subject
+    references and consent codes need no such care (hex, and slugs of ASCII letters, digits and
+    '-', which no other spelling is equivalent to)."""
+    return a == b or unicodedata.normalize("NFC", a) == unicodedata.normalize("NFC", b)
+
+
 class SubjectState:
     def __init__(self):
-        self.consents = {}        # (feature, code) -> "given" | "withdrawn"
-        self.open = None          # (cmd, cmdSize) of the command being applied
-        self.required_revocations = {}
-        self.touched = set()
+        self.consents = {}              # (feature, code) -> "given" | "withdrawn"
+        self.open = None                # (cmd, cmdSize) of the command being applied
+        self.command_feature = None     # the one feature that command is about
+        self.required_revocations = []  # seqs of that command's withdrawals of required consents
 
     def is_given(self, feature, code):
         return self.consents.get((feature, code)) == "given"
@@ -649,20 +789,23 @@ class SubjectState:
         if self.open is None:
             if e.cmd != e.seq:
                 raise Violation(e.seq, "event claims to belong to a command starting at seq %d, which is not open for this subject" % e.cmd)
-            self.open, self.required_revocations, self.touched = span, {}, set()
+            self.open, self.command_feature, self.required_revocations = span, None, []
         feature = catalog.get(e.feature)
         if feature is None:
             raise Violation(e.seq, "unknown feature code %d" % e.feature)
         definition = next((c for c in feature["consents"] if c["code"] == e.consent), None)
         if definition is None:
             raise Violation(e.seq, "unknown consent '%s' in feature '%s'" % (e.consent, feature["key"]))
+        if self.command_feature is not None and self.command_feature != feature["code"]:
+            raise Violation(e.seq, "a command is about one feature; this event is about feature %d, the command's first about %d" % (feature["code"], self.command_feature))
+        self.command_feature = feature["code"]
         key = (feature["code"], definition["code"])
         if e.type == "consent.given":
             if self.is_given(*key):
                 raise Violation(e.seq, "consent '%s' of '%s' is given twice (rule R6 gives only a withheld consent)" % (e.consent, feature["key"]))
             if not definition["required"] and not self.is_active(feature):
                 raise Violation(e.seq, "optional consent '%s' given while '%s' has a required consent withheld (rule R2)" % (e.consent, feature["key"]))
-            if e.version != definition["version"]:
+            if not same_text(e.version, definition["version"]):
                 raise Violation(e.seq, "consent '%s' of '%s' records policy version '%s' but the catalogue's is '%s'" % (e.consent, feature["key"], e.version, definition["version"]))
             self.consents[key] = "given"
         else:
@@ -670,22 +813,20 @@ class SubjectState:
                 raise Violation(e.seq, "consent '%s' of '%s' is revoked while it is withheld" % (e.consent, feature["key"]))
             if e.reason == "withdrawn":
                 if definition["required"]:
-                    self.required_revocations[e.seq] = key
+                    self.required_revocations.append(e.seq)
+                elif self.required_revocations:
+                    raise Violation(e.seq, "optional consent '%s' is withdrawn in the same command as a required one; it must be a cascade (rule R4)" % e.consent)
             else:
                 if definition["required"]:
                     raise Violation(e.seq, "required consent '%s' cannot be revoked by cascade (rule R4 cascades to optional consents only)" % e.consent)
-                cause = self.required_revocations.get(e.cause)
-                if cause is None or cause[0] != feature["code"]:
+                if e.cause not in self.required_revocations:
                     raise Violation(e.seq, "cascade names cause seq %d, which is not a revocation of a required consent of '%s' in the same command" % (e.cause, feature["key"]))
             self.consents[key] = "withdrawn"
-        self.touched.add(feature["code"])
         if e.seq == e.cmd + e.cmd_size - 1:
-            for code in sorted(self.touched):
-                f = catalog.get(code)
-                if f is None or self.is_active(f):
-                    continue
+            f = catalog.get(self.command_feature)
+            if f is not None and not self.is_active(f):
                 for c in f["consents"]:
-                    if not c["required"] and self.is_given(code, c["code"]):
+                    if not c["required"] and self.is_given(f["code"], c["code"]):
                         raise Violation(e.seq, "optional consent '%s' of '%s' is still given after its feature became inactive (rule R4 cascade missing)" % (c["code"], f["key"]))
             self.open = None
 
@@ -698,22 +839,24 @@ class Replay:
         self.last_seq = None
         self.last_at = None
         self.count = 0
-        self.open = None  # ((cmd, cmdSize), subject)
+        self.open = None  # ((cmd, cmdSize), subject, at in ms, actor) of the command being applied
 
     def apply(self, e):
         expected = 0 if self.last_seq is None else self.last_seq + 1
         if e.seq != expected:
             raise Violation(e.seq, "sequence number %d where %d was expected" % (e.seq, expected))
         if self.last_at is not None and e.at_ms < self.last_at:
-            raise Violation(e.seq, "time %s is earlier than the previous event's" % e.at)
+            raise Violation(e.seq, "time %s is earlier than the previous event's %s" % (e.at, self.last_at_text))
         span = (e.cmd, e.cmd_size)
         if self.open is not None:
             if span != self.open[0] or e.subject != self.open[1]:
                 raise Violation(e.seq, "command starting at seq %d is incomplete: expected %d events" % self.open[0])
+            if e.at_ms != self.open[2] or not same_text(e.actor, self.open[3]):
+                raise Violation(e.seq, "events of one command share one time and one actor")
         else:
             if e.cmd != e.seq:
                 raise Violation(e.seq, "event claims command start %d, but a new command must start at its own seq" % e.cmd)
-            self.open = (span, e.subject)
+            self.open = (span, e.subject, e.at_ms, e.actor)
         if e.type == "ledger.created":
             if e.seq != 0 or e.cmd_size != 1:
                 raise Violation(e.seq, "a genesis event can only be the first event, alone in its command")
@@ -724,7 +867,7 @@ class Replay:
             self.subjects.setdefault(e.subject, SubjectState()).apply(e, self.catalog)
         if e.seq == e.cmd + e.cmd_size - 1:
             self.open = None
-        self.last_seq, self.last_at = e.seq, e.at_ms
+        self.last_seq, self.last_at, self.last_at_text = e.seq, e.at_ms, e.at
         self.count += 1
 
 
@@ -846,7 +989,7 @@ def find_end(log, ends, starts):
                 raise Failure(1, 0, "the log holds no complete event")
             previous = tail_line(k)
             if (previous.cmd, previous.cmd_size) != (newest.cmd, newest.cmd_size) or previous.seq + 1 != last.seq:
-                raise Failure(None, previous.seq, "the last command's events are not contiguous")
+                raise Failure(previous.seq + 1, previous.seq, "the last command's events are not contiguous")
             last = previous
         torn_lines = len(ends) - k
         k -= 1
@@ -892,9 +1035,12 @@ def check_lines(log, ends, starts, count, public_key, kid, catalog, head):
     return replay, previous_hash, head_seen, records
 
 
-def read_subjects(folder):
-    """subjects.jsonl -> {id: salt}; a final line without a newline is ignored."""
-    data = read_file(folder, "subjects.jsonl")
+def read_subjects(folder, data=None):
+    """subjects.jsonl -> {id: salt}; a final line without a newline is ignored. Ids are compared
+    byte for byte (Python compares str by code points, which for UTF-8 is the same), so
+    canonically equivalent spellings are different ids; an id that appears twice is refused."""
+    if data is None:
+        data = read_file(folder, "subjects.jsonl")
     salts = {}
     for n, line in enumerate(data.split(b"\n")[:-1], 1):
         try:
@@ -904,6 +1050,8 @@ def read_subjects(folder):
         salt = hex_decode(v.get("salt"), 16) if isinstance(v, dict) else None
         if not isinstance(v, dict) or set(v) != {"id", "salt"} or not isinstance(v["id"], str) or salt is None:
             raise ValueError('subjects.jsonl line %d is not {"id":…,"salt":…}' % n)
+        if v["id"] in salts:
+            raise ValueError("subjects.jsonl line %d repeats subject id '%s'" % (n, v["id"]))
         salts[v["id"]] = salt
     return salts
 
@@ -986,6 +1134,16 @@ def self_tests(checks):
                                                           "2026-02-29T00:00:00.000Z", "2026-01-15T09:00:60.000Z", "2026-01-15T09:00:00.000+00:00")),
                  "time: canonical spelling accepted, every other spelling rejected")
 
+    def link(url):
+        consent = {"code": "required", "link": url, "name": {"en": "R"}, "required": True, "version": "1.0"}
+        try:
+            decode_catalog({"features": [{"code": 1, "consents": [consent], "key": "f", "name": {"en": "F"}}]})
+        except CatalogError:
+            return False
+        return True
+    checks.check(link("https://\u00e9") and not link("https://a") and not link("ftp://example.org"),
+                 "catalogue: a link's minimum length of 10 is counted in UTF-8 bytes ('https://\\u00e9' is 10 bytes, 9 characters)")
+
 
 def check_vectors(checks, here):
     folder = os.path.join(here, "tiny-ledger")
@@ -1042,6 +1200,25 @@ def check_vectors(checks, here):
         ref = subject_ref(s["id"], salt)
         checks.check(ref == s["ref"] and salts.get(s["id"]) == salt and ref in refs_in_log,
                      "subject %s: ref from id and salt matches, salt in subjects.jsonl, ref in the log" % s["id"], ref)
+
+    subjects_bytes = read_file(folder, "subjects.jsonl")
+
+    def repeated_id():
+        try:
+            read_subjects(folder, subjects_bytes + subjects_bytes.split(b"\n")[0] + b"\n")
+        except ValueError as e:
+            return str(e) == "subjects.jsonl line 3 repeats subject id 'alice'", str(e)
+        return False, "accepted"
+    checks.run("subjects.jsonl with a repeated id is refused", repeated_id)
+
+    def equivalent_spellings():
+        composed, decomposed = "Jos\u00e9", "Jose\u0301"
+        data = b"".join(serialize({"id": i, "salt": salt.hex()}) + b"\n" for i, salt in ((composed, b"\x03" * 16), (decomposed, b"\x04" * 16)))
+        got = read_subjects(folder, data + b'{"id":"partial')
+        refs = {subject_ref(i, got[i]) for i in (composed, decomposed)}
+        return len(got) == 2 and len(refs) == 2, ", ".join(sorted(refs))
+    checks.run("subjects.jsonl: NFC and NFD spellings of one name are two ids, two references; a partial last line is ignored",
+               equivalent_spellings)
 
     for subject in ("alice", "bob"):
         state = report.replay.subjects.get(subject_ref(subject, salts[subject]), SubjectState())
@@ -1141,11 +1318,61 @@ def check_resigned(checks, here):
         events[7]["reason"] = "withdrawn"
         del events[7]["cause"]
 
+    def remove(i, member):
+        def change(events):
+            del events[i][member]
+        return change
+
+    alice = bodies[1]["subject"]
+
+    def alice_timeline(*revocations, **members):
+        """Appends one command (seq 10 on) withdrawing alice's timeline consents, in the order
+        given: (consent, reason, cause or None)."""
+        def change(events):
+            first = len(events)
+            for i, (consent, reason, cause) in enumerate(revocations):
+                b = dict(v=1, seq=first + i, at="2026-01-15T09:00:05.000Z", actor="self", cmd=first, cmdSize=len(revocations),
+                         kid=bodies[0]["kid"], type="consent.revoked", subject=alice, feature=2, consent=consent, reason=reason)
+                if cause is not None:
+                    b["cause"] = cause
+                b.update(members)
+                events.append(b)
+        return change
+
+    def actors(first, second):
+        def change(events):
+            events[6]["actor"], events[7]["actor"] = first, second
+        return change
+
     cases = [
         ("unchanged, re-signed", None, None, None),
         ("cascade naming a cause outside its command", edit(7, cause=5), 8, "cascade names cause seq 5"),
         ("required consent withdrawn without its cascade", drop_cascade, 7, "still given after its feature became inactive"),
-        ("cascade written as a plain withdrawal (allowed by rules 10-11)", withdrawn_not_cascade, None, None),
+        ("cascade written as a plain withdrawal", withdrawn_not_cascade, 8, "it must be a cascade (rule R4)"),
+        ("second event of a command at another time", edit(2, at="2026-01-15T09:00:01.500Z"), 3, "events of one command share one time and one actor"),
+        ("second event of a command by another actor", edit(7, actor="dr.house"), 8, "events of one command share one time and one actor"),
+        ("actor spelt NFC, then NFD, in one command (canonically equivalent: the reference accepts)",
+         actors("dr.jos\u00e9", "dr.jose\u0301"), None, None),
+        ("a command about two features", edit(5, feature=1), 6, "a command is about one feature; this event is about feature 1, the command's first about 2"),
+        ("optional consent withdrawn, then the required one and a cascade, in one command (allowed)",
+         alice_timeline(("optional-a", "withdrawn", None), ("required", "withdrawn", None), ("optional-b", "cascade", 11)), None, None),
+        ("cascade citing its command's withdrawal of an optional consent",
+         alice_timeline(("optional-a", "withdrawn", None), ("required", "withdrawn", None), ("optional-b", "cascade", 10)), 13, "cascade names cause seq 10"),
+        ("cascade citing itself", alice_timeline(("required", "withdrawn", None), ("optional-a", "cascade", 11), ("optional-b", "cascade", 10)),
+         12, "cascade names cause seq 11"),
+        ("optional consent withdrawn after a cascade in one command",
+         alice_timeline(("required", "withdrawn", None), ("optional-a", "cascade", 10), ("optional-b", "withdrawn", None)), 13, "it must be a cascade (rule R4)"),
+        ("subject reference in uppercase hex", edit(9, subject=bob.upper()), 10, "member 'subject' is not 32 lowercase hex digits"),
+        ("subject reference of 30 hex digits", edit(9, subject=bob[:30]), 10, "member 'subject' is not 32 lowercase hex digits"),
+        ("subject reference that is an id, not a hash", edit(9, subject="bob"), 10, "member 'subject' is not 32 lowercase hex digits"),
+        ("a member that is not part of the format", edit(9, note="x"), 10, "member 'note' is not part of the ledger format"),
+        ("a member missing", remove(9, "version"), 10, "member 'version' is missing from a 'consent.given' event"),
+        ("a cascade without its cause", remove(7, "cause"), 8, "member 'cause' is missing from a 'consent.revoked' event"),
+        ("a withdrawal with a cause", edit(6, cause=5), 7, "member 'cause' does not belong to a 'consent.revoked' event"),
+        ("an integer member written as a string", edit(9, feature="2"), 10, "member 'feature' must be an integer"),
+        ("a string member written as an integer", edit(9, actor=7), 10, "member 'actor' must be a string"),
+        ("a negative feature code", edit(9, feature=-2), 10, "member 'feature' is missing or negative"),
+        ("an unknown revocation reason", edit(6, reason="expired"), 7, "unknown revocation reason 'expired'"),
         ("time going backwards", edit(8, at="2026-01-15T09:00:01.999Z"), 9, "earlier than the previous"),
         ("policy version not the catalogue's", edit(1, version="2.0"), 2, "policy version '2.0'"),
         ("optional consent before the required one", optional_first, 2, "given while"),
@@ -1182,6 +1409,62 @@ def check_resigned(checks, here):
         expect = "verifies" if line is None else "fails at line %d" % line
         checks.run("re-signed: %s %s" % (name, expect), run)
 
+    # A torn tail whose lines are not one contiguous command. The tail check names the line of
+    # the offending event's seq; verify names the first bad line of the whole file instead.
+    log, _ = build(lambda events: events.append(dict(bodies[9], seq=10, cmd=9, cmdSize=3)))
+    head = "9 " + sha256(serialize(dict(bodies[9], prev=parse_canonical(log.split(b"\n")[9][len(LINE_PREFIX):-(len(SIG_PREFIX) + 130)])["prev"]))).hex()
+
+    def tail_not_contiguous():
+        ends = [i + 1 for i, b in enumerate(log) if b == 0x0A]
+        try:
+            find_end(log, ends, [0] + ends[:-1])
+        except Failure as f:
+            return (f.line, f.seq) == (10, 9) and "not contiguous" in f.reason, str(f)
+        return False, "no failure"
+    checks.run("torn tail not contiguous: the tail check fails at line 10, seq 9", tail_not_contiguous)
+
+    def verify_not_contiguous():
+        try:
+            verify_folder(folder, log=log, head_text=head)
+        except Failure as f:
+            return f.line == 11 and "must start at its own seq" in f.reason, str(f)
+        return False, "it verified"
+    checks.run("torn tail not contiguous: verify names line 11, the first line that fails", verify_not_contiguous)
+
+    # The body reader on bytes that a serialiser cannot produce (spec: "Reading a body").
+    body = serialize(bodies[9])
+
+    def at(fragment, plus=0):
+        return body.index(fragment) + plus + len(LINE_PREFIX) + 1
+
+    raw = [
+        (body.replace(b'"seq":9,', b'"seq":9,"seq":9,'),
+         "body is not canonical JSON: byte %d: duplicate member name 'seq'" % at(b'"seq":9,', 8)),
+        (body.replace(b'"actor":"self","at":"2026-01-15T09:00:04.000Z"', b'"at":"2026-01-15T09:00:04.000Z","actor":"self"'),
+         "body is not canonical JSON: byte %d: member 'actor' is out of canonical (RFC 8785) order"
+         % (len(b'{"at":"2026-01-15T09:00:04.000Z",') + len(LINE_PREFIX) + 1)),
+        (b'{"\xc3\xa9":1,' + body[1:], "member '\u00e9' is not part of the ledger format"),
+        (b'{"note":[' + body[1:], "member 'note' is not part of the ledger format"),
+        (b'{"\\u0076":1}', "body is not canonical JSON: byte 11: '\\u' escape is not canonical here"),
+        (b"{}", "body is an empty object"),
+        (b'{ ' + body[1:], "body is not canonical JSON: byte 10: expected a member name"),
+        (body.replace(b'"seq":9', b'"seq":09'), "body is not canonical JSON: byte %d: integer has a leading zero" % at(b'"seq":9', 6)),
+        (body.replace(b'"v":1', b'"v":true'), "member 'v' must be an integer"),
+        (body.replace(b'"v":1', b'"v":2'), "member 'v' must be 1 (this reader knows format version 1)"),
+        (body.replace(b'"at":"2026-01-15T09:00:04.000Z"', b'"at":"2026-01-15T09:00:04Z"'),
+         "member 'at' is not a canonical UTC time like 2026-01-31T08:00:00.000Z"),
+        (body.replace(b'"seq":9', b'"seq":-9'), "member 'seq' is missing or negative"),
+        (body.replace(b'"cmd":9', b'"cmd":8'), "command span cmd=8 cmdSize=1 does not contain seq 9"),
+    ]
+    for data, message in raw:
+        def run_raw(data=data, message=message):
+            try:
+                read_body(data)
+            except DecodeError as e:
+                return str(e) == message, str(e)
+            return False, "accepted"
+        checks.run("body reader: %s" % message.replace("\u00e9", "<U+00E9>"), run_raw)
+
 
 def check_folder(checks, folder):
     try:
@@ -1198,6 +1481,12 @@ def check_folder(checks, folder):
     print("      recorded  seq %d %s" % r.recorded_head)
     print("      key       %s (kid %s)" % (r.public_key.hex(), r.key_id))
     print("      " + describe_torn(r.torn))
+    # Not needed to verify the log, but read by every operation that names a subject.
+    if os.path.isfile(os.path.join(folder, "subjects.jsonl")):
+        def subjects():
+            salts = read_subjects(folder)
+            return True, "%d subject ids, each once" % len(salts)
+        checks.run("subjects.jsonl is well formed", subjects)
 
 
 def main(argv):

@@ -142,3 +142,15 @@ import Testing
         }
     }
 }
+
+/// OpenSSL's SHA-256 (the default hasher) and libsodium's agree on every input.
+@Suite struct HasherAgreementTests {
+    @Test func openSSLAndLibsodiumAgree() async {
+        await propertyCheck(count: 200, input: Gen.int(in: 0...255).array(of: 0...700)) { ints in
+            let bytes = ints.map { UInt8($0) }
+            #expect(OpenSSLSHA256().sha256(bytes) == Sodium().sha256(bytes))
+        }
+        // FIPS 180-2 example: SHA-256("abc").
+        #expect(OpenSSLSHA256().sha256(Array("abc".utf8)).hex == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+    }
+}

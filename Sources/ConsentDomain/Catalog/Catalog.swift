@@ -98,7 +98,7 @@ public struct Catalog: Hashable, Sendable {
                     throw CatalogError(entry: centry, problem: "consent code must be lowercase letters, digits and '-', starting with a letter")
                 }
                 if consent.names.isEmpty { throw CatalogError(entry: centry, problem: "the consent has no name") }
-                if !(consent.link.hasPrefix("https://") || consent.link.hasPrefix("http://")) || consent.link.utf8.count < 10 {
+                if !(consent.link.utf8.starts(with: "https://".utf8) || consent.link.utf8.starts(with: "http://".utf8)) || consent.link.utf8.count < 10 {
                     throw CatalogError(entry: centry, problem: "link '\(consent.link)' is not an http(s) URL")
                 }
                 if consent.version.isEmpty { throw CatalogError(entry: centry, problem: "the consent has no policy version") }

@@ -32,7 +32,7 @@ public struct LedgerReplay: Sendable {
             guard event.command == open.span, event.payload.subject == open.subject else {
                 throw ReplayViolation(seq: seq, problem: "command starting at seq \(open.span.first) is incomplete: expected \(open.span.size) events")
             }
-            guard event.at == open.at, event.actor == open.actor else {
+            guard event.at == open.at, event.actor.utf8.elementsEqual(open.actor.utf8) else {
                 throw ReplayViolation(seq: seq, problem: "events of one command share one time and one actor")
             }
         } else {

@@ -112,7 +112,7 @@ public struct SubjectState: Hashable, Sendable {
             if !definition.isRequired && !isActive(feature) {
                 throw ReplayViolation(seq: seq, problem: "optional consent '\(definition.code)' given while '\(feature.key)' has a required consent withheld (rule R2)")
             }
-            if given.version != definition.version {
+            if !given.version.utf8.elementsEqual(definition.version.utf8) {
                 throw ReplayViolation(seq: seq, problem: "consent '\(definition.code)' of '\(feature.key)' records policy version '\(given.version)' but the catalogue's is '\(definition.version)'")
             }
             consents[key] = .given(Grant(validFrom: event.at, version: given.version, seq: seq))

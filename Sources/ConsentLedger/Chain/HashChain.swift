@@ -7,7 +7,7 @@ import ConsentDomain
 public struct HashChain: Sendable {
     public let hasher: any SHA256Hasher
 
-    public init(hasher: any SHA256Hasher = Sodium()) {
+    public init(hasher: any SHA256Hasher = OpenSSLSHA256()) {
         self.hasher = hasher
     }
 

@@ -178,7 +178,7 @@ public final class Ledger: Sendable {
         guard !text.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) else {
             throw LedgerError.invalidRequest("\(what) must not contain control characters")
         }
-        guard text.trimmingSpaces == text else { throw LedgerError.invalidRequest("\(what) must not start or end with spaces") }
+        guard text.utf8.first != 0x20, text.utf8.last != 0x20 else { throw LedgerError.invalidRequest("\(what) must not start or end with spaces") }
     }
 
     /// The pseudonym of a subject id under a salt: the first 16 bytes of
@@ -421,14 +421,5 @@ public final class Ledger: Sendable {
         let result = try checker.run(from: from, to: end, head: nil, progress: LogChecker.Progress(replay: replay, previous: start))
         replay = result.replay
         return result.previous
-    }
-}
-
-extension String {
-    var trimmingSpaces: Substring {
-        var s = self[...]
-        while s.first == " " { s.removeFirst() }
-        while s.last == " " { s.removeLast() }
-        return s
     }
 }
