@@ -1,0 +1,258 @@
+/// The RFC 6962 (RFC 9162 section 2.1) Merkle tree over the log's entries, with the storage
+/// layout and proof algorithms of Go's `golang.org/x/mod/sumdb/tlog`, ported function by
+/// function so that proofs made here check with `tlog.CheckRecord` and `tlog.CheckTree`.
+///
+/// - The entry of record n (0-based, the event with seq n) is its log line without the newline.
+/// - Leaf hash: SHA-256(0x00 ‖ entry). Node hash: SHA-256(0x01 ‖ left ‖ right).
+/// - Every complete subtree's hash is stored once, at ``storedHashIndex(level:n:)``: the hash of
+///   the n-th subtree of 2^level leaves. A tree of any size is then hashed, and any proof made,
+///   from O(log n) stored hashes.
+public enum MerkleTree {
+    /// Reads stored hashes by storage index.
+    public typealias HashReader = ([Int64]) throws -> [Digest]
+
+    public static func leafHash(_ entry: UnsafeRawBufferPointer, hasher: any SHA256Hasher) -> Digest {
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: entry.count + 1) { buffer in
+            buffer[0] = 0
+            _ = UnsafeMutableRawBufferPointer(rebasing: UnsafeMutableRawBufferPointer(buffer)[1...]).initializeMemory(as: UInt8.self, from: entry)
+            return hasher.sha256(UnsafeRawBufferPointer(buffer))
+        }
+    }
+
+    public static func leafHash(_ entry: [UInt8], hasher: any SHA256Hasher) -> Digest {
+        entry.withUnsafeBytes { leafHash($0, hasher: hasher) }
+    }
+
+    public static func nodeHash(_ left: Digest, _ right: Digest, hasher: any SHA256Hasher) -> Digest {
+        var buffer = [UInt8](repeating: 1, count: 65)
+        buffer.replaceSubrange(1..<33, with: left.bytes)
+        buffer.replaceSubrange(33..<65, with: right.bytes)
+        return hasher.sha256(buffer)
+    }
+
+    /// The largest power of two smaller than n (n > 1), and its log2.
+    static func maxPow2(_ n: Int64) -> (k: Int64, level: Int) {
+        var level = 0
+        while (Int64(1) << (level + 1)) < n { level += 1 }
+        return (Int64(1) << level, level)
+    }
+
+    /// Where the hash of the n-th subtree of 2^level leaves is stored.
+    public static func storedHashIndex(level: Int, n: Int64) -> Int64 {
+        // Level L's n-th hash is written right after level L+1's 2n+1-th hash; work down to
+        // level 0, where the n-th hash is at n + n/2 + n/4 + …, then add back the levels.
+        var n = n
+        for _ in stride(from: level, to: 0, by: -1) { n = 2 * n + 1 }
+        var i: Int64 = 0
+        while n > 0 {
+            i += n
+            n >>= 1
+        }
+        return i + Int64(level)
+    }
+
+    /// How many hashes are stored for a tree of n records.
+    public static func storedHashCount(_ n: Int64) -> Int64 {
+        guard n > 0 else { return 0 }
+        var count = storedHashIndex(level: 0, n: n - 1) + 1
+        var i = UInt64(n - 1)
+        while i & 1 != 0 {
+            count += 1
+            i >>= 1
+        }
+        return count
+    }
+
+    /// The hashes to store when record n, with leaf hash `leaf`, is appended: the leaf, then the
+    /// hash of every subtree it completes. Reads the left siblings through `read`.
+    public static func storedHashes(forRecord n: Int64, leaf: Digest, hasher: any SHA256Hasher, read: HashReader) throws -> [Digest] {
+        var hashes = [leaf]
+        let m = (UInt64(n) + 1).trailingZeroBitCount
+        var indexes = [Int64](repeating: 0, count: m)
+        for i in 0..<m {
+            indexes[m - 1 - i] = storedHashIndex(level: i, n: (n >> i) - 1)
+        }
+        let old = try read(indexes)
+        var h = leaf
+        for i in 0..<m {
+            h = nodeHash(old[m - 1 - i], h, hasher: hasher)
+            hashes.append(h)
+        }
+        return hashes
+    }
+
+    // MARK: - Tree hash
+
+    static func subTreeIndex(_ lo: Int64, _ hi: Int64, _ need: inout [Int64]) {
+        var lo = lo
+        while lo < hi {
+            let (k, level) = maxPow2(hi - lo + 1)
+            precondition(lo & (k - 1) == 0, "tlog: bad math in subTreeIndex")
+            need.append(storedHashIndex(level: level, n: lo >> level))
+            lo += k
+        }
+    }
+
+    static func subTreeHash(_ lo: Int64, _ hi: Int64, _ hashes: inout ArraySlice<Digest>, hasher: any SHA256Hasher) throws(ProofError) -> Digest {
+        var lo = lo
+        var count = 0
+        while lo < hi {
+            let (k, _) = maxPow2(hi - lo + 1)
+            count += 1
+            lo += k
+        }
+        guard hashes.count >= count, count > 0 else { throw ProofError("not enough hashes") }
+        let taken = Array(hashes.prefix(count))
+        hashes = hashes.dropFirst(count)
+        var h = taken[count - 1]
+        for i in stride(from: count - 2, through: 0, by: -1) { h = nodeHash(taken[i], h, hasher: hasher) }
+        return h
+    }
+
+    /// The root hash of the tree of the first n records (n ≥ 1).
+    public static func treeHash(size n: Int64, hasher: any SHA256Hasher, read: HashReader) throws -> Digest {
+        precondition(n > 0)
+        var indexes: [Int64] = []
+        subTreeIndex(0, n, &indexes)
+        var hashes = try read(indexes)[...]
+        return try subTreeHash(0, n, &hashes, hasher: hasher)
+    }
+
+    // MARK: - Inclusion proofs
+
+    static func leafProofIndex(_ lo: Int64, _ hi: Int64, _ n: Int64, _ need: inout [Int64]) {
+        guard lo + 1 != hi else { return }
+        let (k, _) = maxPow2(hi - lo)
+        if n < lo + k {
+            leafProofIndex(lo, lo + k, n, &need)
+            subTreeIndex(lo + k, hi, &need)
+        } else {
+            subTreeIndex(lo, lo + k, &need)
+            leafProofIndex(lo + k, hi, n, &need)
+        }
+    }
+
+    static func leafProof(_ lo: Int64, _ hi: Int64, _ n: Int64, _ hashes: inout ArraySlice<Digest>, hasher: any SHA256Hasher) throws(ProofError) -> [Digest] {
+        guard lo + 1 != hi else { return [] }
+        let (k, _) = maxPow2(hi - lo)
+        var proof: [Digest]
+        let sibling: Digest
+        if n < lo + k {
+            proof = try leafProof(lo, lo + k, n, &hashes, hasher: hasher)
+            sibling = try subTreeHash(lo + k, hi, &hashes, hasher: hasher)
+        } else {
+            sibling = try subTreeHash(lo, lo + k, &hashes, hasher: hasher)
+            proof = try leafProof(lo + k, hi, n, &hashes, hasher: hasher)
+        }
+        proof.append(sibling)
+        return proof
+    }
+
+    /// The inclusion proof (RFC 6962 audit path, leaf end first) of record n in the tree of
+    /// `size` records.
+    public static func inclusionProof(record n: Int64, size: Int64, hasher: any SHA256Hasher, read: HashReader) throws -> [Digest] {
+        guard n >= 0, n < size else { throw ProofError("record \(n) is not in a tree of \(size)") }
+        var indexes: [Int64] = []
+        leafProofIndex(0, size, n, &indexes)
+        var hashes = try read(indexes)[...]
+        return try leafProof(0, size, n, &hashes, hasher: hasher)
+    }
+
+    static func runInclusionProof(_ proof: ArraySlice<Digest>, _ lo: Int64, _ hi: Int64, _ n: Int64, _ leaf: Digest, hasher: any SHA256Hasher) throws(ProofError) -> Digest {
+        if lo + 1 == hi {
+            guard proof.isEmpty else { throw ProofError("inclusion proof is too long") }
+            return leaf
+        }
+        guard let last = proof.last else { throw ProofError("inclusion proof is too short") }
+        let (k, _) = maxPow2(hi - lo)
+        if n < lo + k {
+            return nodeHash(try runInclusionProof(proof.dropLast(), lo, lo + k, n, leaf, hasher: hasher), last, hasher: hasher)
+        }
+        return nodeHash(last, try runInclusionProof(proof.dropLast(), lo + k, hi, n, leaf, hasher: hasher), hasher: hasher)
+    }
+
+    /// Checks that `proof` shows record n with leaf hash `leaf` in the tree of `size` records
+    /// whose root is `root`.
+    public static func checkInclusion(_ proof: [Digest], record n: Int64, leaf: Digest, size: Int64, root: Digest, hasher: any SHA256Hasher) -> Bool {
+        guard n >= 0, n < size, let computed = try? runInclusionProof(proof[...], 0, size, n, leaf, hasher: hasher) else { return false }
+        return computed == root
+    }
+
+    // MARK: - Consistency proofs
+
+    static func treeProofIndex(_ lo: Int64, _ hi: Int64, _ n: Int64, _ need: inout [Int64]) {
+        if n == hi {
+            if lo != 0 { subTreeIndex(lo, hi, &need) }
+            return
+        }
+        let (k, _) = maxPow2(hi - lo)
+        if n <= lo + k {
+            treeProofIndex(lo, lo + k, n, &need)
+            subTreeIndex(lo + k, hi, &need)
+        } else {
+            subTreeIndex(lo, lo + k, &need)
+            treeProofIndex(lo + k, hi, n, &need)
+        }
+    }
+
+    static func treeProof(_ lo: Int64, _ hi: Int64, _ n: Int64, _ hashes: inout ArraySlice<Digest>, hasher: any SHA256Hasher) throws(ProofError) -> [Digest] {
+        if n == hi {
+            if lo == 0 { return [] }
+            return [try subTreeHash(lo, hi, &hashes, hasher: hasher)]
+        }
+        let (k, _) = maxPow2(hi - lo)
+        var proof: [Digest]
+        let sibling: Digest
+        if n <= lo + k {
+            proof = try treeProof(lo, lo + k, n, &hashes, hasher: hasher)
+            sibling = try subTreeHash(lo + k, hi, &hashes, hasher: hasher)
+        } else {
+            sibling = try subTreeHash(lo, lo + k, &hashes, hasher: hasher)
+            proof = try treeProof(lo + k, hi, n, &hashes, hasher: hasher)
+        }
+        proof.append(sibling)
+        return proof
+    }
+
+    /// The consistency proof (RFC 6962 section 2.1.2) that the tree of `old` records is a prefix
+    /// of the tree of `new` records (1 ≤ old ≤ new).
+    public static func consistencyProof(old: Int64, new: Int64, hasher: any SHA256Hasher, read: HashReader) throws -> [Digest] {
+        guard old >= 1, old <= new else { throw ProofError("no consistency proof from size \(old) to size \(new)") }
+        var indexes: [Int64] = []
+        treeProofIndex(0, new, old, &indexes)
+        var hashes = try read(indexes)[...]
+        return try treeProof(0, new, old, &hashes, hasher: hasher)
+    }
+
+    static func runConsistencyProof(_ proof: ArraySlice<Digest>, _ lo: Int64, _ hi: Int64, _ n: Int64, _ old: Digest, hasher: any SHA256Hasher) throws(ProofError) -> (old: Digest, new: Digest) {
+        if n == hi {
+            if lo == 0 {
+                guard proof.isEmpty else { throw ProofError("consistency proof is too long") }
+                return (old, old)
+            }
+            guard proof.count == 1 else { throw ProofError("consistency proof has the wrong length") }
+            return (proof[proof.startIndex], proof[proof.startIndex])
+        }
+        guard let last = proof.last else { throw ProofError("consistency proof is too short") }
+        let (k, _) = maxPow2(hi - lo)
+        if n <= lo + k {
+            let (oh, th) = try runConsistencyProof(proof.dropLast(), lo, lo + k, n, old, hasher: hasher)
+            return (oh, nodeHash(th, last, hasher: hasher))
+        }
+        let (oh, th) = try runConsistencyProof(proof.dropLast(), lo + k, hi, n, old, hasher: hasher)
+        return (nodeHash(last, oh, hasher: hasher), nodeHash(last, th, hasher: hasher))
+    }
+
+    /// Checks that `proof` shows the tree of `old` records with root `oldRoot` is a prefix of
+    /// the tree of `new` records with root `newRoot`.
+    public static func checkConsistency(_ proof: [Digest], old: Int64, oldRoot: Digest, new: Int64, newRoot: Digest, hasher: any SHA256Hasher) -> Bool {
+        guard old >= 1, old <= new, let (o, n) = try? runConsistencyProof(proof[...], 0, new, old, oldRoot, hasher: hasher) else { return false }
+        return o == oldRoot && n == newRoot
+    }
+}
+
+/// A proof that could not be made or does not check.
+public struct ProofError: Error, Hashable, Sendable, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
+}
