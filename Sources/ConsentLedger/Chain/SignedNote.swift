@@ -66,7 +66,10 @@ public struct NoteVerifierKey: Hashable, Sendable, CustomStringConvertible {
 
     /// Parses `<name>+<hash>+<key>` and checks the hash against the name and key.
     public init(text: String, hasher: any SHA256Hasher = OpenSSLSHA256()) throws(NoteError) {
-        let parts = text.split(separator: "+", omittingEmptySubsequences: false)
+        // name + hash + key, split at the first two '+' (base64 may hold more), as Go's note does.
+        let first = text.split(separator: "+", maxSplits: 1, omittingEmptySubsequences: false)
+        let rest = first.count == 2 ? first[1].split(separator: "+", maxSplits: 1, omittingEmptySubsequences: false) : []
+        let parts = first.count == 2 && rest.count == 2 ? [first[0], rest[0], rest[1]] : []
         guard parts.count == 3, parts[1].utf8.count == 8, let hash = UInt32(parts[1], radix: 16),
             parts[1].utf8.allSatisfy({ Hex.nibble($0) != nil })
         else { throw NoteError("verifier key is not <name>+<8 hex digits>+<base64 key>") }

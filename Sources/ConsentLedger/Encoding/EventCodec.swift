@@ -20,6 +20,9 @@ public struct EventRecord: Hashable, Sendable {
         self.signature = signature
     }
 
+    /// The line without its newline: the Merkle tree's entry for this event.
+    public var lineWithoutNewline: [UInt8] { Array(line.dropLast()) }
+
     /// The line as stored, newline included: `{"body":BODY,"sig":"HEX"}\n`, itself canonical JSON.
     public var line: [UInt8] {
         var out: [UInt8] = []

@@ -120,6 +120,11 @@ public final class Ledger: Sendable {
         random: @escaping RandomSource = systemRandom
     ) throws -> Ledger {
         try validateText(name, what: "ledger name", maxBytes: 256)
+        do {
+            try NoteVerifierKey.checkName(name)
+        } catch {
+            throw LedgerError.invalidRequest("ledger name: \(error) (it names the checkpoint signing key)")
+        }
         try validateText(actor, what: "actor", maxBytes: 128)
         let chain = HashChain()
         let catalogBytes = CatalogCodec.canonicalBytes(catalog)
@@ -127,7 +132,9 @@ public final class Ledger: Sendable {
         let event = LedgerEvent(seq: 0, at: clock(), actor: actor, command: CommandSpan(first: 0, size: 1), payload: .ledgerCreated(created))
         let (records, head) = chain.seal([event], after: .zero, signer: signer)
         try store.create(LedgerSetup(catalog: catalogBytes, publicKey: signer.publicKey, secretSeed: signer.seed, genesis: records[0], head: ChainHead(seq: 0, hash: head)))
-        return Ledger(store: store, catalog: catalog, catalogBytes: catalogBytes, genesis: created, publicKey: signer.publicKey, chain: chain, verifier: Sodium(), clock: clock, random: random, signer: signer)
+        let ledger = Ledger(store: store, catalog: catalog, catalogBytes: catalogBytes, genesis: created, publicKey: signer.publicKey, chain: chain, verifier: Sodium(), clock: clock, random: random, signer: signer)
+        try store.withLock(exclusive: true) { try ledger.updateDerived(try store.logState()) }
+        return ledger
     }
 
     /// Opens a ledger. Checks that the genesis event is signed by the stored public key and pins
@@ -217,6 +224,7 @@ public final class Ledger: Sendable {
         return try store.withLock(exclusive: true) {
             let log = try store.logState()
             try checkHead(log)
+            try updateDerived(log)
             let headHash = chain.hash(ofBody: log.last.body)
             // Subject references; a new subject gets a salt that is saved only if it gets events.
             var salts = memory.withLock { $0.salts } ?? [:]
@@ -266,7 +274,11 @@ public final class Ledger: Sendable {
             bytes.reserveCapacity(records.count * 450)
             for record in records { bytes += record.line }
             let head = ChainHead(seq: events.last!.seq, hash: newHead)
-            let cursor = try store.append(bytes, lineCount: records.count, at: log.end, head: head)
+            // Durable in this order: the log, the derived data, then the head that vouches for both.
+            let cursor = try store.append(bytes, lineCount: records.count, at: log.end)
+            let derived = try derive(lines: records.map(\.lineWithoutNewline), subjects: records.map { Self.subjectBytes($0.event.payload) }, firstSeq: log.end.lines, offset: log.end.offset)
+            try store.writeDerived(locations: derived.locations, at: log.end.lines, treeHashes: derived.treeHashes, at: MerkleTree.storedHashCount(Int64(log.end.lines)))
+            try store.writeHead(head)
             memory.withLock { memory in
                 memory.salts = salts
                 if memory.replay != nil, memory.cursor == log.end {
@@ -286,7 +298,7 @@ public final class Ledger: Sendable {
         return (report.results[0], report.recovered)
     }
 
-    private func signingKey() throws -> SodiumSigner {
+    func signingKey() throws -> SodiumSigner {
         if let signer = memory.withLock({ $0.signer }) { return signer }
         let seed = try store.readSecretSeed()
         guard let signer = SodiumSigner(seed: seed), signer.publicKey == publicKey else {

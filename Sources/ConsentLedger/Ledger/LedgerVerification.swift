@@ -35,6 +35,7 @@ extension Ledger {
             if let open = replay.incompleteCommand {
                 throw LedgerError.integrity(IntegrityFailure(line: Int(open.first) + 1, seq: open.first, problem: "the command starting here is incomplete"))
             }
+            try checkDerived(log)
             guard replay.genesis == genesis else {
                 throw LedgerError.integrity(IntegrityFailure(line: 1, seq: 0, problem: "the genesis event differs from the one the ledger was opened with"))
             }

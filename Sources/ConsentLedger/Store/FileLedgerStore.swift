@@ -15,6 +15,9 @@ import ConsentDomain
 /// DIR/secret.key      the Ed25519 seed, hex, mode 0600
 /// DIR/subjects.jsonl  subject id -> pseudonym salt (the only personal data; never in the log)
 /// DIR/lock            flock(2) target: shared for readers, exclusive for the writer
+/// DIR/lines.idx       derived: per event, 32 bytes: offset (u64 LE), length (u32 LE), 4 zero
+///                     bytes, subject reference (16 bytes)
+/// DIR/tree.hashes     derived: the Merkle tree's stored hashes, 32 bytes each, in tlog order
 /// DIR/recovered/      torn tails removed after a crash, kept for inspection
 /// ```
 public struct FileLedgerStore: LedgerStore {
@@ -35,6 +38,8 @@ public struct FileLedgerStore: LedgerStore {
     var secretKeyPath: String { directory + "/secret.key" }
     var subjectsPath: String { directory + "/subjects.jsonl" }
     var lockPath: String { directory + "/lock" }
+    var indexPath: String { directory + "/lines.idx" }
+    var treePath: String { directory + "/tree.hashes" }
 
     // MARK: - Creating
 
@@ -280,6 +285,7 @@ public struct FileLedgerStore: LedgerStore {
                 throw LedgerError.integrity(IntegrityFailure(line: lineNumber + 1, seq: nil, problem: "the log ended while being read"))
             }
             offset += UInt64(chunk.count)
+            let bufferOffset = offset - UInt64(chunk.count) - UInt64(carry.count)
             let buffer = carry.isEmpty ? chunk : carry + chunk
             var lines: [(start: Int, end: Int, number: Int)] = []
             var consumed = 0
@@ -300,7 +306,7 @@ public struct FileLedgerStore: LedgerStore {
             var first = 0
             while first < lines.count {
                 let last = min(lines.count, first + batchSize)
-                try visit(LineBatch(buffer: buffer, lines: Array(lines[first..<last])))
+                try visit(LineBatch(buffer: buffer, fileOffset: bufferOffset, lines: Array(lines[first..<last])))
                 first = last
             }
         }
@@ -325,7 +331,7 @@ public struct FileLedgerStore: LedgerStore {
         }
     }
 
-    public func append(_ lines: [UInt8], lineCount: Int, at expected: LogCursor, head: ChainHead) throws -> LogCursor {
+    public func append(_ lines: [UInt8], lineCount: Int, at expected: LogCursor) throws -> LogCursor {
         let file = try PosixFile(path: logPath, flags: O_RDWR)
         let size = try file.size()
         if size < expected.offset {
@@ -340,8 +346,111 @@ public struct FileLedgerStore: LedgerStore {
         }
         try file.write(lines, at: expected.offset)
         try file.sync()
-        try PosixFile.writeAtomically(Self.headBytes(head), to: headPath)
         return LogCursor(offset: expected.offset + UInt64(lines.count), lines: expected.lines + lineCount)
+    }
+
+    public func writeHead(_ head: ChainHead) throws {
+        try PosixFile.writeAtomically(Self.headBytes(head), to: headPath)
+    }
+
+    // MARK: - Derived data
+
+    static let locationSize = 32
+
+    private func openDerived(_ path: String, write: Bool = false) throws -> PosixFile {
+        try PosixFile(path: path, flags: write ? (O_RDWR | O_CREAT) : (O_RDONLY | O_CREAT))
+    }
+
+    public func derivedCounts() throws -> (lines: Int, treeHashes: Int64) {
+        try requireLedger()
+        let lines = try openDerived(indexPath).size() / UInt64(Self.locationSize)
+        let hashes = try openDerived(treePath).size() / 32
+        return (Int(lines), Int64(hashes))
+    }
+
+    static func decodeLocation(_ b: ArraySlice<UInt8>) -> LineLocation {
+        let s = b.startIndex
+        var offset: UInt64 = 0
+        for i in 0..<8 { offset |= UInt64(b[s + i]) << (8 * UInt64(i)) }
+        var length: UInt32 = 0
+        for i in 0..<4 { length |= UInt32(b[s + 8 + i]) << (8 * UInt32(i)) }
+        return LineLocation(offset: offset, length: length, subject: Array(b[(s + 16)..<(s + 32)]))
+    }
+
+    static func encodeLocation(_ l: LineLocation, into out: inout [UInt8]) {
+        for i in 0..<8 { out.append(UInt8(truncatingIfNeeded: l.offset >> (8 * UInt64(i)))) }
+        for i in 0..<4 { out.append(UInt8(truncatingIfNeeded: l.length >> (8 * UInt32(i)))) }
+        out += [0, 0, 0, 0]
+        out += l.subject
+    }
+
+    public func readLineLocations(_ range: Range<Int>) throws -> [LineLocation] {
+        guard !range.isEmpty else { return [] }
+        let bytes = try openDerived(indexPath).read(at: UInt64(range.lowerBound * Self.locationSize), count: range.count * Self.locationSize)
+        guard bytes.count == range.count * Self.locationSize else {
+            throw LedgerError.integrity(IntegrityFailure(line: nil, seq: UInt64(range.lowerBound), problem: "\(indexPath) is shorter than the log"))
+        }
+        return (0..<range.count).map { Self.decodeLocation(bytes[($0 * Self.locationSize)..<(($0 + 1) * Self.locationSize)]) }
+    }
+
+    public func findLineLocations(subject: [UInt8]) throws -> [(seq: Int, location: LineLocation)] {
+        let file = try openDerived(indexPath)
+        let size = try file.size()
+        let chunk = Self.locationSize * 131_072
+        var found: [(seq: Int, location: LineLocation)] = []
+        var position: UInt64 = 0
+        while position < size {
+            let bytes = try file.read(at: position, count: Int(min(UInt64(chunk), size - position)))
+            let records = bytes.count / Self.locationSize
+            bytes.withUnsafeBytes { raw in
+                subject.withUnsafeBytes { s in
+                    for r in 0..<records where memcmp(raw.baseAddress! + r * Self.locationSize + 16, s.baseAddress!, 16) == 0 {
+                        found.append((Int(position) / Self.locationSize + r, Self.decodeLocation(bytes[(r * Self.locationSize)..<((r + 1) * Self.locationSize)])))
+                    }
+                }
+            }
+            position += UInt64(records * Self.locationSize)
+            if records == 0 { break }
+        }
+        return found
+    }
+
+    public func readTreeHashes(_ indexes: [Int64]) throws -> [Digest] {
+        let file = try openDerived(treePath)
+        return try indexes.map { index in
+            let bytes = try file.read(at: UInt64(index) * 32, count: 32)
+            guard let digest = Digest(bytes: bytes) else {
+                throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "\(treePath) has no hash at index \(index)"))
+            }
+            return digest
+        }
+    }
+
+    public func writeDerived(locations: [LineLocation], at lineStart: Int, treeHashes: [Digest], at treeStart: Int64) throws {
+        let index = try openDerived(indexPath, write: true)
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(locations.count * Self.locationSize)
+        for l in locations { Self.encodeLocation(l, into: &bytes) }
+        let indexEnd = UInt64(lineStart * Self.locationSize + bytes.count)
+        try index.write(bytes, at: UInt64(lineStart * Self.locationSize))
+        if try index.size() > indexEnd { try index.truncate(to: indexEnd) }
+        try index.sync()
+        let tree = try openDerived(treePath, write: true)
+        var hashes: [UInt8] = []
+        hashes.reserveCapacity(treeHashes.count * 32)
+        for h in treeHashes { hashes += h.bytes }
+        let treeEnd = UInt64(treeStart) * 32 + UInt64(hashes.count)
+        try tree.write(hashes, at: UInt64(treeStart) * 32)
+        if try tree.size() > treeEnd { try tree.truncate(to: treeEnd) }
+        try tree.sync()
+    }
+
+    public func readLine(at location: LineLocation) throws -> [UInt8] {
+        let bytes = try PosixFile(path: logPath, flags: O_RDONLY).read(at: location.offset, count: Int(location.length))
+        guard bytes.count == Int(location.length) else {
+            throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the line index points past the end of the log"))
+        }
+        return bytes
     }
 
     private func saveRecovered(_ bytes: [UInt8], offset: UInt64) throws {

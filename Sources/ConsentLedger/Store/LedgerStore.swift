@@ -59,17 +59,42 @@ public struct LogCursor: Hashable, Sendable {
     public static let start = LogCursor(offset: 0, lines: 0)
 }
 
+/// Where the line of one event lies in the log, and whose event it is.
+public struct LineLocation: Hashable, Sendable {
+    public let offset: UInt64
+    /// Length without the newline.
+    public let length: UInt32
+    /// The subject reference's 16 bytes; zeros for ledger-level events.
+    public let subject: [UInt8]
+
+    public init(offset: UInt64, length: UInt32, subject: [UInt8]) {
+        self.offset = offset
+        self.length = length
+        self.subject = subject
+    }
+
+    public static let noSubject = [UInt8](repeating: 0, count: 16)
+}
+
 /// Complete lines of the log, read together: one buffer and where each line lies in it, so a
 /// million lines do not cost a million allocations.
 public struct LineBatch: Sendable {
     /// The bytes the lines lie in (shared between batches cut from one read).
     public let buffer: [UInt8]
+    /// The log offset of `buffer[0]`.
+    public let fileOffset: UInt64
     /// Each line's start and end in `buffer` (newline excluded) and its 1-based line number.
     public let lines: [(start: Int, end: Int, number: Int)]
 
-    public init(buffer: [UInt8], lines: [(start: Int, end: Int, number: Int)]) {
+    public init(buffer: [UInt8], fileOffset: UInt64, lines: [(start: Int, end: Int, number: Int)]) {
         self.buffer = buffer
+        self.fileOffset = fileOffset
         self.lines = lines
+    }
+
+    /// Where the `i`-th line lies in the log.
+    public func location(_ i: Int, subject: [UInt8]) -> LineLocation {
+        LineLocation(offset: fileOffset + UInt64(lines[i].start), length: UInt32(lines[i].end - lines[i].start), subject: subject)
     }
 
     public var count: Int { lines.count }
@@ -154,9 +179,29 @@ public protocol LedgerStore: Sendable {
     func scan(from cursor: LogCursor, to end: LogCursor, batchSize: Int, containing: [UInt8]?, _ visit: (LineBatch) throws -> Void) throws
 
     /// Appends lines at `expected` (which must be the end of the last complete command), removing
-    /// any torn tail first, and returns once the bytes are durable. Then records `head`.
-    /// Call with the exclusive lock held.
-    func append(_ lines: [UInt8], lineCount: Int, at expected: LogCursor, head: ChainHead) throws -> LogCursor
+    /// any torn tail first, and returns once the bytes are durable. Call with the exclusive lock
+    /// held; then write the derived data, then ``writeHead(_:)``.
+    func append(_ lines: [UInt8], lineCount: Int, at expected: LogCursor) throws -> LogCursor
+
+    /// Durably records the newest acknowledged event. Everything before it, the derived data
+    /// included, must already be durable.
+    func writeHead(_ head: ChainHead) throws
+
+    // MARK: Derived data: rebuildable from the log, checked by `verify`
+
+    /// How many line locations and Merkle tree hashes are stored.
+    func derivedCounts() throws -> (lines: Int, treeHashes: Int64)
+    /// Line locations for sequence numbers `range`.
+    func readLineLocations(_ range: Range<Int>) throws -> [LineLocation]
+    /// Every line location whose subject is `subject` (16 bytes), with its sequence number.
+    func findLineLocations(subject: [UInt8]) throws -> [(seq: Int, location: LineLocation)]
+    /// Merkle tree hashes by storage index (``MerkleTree/storedHashIndex(level:n:)``).
+    func readTreeHashes(_ indexes: [Int64]) throws -> [Digest]
+    /// Writes line locations from sequence number `lineStart` and tree hashes from storage index
+    /// `treeStart`, cutting off anything stored after them, and syncs both.
+    func writeDerived(locations: [LineLocation], at lineStart: Int, treeHashes: [Digest], at treeStart: Int64) throws
+    /// The bytes of one line, without its newline.
+    func readLine(at location: LineLocation) throws -> [UInt8]
 
     /// Every known subject id with the random salt that pseudonymises it.
     func readSubjectSalts() throws -> [SubjectID: [UInt8]]

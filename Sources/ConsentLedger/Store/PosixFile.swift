@@ -160,3 +160,10 @@ public enum LocalFile {
         return try file.readAll()
     }
 }
+
+extension LocalFile {
+    /// Writes a file durably and atomically (temporary name, sync, rename).
+    public static func write(_ bytes: [UInt8], to path: String) throws {
+        try PosixFile.writeAtomically(bytes, to: path)
+    }
+}

@@ -1,0 +1,245 @@
+import ArgumentParser
+import ConsentDomain
+import ConsentLedger
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+// MARK: - checkpoint, key show
+
+struct CheckpointCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "checkpoint",
+        abstract: "Print the ledger's current signed checkpoint (C2SP tlog-checkpoint as a signed note).",
+        discussion: """
+            The checkpoint names the ledger (origin), the number of events (tree size) and the root
+            hash of the RFC 6962 Merkle tree over the log's lines. Keep it: with
+            'consentctl prove-consistency --from FILE' the ledger proves later that it only grew.
+            """
+    )
+
+    @ParentCommand var root: ConsentCtl
+
+    func run() throws {
+        try reporting {
+            let (_, note) = try root.openLedger().signedCheckpoint()
+            print(note, terminator: "")
+        }
+    }
+}
+
+struct KeyCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "key",
+        abstract: "The ledger's keys.",
+        subcommands: [KeyShow.self]
+    )
+}
+
+struct KeyShow: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "show",
+        abstract: "Print the verifier key (note text form name+hash+key) that auditors pin.",
+        discussion: "Give this line to auditors; 'consentctl verify-export FILE --key KEY' trusts only it."
+    )
+
+    @ParentCommand var key: KeyCommand
+
+    @OptionGroup var ledger: LedgerOption
+
+    func run() throws {
+        try reporting {
+            print(try ledger.openLedger().verifierKey.text)
+        }
+    }
+}
+
+/// `--ledger` for commands nested below another subcommand.
+struct LedgerOption: ParsableArguments {
+    @Option(name: .long, help: ArgumentHelp("The ledger folder (default: $CONSENTCTL_LEDGER, then ./consent-ledger).", valueName: "DIR"))
+    var ledger: String?
+
+    func openLedger() throws -> Ledger {
+        var root = ConsentCtl()
+        root.ledger = ledger
+        return try root.openLedger()
+    }
+}
+
+// MARK: - export, verify-export
+
+struct Export: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Write a self-contained, offline-verifiable export bundle.",
+        discussion: """
+            --subject S: that subject's events, each with an inclusion proof against one signed
+            checkpoint, the genesis event with its proof, the catalogue, the verifier key and the
+            subject's state. Other subjects appear only as hashes on the audit paths.
+            --all: every event with the checkpoint.
+
+            Example:
+              consentctl export --subject alice --out alice.json
+              consentctl verify-export alice.json --key "$(consentctl key show)"
+            """
+    )
+
+    @ParentCommand var root: ConsentCtl
+
+    @Option(help: "Export this subject.")
+    var subject: String?
+
+    @Flag(help: "Export the whole ledger.")
+    var all = false
+
+    @Option(help: ArgumentHelp("Where to write the bundle.", valueName: "FILE"))
+    var out: String
+
+    func validate() throws {
+        if (subject == nil) == !all { throw ValidationError("give exactly one of --subject S and --all") }
+    }
+
+    func run() throws {
+        try reporting {
+            let ledger = try root.openLedger()
+            let bundle = try subject.map { try ledger.exportSubject($0) } ?? ledger.exportAll()
+            try LocalFile.write(bundle.bytes, to: out)
+            let scope = bundle.scope == .all ? "the whole ledger, \(bundle.events.count + 1) events" : "subject \(subject!), \(bundle.events.count) events and the genesis event"
+            print("Wrote \(scope), with proofs against a new signed checkpoint, to \(out)")
+        }
+    }
+}
+
+/// A verifier key given as text, or as a file that holds it.
+func readVerifierKey(_ argument: String) throws -> NoteVerifierKey {
+    var text = argument
+    if !argument.contains("+"), let bytes = try? LocalFile.read(argument) {
+        text = String(decoding: bytes, as: UTF8.self)
+    }
+    while text.hasSuffix("\n") || text.hasSuffix(" ") { text.removeLast() }
+    do {
+        return try NoteVerifierKey(text: text)
+    } catch {
+        throw LedgerError.invalidRequest("--key: \(error)")
+    }
+}
+
+struct VerifyExport: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "verify-export",
+        abstract: "Check an export bundle offline against a pinned verifier key.",
+        discussion: """
+            Checks the checkpoint's signature with the pinned key (never the key inside the bundle
+            alone), every event's signature and inclusion proof, and that the bundled state equals
+            a replay of the bundled events. Any failure exits 2 and names the event and the reason.
+            No ledger is needed.
+            """
+    )
+
+    @Argument(help: ArgumentHelp("The bundle.", valueName: "FILE"))
+    var file: String
+
+    @Option(help: ArgumentHelp("The verifier key to trust (name+hash+key, or a file holding it).", valueName: "KEY"))
+    var key: String
+
+    @Flag(help: "Print JSON.")
+    var json = false
+
+    func run() throws {
+        try reporting(json: json) {
+            let pinned = try readVerifierKey(key)
+            let bytes = try LocalFile.read(file, limit: 1 << 30)
+            let report: ExportVerificationReport
+            do throws(ExportVerificationError) {
+                report = try ExportVerifier.verify(bytes, pinnedKey: pinned)
+            } catch {
+                throw LedgerError.integrity(IntegrityFailure(line: nil, seq: error.seq, problem: error.problem))
+            }
+            if json {
+                var members: [String: JSONValue] = [
+                    "ok": .bool(true), "scope": .string(report.scope.rawValue), "events": .int(Int64(report.events)),
+                    "checkpoint": .object(["origin": .string(report.checkpoint.origin), "size": .int(report.checkpoint.size), "root": .string(Base64.encode(report.checkpoint.root.bytes))]),
+                ]
+                if let s = report.subjectID { members["subject"] = .string(s) }
+                printJSON(.object(members))
+            } else {
+                print("OK: \(report.events) events of \(report.subjectID.map { "subject \($0)" } ?? "the whole ledger") verified against checkpoint \(report.checkpoint.origin) size \(report.checkpoint.size), root \(Base64.encode(report.checkpoint.root.bytes))")
+            }
+        }
+    }
+}
+
+// MARK: - consistency
+
+struct ProveConsistency: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "prove-consistency",
+        abstract: "Prove that the ledger only grew since an older checkpoint.",
+        discussion: """
+            Writes a consistency proof (RFC 6962) from the old checkpoint to a fresh one. Fails,
+            exit 2, if the old checkpoint is not a prefix of this ledger.
+
+            Example:
+              consentctl checkpoint > october.checkpoint
+              ... a month later ...
+              consentctl prove-consistency --from october.checkpoint --out proof.json
+              consentctl verify-consistency proof.json --key "$(consentctl key show)"
+            """
+    )
+
+    @ParentCommand var root: ConsentCtl
+
+    @Option(help: ArgumentHelp("The older signed checkpoint.", valueName: "OLD_CHECKPOINT_FILE"))
+    var from: String
+
+    @Option(help: ArgumentHelp("Where to write the proof (default: standard output).", valueName: "FILE"))
+    var out: String?
+
+    func run() throws {
+        try reporting {
+            let old = String(decoding: try LocalFile.read(from), as: UTF8.self)
+            let proof = try root.openLedger().proveConsistency(from: old)
+            let bytes = CanonicalJSON.serialize(proof.json) + [0x0A]
+            if let out {
+                try LocalFile.write(bytes, to: out)
+                print("Wrote a consistency proof of \(proof.proof.count) hashes to \(out)")
+            } else {
+                print(String(decoding: bytes.dropLast(), as: UTF8.self))
+            }
+        }
+    }
+}
+
+struct VerifyConsistency: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "verify-consistency",
+        abstract: "Check a consistency proof offline against a pinned verifier key."
+    )
+
+    @Argument(help: ArgumentHelp("The proof written by prove-consistency.", valueName: "FILE"))
+    var file: String
+
+    @Option(help: ArgumentHelp("The verifier key to trust (name+hash+key, or a file holding it).", valueName: "KEY"))
+    var key: String
+
+    @Flag(help: "Print JSON.")
+    var json = false
+
+    func run() throws {
+        try reporting(json: json) {
+            let pinned = try readVerifierKey(key)
+            let (old, new): (Checkpoint, Checkpoint)
+            do {
+                let proof = try ConsistencyProof(bytes: try LocalFile.read(file))
+                (old, new) = try ExportVerifier.verifyConsistency(proof, pinnedKey: pinned)
+            } catch let error as ExportVerificationError {
+                throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: error.problem))
+            }
+            if json {
+                printJSON(.object(["ok": .bool(true), "oldSize": .int(old.size), "newSize": .int(new.size)]))
+            } else {
+                print("OK: the ledger \(new.origin) at size \(new.size) extends its checkpoint at size \(old.size)")
+            }
+        }
+    }
+}
