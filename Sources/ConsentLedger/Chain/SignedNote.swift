@@ -103,7 +103,7 @@ public enum SignedNote {
     /// ignored; the note must carry one by `key`.
     public static func open(_ note: String, key: NoteVerifierKey, verifier: any SignatureVerifier = Sodium()) throws(NoteError) -> String {
         guard note.utf8.count <= 1 << 20 else { throw NoteError("note is too large") }
-        guard let split = note.range(of: "\n\n", options: .backwards) else {
+        guard let split = note.lastRange(of: "\n\n") else {
             throw NoteError("note has no blank line before its signatures")
         }
         let text = String(note[..<split.lowerBound]) + "\n"
@@ -132,8 +132,8 @@ public enum SignedNote {
 }
 
 extension StringProtocol {
-    /// The range of the last occurrence of `needle` (`.backwards` only), without Foundation.
-    func range(of needle: String, options: BackwardsOption) -> Range<Index>? {
+    /// The range of the last occurrence of `needle`, without Foundation.
+    func lastRange(of needle: String) -> Range<Index>? {
         let n = Array(needle.utf8)
         let u = Array(utf8)
         guard u.count >= n.count else { return nil }
@@ -149,8 +149,6 @@ extension StringProtocol {
         return nil
     }
 }
-
-enum BackwardsOption { case backwards }
 
 /// A note, checkpoint or verifier key that cannot be used.
 public struct NoteError: Error, Hashable, Sendable, CustomStringConvertible {
