@@ -223,11 +223,14 @@ public enum ExportVerifier {
         } else {
             throw ExportVerificationError(seq: nil, "the subject's salt is not hex")
         }
-        var state = SubjectState()
+        // Order first, so a swapped pair is reported as such rather than as a broken command.
         var previous: Int64 = 0
         for e in bundle.events {
             guard e.seq > previous else { throw ExportVerificationError(seq: UInt64(max(0, e.seq)), "events are not in increasing sequence order") }
             previous = e.seq
+        }
+        var state = SubjectState()
+        for e in bundle.events {
             let record = try check(e, checkpoint: checkpoint, publicKey: publicKey, keyID: keyID, hasher: hasher, verifier: verifier, proofRequired: true)
             guard record.event.payload.subject?.value == subject.ref else {
                 throw ExportVerificationError(seq: record.event.seq, "the event is about another subject")
