@@ -1,0 +1,134 @@
+import ConsentDomain
+import Foundation
+import Testing
+@testable import ConsentLedger
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `Spec/vectors/export/`: a checkpoint, bundles and a consistency proof made from the tiny
+/// ledger of the ledger vectors, and tampered copies, each with the outcome a verifier must
+/// reach (`expected.json`). Rebuilt here and compared byte for byte; set
+/// CONSENTLEDGER_UPDATE_VECTORS=1 to rewrite them after a deliberate change.
+@Suite struct ExportVectorTests {
+    static let folder = packageRoot + "/Spec/vectors/export"
+
+    struct Case {
+        let file: String
+        let kind: String  // "bundle" or "consistency"
+        let ok: Bool
+        let seq: Int?
+        let reason: String
+        let bytes: [UInt8]
+    }
+
+    static func cases() throws -> (key: NoteVerifierKey, checkpoint: String, cases: [Case]) {
+        let temp = TemporaryFolder("export-vectors")
+        defer { temp.remove() }
+        let ledger = try VectorTests.buildTinyLedger(at: temp.path + "/tiny")
+        let key = ledger.verifierKey
+        let signer = SodiumSigner(seed: vectorSeed)!
+        let (_, checkpoint) = try ledger.signedCheckpoint()
+        let alice = try ledger.exportSubject("alice")
+        let all = try ledger.exportAll()
+        let oldCheckpoint = SignedNote.sign(try ledger.checkpoint(size: 6).text, key: key, signer: signer)
+        let consistency = try ledger.proveConsistency(from: oldCheckpoint)
+
+        func edit(_ bundle: AuditExport, _ change: (inout [String: JSONValue]) -> Void) -> [UInt8] {
+            var object = bundle.json.objectValue!
+            change(&object)
+            return CanonicalJSON.serialize(.object(object)) + [0x0A]
+        }
+        func events(_ o: [String: JSONValue]) -> [JSONValue] { o["events"]!.arrayValue! }
+        // Another key with the same name: seed bytes 32…63.
+        let impostor = SodiumSigner(seed: Array(32..<64))!
+        let impostorKey = try NoteVerifierKey(name: key.name, publicKey: impostor.publicKey)
+        let forged = SignedNote.sign(try ledger.checkpoint(size: 10).text, key: impostorKey, signer: impostor)
+        var badProof = consistency.proof
+        badProof[0] = Digest(bytes: badProof[0].bytes.map { $0 ^ 0x01 })!
+
+        let list: [Case] = [
+            Case(file: "alice.bundle.json", kind: "bundle", ok: true, seq: nil, reason: "", bytes: alice.bytes),
+            Case(file: "all.bundle.json", kind: "bundle", ok: true, seq: nil, reason: "", bytes: all.bytes),
+            Case(file: "consistency-6-10.json", kind: "consistency", ok: true, seq: nil, reason: "", bytes: CanonicalJSON.serialize(consistency.json) + [0x0A]),
+            Case(file: "bad-flipped-event-byte.json", kind: "bundle", ok: false, seq: 2, reason: "signature does not verify", bytes: edit(alice) { o in
+                var e = events(o)
+                var line = Array(e[1]["line"]!.stringValue!.utf8)
+                line[line.count - 10] = line[line.count - 10] == 0x30 ? 0x31 : 0x30
+                var m = e[1].objectValue!
+                m["line"] = .string(String(decoding: line, as: UTF8.self))
+                e[1] = .object(m)
+                o["events"] = .array(e)
+            }),
+            Case(file: "bad-dropped-event.json", kind: "bundle", ok: false, seq: nil, reason: "bundled state differs", bytes: edit(alice) { o in
+                o["events"] = .array(Array(events(o).dropLast(2)))
+            }),
+            Case(file: "bad-swapped-pair.json", kind: "bundle", ok: false, seq: 2, reason: "increasing sequence order", bytes: edit(alice) { o in
+                var e = events(o)
+                e.swapAt(1, 2)
+                o["events"] = .array(e)
+            }),
+            Case(file: "bad-proof-for-other-checkpoint.json", kind: "bundle", ok: false, seq: 0, reason: "inclusion proof", bytes: edit(alice) { o in
+                o["checkpoint"] = .string(oldCheckpoint)
+            }),
+            Case(file: "bad-checkpoint-other-key.json", kind: "bundle", ok: false, seq: nil, reason: "checkpoint: the note has no signature by key", bytes: edit(alice) { o in
+                o["checkpoint"] = .string(forged)
+            }),
+            Case(file: "bad-embedded-key-differs.json", kind: "bundle", ok: false, seq: nil, reason: "differs from the pinned key", bytes: edit(alice) { o in
+                o["checkpoint"] = .string(forged)
+                o["verifierKey"] = .string(impostorKey.text)
+            }),
+            Case(file: "bad-consistency-changed-hash.json", kind: "consistency", ok: false, seq: nil, reason: "does not verify", bytes: CanonicalJSON.serialize(ConsistencyProof(oldNote: consistency.oldNote, newNote: consistency.newNote, proof: badProof).json) + [0x0A]),
+        ]
+        return (key, checkpoint, list)
+    }
+
+    static func outcome(_ c: Case, key: NoteVerifierKey) -> ExportVerificationError? {
+        do throws(ExportVerificationError) {
+            if c.kind == "bundle" {
+                _ = try ExportVerifier.verify(c.bytes, pinnedKey: key)
+            } else {
+                _ = try ExportVerifier.verifyConsistency(try ConsistencyProof(bytes: c.bytes), pinnedKey: key)
+            }
+            return nil
+        } catch {
+            return error
+        }
+    }
+
+    @Test func exportVectorsMatchTheCodeAndVerifyAsExpected() throws {
+        let (key, checkpoint, cases) = try Self.cases()
+        let expected = CanonicalJSON.serialize(.object([
+            "description": .string("Expected outcomes for Spec/vectors/export; see Spec/export-format.md section 'Test vectors'. Made from Spec/vectors/tiny-ledger."),
+            "verifierKey": .string(key.text),
+            "checkpoint": .string("checkpoint.txt"),
+            "cases": .array(cases.map { c in
+                var m: [String: JSONValue] = ["file": .string(c.file), "kind": .string(c.kind), "ok": .bool(c.ok)]
+                if !c.ok { m["reason"] = .string(c.reason) }
+                if let seq = c.seq { m["seq"] = .int(Int64(seq)) }
+                return .object(m)
+            }),
+        ])) + [0x0A]
+        if getenv("CONSENTLEDGER_UPDATE_VECTORS") != nil {
+            _ = system("mkdir -p '\(Self.folder)'")
+            writeBytes(Array((key.text + "\n").utf8), to: Self.folder + "/verifier-key.txt")
+            writeBytes(Array(checkpoint.utf8), to: Self.folder + "/checkpoint.txt")
+            writeBytes(expected, to: Self.folder + "/expected.json")
+            for c in cases { writeBytes(c.bytes, to: Self.folder + "/" + c.file) }
+        }
+        #expect(readBytes(Self.folder + "/verifier-key.txt") == Array((key.text + "\n").utf8))
+        #expect(readBytes(Self.folder + "/checkpoint.txt") == Array(checkpoint.utf8))
+        #expect(readBytes(Self.folder + "/expected.json") == expected)
+        for c in cases {
+            #expect(readBytes(Self.folder + "/" + c.file) == c.bytes, "\(c.file) differs from what the code makes")
+            let error = Self.outcome(c, key: key)
+            if c.ok {
+                #expect(error == nil, "\(c.file): \(String(describing: error))")
+            } else {
+                #expect(error?.problem.contains(c.reason) == true, "\(c.file): \(String(describing: error))")
+                if let seq = c.seq { #expect(error?.seq == UInt64(seq), "\(c.file): \(String(describing: error))") }
+            }
+        }
+    }
+}
