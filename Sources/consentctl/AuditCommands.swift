@@ -32,38 +32,27 @@ struct CheckpointCommand: ParsableCommand {
 struct KeyCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "key",
-        abstract: "The ledger's keys.",
-        subcommands: [KeyShow.self]
-    )
-}
-
-struct KeyShow: ParsableCommand {
-    static let configuration = CommandConfiguration(
-        commandName: "show",
-        abstract: "Print the verifier key (note text form name+hash+key) that auditors pin.",
-        discussion: "Give this line to auditors; 'consentctl verify-export FILE --key KEY' trusts only it."
+        abstract: "The ledger's keys: 'key show' prints the verifier key that auditors pin.",
+        discussion: """
+            'consentctl key show' prints the verifier key in the C2SP signed-note text form,
+            name+hash+key. Give this line to auditors; 'consentctl verify-export FILE --key KEY'
+            trusts only the key it is given.
+            """
     )
 
-    @ParentCommand var key: KeyCommand
+    @ParentCommand var root: ConsentCtl
 
-    @OptionGroup var ledger: LedgerOption
+    @Argument(help: ArgumentHelp("What to do with the key: show.", valueName: "ACTION"))
+    var action: String
+
+    func validate() throws {
+        guard action == "show" else { throw ValidationError("unknown key action '\(action)'; try 'consentctl key show'") }
+    }
 
     func run() throws {
         try reporting {
-            print(try ledger.openLedger().verifierKey.text)
+            print(try root.openLedger().verifierKey.text)
         }
-    }
-}
-
-/// `--ledger` for commands nested below another subcommand.
-struct LedgerOption: ParsableArguments {
-    @Option(name: .long, help: ArgumentHelp("The ledger folder (default: $CONSENTCTL_LEDGER, then ./consent-ledger).", valueName: "DIR"))
-    var ledger: String?
-
-    func openLedger() throws -> Ledger {
-        var root = ConsentCtl()
-        root.ledger = ledger
-        return try root.openLedger()
     }
 }
 

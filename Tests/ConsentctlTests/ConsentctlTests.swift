@@ -217,4 +217,56 @@ import Testing
         #expect(try Self.run(["give", "--subject", "final", "--feature", "timeline", "--consent", "required"], ledger: ledger).status == 0)
         #expect(try Self.run(["verify"], ledger: ledger).status == 0)
     }
+
+    @Test func checkpointExportAndConsistencyEndToEnd() throws {
+        let dir = Self.temporaryFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ledger = dir + "/ledger"
+        #expect(try Self.run(["init", "--name", "clinic.example/consents"], ledger: ledger).status == 0)
+        try Self.run(["give", "--subject", "alice", "--feature", "timeline", "--consent", "required", "--consent", "optional-a"], ledger: ledger)
+        try Self.run(["give", "--subject", "bob", "--feature", "timeline", "--consent", "required"], ledger: ledger)
+        let checkpoint = try Self.run(["checkpoint"], ledger: ledger)
+        #expect(checkpoint.status == 0)
+        #expect(checkpoint.stdout.hasPrefix("clinic.example/consents\n4\n"))
+        #expect(checkpoint.stdout.contains("\n\n\u{2014} clinic.example/consents "))
+        try checkpoint.stdout.write(toFile: dir + "/old.checkpoint", atomically: true, encoding: .utf8)
+        let key = try Self.run(["key", "show"], ledger: ledger).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(key.hasPrefix("clinic.example/consents+"))
+        try Self.run(["revoke", "--subject", "alice", "--feature", "timeline", "--consent", "required"], ledger: ledger)
+
+        // Export one subject, verify it offline with the pinned key.
+        #expect(try Self.run(["export", "--subject", "alice", "--out", dir + "/alice.json"], ledger: ledger).status == 0)
+        let verified = try Self.run(["verify-export", dir + "/alice.json", "--key", key, "--json"], ledger: nil)
+        #expect(verified.status == 0, "\(verified.stderr)")
+        let report = try Self.json(verified.stdout)
+        #expect(report["ok"] as? Bool == true && report["events"] as? Int == 4 && report["subject"] as? String == "alice")
+        // A flipped byte in an event: exit 2, the event named.
+        var bundle = try String(contentsOfFile: dir + "/alice.json", encoding: .utf8)
+        bundle = bundle.replacingOccurrences(of: #"\"consent\":\"optional-a\""#, with: #"\"consent\":\"optional-b\""#)
+        try bundle.write(toFile: dir + "/tampered.json", atomically: true, encoding: .utf8)
+        let tampered = try Self.run(["verify-export", dir + "/tampered.json", "--key", key], ledger: nil)
+        #expect(tampered.status == 2)
+        #expect(tampered.stderr.contains("seq 2"), "\(tampered.stderr)")
+        // Another ledger's key is not trusted.
+        try Self.run(["init", "--name", "clinic.example/consents"], ledger: dir + "/other")
+        let otherKey = try Self.run(["key", "show"], ledger: nil, environment: ["CONSENTCTL_LEDGER": dir + "/other"]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        let wrongKey = try Self.run(["verify-export", dir + "/alice.json", "--key", otherKey], ledger: nil)
+        #expect(wrongKey.status == 2 && wrongKey.stderr.contains("differs from the pinned key"))
+        #expect(try Self.run(["verify-export", dir + "/alice.json", "--key", "not-a-key"], ledger: nil).status == 64)
+
+        // The whole ledger.
+        #expect(try Self.run(["export", "--all", "--out", dir + "/all.json"], ledger: ledger).status == 0)
+        #expect(try Self.run(["verify-export", dir + "/all.json", "--key", key], ledger: nil).status == 0)
+
+        // The log only grew since the old checkpoint.
+        #expect(try Self.run(["prove-consistency", "--from", dir + "/old.checkpoint", "--out", dir + "/proof.json"], ledger: ledger).status == 0)
+        let consistent = try Self.run(["verify-consistency", dir + "/proof.json", "--key", key], ledger: nil)
+        #expect(consistent.status == 0 && consistent.stdout.contains("size 6 extends its checkpoint at size 4"), "\(consistent.stdout)\(consistent.stderr)")
+
+        // Usage errors.
+        #expect(try Self.run(["export", "--out", dir + "/x.json"], ledger: ledger).status == 64)
+        #expect(try Self.run(["export", "--subject", "alice", "--all", "--out", dir + "/x.json"], ledger: ledger).status == 64)
+        #expect(try Self.run(["export", "--subject", "nobody", "--out", dir + "/x.json"], ledger: ledger).status == 64)
+        #expect(try Self.run(["init", "--name", "has space"], ledger: dir + "/third").status == 64)
+    }
 }
