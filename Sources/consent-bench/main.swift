@@ -91,6 +91,24 @@ func phaseReplay(dir: String) throws {
     emit("replay", replay.eventCount, now() - start, "subjects=\(replay.subjects.count)")
 }
 
+/// Checkpoints and proofs through the library, on the open ledger: the mean of many.
+func phaseProofs(dir: String) throws {
+    let ledger = try Ledger.open(store: FileLedgerStore(directory: dir))
+    let size = try ledger.signedCheckpoint().checkpoint.size
+    var start = now()
+    for _ in 0..<20 { _ = try ledger.signedCheckpoint() }
+    let checkpoint = (now() - start) / 20
+    var rng = SystemRandomNumberGenerator()
+    start = now()
+    for _ in 0..<1000 { _ = try ledger.inclusionProof(seq: Int64.random(in: 0..<size, using: &rng), size: size) }
+    let inclusion = (now() - start) / 1000
+    let (_, old) = try ledger.signedCheckpoint()
+    start = now()
+    for _ in 0..<200 { _ = try ledger.proveConsistency(from: old) }
+    let consistency = (now() - start) / 200
+    print("RESULT proofs \(size) \(checkpoint) inclusion=\(inclusion) consistency=\(consistency)")
+}
+
 func phaseVerify(dir: String) throws {
     let start = now()
     let ledger = try Ledger.open(store: FileLedgerStore(directory: dir))
@@ -231,6 +249,7 @@ do {
         case "durable": try phaseDurable(dir: dir, count: Int(args[3])!, subjects: Int(args[4])!, offset: Int(args[5])!)
         case "replay": try phaseReplay(dir: dir)
         case "verify": try phaseVerify(dir: dir)
+        case "proofs": try phaseProofs(dir: dir)
         default: printError("unknown phase\n"); exit(64)
         }
         exit(0)
@@ -279,6 +298,23 @@ for size in sizes {
     row("replay (links + rules)", replay, limitName: "SHA-256 (libsodium), 1 core", limit: raw.sha256)
     let verify = measure(["phase", "verify", dir])
     row("verify (all, \(cores) cores)", verify, limitName: "verify x \(cores) cores", limit: raw.verify * Double(cores))
+    let proofs = measure(["phase", "proofs", dir])
+    let parts = Dictionary(uniqueKeysWithValues: proofs.note.split(separator: " ").map { kv -> (String, Double) in
+        let p = kv.split(separator: "=")
+        return (String(p[0]), Double(p[1]) ?? 0)
+    })
+    func ms(_ seconds: Double) -> String { format(seconds * 1000) + " ms" }
+    print([pad("checkpoint (sign + root)", 28), pad("-", 9, right: true), pad(ms(proofs.seconds), 9, right: true), pad("-", 10, right: true), pad("", 8, right: true), "  library call, mean of 20"].joined(separator: " "))
+    print([pad("inclusion proof", 28), pad("-", 9, right: true), pad(ms(parts["inclusion"] ?? 0), 9, right: true), pad("-", 10, right: true), pad("", 8, right: true), "  library call, mean of 1000 (target < 1 ms)"].joined(separator: " "))
+    print([pad("consistency proof", 28), pad("-", 9, right: true), pad(ms(parts["consistency"] ?? 0), 9, right: true), pad("-", 10, right: true), pad("", 8, right: true), "  library call incl. checking the old note, mean of 200 (target < 1 ms)"].joined(separator: " "))
+    let bundlePath = "\(base)/patient-42-\(size).json"
+    let exported = runChild([consentctl, "--ledger", dir, "export", "--subject", "patient-42", "--out", bundlePath])
+    print([pad("consentctl export (1 subj.)", 28), pad("-", 9, right: true), pad(ms(exported.seconds), 9, right: true), pad("-", 10, right: true), pad(format(Double(exported.maxRSSKiB) / 1024), 8, right: true), "  whole process, wall time (target < 100 ms)", exported.status == 0 ? "" : "  FAILED \(exported.status)"].joined(separator: " "))
+    let key = runChild([consentctl, "--ledger", dir, "key", "show"]).output.split(separator: "\n").first.map(String.init) ?? ""
+    let checked = runChild([consentctl, "verify-export", bundlePath, "--key", key])
+    print([pad("consentctl verify-export", 28), pad("-", 9, right: true), pad(ms(checked.seconds), 9, right: true), pad("-", 10, right: true), pad(format(Double(checked.maxRSSKiB) / 1024), 8, right: true), "  whole process, wall time, offline", checked.status == 0 ? "" : "  FAILED \(checked.status)"].joined(separator: " "))
+    let cp = runChild([consentctl, "--ledger", dir, "checkpoint"])
+    print([pad("consentctl checkpoint", 28), pad("-", 9, right: true), pad(ms(cp.seconds), 9, right: true), pad("-", 10, right: true), pad(format(Double(cp.maxRSSKiB) / 1024), 8, right: true), "  whole process, wall time"].joined(separator: " "))
     for command in ["status", "history"] {
         let run = runChild([consentctl, "--ledger", dir, command, "--subject", "patient-42"])
         let mb = Double(run.maxRSSKiB) / 1024

@@ -13,6 +13,8 @@ struct LogChecker {
     let hasher: any SHA256Hasher
     /// Check key ids and signatures (verify), or only links and rules (replay).
     let signatures: (verifier: any SignatureVerifier, publicKey: PublicKey, keyID: String)?
+    /// Also check the derived data (line index and stored tree hashes) against the lines.
+    var checkDerived = false
 
     /// What the parallel stage learns of one line.
     struct CheckedLine: Sendable {
@@ -20,6 +22,9 @@ struct LogChecker {
         let event: LedgerEvent
         let prev: Digest
         let hash: Digest
+        /// Merkle leaf hash and line location, when derived data is checked.
+        let leaf: Digest?
+        let location: LineLocation?
     }
 
     enum LineOutcome: Sendable {
@@ -33,6 +38,9 @@ struct LogChecker {
         var previous: Digest
         /// Set when the event at `head.seq` was seen and its hash matched.
         var headSeen = false
+        /// The Merkle tree's complete subtrees so far (derived-data check).
+        var frontier: [Digest] = []
+        var treeIndex: Int64 = 0
     }
 
     /// The ordered stage's state; touched only on the `ordered` queue, then read after it drained.
@@ -50,11 +58,15 @@ struct LogChecker {
         let slots = DispatchSemaphore(value: 2)
         let signatures = self.signatures
         let hasher = self.hasher
+        let checkDerived = self.checkDerived
+        let store = self.store
         do {
             try store.scan(from: from, to: end, batchSize: 4096, containing: nil) { batch in
                 if let failed = failure.withLock({ $0 }) { throw failed }
                 let outcomes = parallelMap(batch.count, minimumForParallel: 256) { i in
-                    batch.withLine(i) { line in Self.check(line, number: batch.number(i), hasher: hasher, signatures: signatures) }
+                    batch.withLine(i) { line in
+                        Self.check(line, number: batch.number(i), hasher: hasher, signatures: signatures, location: checkDerived ? { batch.location(i, subject: $0) } : nil)
+                    }
                 }
                 slots.wait()
                 ordered.async {
@@ -66,6 +78,15 @@ struct LogChecker {
                         } catch {
                             failure.withLock { $0 = error }
                             return
+                        }
+                    }
+                    if checkDerived {
+                        do {
+                            try Self.checkDerived(outcomes, store: store, hasher: hasher, progress: &box.progress)
+                        } catch let error as LedgerError {
+                            failure.withLock { $0 = error }
+                        } catch {
+                            failure.withLock { $0 = .storage("\(error)") }
                         }
                     }
                 }
@@ -81,7 +102,7 @@ struct LogChecker {
         return box.progress
     }
 
-    private static func check(_ line: UnsafeBufferPointer<UInt8>, number: Int, hasher: any SHA256Hasher, signatures: (verifier: any SignatureVerifier, publicKey: PublicKey, keyID: String)?) -> LineOutcome {
+    private static func check(_ line: UnsafeBufferPointer<UInt8>, number: Int, hasher: any SHA256Hasher, signatures: (verifier: any SignatureVerifier, publicKey: PublicKey, keyID: String)?, location: (([UInt8]) -> LineLocation)?) -> LineOutcome {
         do throws(EventDecodingError) {
             let (body, signature) = try EventCodec.splitLine(line, decodeSignature: signatures != nil)
             let (event, prev, keyID) = try EventBodyReader.read(body)
@@ -99,10 +120,46 @@ struct LogChecker {
                     return .failed(IntegrityFailure(line: number, seq: event.seq, problem: "signature does not verify with the ledger's public key"))
                 }
             }
-            return .checked(CheckedLine(number: number, event: event, prev: prev, hash: hasher.sha256(UnsafeRawBufferPointer(body))))
+            var leaf: Digest?
+            var where_: LineLocation?
+            if let location {
+                leaf = MerkleTree.leafHash(UnsafeRawBufferPointer(line), hasher: hasher)
+                where_ = location(Ledger.subjectBytes(event.payload))
+            }
+            return .checked(CheckedLine(number: number, event: event, prev: prev, hash: hasher.sha256(UnsafeRawBufferPointer(body)), leaf: leaf, location: where_))
         } catch {
             return .failed(IntegrityFailure(line: number, seq: nil, problem: error.problem))
         }
+    }
+
+    /// Compares a batch's line locations and Merkle tree hashes with the stored ones. The
+    /// stored hashes of record n are its leaf and the roots of the subtrees it completes, built
+    /// from the frontier of complete subtrees.
+    private static func checkDerived(_ outcomes: [LineOutcome], store: any LedgerStore, hasher: any SHA256Hasher, progress: inout Progress) throws {
+        var lines: [CheckedLine] = []
+        for case .checked(let line) in outcomes { lines.append(line) }
+        guard let first = lines.first else { return }
+        let stored = try store.readLineLocations((first.number - 1)..<(first.number - 1 + lines.count))
+        var expected: [Digest] = []
+        for (i, line) in lines.enumerated() {
+            guard stored[i] == line.location else {
+                throw LedgerError.integrity(IntegrityFailure(line: line.number, seq: line.event.seq, problem: "the line index entry differs from the log (rebuild it by deleting lines.idx)"))
+            }
+            var h = line.leaf!
+            expected.append(h)
+            var n = line.event.seq
+            while n & 1 == 1 {
+                h = MerkleTree.nodeHash(progress.frontier.removeLast(), h, hasher: hasher)
+                expected.append(h)
+                n >>= 1
+            }
+            progress.frontier.append(h)
+        }
+        let storedHashes = try store.readTreeHashes(Array(progress.treeIndex..<(progress.treeIndex + Int64(expected.count))))
+        if let bad = zip(storedHashes, expected).enumerated().first(where: { $0.element.0 != $0.element.1 }) {
+            throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "tree hash \(progress.treeIndex + Int64(bad.offset)) differs from the log (rebuild it by deleting tree.hashes)"))
+        }
+        progress.treeIndex += Int64(expected.count)
     }
 
     private static func apply(_ outcome: LineOutcome, to progress: inout Progress, head: ChainHead?) throws(LedgerError) {

@@ -147,47 +147,6 @@ extension Ledger {
             return ConsistencyProof(oldNote: oldNote, newNote: newNote, proof: proof)
         }
     }
-
-    /// Checks the derived data against the log: every line location and stored tree hash.
-    func checkDerived(_ log: LogState) throws {
-        let counts = try store.derivedCounts()
-        guard counts.lines >= log.end.lines, counts.treeHashes >= MerkleTree.storedHashCount(Int64(log.end.lines)) else {
-            // Behind the log: a crash or an older version; the next write or export rebuilds it.
-            return
-        }
-        var frontier: [Digest] = []
-        var treeIndex: Int64 = 0
-        let hasher = chain.hasher
-        try store.scan(from: .start, to: log.end, batchSize: 4096, containing: nil) { batch in
-            let first = batch.number(0) - 1
-            let stored = try store.readLineLocations(first..<(first + batch.count))
-            var expectedHashes: [Digest] = []
-            for i in 0..<batch.count {
-                let seq = first + i
-                let line = batch.line(i)
-                let subject = Self.subjectBytes(try decode(line, number: seq + 1).event.payload)
-                guard stored[i] == batch.location(i, subject: subject) else {
-                    throw LedgerError.integrity(IntegrityFailure(line: seq + 1, seq: UInt64(seq), problem: "the line index entry differs from the log (rebuild it by deleting lines.idx)"))
-                }
-                // The stored hashes for record seq, from the frontier of complete subtrees.
-                let leaf = MerkleTree.leafHash(line, hasher: hasher)
-                var h = leaf
-                expectedHashes.append(h)
-                var n = UInt64(seq)
-                while n & 1 == 1 {
-                    h = MerkleTree.nodeHash(frontier.removeLast(), h, hasher: hasher)
-                    expectedHashes.append(h)
-                    n >>= 1
-                }
-                frontier.append(h)
-            }
-            let storedHashes = try store.readTreeHashes(Array(treeIndex..<(treeIndex + Int64(expectedHashes.count))))
-            if let bad = zip(storedHashes, expectedHashes).enumerated().first(where: { $0.element.0 != $0.element.1 }) {
-                throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "tree hash \(treeIndex + Int64(bad.offset)) differs from the log (rebuild it by deleting tree.hashes)"))
-            }
-            treeIndex += Int64(expectedHashes.count)
-        }
-    }
 }
 
 /// A consistency proof between two signed checkpoints of one ledger.

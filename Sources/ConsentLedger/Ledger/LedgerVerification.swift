@@ -27,7 +27,11 @@ extension Ledger {
                 try scanForFirstFailure(to: try store.completeLinesExtent())
                 throw LedgerError.integrity(tailFailure)
             }
-            let (replay, previous, headSeen) = try checkLines(to: log.end, head: log.recordedHead)
+            let counts = try store.derivedCounts()
+            // Derived data behind the log (a crash, an older version) is rebuilt by the next
+            // write or export; when it is all there, it is checked in the same pass.
+            let derivedComplete = counts.lines >= log.end.lines && counts.treeHashes >= MerkleTree.storedHashCount(Int64(log.end.lines))
+            let (replay, previous, headSeen) = try checkLines(to: log.end, head: log.recordedHead, derived: derivedComplete)
             let head = log.recordedHead
             guard headSeen, let lastSeq = replay.lastSeq else {
                 throw LedgerError.integrity(IntegrityFailure(line: replay.eventCount + 1, seq: replay.lastSeq.map { $0 + 1 }, problem: "the log ends at seq \(replay.lastSeq.map(String.init) ?? "none") but seq \(head.seq) was acknowledged: acknowledged events are missing (truncated log)"))
@@ -35,7 +39,6 @@ extension Ledger {
             if let open = replay.incompleteCommand {
                 throw LedgerError.integrity(IntegrityFailure(line: Int(open.first) + 1, seq: open.first, problem: "the command starting here is incomplete"))
             }
-            try checkDerived(log)
             guard replay.genesis == genesis else {
                 throw LedgerError.integrity(IntegrityFailure(line: 1, seq: 0, problem: "the genesis event differs from the one the ledger was opened with"))
             }
@@ -45,13 +48,14 @@ extension Ledger {
 
     /// Scans to `end` only to find the first bad line; throws it if there is one.
     private func scanForFirstFailure(to end: LogCursor) throws {
-        _ = try checkLines(to: end, head: nil)
+        _ = try checkLines(to: end, head: nil, derived: false)
     }
 
     /// Checks every line up to `end`: encoding, key id, signature and hash on all cores; sequence,
     /// links, rules and the recorded head in order.
-    private func checkLines(to end: LogCursor, head: ChainHead?) throws -> (LedgerReplay, Digest, Bool) {
-        let checker = LogChecker(store: store, hasher: chain.hasher, signatures: (verifier, publicKey, keyID))
+    private func checkLines(to end: LogCursor, head: ChainHead?, derived: Bool) throws -> (LedgerReplay, Digest, Bool) {
+        var checker = LogChecker(store: store, hasher: chain.hasher, signatures: (verifier, publicKey, keyID))
+        checker.checkDerived = derived
         let result = try checker.run(from: .start, to: end, head: head, progress: LogChecker.Progress(replay: LedgerReplay(catalog: catalog), previous: .zero))
         return (result.replay, result.previous, result.headSeen)
     }
