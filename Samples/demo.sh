@@ -22,6 +22,13 @@ step "4. Status, grouped by feature, required first (R3, R7)" "$consentctl" stat
 step "4. History, cascades linked to their cause" "$consentctl" history --subject alice
 step "5. Verify every hash link, signature, sequence number and rule" "$consentctl" verify
 
+step "Pin the ledger's verifier key (what an auditor keeps)" "$consentctl" key show
+key=$("$consentctl" key show)
+step "Export alice's events with inclusion proofs under a signed checkpoint" \
+  "$consentctl" export --subject alice --out "$(dirname "$ledger")/alice.json"
+step "Verify the export offline, trusting only the pinned key" \
+  "$consentctl" verify-export "$(dirname "$ledger")/alice.json" --key "$key"
+
 line=4
 offset=$(awk -v n=$line 'NR < n { sum += length($0) + 1 } END { print sum + 40 }' "$ledger/ledger.jsonl")
 step "6. Flip one byte (line $line, byte $offset of the log) and verify again" \
