@@ -399,9 +399,10 @@ public struct FileLedgerStore: LedgerStore {
         let chunk = Self.locationSize * 131_072
         var found: [(seq: Int, location: LineLocation)] = []
         var position: UInt64 = 0
+        var bytes = [UInt8](repeating: 0, count: chunk)
         while position < size {
-            let bytes = try file.read(at: position, count: Int(min(UInt64(chunk), size - position)))
-            let records = bytes.count / Self.locationSize
+            let count = try file.read(at: position, into: &bytes, count: Int(min(UInt64(chunk), size - position)))
+            let records = count / Self.locationSize
             bytes.withUnsafeBytes { raw in
                 subject.withUnsafeBytes { s in
                     for r in 0..<records where memcmp(raw.baseAddress! + r * Self.locationSize + 16, s.baseAddress!, 16) == 0 {
@@ -479,10 +480,7 @@ public struct FileLedgerStore: LedgerStore {
         // A trailing line without a newline was never acknowledged (a crash mid-write): ignored.
         for line in bytes.split(separator: Self.newline, omittingEmptySubsequences: false).dropLast() {
             lineNumber += 1
-            guard let value = try? CanonicalJSON.parse(Array(line), canonical: true),
-                let id = value["id"]?.stringValue, let saltHex = value["salt"]?.stringValue,
-                let salt = Hex.decode(saltHex), salt.count == 16, value.objectValue?.count == 2
-            else {
+            guard let (id, salt) = Self.decodeSubjectLine(Array(line)) else {
                 throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "\(subjectsPath) line \(lineNumber) is not {\"id\":…,\"salt\":…}"))
             }
             guard salts.updateValue(salt, forKey: SubjectID(id)) == nil else {
@@ -490,6 +488,23 @@ public struct FileLedgerStore: LedgerStore {
             }
         }
         return salts
+    }
+
+    /// One line of subjects.jsonl: canonical `{"id":ID,"salt":"<32 hex>"}`. The shape is fixed,
+    /// so the salt is read from the end and only the id is parsed as a JSON string.
+    static func decodeSubjectLine(_ line: [UInt8]) -> (String, [UInt8])? {
+        let prefix = Array(#"{"id":"#.utf8), middle = Array(#","salt":""#.utf8)
+        let tail = middle.count + 32 + 2
+        guard line.count >= prefix.count + 2 + tail, line.starts(with: prefix),
+            line[(line.count - tail)..<(line.count - 34)].elementsEqual(middle), line[line.count - 2] == 0x22, line[line.count - 1] == 0x7D,
+            let salt = Hex.decode(bytes: line[(line.count - 34)..<(line.count - 2)]), salt.count == 16
+        else { return nil }
+        let idBytes = Array(line[prefix.count..<(line.count - tail)])
+        return idBytes.withUnsafeBufferPointer { buffer -> (String, [UInt8])? in
+            var parser = CanonicalJSON.Parser(bytes: buffer, canonical: true)
+            guard let id = try? parser.parseString(), parser.index == buffer.count else { return nil }
+            return (id, salt)
+        }
     }
 
     public func saveSubjectSalts(_ salts: [(subjectID: SubjectID, salt: [UInt8])]) throws {

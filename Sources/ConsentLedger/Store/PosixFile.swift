@@ -50,6 +50,25 @@ final class PosixFile {
         return out
     }
 
+    /// Reads up to `count` bytes at `offset` into the start of `buffer` (reused between calls);
+    /// returns how many were read.
+    func read(at offset: UInt64, into buffer: inout [UInt8], count: Int) throws -> Int {
+        precondition(count <= buffer.count)
+        var done = 0
+        try buffer.withUnsafeMutableBytes { raw in
+            while done < count {
+                let n = pread(fd, raw.baseAddress! + done, count - done, off_t(offset) + off_t(done))
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    throw LedgerError.storage("cannot read \(path): \(PosixFile.reason())")
+                }
+                if n == 0 { break }
+                done += n
+            }
+        }
+        return done
+    }
+
     func readAll() throws -> [UInt8] {
         try read(at: 0, count: Int(try size()))
     }
