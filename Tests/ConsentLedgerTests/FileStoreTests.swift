@@ -215,3 +215,17 @@ final class Counter: Sendable {
         #expect(try ledger.verify().subjects == 2)
     }
 }
+
+@Suite struct SubjectFileTests {
+    @Test func idsWithQuotesEscapesAndUnicodeRoundTrip() throws {
+        let path = LedgerPropertyTests.folder("ids")
+        defer { removeFolder(path) }
+        let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "ids")
+        let ids = ["a\"b", "back\\slash", "x\u{2028}y", "名前", "\"salt\":\"00\""]
+        for id in ids { try ledger.execute(LedgerCommand(subjectID: id, request: .give(feature: "timeline", consents: ["required"]))) }
+        let salts = try FileLedgerStore(directory: path).readSubjectSalts()
+        #expect(Set(salts.keys) == Set(ids.map(SubjectID.init)))
+        for id in ids { #expect(try ledger.report(for: id).events.count == 1, "\(id)") }
+        #expect(FileLedgerStore.decodeSubjectLine(Array(#"{"id":"a","salt":"0011"}"#.utf8)) == nil)
+    }
+}

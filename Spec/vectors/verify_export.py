@@ -1,0 +1,1203 @@
+#!/usr/bin/env python3
+"""An independent verifier of ConsentLedger audit exports, version 1.
+
+Written from Spec/export-format.md (and Spec/ledger-format.md for events, the catalogue and
+replay), with the Python 3 standard library only. Ed25519, canonical JSON, event decoding and
+replay are imported from verify_vectors.py in this folder; the Merkle tree (RFC 6962 and the tlog
+storage layout), signed notes (C2SP signed-note), checkpoints (C2SP tlog-checkpoint), bundles and
+consistency proofs are implemented here.
+
+Usage:
+    python3 Spec/vectors/verify_export.py              self-tests, then Spec/vectors/export
+                                                       (expected.json) and derived cases
+    python3 Spec/vectors/verify_export.py FILE KEY     verify one export bundle or consistency-proof
+                                                       file against the pinned verifier KEY (the
+                                                       key text name+hash+key, or a file holding it)
+
+Prints one line per check and ends with "N passed, M failed"; exits 0 only when M is 0.
+"""
+
+import base64
+import binascii
+import functools
+import json
+import os
+import sys
+import unicodedata
+
+sys.dont_write_bytecode = True  # importing verify_vectors must not touch __pycache__
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from verify_vectors import (  # noqa: E402
+    SIGNING_CONTEXT, ZERO_HASH, CatalogError, Checks, DecodeError, Failure, Replay, SubjectState, Violation,
+    decode_catalog, decode_line, ed25519_public_key, ed25519_sign, ed25519_verify, hex_decode, key_id,
+    parse_canonical, read_file, same_text, serialize, sha256, subject_ref, trimmed_text, verify_folder,
+)
+
+BUNDLE_FORMAT = "consentledger-export-v1"
+CONSISTENCY_FORMAT = "consentledger-consistency-v1"
+MAX_SAFE_INTEGER = 2**53 - 1
+
+
+@functools.lru_cache(maxsize=None)
+def signature_ok(public_key, message, signature):
+    """ed25519_verify, remembered: the vectors check the same few signatures many times."""
+    return ed25519_verify(public_key, message, signature)
+
+
+# ---------------------------------------------------------------------------------------------
+# Base64 (RFC 4648 section 4, standard alphabet, padded; canonical spellings only)
+# ---------------------------------------------------------------------------------------------
+
+def b64encode(raw):
+    return base64.b64encode(raw).decode("ascii")
+
+
+def b64decode(text):
+    """The bytes of canonical padded standard base64, or None for any other text."""
+    if not isinstance(text, str) or not text.isascii():
+        return None
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return raw if b64encode(raw) == text else None
+
+
+# ---------------------------------------------------------------------------------------------
+# The Merkle tree (RFC 6962 section 2.1; storage and proofs as Go's golang.org/x/mod/sumdb/tlog)
+# ---------------------------------------------------------------------------------------------
+
+class ProofError(Exception):
+    pass
+
+
+def leaf_hash(entry):
+    return sha256(b"\x00" + entry)
+
+
+def node_hash(left, right):
+    return sha256(b"\x01" + left + right)
+
+
+def max_pow2(n):
+    """(k, level): k = 2^level is the largest power of two smaller than n (n > 1)."""
+    level = 0
+    while (1 << (level + 1)) < n:
+        level += 1
+    return 1 << level, level
+
+
+def tree_root(leaves):
+    """MTH of the leaves (a list of leaf hashes, at least one), from complete subtrees."""
+    frontier = []  # (size, hash) of complete subtrees, sizes strictly decreasing
+    for h in leaves:
+        size = 1
+        while frontier and frontier[-1][0] == size:
+            _, left = frontier.pop()
+            h, size = node_hash(left, h), size * 2
+        frontier.append((size, h))
+    root = frontier[-1][1]
+    for _, h in reversed(frontier[:-1]):
+        root = node_hash(h, root)
+    return root
+
+
+def _run_inclusion(proof, lo, hi, n, leaf):
+    if lo + 1 == hi:
+        if proof:
+            raise ProofError("inclusion proof is too long")
+        return leaf
+    if not proof:
+        raise ProofError("inclusion proof is too short")
+    k, _ = max_pow2(hi - lo)
+    if n < lo + k:
+        return node_hash(_run_inclusion(proof[:-1], lo, lo + k, n, leaf), proof[-1])
+    return node_hash(proof[-1], _run_inclusion(proof[:-1], lo + k, hi, n, leaf))
+
+
+def check_inclusion(proof, n, leaf, size, root):
+    """tlog.CheckRecord(proof, size, root, n, leaf) == nil."""
+    if not (0 <= n < size):
+        return False
+    try:
+        return _run_inclusion(list(proof), 0, size, n, leaf) == root
+    except ProofError:
+        return False
+
+
+def _run_consistency(proof, lo, hi, n, old):
+    if n == hi:
+        if lo == 0:
+            if proof:
+                raise ProofError("consistency proof is too long")
+            return old, old
+        if len(proof) != 1:
+            raise ProofError("consistency proof has the wrong length")
+        return proof[0], proof[0]
+    if not proof:
+        raise ProofError("consistency proof is too short")
+    k, _ = max_pow2(hi - lo)
+    if n <= lo + k:
+        oh, th = _run_consistency(proof[:-1], lo, lo + k, n, old)
+        return oh, node_hash(th, proof[-1])
+    oh, th = _run_consistency(proof[:-1], lo + k, hi, n, old)
+    return node_hash(proof[-1], oh), node_hash(proof[-1], th)
+
+
+def check_consistency(proof, old_size, old_root, new_size, new_root):
+    """tlog.CheckTree(proof, new_size, new_root, old_size, old_root) == nil."""
+    if not (1 <= old_size <= new_size):
+        return False
+    try:
+        o, n = _run_consistency(list(proof), 0, new_size, old_size, old_root)
+    except ProofError:
+        return False
+    return o == old_root and n == new_root
+
+
+# Stored hashes: the layout of tree.hashes (tlog.StoredHashIndex, StoredHashCount, StoredHashes),
+# and proofs made from them (tlog.TreeHash, ProveRecord, ProveTree).
+
+def stored_hash_index(level, n):
+    for _ in range(level):
+        n = 2 * n + 1
+    i = 0
+    while n > 0:
+        i += n
+        n >>= 1
+    return i + level
+
+
+def stored_hash_count(n):
+    if n == 0:
+        return 0
+    count = stored_hash_index(0, n - 1) + 1
+    i = n - 1
+    while i & 1:
+        count += 1
+        i >>= 1
+    return count
+
+
+def stored_hashes_for_record(n, leaf, read):
+    """The hashes appended to tree.hashes for record n: its leaf hash, then the hash of each
+    subtree it completes (levels 1, 2, ...). `read(index)` returns an earlier stored hash."""
+    hashes, h, level = [leaf], leaf, 0
+    while (n + 1) >> level & 1 == 0:
+        h = node_hash(read(stored_hash_index(level, (n >> level) - 1)), h)
+        hashes.append(h)
+        level += 1
+    return hashes
+
+
+def build_stored(entries):
+    stored = []
+    for n, e in enumerate(entries):
+        stored += stored_hashes_for_record(n, leaf_hash(e), stored.__getitem__)
+    return stored
+
+
+def _sub_tree_hash(lo, hi, read):
+    parts = []
+    while lo < hi:
+        k, level = max_pow2(hi - lo + 1)
+        assert lo & (k - 1) == 0
+        parts.append(read(stored_hash_index(level, lo >> level)))
+        lo += k
+    h = parts[-1]
+    for p in reversed(parts[:-1]):
+        h = node_hash(p, h)
+    return h
+
+
+def stored_tree_hash(size, read):
+    return _sub_tree_hash(0, size, read)
+
+
+def stored_inclusion_proof(n, size, read):
+    def prove(lo, hi):
+        if lo + 1 == hi:
+            return []
+        k, _ = max_pow2(hi - lo)
+        if n < lo + k:
+            return prove(lo, lo + k) + [_sub_tree_hash(lo + k, hi, read)]
+        return prove(lo + k, hi) + [_sub_tree_hash(lo, lo + k, read)]
+    return prove(0, size)
+
+
+def stored_consistency_proof(old, new, read):
+    def prove(lo, hi):
+        if old == hi:
+            return [] if lo == 0 else [_sub_tree_hash(lo, hi, read)]
+        k, _ = max_pow2(hi - lo)
+        if old <= lo + k:
+            return prove(lo, lo + k) + [_sub_tree_hash(lo + k, hi, read)]
+        return prove(lo + k, hi) + [_sub_tree_hash(lo, lo + k, read)]
+    return prove(0, new)
+
+
+class RFC6962:
+    """MTH, PATH and PROOF of RFC 6962 section 2.1, by their recursive definitions over a list
+    of entries D[lo:hi] (subtree hashes remembered, so small trees stay cheap)."""
+
+    def __init__(self, entries):
+        self.d = entries
+        self.mth = functools.lru_cache(maxsize=None)(self._mth)
+
+    @staticmethod
+    def k(n):
+        k = 1
+        while k * 2 < n:
+            k *= 2
+        return k
+
+    def _mth(self, lo, hi):
+        n = hi - lo
+        if n == 0:
+            return sha256(b"")
+        if n == 1:
+            return sha256(b"\x00" + self.d[lo])
+        k = self.k(n)
+        return sha256(b"\x01" + self.mth(lo, lo + k) + self.mth(lo + k, hi))
+
+    def path(self, m, lo, hi):
+        n = hi - lo
+        if n == 1:
+            return []
+        k = self.k(n)
+        if m < k:
+            return self.path(m, lo, lo + k) + [self.mth(lo + k, hi)]
+        return self.path(m - k, lo + k, hi) + [self.mth(lo, lo + k)]
+
+    def subproof(self, m, lo, hi, b):
+        n = hi - lo
+        if m == n:
+            return [] if b else [self.mth(lo, hi)]
+        k = self.k(n)
+        if m <= k:
+            return self.subproof(m, lo, lo + k, b) + [self.mth(lo + k, hi)]
+        return self.subproof(m - k, lo + k, hi, False) + [self.mth(lo, lo + k)]
+
+    def proof(self, m, n):
+        return self.subproof(m, 0, n, True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Verifier keys, signed notes (C2SP signed-note) and checkpoints (C2SP tlog-checkpoint)
+# ---------------------------------------------------------------------------------------------
+
+class NoteError(Exception):
+    pass
+
+
+# Unicode White_Space (Swift's Unicode.Scalar.Properties.isWhitespace; Go's unicode.IsSpace).
+WHITE_SPACE = {*range(0x09, 0x0E), 0x20, 0x85, 0xA0, 0x1680, *range(0x2000, 0x200B), 0x2028, 0x2029, 0x202F, 0x205F, 0x3000}
+DASH = "\u2014 "
+
+
+def check_name(name):
+    if not name or any(c == "+" or ord(c) in WHITE_SPACE or ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+        raise NoteError("key name '%s' must be non-empty, without spaces, control characters or '+'" % name)
+
+
+def note_key_hash(name, public_key):
+    return int.from_bytes(sha256(name.encode("utf-8") + b"\n\x01" + public_key)[:4], "big")
+
+
+class NoteKey:
+    def __init__(self, name, public_key):
+        check_name(name)
+        self.name, self.public_key = name, public_key
+        self.hash = note_key_hash(name, public_key)
+
+    @property
+    def text(self):
+        return "%s+%08x+%s" % (self.name, self.hash, b64encode(b"\x01" + self.public_key))
+
+
+def parse_verifier_key(text):
+    """`name+hash+key`, split at the first two '+'; the hash must match."""
+    first = text.split("+", 1)
+    rest = first[1].split("+", 1) if len(first) == 2 else []
+    if len(rest) != 2 or len(rest[0].encode("utf-8")) != 8 or any(c not in "0123456789abcdef" for c in rest[0]):
+        raise NoteError("verifier key is not <name>+<8 hex digits>+<base64 key>")
+    name, hash_hex, key64 = first[0], rest[0], rest[1]
+    raw = b64decode(key64)
+    if raw is None or len(raw) != 33 or raw[0] != 0x01:
+        raise NoteError("verifier key is not an Ed25519 key (algorithm byte 0x01 and 32 bytes)")
+    key = NoteKey(name, raw[1:])
+    if key.hash != int(hash_hex, 16):
+        raise NoteError("verifier key hash %s does not match its name and key" % hash_hex)
+    return key
+
+
+def sign_note(text, key, seed):
+    """The signed note of `text` (ending in a newline) with one signature by `key` (seed)."""
+    signature = ed25519_sign(seed, text.encode("utf-8"))
+    return text + "\n" + DASH + key.name + " " + b64encode(key.hash.to_bytes(4, "big") + signature) + "\n"
+
+
+def open_note(note, key):
+    """Checks that `note` carries a valid signature by `key`; returns its text."""
+    if len(note.encode("utf-8")) > 1 << 20:
+        raise NoteError("note is too large")
+    split = note.rfind("\n\n")
+    if split < 0:
+        raise NoteError("note has no blank line before its signatures")
+    text, block = note[:split] + "\n", note[split + 2:]
+    # The reference compares Characters: a final CR LF is one Character, not a newline.
+    if not block.endswith("\n") or block.endswith("\r\n"):
+        raise NoteError("note's signature block does not end with a newline")
+    if any((ord(c) < 0x20 and c != "\n") or ord(c) == 0x7F for c in text):
+        raise NoteError("note text contains control characters")
+    found = False
+    for line in block[:-1].split("\n"):
+        if not line.startswith(DASH):
+            raise NoteError("signature line does not start with '\u2014 '")
+        rest = line[len(DASH):].split(" ")
+        raw = b64decode(rest[1]) if len(rest) == 2 else None
+        if raw is None or len(raw) <= 4:
+            raise NoteError("malformed signature line")
+        if not same_text(rest[0], key.name) or int.from_bytes(raw[:4], "big") != key.hash:
+            continue  # another key's signature: ignored
+        if len(raw) != 68 or not signature_ok(key.public_key, text.encode("utf-8"), raw[4:]):
+            raise NoteError("the signature by %s does not verify" % key.name)
+        found = True
+    if not found:
+        raise NoteError("the note has no signature by key %s+%x" % (key.name, key.hash))
+    return text
+
+
+class Checkpoint:
+    def __init__(self, origin, size, root):
+        self.origin, self.size, self.root = origin, size, root
+
+    @property
+    def text(self):
+        return "%s\n%d\n%s\n" % (self.origin, self.size, b64encode(self.root))
+
+
+def parse_checkpoint(text):
+    if not text.endswith("\n"):
+        raise NoteError("checkpoint does not end with a newline")
+    lines = text[:-1].split("\n")
+    if len(lines) < 3:
+        raise NoteError("checkpoint has fewer than three lines")
+    if not lines[0]:
+        raise NoteError("checkpoint origin is empty")
+    size = lines[1]
+    if not (size and all(c in "0123456789" for c in size) and (size == "0" or size[0] != "0") and int(size) < 2**63):
+        raise NoteError("checkpoint size '%s' is not a decimal number without leading zeros" % size)
+    root = b64decode(lines[2])
+    if root is None or len(root) != 32:
+        raise NoteError("checkpoint root hash is not the base64 of 32 bytes")
+    if any(not extension for extension in lines[3:]):
+        raise NoteError("checkpoint has an empty extension line")
+    return Checkpoint(lines[0], int(size), root)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading JSON files leniently (bundles and consistency-proof files are read as ordinary JSON)
+# ---------------------------------------------------------------------------------------------
+
+def nfc(s):
+    return unicodedata.normalize("NFC", s)
+
+
+def is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def parse_json(data):
+    """Ordinary JSON (whitespace, any member order) of the format's subset: integers only, within
+    ±(2^53 − 1), no -0; strings of Unicode scalar values; member names distinct (compared as
+    canonically equivalent strings, as the reference does); at most 64 levels. ValueError if not."""
+    text = bytes(data).decode("utf-8")  # UnicodeDecodeError is a ValueError
+
+    def members(pairs):
+        out, seen = {}, set()
+        for k, v in pairs:
+            if nfc(k) in seen:
+                raise ValueError("duplicate member name '%s'" % k)
+            seen.add(nfc(k))
+            out[k] = v
+        return out
+
+    def integer(s):
+        v = int(s)
+        if s == "-0":
+            raise ValueError("'-0' is not allowed")
+        if abs(v) > MAX_SAFE_INTEGER:
+            raise ValueError("integer is out of range")
+        return v
+
+    def no_fraction(s):
+        raise ValueError("only integers are allowed here")
+
+    def no_constant(s):
+        raise ValueError("invalid literal")
+
+    try:
+        value = json.loads(text, object_pairs_hook=members, parse_int=integer, parse_float=no_fraction,
+                           parse_constant=no_constant)
+    except RecursionError:
+        raise ValueError("nesting is deeper than 64 levels")
+
+    def walk(v, depth):
+        if depth >= 64:
+            raise ValueError("nesting is deeper than 64 levels")
+        if isinstance(v, str):
+            v.encode("utf-8")  # an unpaired surrogate raises UnicodeEncodeError, a ValueError
+        elif isinstance(v, list):
+            for item in v:
+                walk(item, depth + 1)
+        elif isinstance(v, dict):
+            for k, item in v.items():
+                k.encode("utf-8")
+                walk(item, depth + 1)
+    walk(value, 0)
+    return value
+
+
+def json_equal(a, b):
+    """Equality of JSON values as the reference decides it: same type (a boolean is not a number),
+    same integers, arrays element by element, objects with the same member names, strings equal
+    when canonically equivalent (Swift String equality)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if a is None or b is None:
+        return a is None and b is None
+    if is_int(a) or is_int(b):
+        return is_int(a) and is_int(b) and a == b
+    if isinstance(a, str) or isinstance(b, str):
+        return isinstance(a, str) and isinstance(b, str) and same_text(a, b)
+    if isinstance(a, list) or isinstance(b, list):
+        return isinstance(a, list) and isinstance(b, list) and len(a) == len(b) and all(map(json_equal, a, b))
+    if not (isinstance(a, dict) and isinstance(b, dict)) or len(a) != len(b):
+        return False
+    bn = {nfc(k): v for k, v in b.items()}
+    return all(nfc(k) in bn and json_equal(v, bn[nfc(k)]) for k, v in a.items())
+
+
+# ---------------------------------------------------------------------------------------------
+# Bundles and consistency-proof files (Spec/export-format.md, "Verifying a bundle")
+# ---------------------------------------------------------------------------------------------
+
+class ExportFailure(Exception):
+    """Why an export does not verify; `seq` names the event when one is at fault."""
+
+    def __init__(self, seq, reason):
+        super().__init__(reason)
+        self.seq, self.reason = seq, reason
+
+    def __str__(self):
+        return ("seq %d: " % self.seq if self.seq is not None else "") + self.reason
+
+
+class Entry:
+    def __init__(self, seq, line, proof):
+        self.seq, self.line, self.proof = seq, line, proof
+
+
+class Bundle:
+    pass
+
+
+def read_bundle(data):
+    """Step 0: the members, in the reference's order of checks."""
+    try:
+        value = parse_json(data)
+    except ValueError as e:
+        raise ExportFailure(None, "the bundle is not JSON: %s" % e)
+    top = value if isinstance(value, dict) else {}
+
+    def string(name):
+        if not isinstance(top.get(name), str):
+            raise ExportFailure(None, "the bundle has no string '%s'" % name)
+        return top[name]
+
+    def entry(v):
+        if not isinstance(v, dict) or not is_int(v.get("seq")) or not isinstance(v.get("line"), str):
+            raise ExportFailure(None, "an event entry lacks 'seq' or 'line'")
+        proof = []
+        for h in v["proof"] if isinstance(v.get("proof"), list) else []:
+            raw = b64decode(h)
+            if raw is None or len(raw) != 32:
+                raise ExportFailure(max(0, v["seq"]), "a proof hash is not the base64 of 32 bytes")
+            proof.append(raw)
+        return Entry(v["seq"], v["line"], proof)
+
+    b = Bundle()
+    if string("format") != BUNDLE_FORMAT:
+        raise ExportFailure(None, "unknown bundle format (expected %s)" % BUNDLE_FORMAT)
+    b.scope = string("scope")
+    if b.scope not in ("subject", "all"):
+        raise ExportFailure(None, "unknown scope")
+    if not isinstance(top.get("catalog"), dict):
+        raise ExportFailure(None, "the bundle has no catalogue")
+    b.catalog = top["catalog"]
+    b.events = [entry(e) for e in (top["events"] if isinstance(top.get("events"), list) else [])]
+    b.subject = None
+    if "subject" in top:
+        s = top["subject"]
+        if not (isinstance(s, dict) and all(isinstance(s.get(k), str) for k in ("id", "ref", "salt"))):
+            raise ExportFailure(None, "'subject' needs id, ref and salt")
+        b.subject = (s["id"], s["ref"], s["salt"])
+    b.ledger, b.verifier_key, b.checkpoint = string("ledger"), string("verifierKey"), string("checkpoint")
+    b.genesis = entry(top.get("genesis"))
+    state = top.get("state")
+    b.state = state["features"] if isinstance(state, dict) and "features" in state else None
+    return b
+
+
+def check_entry(e, checkpoint, key, kid, proof_required):
+    """One entry: decode, seq, key id and signature, inclusion proof. Returns the event."""
+    seq = max(0, e.seq)
+    line = e.line.encode("utf-8")
+    try:
+        event = decode_line(line)
+    except DecodeError as err:
+        raise ExportFailure(seq, "malformed event: %s" % err)
+    if event.seq != e.seq:
+        raise ExportFailure(seq, "the entry says seq %d but its event is seq %d" % (e.seq, event.seq))
+    if event.kid != kid or not signature_ok(key.public_key, SIGNING_CONTEXT + event.body, event.signature):
+        raise ExportFailure(seq, "the event's signature does not verify with the pinned key")
+    if proof_required and not (e.seq < checkpoint.size
+                               and check_inclusion(e.proof, e.seq, leaf_hash(line), checkpoint.size, checkpoint.root)):
+        raise ExportFailure(seq, "the inclusion proof does not lead to the checkpoint's root (tree size %d)" % checkpoint.size)
+    return event
+
+
+def display_name(names):
+    """The English name, else the first by language tag (tags compared as Swift sorts strings)."""
+    if "en" in names:
+        return names["en"]
+    return names[min(names, key=nfc)]
+
+
+def listing_json(state, given, catalog_value, features):
+    """The projected state (ListingJSON) of a replayed subject: every feature of the catalogue in
+    catalogue order, its consents required first. `given` maps (feature, consent) to the last
+    event's (type, at, version)."""
+    out = []
+    for i, f in enumerate(features):
+        raw = catalog_value["features"][i]
+        names = {c["code"]: c["name"] for c in raw["consents"]}
+        consents = []
+        for c in f["consents"]:
+            last = given.get((f["code"], c["code"]))
+            is_given = last is not None and last[0] == "consent.given"
+            m = {"code": c["code"], "name": display_name(names[c["code"]]), "required": c["required"],
+                 "state": "given" if is_given else "withheld", "validFrom": last[1] if is_given else None,
+                 "everGiven": last is not None}
+            if is_given:
+                m["version"] = last[2]
+            elif last is not None:
+                m["withdrawnAt"] = last[1]
+            consents.append(m)
+        out.append({"code": f["code"], "key": f["key"], "name": display_name(raw["name"]),
+                    "active": state.is_active(f), "consents": consents})
+    return out
+
+
+class ExportReport:
+    pass
+
+
+def verify_bundle(data, key):
+    """Verifies bundle bytes against the pinned NoteKey. Returns an ExportReport or raises
+    ExportFailure naming the first failure in the order of the spec."""
+    b = read_bundle(data)
+    # 1. Only the pinned key is trusted.
+    if not same_text(b.verifier_key, key.text):
+        raise ExportFailure(None, "the bundle's verifier key %s differs from the pinned key %s" % (b.verifier_key, key.text))
+    # 2. The checkpoint.
+    try:
+        checkpoint = parse_checkpoint(open_note(b.checkpoint, key))
+    except NoteError as e:
+        raise ExportFailure(None, "checkpoint: %s" % e)
+    if not (same_text(checkpoint.origin, key.name) and same_text(b.ledger, key.name)):
+        raise ExportFailure(None, "the checkpoint's origin '%s' is not the pinned key's ledger '%s'" % (checkpoint.origin, key.name))
+    kid = key_id(key.public_key)
+    # 3. The catalogue and the genesis event.
+    catalog_bytes = serialize(b.catalog)
+    try:
+        catalog, features = decode_catalog(b.catalog)
+    except CatalogError as e:
+        raise ExportFailure(0, "catalogue: %s" % e)
+    genesis = check_entry(b.genesis, checkpoint, key, kid, True)
+    if genesis.type != "ledger.created" or genesis.seq != 0:
+        raise ExportFailure(0, "the genesis entry is not the ledger's first event")
+    if not (same_text(genesis.public_key, key.public_key.hex()) and same_text(genesis.ledger, key.name)):
+        raise ExportFailure(0, "the genesis event pins another key or ledger name")
+    if sha256(catalog_bytes).hex() != genesis.catalog:
+        raise ExportFailure(0, "the bundled catalogue's SHA-256 differs from the genesis event's")
+    report = ExportReport()
+    report.scope, report.checkpoint = b.scope, checkpoint
+    if b.scope == "subject":
+        verify_subject(b, checkpoint, catalog, features, key, kid)
+        report.events, report.subject = len(b.events), b.subject[0]
+    else:
+        verify_all(b, genesis, checkpoint, catalog, key, kid)
+        report.events, report.subject = len(b.events) + 1, None
+    return report
+
+
+def verify_subject(b, checkpoint, catalog, features, key, kid):
+    # 4S.
+    if b.subject is None or b.state is None:
+        raise ExportFailure(None, "a subject export needs 'subject' and 'state'")
+    subject_id, ref, salt_hex = b.subject
+    salt = hex_decode(salt_hex)
+    if salt is None:
+        raise ExportFailure(None, "the subject's salt is not hex")
+    if not same_text(subject_ref(subject_id, salt), ref):
+        raise ExportFailure(None, "the subject's pseudonym does not match its id and salt")
+    previous = 0
+    for e in b.events:
+        if not e.seq > previous:
+            raise ExportFailure(max(0, e.seq), "events are not in increasing sequence order")
+        previous = e.seq
+    state, given = SubjectState(), {}
+    for e in b.events:
+        event = check_entry(e, checkpoint, key, kid, True)
+        if event.subject is None or not same_text(event.subject, ref):
+            raise ExportFailure(event.seq, "the event is about another subject")
+        try:
+            state.apply(event, catalog)
+        except Violation as v:
+            raise ExportFailure(event.seq, "replay: %s" % v.reason)
+        given[(event.feature, event.consent)] = (event.type, event.at, getattr(event, "version", None))
+    if state.open is not None:
+        raise ExportFailure(None, "the events end inside a command: some of the subject's events are missing")
+    if not json_equal(listing_json(state, given, b.catalog, features), b.state):
+        raise ExportFailure(None, "the bundled state differs from the replay of the bundled events")
+
+
+def verify_all(b, genesis, checkpoint, catalog, key, kid):
+    # 4A.
+    if len(b.events) + 1 != checkpoint.size:
+        raise ExportFailure(None, "the bundle holds %d events but the checkpoint covers %d" % (len(b.events) + 1, checkpoint.size))
+    replay, previous, leaves = Replay(catalog), ZERO_HASH, []
+    for i, e in enumerate([b.genesis] + b.events):
+        if e.seq != i:
+            raise ExportFailure(max(0, e.seq), "expected seq %d: events are missing or out of order" % i)
+        event = genesis if i == 0 else check_entry(e, checkpoint, key, kid, False)
+        if event.prev != previous:
+            raise ExportFailure(event.seq, "prev does not match the previous event's hash")
+        previous = sha256(event.body).hex()
+        try:
+            replay.apply(event)
+        except Violation as v:
+            raise ExportFailure(event.seq, "replay: %s" % v.reason)
+        leaves.append(leaf_hash(e.line.encode("utf-8")))
+    if tree_root(leaves) != checkpoint.root:
+        raise ExportFailure(None, "the events' Merkle root differs from the checkpoint's")
+    if replay.open is not None:
+        raise ExportFailure(None, "the events end inside a command")
+
+
+def verify_consistency(data, key):
+    """Verifies a consistency-proof file. Returns (old, new) checkpoints or raises ExportFailure."""
+    try:
+        value = parse_json(data)
+    except ValueError:
+        value = None
+    top = value if isinstance(value, dict) else {}
+    if not (top.get("format") == CONSISTENCY_FORMAT and isinstance(top.get("old"), str)
+            and isinstance(top.get("new"), str) and isinstance(top.get("proof"), list)):
+        raise ExportFailure(None, "not a consistency proof file (format %s)" % CONSISTENCY_FORMAT)
+    proof = []
+    for h in top["proof"]:
+        raw = b64decode(h)
+        if raw is None or len(raw) != 32:
+            raise ExportFailure(None, "a proof hash is not the base64 of 32 bytes")
+        proof.append(raw)
+    try:
+        old = parse_checkpoint(open_note(top["old"], key))
+        new = parse_checkpoint(open_note(top["new"], key))
+    except NoteError as e:
+        raise ExportFailure(None, "checkpoint: %s" % e)
+    if not (same_text(old.origin, key.name) and same_text(new.origin, key.name)):
+        raise ExportFailure(None, "a checkpoint is for another ledger than the pinned key's")
+    if not check_consistency(proof, old.size, old.root, new.size, new.root):
+        raise ExportFailure(None, "the consistency proof from size %d to size %d does not verify: the log did not only grow"
+                            % (old.size, new.size))
+    return old, new
+
+
+def file_kind(data):
+    """'consistency' for a consistency-proof file, else 'bundle'."""
+    try:
+        value = parse_json(data)
+    except ValueError:
+        return "bundle"
+    return "consistency" if isinstance(value, dict) and value.get("format") == CONSISTENCY_FORMAT else "bundle"
+
+
+def describe_report(r):
+    what = "subject %s, %d events" % (r.subject, r.events) if r.scope == "subject" else "the whole ledger, %d events" % r.events
+    return "%s; checkpoint %s size %d root %s" % (what, r.checkpoint.origin, r.checkpoint.size, b64encode(r.checkpoint.root))
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks
+# ---------------------------------------------------------------------------------------------
+
+GO_VERIFIER_KEY = "PeterNeumann+c74f20a3+ARpc2QcUPDhMQegwxbzhKqiBfsVkmqq/LDE4izWy10TW"
+GO_SIGNER_KEY = "PRIVATE+KEY+PeterNeumann+c74f20a3+AYEKFALVFGyNhPJEMzD1QIDr+Y7hfZx09iUvxdXHKDFz"
+GO_TEXT = "If you think cryptography is the answer to your problem,\nthen you don't know what your problem is.\n"
+GO_SIGNATURE_LINE = "\u2014 PeterNeumann x08go/ZJkuBS9UG/SffcvIAQxVBtiFupLLr8pAcElZInNIuGUgYN1FFYC2pZSNXgKvqfqdngotpRZb6KE6RyyBwJnAM="
+
+
+def raises(fn, exception, phrase):
+    """(ok, detail): fn() must raise `exception` whose text contains `phrase`."""
+    try:
+        fn()
+    except exception as e:
+        return phrase in str(e), str(e)
+    return False, "accepted"
+
+
+def self_tests(checks):
+    # Base64: one spelling per value.
+    checks.check(b64decode("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=") == bytes(range(32))
+                 and all(b64decode(t) is None for t in ("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh9=", "AAE", "AA==AA==",
+                                                         "AA=A", "AAECAw\n==", "AAEC-w==", "A===")) and b64decode("") == b"",
+                 "base64: canonical padded standard base64 accepted; non-zero pad bits, missing padding, inner '=', "
+                 "newlines and the URL alphabet rejected")
+
+    # (a) Go's golang.org/x/mod/sumdb/note example.
+    go_note = GO_TEXT + "\n" + GO_SIGNATURE_LINE + "\n"
+    key = parse_verifier_key(GO_VERIFIER_KEY)
+    checks.check(key.name == "PeterNeumann" and "%08x" % key.hash == "c74f20a3" and key.text == GO_VERIFIER_KEY,
+                 "Go note example: verifier key parses, key hash = SHA-256(name || 0x0A || 0x01 || key)[0:4] = c74f20a3, text round-trips",
+                 key.public_key.hex())
+    checks.run("Go note example: the note opens with the verifier key and yields its text",
+               lambda: (open_note(go_note, key) == GO_TEXT, "%d bytes of text" % len(GO_TEXT)))
+    seed = b64decode(GO_SIGNER_KEY.split("+", 4)[4])[1:]  # PRIVATE+KEY+name+hash+base64(0x01 || seed)
+    checks.check(ed25519_public_key(seed) == key.public_key and sign_note(GO_TEXT, key, seed) == go_note,
+                 "Go note example: signing the text with the example's signer key reproduces the note byte for byte")
+    checks.run("Go note example: a changed text fails", lambda: raises(
+        lambda: open_note(go_note.replace("cryptography", "cryptographY"), key), NoteError, "the signature by PeterNeumann does not verify"))
+    other = NoteKey("PeterNeumann", ed25519_public_key(bytes(range(32, 64))))
+    checks.run("Go note example: another key of the same name finds no signature", lambda: raises(
+        lambda: open_note(go_note, other), NoteError, "the note has no signature by key PeterNeumann+%x" % other.hash))
+    checks.run("Go note example: a verifier key with a wrong hash is refused", lambda: raises(
+        lambda: parse_verifier_key(GO_VERIFIER_KEY.replace("c74f20a3", "c74f20a4")), NoteError, "does not match its name and key"))
+    checks.run("verifier key: uppercase hash digits are refused", lambda: raises(
+        lambda: parse_verifier_key(GO_VERIFIER_KEY.replace("c74f20a3", "C74F20A3")), NoteError, "<8 hex digits>"))
+    checks.run("verifier key: a name with a space is refused", lambda: raises(
+        lambda: NoteKey("has space", key.public_key), NoteError, "must be non-empty, without spaces"))
+
+    def unusual_notes():
+        two = GO_TEXT + "\n\u2014 witness.example AAAAAQE=\n" + GO_SIGNATURE_LINE + "\n"
+        results = [open_note(two, key) == GO_TEXT]
+        for bad, phrase in ((GO_TEXT + GO_SIGNATURE_LINE + "\n", "no blank line"),
+                            (GO_TEXT + "\n" + GO_SIGNATURE_LINE, "does not end with a newline"),
+                            (GO_TEXT + "\n" + GO_SIGNATURE_LINE + "\r\n", "does not end with a newline"),
+                            (GO_TEXT + "\n- PeterNeumann AAAAAQ==\n", "does not start with"),
+                            (GO_TEXT + "\n\u2014 PeterNeumann AAAA\n", "malformed signature line"),
+                            (GO_TEXT.replace("is.", "is.\t") + "\n" + GO_SIGNATURE_LINE + "\n", "control characters")):
+            try:
+                open_note(bad, key)
+                results.append(False)
+            except NoteError as e:
+                results.append(phrase in str(e))
+        return all(results), "%d of %d as specified" % (sum(results), len(results))
+    checks.run("signed notes: other keys' signatures are ignored; malformed notes are refused", unusual_notes)
+
+    # Checkpoints.
+    def checkpoints():
+        c = parse_checkpoint("example.com/log\n42\nAAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=\n")
+        ext = parse_checkpoint("example.com/log\n0\nAAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=\nextension\nmore\n")
+        ok = c.origin == "example.com/log" and c.size == 42 and c.root == bytes(range(32)) and ext.size == 0
+        ok = ok and c.text == "example.com/log\n42\nAAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=\n"
+        for bad in ("example.com/log\n042\nAAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=\n",
+                    "example.com/log\n+42\nAAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=\n",
+                    "example.com/log\n9223372036854775808\nAAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=\n",
+                    "example.com/log\n42\nAAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh9=\n",
+                    "example.com/log\n42\nAAECAw==\n", "\n42\nAAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=\n",
+                    "example.com/log\n42\nAAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=\n\nx\n", "example.com/log\n42\n"):
+            try:
+                parse_checkpoint(bad)
+                ok = False
+            except NoteError:
+                pass
+        return ok, "origin, size, root; extension lines ignored"
+    checks.run("checkpoints: parsed as C2SP tlog-checkpoint; leading zeros, '+', overflow, bad roots, empty origin "
+               "or extension lines refused", checkpoints)
+
+    # (b) The Merkle tree against the RFC's recursive definitions.
+    entries = [("entry %d" % i).encode() for i in range(200)]
+    stored = build_stored(entries)
+    checks.check(all(stored_hash_count(n) == len(build_stored(entries[:n])) for n in range(0, 65))
+                 and stored_hash_count(200) == len(stored) and stored_hash_count(10) == 18,
+                 "tree.hashes layout: StoredHashCount(n) = number of hashes stored for n records (n = 0..64, 200); 18 for 10")
+    checks.check([stored_hash_index(0, n) for n in range(6)] == [0, 1, 3, 4, 7, 8]
+                 and [stored_hash_index(1, n) for n in range(3)] == [2, 5, 9] and stored_hash_index(2, 0) == 6,
+                 "tree.hashes layout: StoredHashIndex places level 0 at 0,1,3,4,7,8, level 1 at 2,5,9, level 2 at 6")
+    rfc = RFC6962(entries[:40])
+    shifted = RFC6962(entries[1:41])  # another log, for "another old tree"
+    read = stored.__getitem__
+    roots = paths = proofs = accepted = rejected = 0
+    bad = []
+    for n in range(1, 41):
+        root = rfc.mth(0, n)
+        roots += stored_tree_hash(n, read) == root == tree_root([leaf_hash(e) for e in entries[:n]])
+        for m in range(n):
+            p = stored_inclusion_proof(m, n, read)
+            paths += p == rfc.path(m, 0, n)
+            accepted += check_inclusion(p, m, leaf_hash(entries[m]), n, root)
+            fails = [not check_inclusion(p + [root], m, leaf_hash(entries[m]), n, root)]
+            if n > 1:
+                fails.append(not check_inclusion(p, m, leaf_hash(entries[(m + 1) % n]), n, root))
+                fails.append(not check_inclusion(p, (m + 1) % n, leaf_hash(entries[m]), n, root))
+            for i in range(len(p)):
+                changed = list(p)
+                changed[i] = bytes([changed[i][0] ^ 0x40]) + changed[i][1:]
+                fails.append(not check_inclusion(changed, m, leaf_hash(entries[m]), n, root))
+            rejected += all(fails)
+            if not all(fails):
+                bad.append("inclusion %d/%d" % (m, n))
+        for m in range(1, n + 1):
+            p = stored_consistency_proof(m, n, read)
+            proofs += p == rfc.proof(m, n)
+            accepted += check_consistency(p, m, rfc.mth(0, m), n, root)
+            fails = [not check_consistency(p, m, shifted.mth(0, m), n, root)]
+            for i in range(len(p)):
+                changed = list(p)
+                changed[i] = bytes([changed[i][0] ^ 0x40]) + changed[i][1:]
+                fails.append(not check_consistency(changed, m, rfc.mth(0, m), n, root))
+            rejected += all(fails)
+            if not all(fails):
+                bad.append("consistency %d->%d" % (m, n))
+    checks.check(roots == 40, "Merkle: for n = 1..40 the stored-hash tree hash and the frontier root equal RFC 6962 MTH(D[n])",
+                 "%d of 40" % roots)
+    checks.check(paths == 820, "Merkle: inclusion proofs from stored hashes equal RFC 6962 PATH(m, D[n]) for all 0 <= m < n <= 40",
+                 "%d of 820" % paths)
+    checks.check(proofs == 820, "Merkle: consistency proofs from stored hashes equal RFC 6962 PROOF(m, D[n]) for all 1 <= m <= n <= 40",
+                 "%d of 820" % proofs)
+    checks.check(accepted == 1640, "Merkle: every one of those proofs is accepted by CheckRecord / CheckTree", "%d of 1640" % accepted)
+    checks.check(rejected == 1640 and not bad, "Merkle: each is refused with a changed hash, an extra hash, another leaf, "
+                 "another index or another old tree", ", ".join(bad[:5]) or "%d of 1640" % rejected)
+
+    # The lenient JSON reader of bundles.
+    def json_reader():
+        ok = parse_json(b' {\n "b" : [1, -2, true, null],\t"a":"\\/\\u00e9"}\r\n') == {"b": [1, -2, True, None], "a": "/\u00e9"}
+        ok = ok and json_equal({"a": [1, True]}, {"a": [1, True]}) and not json_equal(True, 1) and not json_equal(0, False)
+        ok = ok and json_equal({"Jos\u00e9": "\u00e9"}, {"Jose\u0301": "e\u0301"}) and not json_equal({"a": 1}, {"a": 1, "b": 2})
+        for bad in (b'{"a":1,"a":2}', b'{"\xc3\xa9":1,"e\xcc\x81":2}', b"1.0", b"1e3", b"-0", b"01", b"9007199254740992", b"NaN",
+                    b'"\\ud800"', b'"\xed\xa0\x80"', b"[" * 65 + b"]" * 65, b"\xef\xbb\xbf{}", b'{"a":1}x', b'"\x01"'):
+            try:
+                parse_json(bad)
+                ok = False
+            except ValueError:
+                pass
+        return ok, "whitespace and any member order accepted; the subset enforced"
+    checks.run("bundle JSON: read leniently (whitespace, any order) but only the format's subset of JSON", json_reader)
+
+
+class Vectors:
+    """Spec/vectors/export and the tiny ledger it was made from."""
+
+    def __init__(self, here):
+        self.here = here
+        self.export = os.path.join(here, "export")
+        self.folder = os.path.join(here, "tiny-ledger")
+        self.lines = read_file(self.folder, "ledger.jsonl").split(b"\n")[:-1]
+        self.seed = hex_decode(trimmed_text(read_file(self.folder, "secret.key")), 32)
+
+    def read(self, name):
+        return read_file(self.export, name)
+
+
+def check_vectors(checks, here):
+    v = Vectors(here)
+    expected_bytes = v.read("expected.json")
+    expected = json.loads(expected_bytes)
+    checks.check(expected_bytes.endswith(b"\n") and serialize(parse_canonical(expected_bytes[:-1])) == expected_bytes[:-1],
+                 "export/expected.json is canonical JSON followed by a newline")
+    key_file = v.read("verifier-key.txt")
+    checks.check(key_file.endswith(b"\n") and not key_file.endswith(b"\n\n") and key_file[:-1].decode() == expected["verifierKey"],
+                 "export/verifier-key.txt is expected.json's verifierKey and one newline", expected["verifierKey"])
+    try:
+        key = parse_verifier_key(key_file[:-1].decode("utf-8"))
+    except NoteError as e:
+        checks.check(False, "export/verifier-key.txt parses", str(e))
+        return
+    report = verify_folder(v.folder)
+    checks.check(key.public_key.hex() == report.public_key.hex() and key.name == report.ledger_name,
+                 "the verifier key is the tiny ledger's name and public key", "%s, %s" % (key.name, key.public_key.hex()))
+
+    # (c) The checkpoint.
+    note = v.read("checkpoint.txt").decode("utf-8")
+    try:
+        checkpoint = parse_checkpoint(open_note(note, key))
+    except NoteError as e:
+        checks.check(False, "export/checkpoint.txt opens with the verifier key", str(e))
+        return
+    checks.check(checkpoint.origin == key.name and checkpoint.size == len(v.lines),
+                 "export/checkpoint.txt opens with the verifier key: origin is the ledger name, size the number of log lines",
+                 "%s, %d" % (checkpoint.origin, checkpoint.size))
+    rfc = RFC6962(v.lines)
+    checks.check(checkpoint.root == rfc.mth(0, len(v.lines)) == tree_root([leaf_hash(l) for l in v.lines]),
+                 "export/checkpoint.txt root = MTH of tiny-ledger/ledger.jsonl's lines (each without its newline)",
+                 b64encode(checkpoint.root))
+    checks.check(sign_note(checkpoint.text, key, v.seed) == note,
+                 "export/checkpoint.txt is reproduced byte for byte by signing its text with the test key")
+    stored = build_stored(v.lines)
+    checks.check(len(stored) == stored_hash_count(10) == 18 and stored_tree_hash(10, stored.__getitem__) == checkpoint.root,
+                 "the tiny ledger's tree.hashes would hold 18 hashes (576 bytes); TreeHash from them is the checkpoint's root")
+    consistency = json.loads(v.read("consistency-6-10.json"))
+    old = parse_checkpoint(open_note(consistency["old"], key))
+    checks.check(old.size == 6 and old.root == rfc.mth(0, 6) and consistency["new"] == note,
+                 "export/consistency-6-10.json: old checkpoint is MTH of the first 6 lines, new is checkpoint.txt",
+                 b64encode(old.root))
+
+    # (d) Every case of expected.json, with the pinned key.
+    for c in expected["cases"]:
+        data = v.read(c["file"])
+        name = "export/%s (%s) %s" % (c["file"], c["kind"], "verifies" if c["ok"] else "fails: %s%s" % (
+            "seq %d, " % c["seq"] if "seq" in c else "", c["reason"]))
+
+        def run(c=c, data=data):
+            try:
+                if c["kind"] == "bundle":
+                    detail = describe_report(verify_bundle(data, key))
+                else:
+                    o, n = verify_consistency(data, key)
+                    detail = "size %d -> %d" % (o.size, n.size)
+            except ExportFailure as f:
+                return (not c["ok"] and c["reason"] in f.reason and f.seq == c.get("seq", f.seq)), str(f)
+            return c["ok"], detail
+        checks.run(name, run)
+    check_derived(checks, v, key, checkpoint)
+
+
+def check_derived(checks, v, key, checkpoint):
+    """Cases derived here from the vectors (the test key re-signs checkpoints where needed). They
+    test this verifier against the spec, not against the reference implementation."""
+    alice = json.loads(v.read("alice.bundle.json"))
+    everything = json.loads(v.read("all.bundle.json"))
+    stored = build_stored(v.lines)
+    read = stored.__getitem__
+
+    def note_for(text):
+        return sign_note(text, key, v.seed)
+
+    def bundle_bytes(obj):
+        return serialize(obj) + b"\n"
+
+    def recomputed_state(obj):
+        """The listing of a replay of the bundle's own events (what an exporter would put there)."""
+        catalog, features = decode_catalog(obj["catalog"])
+        state, given = SubjectState(), {}
+        for e in obj["events"]:
+            event = decode_line(e["line"].encode())
+            state.apply(event, catalog)
+            given[(event.feature, event.consent)] = (event.type, event.at, getattr(event, "version", None))
+        return listing_json(state, given, obj["catalog"], features)
+
+    def edited(base, change):
+        obj = json.loads(json.dumps(base))
+        change(obj)
+        return obj
+
+    def drop_events(*seqs, recompute=False):
+        def change(o):
+            o["events"] = [e for e in o["events"] if e["seq"] not in seqs]
+            if recompute:
+                o["state"]["features"] = recomputed_state(o)
+        return change
+
+    def set_state_member(o):
+        o["state"]["features"][1]["active"] = not o["state"]["features"][1]["active"]
+
+    def with_bob(o):
+        line = v.lines[8].decode()
+        o["events"].append({"seq": 8, "line": line, "proof": [b64encode(h) for h in stored_inclusion_proof(8, 10, read)]})
+
+    def entry(at_seq, **members):
+        def change(o):
+            for e in o["events"]:
+                if e["seq"] == at_seq:
+                    e.update(members)
+        return change
+
+    def proof_hash(seq, i, value):
+        def change(o):
+            for e in o["events"]:
+                if e["seq"] == seq:
+                    e["proof"][i] = value
+        return change
+
+    def checkpoint_text(text):
+        def change(o):
+            o["checkpoint"] = note_for(text)
+        return change
+
+    extra_signature = note_for(checkpoint.text)
+    extra_signature = extra_signature.replace("\n\n", "\n\n\u2014 witness.example AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\n", 1)
+    bad_note_signature = note_for(checkpoint.text)
+    bad_note_signature = bad_note_signature[:-6] + ("A" if bad_note_signature[-6] != "A" else "B") + bad_note_signature[-5:]
+    origin_root = Checkpoint("consentledger.example/other", 10, checkpoint.root)
+
+    def resign_last(o):
+        """All scope: seq 9 edited (actor) and re-signed: chain and replay still hold, the root not."""
+        body = decode_line(o["events"][-1]["line"].encode()).body.replace(b'"actor":"self"', b'"actor":"selF"')
+        o["events"][-1]["line"] = '{"body":%s,"sig":"%s"}' % (body.decode(), ed25519_sign(v.seed, SIGNING_CONTEXT + body).hex())
+
+    def swap(i, j):
+        def change(o):
+            o["events"][i], o["events"][j] = o["events"][j], o["events"][i]
+        return change
+
+    def pretty(o):
+        return json.dumps(o, indent=2).encode()
+
+    cases = [
+        ("alice, written with whitespace and escaped non-ASCII (read leniently)", alice, None, None, None, pretty),
+        ("alice, with another member in 'state' and at the top level (ignored)", alice,
+         lambda o: o.update(note="x") or o["state"].update(extra=1), None, None, None),
+        ("alice, checkpoint with extension lines (ignored)", alice, checkpoint_text(checkpoint.text + "extension one\nextension two\n"),
+         None, None, None),
+        ("alice, checkpoint with a witness signature before the ledger's (ignored)", alice,
+         lambda o: o.update(checkpoint=extra_signature), None, None, None),
+        ("alice, a whole command (seq 3-5) left out and the state recomputed (completeness is not proven)",
+         alice, drop_events(3, 4, 5, recompute=True), None, None, None),
+        ("alice, one event inside a command (seq 4) left out and the state recomputed (spans are not counted)",
+         alice, drop_events(4, recompute=True), None, None, None),
+        ("alice, a whole command (seq 3-5) left out, state kept", alice, drop_events(3, 4, 5), None, "bundled state differs", None),
+        ("alice, the last event of a command (seq 7) left out", alice, drop_events(7), None, "the events end inside a command", None),
+        ("alice, the first event of a command (seq 6) left out", alice, drop_events(6), 7, "which is not open for this subject", None),
+        ("alice, a state member changed", alice, set_state_member, None, "bundled state differs", None),
+        ("alice, bob's event (seq 8, with a valid proof) added", alice, with_bob, 8, "the event is about another subject", None),
+        ("alice, an entry's seq (7) changed to 8", alice, entry(7, seq=8), 8, "the entry says seq 8 but its event is seq 7", None),
+        ("alice, an entry without its proof", alice, entry(3, proof=None), 3, "inclusion proof", None),
+        ("alice, a proof hash changed", alice, proof_hash(5, 1, b64encode(b"\x00" * 32)), 5, "inclusion proof", None),
+        ("alice, a proof hash in non-canonical base64", alice, proof_hash(5, 1, b64encode(b"\x00" * 32)[:-2] + "B="), 5,
+         "a proof hash is not the base64 of 32 bytes", None),
+        ("alice, another salt", alice, lambda o: o["subject"].update(salt="02" * 16), None, "pseudonym does not match", None),
+        ("alice, the salt in uppercase hex", alice, lambda o: o["subject"].update(salt="0A" * 16), None, "salt is not hex", None),
+        ("alice, without 'state'", alice, lambda o: o.pop("state"), None, "needs 'subject' and 'state'", None),
+        ("alice, 'ledger' changed", alice, lambda o: o.update(ledger="consentledger.example/other"), None,
+         "is not the pinned key's ledger", None),
+        ("alice, checkpoint with another origin, re-signed", alice, checkpoint_text(origin_root.text), None,
+         "is not the pinned key's ledger", None),
+        ("alice, the ledger's signature on the checkpoint changed", alice, lambda o: o.update(checkpoint=bad_note_signature), None,
+         "checkpoint: the signature by consentledger.example/vectors does not verify", None),
+        ("alice, checkpoint size 0 for the same root, re-signed", alice, checkpoint_text(Checkpoint(key.name, 0, checkpoint.root).text),
+         0, "inclusion proof does not lead to the checkpoint's root (tree size 0)", None),
+        ("alice, the catalogue changed", alice, lambda o: o["catalog"]["features"][0].update(key="medication"), 0,
+         "the bundled catalogue's SHA-256 differs from the genesis event's", None),
+        ("alice, an invalid catalogue", alice, lambda o: o["catalog"].update(features=[]), 0, "catalogue: ", None),
+        ("alice, another format", alice, lambda o: o.update(format="consentledger-export-v2"), None, "unknown bundle format", None),
+        ("all, the event of seq 5 left out", everything, lambda o: o["events"].pop(4), None,
+         "the bundle holds 9 events but the checkpoint covers 10", None),
+        ("all, seq 5 and 6 swapped", everything, swap(4, 5), 6, "expected seq 5: events are missing or out of order", None),
+        ("all, seq 9 edited and re-signed", everything, resign_last, None, "the events' Merkle root differs from the checkpoint's", None),
+        ("all, written with whitespace", everything, None, None, None, pretty),
+    ]
+    for name, base, change, seq, reason, writer in cases:
+        def run(base=base, change=change, seq=seq, reason=reason, writer=writer):
+            obj = edited(base, change) if change else base
+            data = (writer or bundle_bytes)(obj)
+            try:
+                r = verify_bundle(data, key)
+            except ExportFailure as f:
+                return reason is not None and reason in f.reason and f.seq == seq, str(f)
+            return reason is None, describe_report(r)
+        checks.run("derived: %s %s" % (name, "verifies" if reason is None else "fails: %s%s" % (
+            "" if seq is None else "seq %d, " % seq, reason)), run)
+
+    # Consistency proofs between every pair of sizes of the tiny ledger, signed with the test key.
+    rfc = RFC6962(v.lines)
+
+    def consistency_file(m, n, proof=None, old=None, new=None):
+        old = old or note_for(Checkpoint(key.name, m, rfc.mth(0, m)).text)
+        new = new or note_for(Checkpoint(key.name, n, rfc.mth(0, n)).text)
+        proof = stored_consistency_proof(m, n, read) if proof is None else proof
+        return serialize({"format": CONSISTENCY_FORMAT, "old": old, "new": new, "proof": [b64encode(h) for h in proof]}) + b"\n"
+
+    def all_pairs():
+        ok = 0
+        for n in range(1, 11):
+            for m in range(1, n + 1):
+                o, nn = verify_consistency(consistency_file(m, n), key)
+                ok += (o.size, nn.size) == (m, n)
+        return ok == 55, "%d of 55" % ok
+    checks.run("derived: consistency proofs for every 1 <= m <= n <= 10 of the tiny ledger verify", all_pairs)
+    base = json.loads(v.read("consistency-6-10.json"))
+    consistency_cases = [
+        ("old and new swapped", serialize(dict(base, old=base["new"], new=base["old"])), "from size 10 to size 6 does not verify"),
+        ("an old checkpoint of a rewritten log (another root at size 6)",
+         consistency_file(6, 10, old=note_for(Checkpoint(key.name, 6, rfc.mth(1, 7)).text)), "from size 6 to size 10 does not verify"),
+        ("a hash too many", serialize(dict(base, proof=base["proof"] + base["proof"][:1])), "does not verify"),
+        ("an old checkpoint of size 0", consistency_file(1, 10, old=note_for(Checkpoint(key.name, 0, sha256(b"")).text)),
+         "from size 0 to size 10 does not verify"),
+        ("a checkpoint of another origin", consistency_file(6, 10, old=note_for(Checkpoint("other", 6, rfc.mth(0, 6)).text)),
+         "a checkpoint is for another ledger than the pinned key's"),
+        ("another format", serialize(dict(base, format="consentledger-consistency-v2")), "not a consistency proof file"),
+    ]
+    for name, data, reason in consistency_cases:
+        def run_consistency(data=data, reason=reason):
+            try:
+                o, n = verify_consistency(data, key)
+            except ExportFailure as f:
+                return reason in f.reason and f.seq is None, str(f)
+            return False, "verified %d -> %d" % (o.size, n.size)
+        checks.run("derived: consistency, %s, fails: %s" % (name, reason), run_consistency)
+
+
+def read_key_argument(argument):
+    """The verifier key: the text itself, or (without a '+') a file holding it."""
+    text = argument
+    if "+" not in argument and os.path.isfile(argument):
+        with open(argument, "rb") as f:
+            text = f.read().decode("utf-8", "replace")
+    while text.endswith("\n") or text.endswith(" "):
+        text = text[:-1]
+    return parse_verifier_key(text)
+
+
+def check_file(checks, path, key_argument):
+    try:
+        key = read_key_argument(key_argument)
+    except (NoteError, OSError) as e:
+        checks.check(False, "verifier key", str(e))
+        return
+    checks.check(True, "verifier key", key.text)
+    with open(path, "rb") as f:
+        data = f.read()
+    kind = file_kind(data)
+    name = "%s verifies (%s)" % (path, "consistency proof" if kind == "consistency" else "export bundle")
+    try:
+        if kind == "consistency":
+            old, new = verify_consistency(data, key)
+            detail = "the ledger %s at size %d extends its checkpoint at size %d" % (new.origin, new.size, old.size)
+        else:
+            detail = describe_report(verify_bundle(data, key))
+    except ExportFailure as f:
+        checks.check(False, name, str(f))
+        return
+    checks.check(True, name, detail)
+
+
+def main(argv):
+    checks = Checks()
+    if len(argv) not in (1, 3) or (len(argv) > 1 and argv[1] in ("-h", "--help")):
+        print(__doc__.strip())
+        return 64
+    if len(argv) == 3:
+        check_file(checks, argv[1], argv[2])
+    else:
+        here = os.path.dirname(os.path.abspath(__file__))
+        self_tests(checks)
+        check_vectors(checks, here)
+    return checks.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
