@@ -99,6 +99,17 @@ struct Export: ParsableCommand {
     }
 }
 
+/// The options of the offline checks: the key to trust, and the output form.
+struct PinnedKey: ParsableArguments {
+    @Option(help: ArgumentHelp("The verifier key to trust (name+hash+key, or a file holding it).", valueName: "KEY"))
+    var key: String
+
+    @Flag(help: "Print JSON.")
+    var json = false
+
+    func verifierKey() throws -> NoteVerifierKey { try readVerifierKey(key) }
+}
+
 /// A verifier key given as text, or as a file that holds it.
 func readVerifierKey(_ argument: String) throws -> NoteVerifierKey {
     var text = argument
@@ -128,15 +139,11 @@ struct VerifyExport: ParsableCommand {
     @Argument(help: ArgumentHelp("The bundle.", valueName: "FILE"))
     var file: String
 
-    @Option(help: ArgumentHelp("The verifier key to trust (name+hash+key, or a file holding it).", valueName: "KEY"))
-    var key: String
-
-    @Flag(help: "Print JSON.")
-    var json = false
+    @OptionGroup var options: PinnedKey
 
     func run() throws {
-        try reporting(json: json) {
-            let pinned = try readVerifierKey(key)
+        try reporting(json: options.json) {
+            let pinned = try options.verifierKey()
             let bytes = try LocalFile.read(file, limit: 1 << 30)
             let report: ExportVerificationReport
             do throws(ExportVerificationError) {
@@ -144,7 +151,7 @@ struct VerifyExport: ParsableCommand {
             } catch {
                 throw LedgerError.integrity(IntegrityFailure(line: nil, seq: error.seq, problem: error.problem))
             }
-            if json {
+            if options.json {
                 var members: [String: JSONValue] = [
                     "ok": .bool(true), "scope": .string(report.scope.rawValue), "events": .int(Int64(report.events)),
                     "checkpoint": .object(["origin": .string(report.checkpoint.origin), "size": .int(report.checkpoint.size), "root": .string(Base64.encode(report.checkpoint.root.bytes))]),
@@ -208,15 +215,11 @@ struct VerifyConsistency: ParsableCommand {
     @Argument(help: ArgumentHelp("The proof written by prove-consistency.", valueName: "FILE"))
     var file: String
 
-    @Option(help: ArgumentHelp("The verifier key to trust (name+hash+key, or a file holding it).", valueName: "KEY"))
-    var key: String
-
-    @Flag(help: "Print JSON.")
-    var json = false
+    @OptionGroup var options: PinnedKey
 
     func run() throws {
-        try reporting(json: json) {
-            let pinned = try readVerifierKey(key)
+        try reporting(json: options.json) {
+            let pinned = try options.verifierKey()
             let (old, new): (Checkpoint, Checkpoint)
             do {
                 let proof = try ConsistencyProof(bytes: try LocalFile.read(file))
@@ -224,7 +227,7 @@ struct VerifyConsistency: ParsableCommand {
             } catch let error as ExportVerificationError {
                 throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: error.problem))
             }
-            if json {
+            if options.json {
                 printJSON(.object(["ok": .bool(true), "oldSize": .int(old.size), "newSize": .int(new.size)]))
             } else {
                 print("OK: the ledger \(new.origin) at size \(new.size) extends its checkpoint at size \(old.size)")

@@ -192,7 +192,7 @@ private func runCommand(root: ConsentCtl, _ command: LedgerCommand, json: Bool) 
                 "subject": .string(result.subjectID),
                 "appended": .array(result.events.compactMap(HistoryEntry.init).map { historyJSON($0, catalog) }),
                 "notes": .array(result.notes.map(JSONValue.string)),
-                "features": .array(result.listing.features.map(featureJSON)),
+                "features": .array(result.listing.features.map(ListingJSON.feature)),
             ]))
             return
         }
@@ -257,7 +257,7 @@ struct Status: ParsableCommand {
                     "subject": .string(subject),
                     "asOf": asOf.map { .string($0.rfc3339) } ?? .null,
                     "empty": .bool(report.listing.isEmpty),
-                    "features": .array(report.listing.features.map(featureJSON)),
+                    "features": .array(report.listing.features.map(ListingJSON.feature)),
                 ]))
                 return
             }
@@ -295,33 +295,6 @@ func printConsents(_ line: FeatureLine) {
         table.add(["  " + c.definition.code, c.definition.isRequired ? "required" : "optional", state, detail, c.definition.name])
     }
     table.print()
-}
-
-func featureJSON(_ line: FeatureLine) -> JSONValue {
-    .object([
-        "code": .int(Int64(line.feature.code)),
-        "key": .string(line.feature.key),
-        "name": .string(line.feature.name),
-        "active": .bool(line.isActive),
-        "consents": .array(line.consents.map { c in
-            var members: [String: JSONValue] = [
-                "code": .string(c.definition.code),
-                "name": .string(c.definition.name),
-                "required": .bool(c.definition.isRequired),
-                "state": .string(c.isGiven ? "given" : "withheld"),
-                "validFrom": c.validFrom.map { .string($0.rfc3339) } ?? .null,
-            ]
-            switch c.status {
-            case .given(let grant): members["version"] = .string(grant.version)
-            case .withdrawn(let w):
-                members["withdrawnAt"] = .string(w.at.rfc3339)
-                members["everGiven"] = .bool(true)
-            case nil: members["everGiven"] = .bool(false)
-            }
-            if c.isGiven { members["everGiven"] = .bool(true) }
-            return .object(members)
-        }),
-    ])
 }
 
 // MARK: - history

@@ -137,41 +137,6 @@ public enum CanonicalJSON {
         return value
     }
 
-    /// Parses a canonical JSON object into its members, in order, without building a dictionary:
-    /// the fast path for event bodies. Strictly increasing names rule out duplicates.
-    public static func parseCanonicalObject(_ buffer: UnsafeBufferPointer<UInt8>) throws(JSONParseError) -> [(name: String, value: JSONValue)] {
-        var parser = Parser(bytes: buffer, canonical: true)
-        guard buffer.count >= 2, buffer[0] == UInt8(ascii: "{") else { throw parser.error("expected a JSON object") }
-        parser.index = 1
-        var members: [(name: String, value: JSONValue)] = []
-        members.reserveCapacity(16)
-        if buffer[1] == UInt8(ascii: "}") {
-            parser.index = 2
-        } else {
-            while true {
-                guard parser.index < buffer.count, buffer[parser.index] == UInt8(ascii: "\"") else { throw parser.error("expected a member name") }
-                let keyOffset = parser.index
-                let name = try parser.parseString()
-                if let previous = members.last?.name, !utf16Less(previous, name) {
-                    throw parser.error("member '\(name)' is out of canonical (RFC 8785) order", at: keyOffset)
-                }
-                guard parser.index < buffer.count, buffer[parser.index] == UInt8(ascii: ":") else { throw parser.error("expected ':'") }
-                parser.index += 1
-                members.append((name, try parser.parseValue(depth: 1)))
-                guard parser.index < buffer.count else { throw parser.error("unexpected end of input in an object") }
-                if buffer[parser.index] == UInt8(ascii: ",") {
-                    parser.index += 1
-                    continue
-                }
-                guard buffer[parser.index] == UInt8(ascii: "}") else { throw parser.error("expected ',' or '}'") }
-                parser.index += 1
-                break
-            }
-        }
-        guard parser.index == buffer.count else { throw parser.error("unexpected bytes after the JSON value") }
-        return members
-    }
-
     struct Parser {
         let bytes: UnsafeBufferPointer<UInt8>
         let canonical: Bool

@@ -193,14 +193,6 @@ public enum EventCodec {
         return EventRecord(event: event, prev: prev, keyID: keyID, body: Array(bodyBytes), signature: signature)
     }
 
-    /// Decodes a line's event and chain fields and hashes its body, without keeping the body:
-    /// what replay needs, at the least cost.
-    public static func decodeForReplay(line: UnsafeBufferPointer<UInt8>, hasher: any SHA256Hasher) throws(EventDecodingError) -> (event: LedgerEvent, prev: Digest, hash: Digest) {
-        let (bodyBytes, _) = try splitLine(line, decodeSignature: false)
-        let (event, prev, _) = try EventBodyReader.read(bodyBytes)
-        return (event, prev, hasher.sha256(UnsafeRawBufferPointer(bodyBytes)))
-    }
-
     public static func decode(line: [UInt8]) throws(EventDecodingError) -> EventRecord {
         try line.withUnsafeBufferPointer { (b) throws(EventDecodingError) -> EventRecord in try decode(line: b) }
     }
