@@ -37,7 +37,7 @@ import Testing
         let (ledger, path) = try Self.ledger("export")
         defer { removeFolder(path) }
         let bundle = try ledger.exportSubject("alice")
-        let report = try ExportVerifier.verify(bundle.bytes, pinnedKey: ledger.verifierKey)
+        let report = try ExportVerifier.verify(bundle.bytes, pinnedKey: try ledger.verifierKey)
         #expect(report.events == 8 && report.subjectID == "alice" && report.checkpoint.size == 12)
         let text = String(decoding: bundle.bytes, as: UTF8.self)
         for other in ["bob", "carol"] {
@@ -51,7 +51,7 @@ import Testing
     @Test func everyTamperingIsCaught() throws {
         let (ledger, path) = try Self.ledger("tamper-export")
         defer { removeFolder(path) }
-        let key = ledger.verifierKey
+        let key = try ledger.verifierKey
         let bundle = try ledger.exportSubject("alice")
         #expect(verify(bundle.bytes, key) == nil)
 
@@ -101,8 +101,8 @@ import Testing
         let (ledger, path) = try Self.ledger("export-all")
         defer { removeFolder(path) }
         let bundle = try ledger.exportAll()
-        #expect(try ExportVerifier.verify(bundle.bytes, pinnedKey: ledger.verifierKey).events == 12)
-        let missing = verify(changed(bundle) { var a = $0["events"]!.arrayValue!; a.remove(at: 5); $0["events"] = .array(a) }, ledger.verifierKey)
+        #expect(try ExportVerifier.verify(bundle.bytes, pinnedKey: try ledger.verifierKey).events == 12)
+        let missing = verify(changed(bundle) { var a = $0["events"]!.arrayValue!; a.remove(at: 5); $0["events"] = .array(a) }, try ledger.verifierKey)
         #expect(missing != nil)
     }
 
@@ -112,7 +112,7 @@ import Testing
         let (_, old) = try ledger.signedCheckpoint()
         try ledger.execute(LedgerCommand(subjectID: "erin", request: .give(feature: "timeline", consents: ["required"])))
         let proof = try ledger.proveConsistency(from: old)
-        let (o, n) = try ExportVerifier.verifyConsistency(proof, pinnedKey: ledger.verifierKey)
+        let (o, n) = try ExportVerifier.verifyConsistency(proof, pinnedKey: try ledger.verifierKey)
         #expect(o.size == 12 && n.size == 13)
         let bytes = CanonicalJSON.serialize(proof.json)
         #expect(try ConsistencyProof(bytes: bytes) == proof)
@@ -120,11 +120,11 @@ import Testing
         var bad = proof.proof
         bad[0] = Digest(bytes: bad[0].bytes.map { $0 ^ 1 })!
         #expect(throws: ExportVerificationError.self) {
-            try ExportVerifier.verifyConsistency(ConsistencyProof(oldNote: proof.oldNote, newNote: proof.newNote, proof: bad), pinnedKey: ledger.verifierKey)
+            try ExportVerifier.verifyConsistency(ConsistencyProof(oldNote: proof.oldNote, newNote: proof.newNote, proof: bad), pinnedKey: try ledger.verifierKey)
         }
         // An old checkpoint whose root is not this log's prefix (a rewritten history) is refused.
         let signer = SodiumSigner(seed: try ledger.store.readSecretSeed())!
-        let forged = SignedNote.sign(Checkpoint(origin: ledger.genesis.ledgerName, size: 5, root: Digest.zero).text, key: ledger.verifierKey, signer: signer)
+        let forged = SignedNote.sign(Checkpoint(origin: ledger.genesis.ledgerName, size: 5, root: Digest.zero).text, key: try ledger.verifierKey, signer: signer)
         #expect(throws: LedgerError.self) { try ledger.proveConsistency(from: forged) }
     }
 

@@ -115,6 +115,23 @@ public struct Catalog: Hashable, Sendable {
 
     public func feature(code: Int) -> Feature? { features.first { $0.code == code } }
 
+    /// Why `self` cannot replace `current` as a published version, or nil if it can. A new
+    /// version keeps the features, their codes and keys, and each feature's consents with their
+    /// codes and required flags; it changes policy versions, links or names, and must change
+    /// something.
+    public func problemAsUpdate(of current: Catalog) -> String? {
+        if self == current { return "it is identical to the catalogue in force" }
+        guard features.map(\.code) == current.features.map(\.code), features.map(\.key) == current.features.map(\.key) else {
+            return "its features differ from the catalogue in force (a new version may change versions, links and names only)"
+        }
+        for (new, old) in zip(features, current.features) {
+            guard new.consents.map(\.code) == old.consents.map(\.code), new.consents.map(\.isRequired) == old.consents.map(\.isRequired) else {
+                return "the consents of '\(new.key)' differ from the catalogue in force (a new version may change versions, links and names only)"
+            }
+        }
+        return nil
+    }
+
     static func isSlug(_ s: String) -> Bool {
         guard let first = s.utf8.first, first >= 0x61, first <= 0x7A, s.utf8.count <= 64 else { return false }
         return s.utf8.allSatisfy { ($0 >= 0x61 && $0 <= 0x7A) || ($0 >= 0x30 && $0 <= 0x39) || $0 == 0x2D }

@@ -53,12 +53,48 @@ public struct ConsentGiven: Hashable, Sendable {
     public let consent: String
     /// The consent's policy version in force when it was given.
     public let version: String
+    /// Set on a re-consent: the sequence number of the earlier grant, of an older policy
+    /// version, that this one renews.
+    public let renews: UInt64?
 
-    public init(subject: SubjectRef, feature: Int, consent: String, version: String) {
+    public init(subject: SubjectRef, feature: Int, consent: String, version: String, renews: UInt64? = nil) {
         self.subject = subject
         self.feature = feature
         self.consent = consent
         self.version = version
+        self.renews = renews
+    }
+}
+
+/// The policy notice of one consent in a published catalogue version.
+public struct PolicyNotice: Hashable, Sendable {
+    public let feature: Int
+    public let consent: String
+    public let version: String
+    /// Lowercase hex SHA-256 of the notice the consent points to (its link's text).
+    public let sha256: String
+
+    public init(feature: Int, consent: String, version: String, sha256: String) {
+        self.feature = feature
+        self.consent = consent
+        self.version = version
+        self.sha256 = sha256
+    }
+}
+
+/// A new catalogue version took effect: from this event on, grants must be of its policy
+/// versions, and earlier grants of a changed version are outdated.
+public struct CatalogPublished: Hashable, Sendable {
+    public let catalog: Catalog
+    /// Lowercase hex SHA-256 of the catalogue's canonical bytes.
+    public let catalogHash: String
+    /// One notice per consent of the catalogue, in catalogue order.
+    public let notices: [PolicyNotice]
+
+    public init(catalog: Catalog, catalogHash: String, notices: [PolicyNotice]) {
+        self.catalog = catalog
+        self.catalogHash = catalogHash
+        self.notices = notices
     }
 }
 
@@ -89,13 +125,14 @@ public struct ConsentRevoked: Hashable, Sendable {
 /// What happened.
 public enum EventPayload: Hashable, Sendable {
     case ledgerCreated(LedgerCreated)
+    case catalogPublished(CatalogPublished)
     case consentGiven(ConsentGiven)
     case consentRevoked(ConsentRevoked)
 
     /// The subject the event is about, if any.
     public var subject: SubjectRef? {
         switch self {
-        case .ledgerCreated: return nil
+        case .ledgerCreated, .catalogPublished: return nil
         case .consentGiven(let e): return e.subject
         case .consentRevoked(let e): return e.subject
         }
@@ -105,6 +142,7 @@ public enum EventPayload: Hashable, Sendable {
     public var typeName: String {
         switch self {
         case .ledgerCreated: return "ledger.created"
+        case .catalogPublished: return "catalog.published"
         case .consentGiven: return "consent.given"
         case .consentRevoked: return "consent.revoked"
         }

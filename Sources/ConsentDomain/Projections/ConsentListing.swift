@@ -1,10 +1,23 @@
 /// One consent as the consent manager lists it (rule R7).
 public struct ConsentLine: Hashable, Sendable {
+    /// The consent as the catalogue in force defines it (its `version` is the current one).
     public let definition: ConsentDefinition
     /// `nil` when never given.
     public let status: ConsentStatus?
 
     public var isGiven: Bool { status?.isGiven ?? false }
+
+    /// Given under an older policy version: shown `outdated`, with both versions.
+    public var isOutdated: Bool {
+        if case .given(let grant) = status { return !grant.version.utf8.elementsEqual(definition.version.utf8) }
+        return false
+    }
+
+    /// The version the subject agreed to, when given.
+    public var givenVersion: String? {
+        if case .given(let grant) = status { return grant.version }
+        return nil
+    }
 
     /// The date it was given, when it is given (the app's `validFrom`).
     public var validFrom: Timestamp? {
@@ -49,6 +62,8 @@ public struct ConsentListing: Hashable, Sendable {
 public struct HistoryEntry: Hashable, Sendable {
     public enum Kind: String, Hashable, Sendable {
         case given
+        /// Given again under a new policy version; `renews` names the outdated grant.
+        case reconsent
         case withdrawn
         /// Withdrawn by rule R4's cascade; `cause` names the event that caused it.
         case cascade
@@ -62,20 +77,22 @@ public struct HistoryEntry: Hashable, Sendable {
     public let actor: String
     public let cause: UInt64?
     public let version: String?
+    /// On a re-consent: the outdated grant it renews.
+    public let renews: UInt64?
 
     /// The history entry for a subject event; `nil` for ledger-level events.
     public init?(_ event: LedgerEvent) {
         switch event.payload {
-        case .ledgerCreated:
+        case .ledgerCreated, .catalogPublished:
             return nil
         case .consentGiven(let e):
-            (kind, feature, consent, cause, version) = (.given, e.feature, e.consent, nil, e.version)
+            (kind, feature, consent, cause, version, renews) = (e.renews == nil ? .given : .reconsent, e.feature, e.consent, nil, e.version, e.renews)
         case .consentRevoked(let e):
             switch e.reason {
             case .withdrawn: (kind, cause) = (.withdrawn, nil)
             case .cascade(let c): (kind, cause) = (.cascade, c)
             }
-            (feature, consent, version) = (e.feature, e.consent, nil)
+            (feature, consent, version, renews) = (e.feature, e.consent, nil, nil)
         }
         seq = event.seq
         at = event.at

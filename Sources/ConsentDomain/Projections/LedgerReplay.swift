@@ -4,7 +4,10 @@
 /// Feed it every event in order (``apply(_:)``), or, for one subject, only that subject's
 /// events with ``SubjectState/apply(_:catalog:)`` directly.
 public struct LedgerReplay: Sendable {
-    public let catalog: Catalog
+    /// The catalogue in force: the genesis catalogue, then each published version in turn.
+    public private(set) var catalog: Catalog
+    /// Every catalogue version in force so far, with the sequence number it took effect at.
+    public private(set) var catalogVersions: [(seq: UInt64, at: Timestamp, catalog: Catalog)] = []
     public private(set) var subjects: [SubjectRef: SubjectState] = [:]
     /// The genesis event, once applied.
     public private(set) var genesis: LedgerCreated?
@@ -47,6 +50,22 @@ public struct LedgerReplay: Sendable {
                 throw ReplayViolation(seq: seq, problem: "a genesis event can only be the first event, alone in its command")
             }
             genesis = created
+            catalogVersions = [(seq, event.at, catalog)]
+        case .catalogPublished(let published):
+            guard genesis != nil, event.command.size == 1 else {
+                throw ReplayViolation(seq: seq, problem: "a catalogue version is published alone in its command, after the genesis event")
+            }
+            if let problem = published.catalog.problemAsUpdate(of: catalog) {
+                throw ReplayViolation(seq: seq, problem: "the published catalogue cannot replace the one in force: \(problem)")
+            }
+            let expected = published.catalog.features.flatMap { f in f.consents.map { (f.code, $0.code, $0.version) } }
+            guard published.notices.count == expected.count,
+                zip(published.notices, expected).allSatisfy({ $0.feature == $1.0 && $0.consent == $1.1 && $0.version.utf8.elementsEqual($1.2.utf8) })
+            else {
+                throw ReplayViolation(seq: seq, problem: "the notices must list every consent of the published catalogue, in catalogue order, with its version")
+            }
+            catalog = published.catalog
+            catalogVersions.append((seq, event.at, catalog))
         default:
             guard genesis != nil, let subject = event.payload.subject else {
                 throw ReplayViolation(seq: seq, problem: "the log does not start with a genesis event")

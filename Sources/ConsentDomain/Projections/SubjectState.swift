@@ -65,9 +65,23 @@ public struct SubjectState: Hashable, Sendable {
         status(feature: feature, consent: consent)?.isGiven ?? false
     }
 
-    /// Rule R3: a feature is active when all its required consents are given.
+    /// Given, and of the policy version in force.
+    public func isCurrent(_ feature: Feature, _ consent: ConsentDefinition) -> Bool {
+        if case .given(let grant)? = status(feature: feature.code, consent: consent.code) {
+            return grant.version.utf8.elementsEqual(consent.version.utf8)
+        }
+        return false
+    }
+
+    /// Given under an older policy version than the one in force: the subject must consent again.
+    public func isOutdated(_ feature: Feature, _ consent: ConsentDefinition) -> Bool {
+        isGiven(feature: feature.code, consent: consent.code) && !isCurrent(feature, consent)
+    }
+
+    /// Rule R3: a feature is active when all its required consents are given, each of the
+    /// policy version in force (an outdated required consent deactivates the feature).
     public func isActive(_ feature: Feature) -> Bool {
-        feature.requiredConsents.allSatisfy { isGiven(feature: feature.code, consent: $0.code) }
+        feature.requiredConsents.allSatisfy { isCurrent(feature, $0) }
     }
 
     /// True when no consent of this subject is given right now (rule R8's empty state).
@@ -88,7 +102,9 @@ public struct SubjectState: Hashable, Sendable {
     /// Applies one of this subject's events, re-checking rules R2–R6 and the cascade.
     public mutating func apply(_ event: LedgerEvent, catalog: Catalog) throws(ReplayViolation) {
         let seq = event.seq
-        if let open = openCommand, open != event.command {
+        if let open = openCommand, open != event.command || seq != (lastSeq ?? 0) + 1 {
+            // A command is one subject's, so its events are consecutive even in a subject's
+            // own history: a gap means one is missing.
             throw ReplayViolation(seq: seq, problem: "command starting at seq \(open.first) is incomplete: expected \(open.size) events")
         }
         if openCommand == nil {
@@ -100,14 +116,19 @@ public struct SubjectState: Hashable, Sendable {
             if !requiredRevocations.isEmpty { requiredRevocations.removeAll() }
         }
         switch event.payload {
-        case .ledgerCreated:
-            throw ReplayViolation(seq: seq, problem: "a genesis event can only be the first event")
+        case .ledgerCreated, .catalogPublished:
+            throw ReplayViolation(seq: seq, problem: "a ledger event is not a subject's event")
         case .consentGiven(let given):
             let (feature, definition) = try resolve(given.feature, given.consent, seq: seq, catalog: catalog)
             try enter(feature, seq: seq)
             let key = ConsentKey(feature: feature.code, consent: definition.code)
-            if consents[key]?.isGiven == true {
+            if isCurrent(feature, definition) {
                 throw ReplayViolation(seq: seq, problem: "consent '\(definition.code)' of '\(feature.key)' is given twice (rule R6 gives only a withheld consent)")
+            }
+            // A re-consent names the outdated grant it renews; a first grant names none.
+            let outdated: UInt64? = if case .given(let grant)? = consents[key] { grant.seq } else { nil }
+            guard given.renews == outdated else {
+                throw ReplayViolation(seq: seq, problem: outdated.map { "consent '\(definition.code)' of '\(feature.key)' renews the outdated grant at seq \($0), so 'renews' must name it" } ?? "'renews' names seq \(given.renews!), but consent '\(definition.code)' of '\(feature.key)' has no outdated grant")
             }
             if !definition.isRequired && !isActive(feature) {
                 throw ReplayViolation(seq: seq, problem: "optional consent '\(definition.code)' given while '\(feature.key)' has a required consent withheld (rule R2)")
@@ -146,7 +167,8 @@ public struct SubjectState: Hashable, Sendable {
         if seq == event.command.last {
             // Rule R4, checked once the whole command is in: no optional consent survives a
             // withheld required consent.
-            if let code = commandFeature, let feature = catalog.feature(code: code), !isActive(feature),
+            if let code = commandFeature, let feature = catalog.feature(code: code),
+                feature.requiredConsents.contains(where: { !isGiven(feature: code, consent: $0.code) }),
                 let survivor = feature.optionalConsents.first(where: { isGiven(feature: code, consent: $0.code) })
             {
                 throw ReplayViolation(seq: seq, problem: "optional consent '\(survivor.code)' of '\(feature.key)' is still given after its feature became inactive (rule R4 cascade missing)")

@@ -67,10 +67,10 @@ public enum ConsentRules {
             // the seed does not say", first point).
             if !state.isActive(feature) {
                 let missing = feature.requiredConsents.filter {
-                    !state.isGiven(feature: feature.code, consent: $0.code) && !requested.contains($0.code)
+                    !state.isCurrent(feature, $0) && !requested.contains($0.code)
                 }
                 if !missing.isEmpty {
-                    let names = missing.map { "'\($0.code)'" }.joined(separator: ", ")
+                    let names = missing.map { "'\($0.code)'" + (state.isOutdated(feature, $0) ? " (outdated: consent again to policy version \($0.version))" : "") }.joined(separator: ", ")
                     throw .ruleViolation(
                         rule: "R2",
                         message: "'\(feature.key)' is not active; its required consent \(names) must be given first or in the same command"
@@ -82,7 +82,7 @@ public enum ConsentRules {
             var notes: [String] = []
             var toGive: [ConsentDefinition] = []
             for definition in feature.consents where requested.contains(definition.code) {
-                if state.isGiven(feature: feature.code, consent: definition.code) {
+                if state.isCurrent(feature, definition) {
                     notes.append("'\(definition.code)' of '\(feature.key)' is already given; nothing to do")
                 } else {
                     toGive.append(definition)
@@ -90,9 +90,11 @@ public enum ConsentRules {
             }
             let span = CommandSpan(first: nextSeq, size: toGive.count)
             let events = toGive.enumerated().map { i, definition in
-                LedgerEvent(
+                // Giving an outdated consent again is a re-consent: it renews the old grant.
+                let renews: UInt64? = if case .given(let grant)? = state.status(feature: feature.code, consent: definition.code) { grant.seq } else { nil }
+                return LedgerEvent(
                     seq: nextSeq + UInt64(i), at: at, actor: actor, command: span,
-                    payload: .consentGiven(ConsentGiven(subject: subject, feature: feature.code, consent: definition.code, version: definition.version))
+                    payload: .consentGiven(ConsentGiven(subject: subject, feature: feature.code, consent: definition.code, version: definition.version, renews: renews))
                 )
             }
             return CommandOutcome(events: events, notes: notes)

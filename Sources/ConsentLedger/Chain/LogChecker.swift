@@ -120,6 +120,11 @@ struct LogChecker {
                     return .failed(IntegrityFailure(line: number, seq: event.seq, problem: "signature does not verify with the ledger's public key"))
                 }
             }
+            if case .catalogPublished(let published) = event.payload,
+                hasher.sha256(CatalogCodec.canonicalBytes(published.catalog)).hex != published.catalogHash
+            {
+                return .failed(IntegrityFailure(line: number, seq: event.seq, problem: "the published catalogue's SHA-256 differs from its 'catalog' member"))
+            }
             var leaf: Digest?
             var where_: LineLocation?
             if let location {

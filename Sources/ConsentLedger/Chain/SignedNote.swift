@@ -126,7 +126,7 @@ public enum SignedNote {
             else { throw NoteError("the signature by \(key.name) does not verify") }
             found = true
         }
-        guard found else { throw NoteError("the note has no signature by key \(key.name)+\(String(key.keyHash, radix: 16))") }
+        guard found else { throw NoteError("the note has no signature by key \(key.text.split(separator: "+").prefix(2).joined(separator: "+"))") }
         return text
     }
 }

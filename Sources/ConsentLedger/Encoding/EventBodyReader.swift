@@ -11,10 +11,10 @@ import ConsentDomain
 struct EventBodyReader {
     /// Every member name of format version 1, in canonical (sorted) order; a member's bit is
     /// 1 << its index here.
-    static let names: [[UInt8]] = ["actor", "at", "catalog", "cause", "cmd", "cmdSize", "consent", "feature", "kid", "ledger", "prev", "publicKey", "reason", "seq", "subject", "type", "v", "version"].map { Array($0.utf8) }
+    static let names: [[UInt8]] = ["actor", "at", "catalog", "cause", "cmd", "cmdSize", "consent", "document", "feature", "kid", "ledger", "notices", "prev", "publicKey", "reason", "renews", "seq", "subject", "type", "v", "version"].map { Array($0.utf8) }
 
     enum Name: Int {
-        case actor, at, catalog, cause, cmd, cmdSize, consent, feature, kid, ledger, prev, publicKey, reason, seq, subject, type, v, version
+        case actor, at, catalog, cause, cmd, cmdSize, consent, document, feature, kid, ledger, notices, prev, publicKey, reason, renews, seq, subject, type, v, version
         var bit: UInt32 { 1 << UInt32(rawValue) }
         var text: String { String(decoding: EventBodyReader.names[rawValue], as: UTF8.self) }
     }
@@ -23,13 +23,15 @@ struct EventBodyReader {
     static let commonBits = bits([.v, .seq, .at, .actor, .cmd, .cmdSize, .prev, .kid, .type])
     static let typeBits: [String: UInt32] = [
         "ledger.created": bits([.ledger, .catalog, .publicKey]),
+        "catalog.published": bits([.catalog, .document, .notices]),
         "consent.given": bits([.subject, .feature, .consent, .version]),
         "consent.revoked": bits([.subject, .feature, .consent, .reason]),
     ]
 
     // What was read (plain fields, not arrays: a reader is made for every event).
     var present: UInt32 = 0
-    var v: Int64 = -1, seq: Int64 = -1, cmd: Int64 = -1, cmdSize: Int64 = -1, feature: Int64 = -1, cause: Int64 = -1
+    var v: Int64 = -1, seq: Int64 = -1, cmd: Int64 = -1, cmdSize: Int64 = -1, feature: Int64 = -1, cause: Int64 = -1, renews: Int64 = -1
+    var document: JSONValue?, notices: JSONValue?
     var actor: String?, catalog: String?, consent: String?, kid: String?, ledger: String?
     var publicKey: String?, reason: String?, subject: String?, type: String?, version: String?
     var at: Timestamp?
@@ -49,7 +51,7 @@ struct EventBodyReader {
         return try reader.event()
     }
 
-    private static let staticNames: [StaticString] = ["actor", "at", "catalog", "cause", "cmd", "cmdSize", "consent", "feature", "kid", "ledger", "prev", "publicKey", "reason", "seq", "subject", "type", "v", "version"]
+    private static let staticNames: [StaticString] = ["actor", "at", "catalog", "cause", "cmd", "cmdSize", "consent", "document", "feature", "kid", "ledger", "notices", "prev", "publicKey", "reason", "renews", "seq", "subject", "type", "v", "version"]
 
     /// Which member name the bytes spell: a guess from length and first letter, then an exact
     /// comparison.
@@ -67,7 +69,9 @@ struct EventBodyReader {
         case (6, 0x6C): guess = .ledger
         case (4, 0x70): guess = .prev
         case (9, 0x70): guess = .publicKey
-        case (6, 0x72): guess = .reason
+        case (6, 0x72): guess = bytes[range.lowerBound + 2] == 0x61 ? .reason : .renews
+        case (8, 0x64): guess = .document
+        case (7, 0x6E): guess = .notices
         case (3, 0x73): guess = .seq
         case (7, 0x73): guess = .subject
         case (4, 0x74): guess = .type
@@ -107,7 +111,10 @@ struct EventBodyReader {
             p.index += 1
             guard p.index < bytes.count else { throw p.error("unexpected end of input") }
             switch name {
-            case .v, .seq, .cmd, .cmdSize, .feature, .cause:
+            case .document, .notices:
+                let value = try p.parseValue(depth: 1)
+                if name == .document { document = value } else { notices = value }
+            case .v, .seq, .cmd, .cmdSize, .feature, .cause, .renews:
                 let c = bytes[p.index]
                 guard c == UInt8(ascii: "-") || (c >= 0x30 && c <= 0x39) else {
                     throw EventDecodingError(problem: "member '\(name.text)' must be an integer")
@@ -119,6 +126,7 @@ struct EventBodyReader {
                 case .cmd: cmd = value
                 case .cmdSize: cmdSize = value
                 case .feature: feature = value
+                case .renews: renews = value
                 default: cause = value
                 }
             case .at:
@@ -177,10 +185,12 @@ struct EventBodyReader {
         guard var allowed = Self.typeBits[type] else { throw EventDecodingError(problem: "unknown event type '\(type)'") }
         allowed |= Self.commonBits
         if type == "consent.revoked", reason == "cascade" { allowed |= Name.cause.bit }
+        if type == "consent.given" { allowed |= Name.renews.bit }
         if present & ~allowed != 0, let extra = (0..<Self.names.count).first(where: { present & ~allowed & (1 << UInt32($0)) != 0 }) {
             throw EventDecodingError(problem: "member '\(Name(rawValue: extra)!.text)' does not belong to a '\(type)' event")
         }
-        if allowed & ~present != 0, let missing = (0..<Self.names.count).first(where: { allowed & ~present & (1 << UInt32($0)) != 0 }) {
+        let optional: UInt32 = type == "consent.given" ? Name.renews.bit : 0
+        if allowed & ~optional & ~present != 0, let missing = (0..<Self.names.count).first(where: { allowed & ~optional & ~present & (1 << UInt32($0)) != 0 }) {
             throw EventDecodingError(problem: "member '\(Name(rawValue: missing)!.text)' is missing from a '\(type)' event")
         }
         let seq = UInt64(try integer(self.seq, .seq))
@@ -193,8 +203,10 @@ struct EventBodyReader {
         switch type {
         case "ledger.created":
             payload = .ledgerCreated(LedgerCreated(ledgerName: try string(ledger, .ledger), catalogHash: try string(catalog, .catalog), publicKey: try string(publicKey, .publicKey)))
+        case "catalog.published":
+            payload = .catalogPublished(try published())
         case "consent.given":
-            payload = .consentGiven(ConsentGiven(subject: try subjectRef(), feature: Int(try integer(feature, .feature)), consent: try string(consent, .consent), version: try string(version, .version)))
+            payload = .consentGiven(ConsentGiven(subject: try subjectRef(), feature: Int(try integer(feature, .feature)), consent: try string(consent, .consent), version: try string(version, .version), renews: renews >= 0 ? UInt64(renews) : nil))
         default:
             let why: RevocationReason
             switch try string(reason, .reason) {
@@ -207,6 +219,30 @@ struct EventBodyReader {
         let event = LedgerEvent(seq: seq, at: at!, actor: try string(actor, .actor), command: CommandSpan(first: cmd, size: Int(cmdSize)), payload: payload)
         return (event, prev!, try string(kid, .kid))
     }
+
+    /// A published catalogue version: the catalogue itself (validated as any catalogue), its
+    /// hash, and one notice per consent. That the hash is the catalogue's is checked where a
+    /// hasher is at hand (replay and verify).
+    private func published() throws(EventDecodingError) -> CatalogPublished {
+        guard let document, document.objectValue != nil else { throw EventDecodingError(problem: "member 'document' must be a catalogue object") }
+        let catalog: Catalog
+        do {
+            catalog = try CatalogCodec.decode(CanonicalJSON.serialize(document))
+        } catch {
+            throw EventDecodingError(problem: "member 'document' is not a valid catalogue: \(error)")
+        }
+        guard let items = notices?.arrayValue else { throw EventDecodingError(problem: "member 'notices' must be an array") }
+        var list: [PolicyNotice] = []
+        for item in items {
+            guard let m = item.objectValue, m.count == 4, let f = m["feature"]?.intValue, let c = m["consent"]?.stringValue,
+                let v = m["version"]?.stringValue, let h = m["sha256"]?.stringValue, Digest(hex: h) != nil
+            else { throw EventDecodingError(problem: "a notice must be {consent, feature, sha256 (64 hex digits), version}") }
+            list.append(PolicyNotice(feature: Int(f), consent: c, version: v, sha256: h))
+        }
+        return CatalogPublished(catalog: catalog, catalogHash: try string(catalog_, .catalog), notices: list)
+    }
+
+    private var catalog_: String? { catalog }
 
     /// Subject references are 32 lowercase hex digits (16 bytes); nothing else is accepted, so
     /// two references are the same subject exactly when their bytes are equal.

@@ -73,9 +73,21 @@ public enum EventCodec {
             name(key)
             out.append(contentsOf: String(value).utf8)
         }
+        func json(_ key: StaticString, _ value: JSONValue) {
+            name(key)
+            CanonicalJSON.serialize(value, into: &out)
+        }
         string("actor", event.actor)
         string("at", event.at.rfc3339)
         switch event.payload {
+        case .catalogPublished(let e):
+            string("catalog", e.catalogHash)
+            integer("cmd", event.command.first)
+            integer("cmdSize", event.command.size)
+            json("document", CatalogCodec.encode(e.catalog))
+            string("kid", keyID)
+            json("notices", noticesJSON(e.notices))
+            string("prev", prev.hex)
         case .ledgerCreated(let e):
             string("catalog", e.catalogHash)
             integer("cmd", event.command.first)
@@ -91,6 +103,7 @@ public enum EventCodec {
             integer("feature", e.feature)
             string("kid", keyID)
             string("prev", prev.hex)
+            if let renews = e.renews { integer("renews", renews) }
         case .consentRevoked(let e):
             if case .cascade(let cause) = e.reason { integer("cause", cause) }
             integer("cmd", event.command.first)
@@ -108,6 +121,12 @@ public enum EventCodec {
         if case .consentGiven(let e) = event.payload { string("version", e.version) }
         out.append(UInt8(ascii: "}"))
         return out
+    }
+
+    static func noticesJSON(_ notices: [PolicyNotice]) -> JSONValue {
+        .array(notices.map {
+            .object(["feature": .int(Int64($0.feature)), "consent": .string($0.consent), "version": .string($0.version), "sha256": .string($0.sha256)])
+        })
     }
 
     /// The same body through the generic serialiser: the reference the direct writer is tested
@@ -129,11 +148,16 @@ public enum EventCodec {
             members["ledger"] = .string(e.ledgerName)
             members["catalog"] = .string(e.catalogHash)
             members["publicKey"] = .string(e.publicKey)
+        case .catalogPublished(let e):
+            members["catalog"] = .string(e.catalogHash)
+            members["document"] = CatalogCodec.encode(e.catalog)
+            members["notices"] = noticesJSON(e.notices)
         case .consentGiven(let e):
             members["subject"] = .string(e.subject.value)
             members["feature"] = .int(Int64(e.feature))
             members["consent"] = .string(e.consent)
             members["version"] = .string(e.version)
+            if let renews = e.renews { members["renews"] = .int(Int64(renews)) }
         case .consentRevoked(let e):
             members["subject"] = .string(e.subject.value)
             members["feature"] = .int(Int64(e.feature))

@@ -39,6 +39,9 @@ public struct AuditExport: Hashable, Sendable {
     public let events: [ExportedEvent]
     /// Subject scope: the projected state at the checkpoint (``ListingJSON``).
     public let state: JSONValue?
+    /// Subject scope: every `catalog.published` event under the checkpoint, with its proof, so
+    /// the subject's events replay under the catalogue in force at each.
+    public let catalogEvents: [ExportedEvent]
 
     public static func == (a: AuditExport, b: AuditExport) -> Bool { a.json == b.json }
     public func hash(into hasher: inout Hasher) { hasher.combine(json) }
@@ -61,13 +64,15 @@ public struct AuditExport: Hashable, Sendable {
         ]
         if let subject { members["subject"] = .object(["id": .string(subject.id), "ref": .string(subject.ref), "salt": .string(subject.salt)]) }
         if let state { members["state"] = .object(["features": state]) }
+        if scope == .subject { members["catalogVersions"] = .array(catalogEvents.map(event)) }
         return .object(members)
     }
 
     /// The bundle file: canonical JSON and a newline.
     public var bytes: [UInt8] { CanonicalJSON.serialize(json) + [0x0A] }
 
-    public init(scope: Scope, ledger: String, verifierKey: String, checkpoint: String, catalog: JSONValue, genesis: ExportedEvent, subject: (id: String, ref: String, salt: String)?, events: [ExportedEvent], state: JSONValue?) {
+    public init(scope: Scope, ledger: String, verifierKey: String, checkpoint: String, catalog: JSONValue, genesis: ExportedEvent, subject: (id: String, ref: String, salt: String)?, events: [ExportedEvent], state: JSONValue?, catalogEvents: [ExportedEvent] = []) {
+        self.catalogEvents = catalogEvents
         self.scope = scope
         self.ledger = ledger
         self.verifierKey = verifierKey
@@ -98,7 +103,7 @@ public struct AuditExport: Hashable, Sendable {
             var proof: [Digest] = []
             for p in v["proof"]?.arrayValue ?? [] {
                 guard let text = p.stringValue, let raw = Base64.decode(text), let d = Digest(bytes: raw) else {
-                    throw ExportVerificationError(seq: UInt64(seq), "a proof hash is not the base64 of 32 bytes")
+                    throw ExportVerificationError(seq: UInt64(max(0, seq)), "a proof hash is not the base64 of 32 bytes")
                 }
                 proof.append(d)
             }
@@ -109,6 +114,8 @@ public struct AuditExport: Hashable, Sendable {
         guard let catalog = value["catalog"], catalog.objectValue != nil else { throw ExportVerificationError(seq: nil, "the bundle has no catalogue") }
         var events: [ExportedEvent] = []
         for e in value["events"]?.arrayValue ?? [] { events.append(try event(e)) }
+        var catalogEvents: [ExportedEvent] = []
+        for e in value["catalogVersions"]?.arrayValue ?? [] { catalogEvents.append(try event(e)) }
         var subject: (id: String, ref: String, salt: String)?
         if let s = value["subject"] {
             guard let id = s["id"]?.stringValue, let ref = s["ref"]?.stringValue, let salt = s["salt"]?.stringValue else {
@@ -116,7 +123,7 @@ public struct AuditExport: Hashable, Sendable {
             }
             subject = (id, ref, salt)
         }
-        self.init(scope: scope, ledger: try string("ledger"), verifierKey: try string("verifierKey"), checkpoint: try string("checkpoint"), catalog: catalog, genesis: try event(value["genesis"]), subject: subject, events: events, state: value["state"]?["features"])
+        self.init(scope: scope, ledger: try string("ledger"), verifierKey: try string("verifierKey"), checkpoint: try string("checkpoint"), catalog: catalog, genesis: try event(value["genesis"]), subject: subject, events: events, state: value["state"]?["features"], catalogEvents: catalogEvents)
     }
 }
 
@@ -146,7 +153,7 @@ public enum ExportVerifier {
     public static func verify(_ bytes: [UInt8], pinnedKey: NoteVerifierKey, hasher: any SHA256Hasher = OpenSSLSHA256(), verifier: any SignatureVerifier = Sodium()) throws(ExportVerificationError) -> ExportVerificationReport {
         let bundle = try AuditExport(bytes: bytes)
         // 1. The key inside the bundle is a convenience; only the pinned key is trusted.
-        guard bundle.verifierKey == pinnedKey.text else {
+        guard bundle.verifierKey.utf8.elementsEqual(pinnedKey.text.utf8) else {
             throw ExportVerificationError(seq: nil, "the bundle's verifier key \(bundle.verifierKey) differs from the pinned key \(pinnedKey.text)")
         }
         let checkpoint: Checkpoint
@@ -155,8 +162,11 @@ public enum ExportVerifier {
         } catch {
             throw ExportVerificationError(seq: nil, "checkpoint: \(error)")
         }
-        guard checkpoint.origin == pinnedKey.name, bundle.ledger == pinnedKey.name else {
+        guard checkpoint.origin.utf8.elementsEqual(pinnedKey.name.utf8) else {
             throw ExportVerificationError(seq: nil, "the checkpoint's origin '\(checkpoint.origin)' is not the pinned key's ledger '\(pinnedKey.name)'")
+        }
+        guard bundle.ledger.utf8.elementsEqual(pinnedKey.name.utf8) else {
+            throw ExportVerificationError(seq: nil, "the bundle says it is from ledger '\(bundle.ledger)', not the pinned key's ledger '\(pinnedKey.name)'")
         }
         let publicKey = pinnedKey.publicKey
         let keyID = HashChain(hasher: hasher).keyID(of: publicKey)
@@ -229,20 +239,36 @@ public enum ExportVerifier {
             guard e.seq > previous else { throw ExportVerificationError(seq: UInt64(max(0, e.seq)), "events are not in increasing sequence order") }
             previous = e.seq
         }
+        // The catalogue versions in force: genesis, then each published version, each proven.
+        var versions: [(seq: Int64, catalog: Catalog)] = [(0, catalog)]
+        for e in bundle.catalogEvents {
+            let record = try check(e, checkpoint: checkpoint, publicKey: publicKey, keyID: keyID, hasher: hasher, verifier: verifier, proofRequired: true)
+            guard case .catalogPublished(let published) = record.event.payload, e.seq > versions.last!.seq else {
+                throw ExportVerificationError(seq: record.event.seq, "a catalogue-version entry is not a published catalogue, or is out of order")
+            }
+            guard hasher.sha256(CatalogCodec.canonicalBytes(published.catalog)).hex == published.catalogHash else {
+                throw ExportVerificationError(seq: record.event.seq, "the published catalogue's SHA-256 differs from its 'catalog' member")
+            }
+            if let problem = published.catalog.problemAsUpdate(of: versions.last!.catalog) {
+                throw ExportVerificationError(seq: record.event.seq, "the published catalogue cannot replace the one in force: \(problem)")
+            }
+            versions.append((e.seq, published.catalog))
+        }
         var state = SubjectState()
         for e in bundle.events {
             let record = try check(e, checkpoint: checkpoint, publicKey: publicKey, keyID: keyID, hasher: hasher, verifier: verifier, proofRequired: true)
-            guard record.event.payload.subject?.value == subject.ref else {
+            guard let ref = record.event.payload.subject?.value, ref.utf8.elementsEqual(subject.ref.utf8) else {
                 throw ExportVerificationError(seq: record.event.seq, "the event is about another subject")
             }
+            let inForce = versions.last { $0.seq < e.seq }?.catalog ?? catalog
             do throws(ReplayViolation) {
-                try state.apply(record.event, catalog: catalog)
+                try state.apply(record.event, catalog: inForce)
             } catch {
                 throw ExportVerificationError(seq: record.event.seq, "replay: \(error.problem)")
             }
         }
         guard !state.isInsideCommand else { throw ExportVerificationError(seq: nil, "the events end inside a command: some of the subject's events are missing") }
-        let replayed = ListingJSON.encode(ConsentListing(state: state, catalog: catalog))
+        let replayed = ListingJSON.encode(ConsentListing(state: state, catalog: versions.last!.catalog))
         guard replayed == bundledState else {
             throw ExportVerificationError(seq: nil, "the bundled state differs from the replay of the bundled events")
         }
@@ -260,6 +286,9 @@ public enum ExportVerifier {
             guard e.seq == Int64(i) else { throw ExportVerificationError(seq: UInt64(max(0, e.seq)), "expected seq \(i): events are missing or out of order") }
             let record = i == 0 ? genesis : try check(e, checkpoint: checkpoint, publicKey: publicKey, keyID: keyID, hasher: hasher, verifier: verifier, proofRequired: false)
             guard record.prev == previous else { throw ExportVerificationError(seq: record.event.seq, "prev does not match the previous event's hash") }
+            if case .catalogPublished(let published) = record.event.payload, hasher.sha256(CatalogCodec.canonicalBytes(published.catalog)).hex != published.catalogHash {
+                throw ExportVerificationError(seq: record.event.seq, "the published catalogue's SHA-256 differs from its 'catalog' member")
+            }
             previous = hasher.sha256(record.body)
             do throws(ReplayViolation) {
                 try replay.apply(record.event)

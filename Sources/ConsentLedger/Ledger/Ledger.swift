@@ -75,6 +75,8 @@ public final class Ledger: Sendable {
     public let catalog: Catalog
     public let catalogBytes: [UInt8]
     public let genesis: LedgerCreated
+    /// When the ledger was created (the genesis event's time).
+    public let genesisTime: Timestamp
     public let publicKey: PublicKey
     public let keyID: String
     public let chain: HashChain
@@ -92,11 +94,12 @@ public final class Ledger: Sendable {
         var head: ChainHead?
     }
 
-    private init(store: any LedgerStore, catalog: Catalog, catalogBytes: [UInt8], genesis: LedgerCreated, publicKey: PublicKey, chain: HashChain, verifier: any SignatureVerifier, clock: @escaping LedgerClock, random: @escaping RandomSource, signer: SodiumSigner?) {
+    private init(store: any LedgerStore, catalog: Catalog, catalogBytes: [UInt8], genesis: LedgerCreated, genesisTime: Timestamp, publicKey: PublicKey, chain: HashChain, verifier: any SignatureVerifier, clock: @escaping LedgerClock, random: @escaping RandomSource, signer: SodiumSigner?) {
         self.store = store
         self.catalog = catalog
         self.catalogBytes = catalogBytes
         self.genesis = genesis
+        self.genesisTime = genesisTime
         self.publicKey = publicKey
         self.keyID = chain.keyID(of: publicKey)
         self.chain = chain
@@ -132,7 +135,7 @@ public final class Ledger: Sendable {
         let event = LedgerEvent(seq: 0, at: clock(), actor: actor, command: CommandSpan(first: 0, size: 1), payload: .ledgerCreated(created))
         let (records, head) = chain.seal([event], after: .zero, signer: signer)
         try store.create(LedgerSetup(catalog: catalogBytes, publicKey: signer.publicKey, secretSeed: signer.seed, genesis: records[0], head: ChainHead(seq: 0, hash: head)))
-        let ledger = Ledger(store: store, catalog: catalog, catalogBytes: catalogBytes, genesis: created, publicKey: signer.publicKey, chain: chain, verifier: Sodium(), clock: clock, random: random, signer: signer)
+        let ledger = Ledger(store: store, catalog: catalog, catalogBytes: catalogBytes, genesis: created, genesisTime: event.at, publicKey: signer.publicKey, chain: chain, verifier: Sodium(), clock: clock, random: random, signer: signer)
         try store.withLock(exclusive: true) { try ledger.updateDerived(try store.logState()) }
         return ledger
     }
@@ -174,7 +177,7 @@ public final class Ledger: Sendable {
         } catch {
             throw fail("stored catalogue: \(error)")
         }
-        return Ledger(store: store, catalog: catalog, catalogBytes: catalogBytes, genesis: created, publicKey: publicKey, chain: chain, verifier: verifier, clock: clock, random: random, signer: nil)
+        return Ledger(store: store, catalog: catalog, catalogBytes: catalogBytes, genesis: created, genesisTime: record.event.at, publicKey: publicKey, chain: chain, verifier: verifier, clock: clock, random: random, signer: nil)
     }
 
     // MARK: - Subjects
@@ -240,7 +243,9 @@ public final class Ledger: Sendable {
                 }
                 refs[id] = subjectRef(id: command.subjectID, salt: salts[id]!)
             }
-            var states = try currentStates(of: Set(refs.values), log: log)
+            let versions = try catalogVersions(end: log.end)
+            let catalog = versions.last!.catalog
+            var states = try currentStates(of: Set(refs.values), log: log, versions: versions)
             let at = max(clock(), log.last.event.at)
             var nextSeq = log.last.event.seq + 1
             var results: [CommandResult] = []
@@ -279,14 +284,8 @@ public final class Ledger: Sendable {
             let derived = try derive(lines: records.map(\.lineWithoutNewline), subjects: records.map { Self.subjectBytes($0.event.payload) }, firstSeq: log.end.lines, offset: log.end.offset)
             try store.writeDerived(locations: derived.locations, at: log.end.lines, treeHashes: derived.treeHashes, at: MerkleTree.storedHashCount(Int64(log.end.lines)))
             try store.writeHead(head)
-            memory.withLock { memory in
-                memory.salts = salts
-                if memory.replay != nil, memory.cursor == log.end {
-                    for event in events { try? memory.replay!.apply(event) }
-                    memory.cursor = cursor
-                    memory.head = head
-                }
-            }
+            memory.withLock { $0.salts = salts }
+            advanceMemory(from: log.end, to: cursor, events: events, head: head)
             return ExecutionReport(results: results, recovered: log.torn)
         }
     }
@@ -296,6 +295,17 @@ public final class Ledger: Sendable {
     public func execute(_ command: LedgerCommand) throws -> (result: CommandResult, recovered: TornTail?) {
         let report = try execute([command])
         return (report.results[0], report.recovered)
+    }
+
+    /// Applies appended events to the in-memory replay, if there is one and it had reached `from`.
+    func advanceMemory(from: LogCursor, to cursor: LogCursor, events: [LedgerEvent], head: ChainHead) {
+        memory.withLock { memory in
+            if memory.replay != nil, memory.cursor == from {
+                for event in events { try? memory.replay!.apply(event) }
+                memory.cursor = cursor
+                memory.head = head
+            }
+        }
     }
 
     func signingKey() throws -> SodiumSigner {
@@ -322,7 +332,7 @@ public final class Ledger: Sendable {
 
     /// States of some subjects at the end of the log: from the in-memory replay when it is
     /// current (catching up if the log moved on), otherwise by replaying those subjects' events.
-    private func currentStates(of subjects: Set<SubjectRef>, log: LogState) throws -> [SubjectRef: SubjectState] {
+    private func currentStates(of subjects: Set<SubjectRef>, log: LogState, versions: [CatalogVersion]) throws -> [SubjectRef: SubjectState] {
         let warm = memory.withLock { m -> (LedgerReplay, LogCursor, Digest)? in
             guard let replay = m.replay, let cursor = m.cursor, let head = m.head else { return nil }
             return (replay, cursor, head.hash)
@@ -338,7 +348,7 @@ public final class Ledger: Sendable {
         }
         var states: [SubjectRef: SubjectState] = [:]
         for subject in subjects {
-            states[subject] = try subjectEvents(subject, end: log.end, until: nil, verifySignatures: false).state
+            states[subject] = try subjectEvents(subject, end: log.end, until: nil, verifySignatures: false, versions: versions).state
         }
         return states
     }
@@ -350,19 +360,19 @@ public final class Ledger: Sendable {
     /// `verify`'s job.
     public func report(for subjectID: String, asOf: Timestamp? = nil) throws -> SubjectReport {
         try Self.validateText(subjectID, what: "subject id", maxBytes: 256)
-        return try store.withLock(exclusive: false) {
-            let log = try store.logState()
-            try checkHead(log)
+        return try withCurrentDerived { log in
+            let versions = try catalogVersions(end: log.end)
+            let catalog = Self.catalog(in: versions, at: asOf)
             guard let ref = try subjectRef(for: subjectID) else {
                 let empty = SubjectState()
                 return SubjectReport(subjectID: subjectID, subject: nil, state: empty, events: [], listing: ConsentListing(state: empty, catalog: catalog), torn: log.torn)
             }
-            let (state, events) = try subjectEvents(ref, end: log.end, until: asOf, verifySignatures: true)
+            let (state, events) = try subjectEvents(ref, end: log.end, until: asOf, verifySignatures: true, versions: versions)
             return SubjectReport(subjectID: subjectID, subject: ref, state: state, events: events, listing: ConsentListing(state: state, catalog: catalog), torn: log.torn)
         }
     }
 
-    private func subjectEvents(_ subject: SubjectRef, end: LogCursor, until: Timestamp?, verifySignatures: Bool) throws -> (state: SubjectState, events: [LedgerEvent]) {
+    private func subjectEvents(_ subject: SubjectRef, end: LogCursor, until: Timestamp?, verifySignatures: Bool, versions: [CatalogVersion]) throws -> (state: SubjectState, events: [LedgerEvent]) {
         var state = SubjectState()
         var events: [LedgerEvent] = []
         let needle = Array(#""subject":""#.utf8) + Array(subject.value.utf8) + [0x22]
@@ -378,7 +388,7 @@ public final class Ledger: Sendable {
                 }
                 if verifySignatures { try checkSignature(record, line: number) }
                 do throws(ReplayViolation) {
-                    try state.apply(record.event, catalog: catalog)
+                    try state.apply(record.event, catalog: Self.catalog(in: versions, before: record.event.seq))
                 } catch {
                     throw LedgerError.integrity(IntegrityFailure(line: number, seq: error.seq, problem: error.problem))
                 }

@@ -92,8 +92,13 @@ extension Ledger {
     /// The verifier key of the ledger's checkpoints: the ledger's name and public key in the
     /// C2SP signed-note text form.
     public var verifierKey: NoteVerifierKey {
-        // The name was checked when the ledger was created.
-        try! NoteVerifierKey(name: genesis.ledgerName, publicKey: publicKey, hasher: chain.hasher)
+        get throws {
+            do {
+                return try NoteVerifierKey(name: genesis.ledgerName, publicKey: publicKey, hasher: chain.hasher)
+            } catch {
+                throw LedgerError.invalidRequest("this ledger's name cannot name a checkpoint key: \(error)")
+            }
+        }
     }
 
     func readHashes(_ indexes: [Int64]) throws -> [Digest] { try store.readTreeHashes(indexes) }
@@ -108,7 +113,7 @@ extension Ledger {
         let signer = try signingKey()
         return try withCurrentDerived { log in
             let checkpoint = try checkpoint(size: Int64(log.end.lines))
-            return (checkpoint, SignedNote.sign(checkpoint.text, key: verifierKey, signer: signer))
+            return (checkpoint, SignedNote.sign(checkpoint.text, key: try verifierKey, signer: signer))
         }
     }
 
@@ -124,7 +129,7 @@ extension Ledger {
     /// Fails if the old checkpoint is not signed by this ledger's key, or is not a prefix of
     /// this log (a fork).
     public func proveConsistency(from oldNote: String) throws -> ConsistencyProof {
-        let key = verifierKey
+        let key = try verifierKey
         let old: Checkpoint
         do {
             old = try Checkpoint(text: SignedNote.open(oldNote, key: key, verifier: verifier))
@@ -178,8 +183,15 @@ extension Ledger {
         return try withCurrentDerived { log in
             let size = Int64(log.end.lines)
             let checkpoint = try checkpoint(size: size)
-            let note = SignedNote.sign(checkpoint.text, key: verifierKey, signer: signer)
+            let note = SignedNote.sign(checkpoint.text, key: try verifierKey, signer: signer)
             let hasher = chain.hasher
+            let versions = try catalogVersions(end: log.end)
+            var catalogEvents: [ExportedEvent] = []
+            for version in versions.dropFirst() {
+                let location = try store.readLineLocations(Int(version.seq)..<Int(version.seq) + 1)[0]
+                let proof = try MerkleTree.inclusionProof(record: Int64(version.seq), size: size, hasher: hasher, read: readHashes)
+                catalogEvents.append(ExportedEvent(seq: Int64(version.seq), line: String(decoding: try store.readLine(at: location), as: UTF8.self), proof: proof))
+            }
             var state = SubjectState()
             var events: [ExportedEvent] = []
             for (seq, location) in try store.findLineLocations(subject: Hex.decode(ref.value)!) where Int64(seq) < size {
@@ -189,7 +201,7 @@ extension Ledger {
                     throw LedgerError.integrity(IntegrityFailure(line: seq + 1, seq: UInt64(seq), problem: "the line index points at another event (rebuild it by deleting lines.idx)"))
                 }
                 do throws(ReplayViolation) {
-                    try state.apply(record.event, catalog: catalog)
+                    try state.apply(record.event, catalog: Self.catalog(in: versions, before: UInt64(seq)))
                 } catch {
                     throw LedgerError.integrity(IntegrityFailure(line: seq + 1, seq: error.seq, problem: error.problem))
                 }
@@ -199,11 +211,12 @@ extension Ledger {
             let genesisLine = try store.readLine(at: try store.readLineLocations(0..<1)[0])
             let genesisProof = try MerkleTree.inclusionProof(record: 0, size: size, hasher: hasher, read: readHashes)
             return AuditExport(
-                scope: .subject, ledger: genesis.ledgerName, verifierKey: verifierKey.text, checkpoint: note,
+                scope: .subject, ledger: genesis.ledgerName, verifierKey: try verifierKey.text, checkpoint: note,
                 catalog: CatalogCodec.encode(catalog),
                 genesis: ExportedEvent(seq: 0, line: String(decoding: genesisLine, as: UTF8.self), proof: genesisProof),
                 subject: (subjectID, ref.value, Hex.encode(salt)), events: events,
-                state: ListingJSON.encode(ConsentListing(state: state, catalog: catalog))
+                state: ListingJSON.encode(ConsentListing(state: state, catalog: versions.last!.catalog)),
+                catalogEvents: catalogEvents
             )
         }
     }
@@ -214,7 +227,7 @@ extension Ledger {
         return try withCurrentDerived { log in
             let size = Int64(log.end.lines)
             let checkpoint = try checkpoint(size: size)
-            let note = SignedNote.sign(checkpoint.text, key: verifierKey, signer: signer)
+            let note = SignedNote.sign(checkpoint.text, key: try verifierKey, signer: signer)
             var events: [ExportedEvent] = []
             try store.scan(from: .start, to: log.end, batchSize: 4096, containing: nil) { batch in
                 for i in 0..<batch.count {
@@ -224,11 +237,97 @@ extension Ledger {
             let genesisProof = try MerkleTree.inclusionProof(record: 0, size: size, hasher: chain.hasher, read: readHashes)
             let first = events.removeFirst()
             return AuditExport(
-                scope: .all, ledger: genesis.ledgerName, verifierKey: verifierKey.text, checkpoint: note,
+                scope: .all, ledger: genesis.ledgerName, verifierKey: try verifierKey.text, checkpoint: note,
                 catalog: CatalogCodec.encode(catalog),
                 genesis: ExportedEvent(seq: 0, line: first.line, proof: genesisProof),
                 subject: nil, events: events, state: nil
             )
+        }
+    }
+}
+
+// MARK: - Catalogue versions
+
+/// A catalogue version and where it took effect.
+public struct CatalogVersion: Sendable {
+    public let seq: UInt64
+    public let at: Timestamp
+    public let catalog: Catalog
+    /// The `catalog.published` event, or nil for the genesis catalogue.
+    public let published: CatalogPublished?
+}
+
+extension Ledger {
+    /// Every catalogue version up to `end`: the genesis catalogue, then each published one, found
+    /// through the line index (ledger-level events have no subject). Call with derived data
+    /// current.
+    func catalogVersions(end: LogCursor) throws -> [CatalogVersion] {
+        var versions = [CatalogVersion(seq: 0, at: genesisTime, catalog: catalog, published: nil)]
+        for (seq, location) in try store.findLineLocations(subject: LineLocation.noSubject) where seq > 0 && seq < end.lines {
+            let record = try decode(try store.readLine(at: location), number: seq + 1)
+            guard case .catalogPublished(let published) = record.event.payload, record.event.seq == UInt64(seq) else {
+                throw LedgerError.integrity(IntegrityFailure(line: seq + 1, seq: UInt64(seq), problem: "the line index marks a ledger event here, but the line is not a published catalogue"))
+            }
+            try checkCatalogHash(published, seq: UInt64(seq))
+            versions.append(CatalogVersion(seq: record.event.seq, at: record.event.at, catalog: published.catalog, published: published))
+        }
+        return versions
+    }
+
+    /// A published catalogue's `catalog` member must be the SHA-256 of its canonical bytes.
+    func checkCatalogHash(_ published: CatalogPublished, seq: UInt64) throws {
+        guard chain.hasher.sha256(CatalogCodec.canonicalBytes(published.catalog)).hex == published.catalogHash else {
+            throw LedgerError.integrity(IntegrityFailure(line: Int(seq) + 1, seq: seq, problem: "the published catalogue's SHA-256 differs from its 'catalog' member"))
+        }
+    }
+
+    /// The catalogue in force for an event at `seq`: the newest version published before it.
+    static func catalog(in versions: [CatalogVersion], before seq: UInt64) -> Catalog {
+        versions.last { $0.seq < seq }?.catalog ?? versions[0].catalog
+    }
+
+    /// The catalogue in force at a time (the newest one when `at` is nil).
+    static func catalog(in versions: [CatalogVersion], at: Timestamp?) -> Catalog {
+        guard let at else { return versions.last!.catalog }
+        return versions.last { $0.at <= at }?.catalog ?? versions[0].catalog
+    }
+
+    /// The catalogue versions of the ledger, oldest first.
+    public func catalogHistory() throws -> [CatalogVersion] {
+        try withCurrentDerived { log in try catalogVersions(end: log.end) }
+    }
+
+    /// Publishes a new catalogue version as a signed event: from now on grants record its policy
+    /// versions, and earlier grants of a changed version are outdated (a changed required
+    /// consent deactivates its feature until the subject consents again). Each consent's notice
+    /// hash is the SHA-256 of its link.
+    @discardableResult
+    public func publish(_ newCatalog: Catalog, actor: String = "consentctl") throws -> LedgerEvent {
+        try Self.validateText(actor, what: "actor", maxBytes: 128)
+        let signer = try signingKey()
+        return try store.withLock(exclusive: true) {
+            let log = try store.logState()
+            try checkHead(log)
+            try updateDerived(log)
+            let current = try catalogVersions(end: log.end).last!.catalog
+            if let problem = newCatalog.problemAsUpdate(of: current) {
+                throw LedgerError.invalidRequest("cannot publish this catalogue: \(problem)")
+            }
+            let hasher = chain.hasher
+            let notices = newCatalog.features.flatMap { f in
+                f.consents.map { PolicyNotice(feature: f.code, consent: $0.code, version: $0.version, sha256: hasher.sha256(Array($0.link.utf8)).hex) }
+            }
+            let published = CatalogPublished(catalog: newCatalog, catalogHash: hasher.sha256(CatalogCodec.canonicalBytes(newCatalog)).hex, notices: notices)
+            let seq = log.last.event.seq + 1
+            let event = LedgerEvent(seq: seq, at: max(clock(), log.last.event.at), actor: actor, command: CommandSpan(first: seq, size: 1), payload: .catalogPublished(published))
+            let (records, newHead) = chain.seal([event], after: chain.hash(ofBody: log.last.body), signer: signer)
+            let cursor = try store.append(records[0].line, lineCount: 1, at: log.end)
+            let derived = try derive(lines: [records[0].lineWithoutNewline], subjects: [LineLocation.noSubject], firstSeq: log.end.lines, offset: log.end.offset)
+            try store.writeDerived(locations: derived.locations, at: log.end.lines, treeHashes: derived.treeHashes, at: MerkleTree.storedHashCount(Int64(log.end.lines)))
+            let head = ChainHead(seq: seq, hash: newHead)
+            try store.writeHead(head)
+            advanceMemory(from: log.end, to: cursor, events: [event], head: head)
+            return event
         }
     }
 }
