@@ -59,19 +59,69 @@ struct Init: ParsableCommand {
 struct CatalogCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "catalog",
-        abstract: "Show the ledger's catalogue: its features and their consents."
+        abstract: "Show the catalogue in force, or publish a new version of it.",
+        discussion: """
+            'consentctl catalog' shows the catalogue in force: features, consents, links and policy
+            versions. 'consentctl catalog publish FILE' publishes a new version as a signed event:
+            the same features and consents, with changed policy versions, links or names. Grants of
+            a changed version become outdated: a changed required consent makes its feature
+            inactive for every subject who gave it, until they consent again.
+
+            Example:
+              consentctl catalog publish catalog-v2.json
+            """
     )
 
     @ParentCommand var root: ConsentCtl
 
+    @Argument(help: ArgumentHelp("'publish' to publish a new catalogue version.", valueName: "ACTION"))
+    var action: String?
+
+    @Argument(help: ArgumentHelp("The new catalogue (with publish).", valueName: "FILE"))
+    var file: String?
+
+    @Option(help: "Who publishes (with publish).")
+    var actor: String = "consentctl"
+
     @Flag(help: "Print JSON: features[] with code, key, name, consents[] with code, name, required, link, version.")
     var json = false
+
+    func validate() throws {
+        switch action {
+        case nil: break
+        case "publish"?: if file == nil { throw ValidationError("catalog publish needs the new catalogue FILE") }
+        case let other?: throw ValidationError("unknown catalog action '\(other)'; try 'consentctl catalog publish FILE'")
+        }
+    }
 
     func run() throws {
         try reporting(json: json) {
             let ledger = try root.openLedger()
+            if action == "publish", let file {
+                let bytes = try LocalFile.read(file)
+                let catalog: Catalog
+                do throws(CatalogError) {
+                    catalog = try CatalogCodec.decode(bytes)
+                } catch {
+                    throw LedgerError.invalidCatalog(CatalogError(entry: "\(file): \(error.entry)", problem: error.problem))
+                }
+                let event = try ledger.publish(catalog, actor: actor)
+                guard case .catalogPublished(let published) = event.payload else { return }
+                if json {
+                    printJSON(.object(["ok": .bool(true), "seq": .int(Int64(event.seq)), "catalog": .string(published.catalogHash)]))
+                    return
+                }
+                print("Published catalogue version \(published.catalogHash.prefix(16)) at seq \(event.seq); policy versions now in force:")
+                var table = Table()
+                for n in published.notices {
+                    table.add(["  " + (catalog.feature(code: n.feature)?.key ?? String(n.feature)) + "/" + n.consent, "v" + n.version, "notice sha256 " + n.sha256.prefix(16)])
+                }
+                table.print()
+                return
+            }
+            let current = try ledger.catalogHistory().last!.catalog
             if json {
-                printJSON(.object(["features": .array(ledger.catalog.features.map { f in
+                printJSON(.object(["features": .array(current.features.map { f in
                     .object([
                         "code": .int(Int64(f.code)), "key": .string(f.key), "name": .string(f.name),
                         "names": names(f.names),
@@ -85,7 +135,7 @@ struct CatalogCommand: ParsableCommand {
                 })]))
                 return
             }
-            for (i, f) in ledger.catalog.features.enumerated() {
+            for (i, f) in current.features.enumerated() {
                 if i > 0 { print("") }
                 print("\(f.name) (key \(f.key), code \(f.code))")
                 var table = Table()
@@ -202,7 +252,7 @@ private func runCommand(root: ConsentCtl, _ command: LedgerCommand, json: Bool) 
             print("Appended \(result.events.count) event\(result.events.count == 1 ? "" : "s") for \(result.subjectID) (\(range)):")
             var table = Table()
             for entry in result.events.compactMap(HistoryEntry.init) {
-                table.add(["  " + entry.kind.rawValue, featureKey(entry.feature, catalog) + "/" + entry.consent, entry.cause.map { "caused by seq \($0)" } ?? ""])
+                table.add(["  " + (entry.kind == .reconsent ? "re-consent" : entry.kind.rawValue), featureKey(entry.feature, catalog) + "/" + entry.consent, entry.cause.map { "caused by seq \($0)" } ?? entry.renews.map { "renews seq \($0), now v\(entry.version ?? "")" } ?? ""])
             }
             table.print()
         }
@@ -285,9 +335,10 @@ struct Status: ParsableCommand {
 func printConsents(_ line: FeatureLine) {
     var table = Table()
     for c in line.consents {
-        let state = c.isGiven ? "given" : "withheld"
+        let state = c.isOutdated ? "outdated" : (c.isGiven ? "given" : "withheld")
         let detail: String
         switch c.status {
+        case .given(let grant) where c.isOutdated: detail = "v\(grant.version) since \(grant.validFrom.dayMonthYear); current v\(c.definition.version)"
         case .given(let grant): detail = "since " + grant.validFrom.dayMonthYear
         case .withdrawn(let w): detail = w.cause == nil ? "withdrawn " + w.at.dayMonthYear : "withdrawn " + w.at.dayMonthYear + " (cascade)"
         case nil: detail = "never given"
@@ -333,10 +384,20 @@ struct History: ParsableCommand {
             var table = Table()
             table.add(["SEQ", "AT (UTC)", "TYPE", "FEATURE", "CONSENT", "ACTOR", "CAUSE"])
             for e in entries {
-                table.add([String(e.seq), e.at.rfc3339, e.kind == .given ? "given" : "revoked", featureKey(e.feature, ledger.catalog), e.consent, e.actor, e.cause.map { "cascade from seq \($0)" } ?? ""])
+                let note = e.cause.map { "cascade from seq \($0)" } ?? e.renews.map { "renews seq \($0) (v\(e.version ?? ""))" } ?? ""
+                table.add([String(e.seq), e.at.rfc3339, historyType(e), featureKey(e.feature, ledger.catalog), e.consent, e.actor, note])
             }
             table.print()
         }
+    }
+}
+
+/// The `type` of a history entry: given, re-consent or revoked.
+func historyType(_ e: HistoryEntry) -> String {
+    switch e.kind {
+    case .given: return "given"
+    case .reconsent: return "re-consent"
+    case .withdrawn, .cascade: return "revoked"
     }
 }
 
@@ -344,13 +405,14 @@ func historyJSON(_ e: HistoryEntry, _ catalog: Catalog) -> JSONValue {
     var members: [String: JSONValue] = [
         "seq": .int(Int64(e.seq)),
         "at": .string(e.at.rfc3339),
-        "type": .string(e.kind == .given ? "given" : "revoked"),
+        "type": .string(historyType(e)),
         "feature": .string(featureKey(e.feature, catalog)),
         "featureCode": .int(Int64(e.feature)),
         "consent": .string(e.consent),
         "actor": .string(e.actor),
     ]
-    if e.kind != .given { members["reason"] = .string(e.kind == .cascade ? "cascade" : "withdrawn") }
+    if e.kind == .withdrawn || e.kind == .cascade { members["reason"] = .string(e.kind == .cascade ? "cascade" : "withdrawn") }
+    if let renews = e.renews { members["renews"] = .int(Int64(renews)) }
     if let cause = e.cause { members["cause"] = .int(Int64(cause)) }
     if let version = e.version { members["version"] = .string(version) }
     return .object(members)

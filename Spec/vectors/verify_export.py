@@ -588,9 +588,11 @@ def listing_json(state, given, catalog_value, features):
         for c in f["consents"]:
             last = given.get((f["code"], c["code"]))
             is_given = last is not None and last[0] == "consent.given"
+            outdated = is_given and last[2] != c["version"]
             m = {"code": c["code"], "name": display_name(names[c["code"]]), "required": c["required"],
-                 "state": "given" if is_given else "withheld", "validFrom": last[1] if is_given else None,
-                 "everGiven": last is not None}
+                 "state": "outdated" if outdated else ("given" if is_given else "withheld"),
+                 "validFrom": last[1] if is_given else None,
+                 "everGiven": last is not None, "currentVersion": c["version"]}
             if is_given:
                 m["version"] = last[2]
             elif last is not None:

@@ -18,10 +18,12 @@ public enum ListingJSON {
                     "code": .string(c.definition.code),
                     "name": .string(c.definition.name),
                     "required": .bool(c.definition.isRequired),
-                    "state": .string(c.isGiven ? "given" : "withheld"),
+                    "state": .string(c.isOutdated ? "outdated" : (c.isGiven ? "given" : "withheld")),
                     "validFrom": c.validFrom.map { .string($0.rfc3339) } ?? .null,
                     "everGiven": .bool(c.status != nil),
                 ]
+                // `version` is the version the subject agreed to; `currentVersion` the one in force.
+                members["currentVersion"] = .string(c.definition.version)
                 switch c.status {
                 case .given(let grant): members["version"] = .string(grant.version)
                 case .withdrawn(let w): members["withdrawnAt"] = .string(w.at.rfc3339)
