@@ -84,13 +84,24 @@ struct Export: ParsableCommand {
     @Option(help: ArgumentHelp("Where to write the bundle.", valueName: "FILE"))
     var out: String
 
+    @Option(help: ArgumentHelp("'bundle' (default): the verifiable export; 'fhir': a FHIR R5 Bundle of Consent resources (with --subject).", valueName: "FORMAT"))
+    var format: String = "bundle"
+
     func validate() throws {
         if (subject == nil) == !all { throw ValidationError("give exactly one of --subject S and --all") }
+        guard format == "bundle" || format == "fhir" else { throw ValidationError("--format is 'bundle' or 'fhir'") }
+        if format == "fhir" && subject == nil { throw ValidationError("--format fhir exports one subject: give --subject S") }
     }
 
     func run() throws {
         try reporting {
             let ledger = try root.openLedger()
+            if format == "fhir", let subject {
+                let bundle = try ledger.fhirBundle(for: subject)
+                try LocalFile.write(CanonicalJSON.serialize(bundle) + [0x0A], to: out)
+                print("Wrote a FHIR R5 Bundle of \(bundle["entry"]?.arrayValue?.count ?? 0) Consent resources for \(subject) to \(out)")
+                return
+            }
             let bundle = try subject.map { try ledger.exportSubject($0) } ?? ledger.exportAll()
             try LocalFile.write(bundle.bytes, to: out)
             let scope = bundle.scope == .all ? "the whole ledger, \(bundle.events.count + 1) events" : "subject \(subject!), \(bundle.events.count) events and the genesis event"

@@ -382,7 +382,7 @@ struct History: ParsableCommand {
                 return
             }
             var table = Table()
-            table.add(["SEQ", "AT (UTC)", "TYPE", "FEATURE", "CONSENT", "ACTOR", "CAUSE"])
+            table.add(["SEQ", "AT (UTC)", "TYPE", "FEATURE", "CONSENT", "ACTOR", "NOTE"])
             for e in entries {
                 let note = e.cause.map { "cascade from seq \($0)" } ?? e.renews.map { "renews seq \($0) (v\(e.version ?? ""))" } ?? ""
                 table.add([String(e.seq), e.at.rfc3339, historyType(e), featureKey(e.feature, ledger.catalog), e.consent, e.actor, note])

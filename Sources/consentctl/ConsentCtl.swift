@@ -40,7 +40,7 @@ struct ConsentCtl: ParsableCommand {
               73  a ledger (or other files) already exists where init would create one
             """,
         version: "0.1.0",
-        subcommands: [Init.self, CatalogCommand.self, Give.self, Revoke.self, Status.self, History.self, Verify.self, CheckpointCommand.self, KeyCommand.self, Export.self, VerifyExport.self, ProveConsistency.self, VerifyConsistency.self]
+        subcommands: [Init.self, CatalogCommand.self, Give.self, Revoke.self, Status.self, History.self, Report.self, Verify.self, CheckpointCommand.self, KeyCommand.self, Export.self, VerifyExport.self, ProveConsistency.self, VerifyConsistency.self]
     )
 
     @Option(name: .long, help: ArgumentHelp("The ledger folder.", valueName: "DIR"))

@@ -1,0 +1,50 @@
+import ConsentDomain
+
+/// An audit report with what ties it to the ledger: the checkpoint it was computed at, and the
+/// subject ids behind the pseudonyms (the report is for the ledger's operator, who holds them).
+public struct LedgerReport: Sendable {
+    public let report: AuditReport
+    public let checkpoint: Checkpoint
+    public let ledgerName: String
+    public let subjectIDs: [SubjectRef: String]
+
+    public func subjectID(_ ref: SubjectRef?) -> String {
+        guard let ref else { return "" }
+        return subjectIDs[ref] ?? ref.value
+    }
+
+    public func featureKey(_ code: Int?) -> String {
+        guard let code else { return "" }
+        return report.catalog.feature(code: code)?.key ?? String(code)
+    }
+}
+
+extension Ledger {
+    /// Builds the audit report for `scope` by replaying the log up to the scope's end, and names
+    /// the checkpoint (tree size and root) of the log it was computed from.
+    public func auditReport(_ scope: ReportScope) throws -> LedgerReport {
+        try withCurrentDerived { log in
+            let size = Int64(log.end.lines)
+            let checkpoint = try checkpoint(size: size)
+            var builder = AuditReportBuilder(catalog: catalog, scope: scope)
+            var done = false
+            try store.scan(from: .start, to: log.end, batchSize: 4096, containing: nil) { batch in
+                for i in 0..<batch.count where !done {
+                    let record = try decode(batch.line(i), number: batch.number(i))
+                    if let to = scope.to, record.event.at > to {
+                        done = true
+                        break
+                    }
+                    do throws(ReplayViolation) {
+                        try builder.add(record.event)
+                    } catch {
+                        throw LedgerError.integrity(IntegrityFailure(line: batch.number(i), seq: error.seq, problem: error.problem))
+                    }
+                }
+            }
+            var ids: [SubjectRef: String] = [:]
+            for (id, salt) in try store.readSubjectSalts() { ids[subjectRef(id: id.text, salt: salt)] = id.text }
+            return LedgerReport(report: builder.finish(), checkpoint: checkpoint, ledgerName: genesis.ledgerName, subjectIDs: ids)
+        }
+    }
+}
