@@ -4,7 +4,7 @@
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := libsodium-dev libssl-dev pkg-config python3
 
-.PHONY: deps build demo test bench clean
+.PHONY: deps test-deps build demo test bench clean
 
 deps:
 	@if ! pkg-config --exists libsodium libcrypto 2>/dev/null || ! command -v python3 >/dev/null; then \
@@ -15,15 +15,26 @@ deps:
 build: deps
 	swift build --product consentctl
 
+## What only the tests need: a real browser for the HTML report, a FHIR R5 validator.
+test-deps: deps
+	@command -v chromium >/dev/null || { echo "==> installing chromium with apt-get"; \
+		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+	@python3 -c "import fhir.resources" 2>/dev/null || { echo "==> installing fhir.resources (FHIR R5 models) from PyPI"; \
+		python3 -m pip --version >/dev/null 2>&1 || $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pip >/dev/null; \
+		python3 -m pip install -q fhir.resources || python3 -m pip install -q --break-system-packages fhir.resources; }
+
 ## The seed scenario against a ledger in a temporary folder.
 demo: build
 	bash Samples/demo.sh "$$(swift build --show-bin-path)/consentctl"
 
-## Every test: Swift Testing (unit, property, tamper, end-to-end) and the independent Python verifier.
-test: deps
+## Every test: Swift Testing (unit, property, tamper, end-to-end), the independent Python
+## verifiers of Spec/vectors, and the outside-tool checks (FHIR R5 validator, headless chromium).
+test: test-deps
 	swift build --build-tests
 	swift test --skip-build
 	python3 Spec/vectors/verify_vectors.py
+	python3 Spec/vectors/verify_export.py
+	python3 Tests/external/check_outputs.py "$$(swift build --show-bin-path)/consentctl"
 
 ## Release build; ledgers of 100k and 1M events over 10k subjects (takes a few minutes).
 bench: deps

@@ -29,6 +29,17 @@ step "Export alice's events with inclusion proofs under a signed checkpoint" \
 step "Verify the export offline, trusting only the pinned key" \
   "$consentctl" verify-export "$(dirname "$ledger")/alice.json" --key "$key"
 
+step "Publish a new catalogue version: Timeline's required consent goes to policy version 2.0" \
+  "$consentctl" catalog publish "$(dirname "${BASH_SOURCE[0]}")/catalog-v2.json"
+step "Alice's Timeline consent is now outdated, and Timeline inactive" "$consentctl" status --subject alice
+step "Alice consents again: a re-consent that names the grant it renews" \
+  "$consentctl" give --subject alice --feature timeline --consent required
+step "The audit report: events, counts, outdated consents, activity, withdrawal times" "$consentctl" report
+step "The same report as one self-contained HTML page with timelines" \
+  "$consentctl" report --html "$(dirname "$ledger")/report.html"
+step "Alice's consents as a FHIR R5 Bundle of Consent resources" \
+  "$consentctl" export --subject alice --format fhir --out "$(dirname "$ledger")/alice.fhir.json"
+
 line=4
 offset=$(awk -v n=$line 'NR < n { sum += length($0) + 1 } END { print sum + 40 }' "$ledger/ledger.jsonl")
 step "6. Flip one byte (line $line, byte $offset of the log) and verify again" \

@@ -1,0 +1,132 @@
+import ConsentDomain
+import Foundation
+import PropertyBased
+import Testing
+@testable import ConsentLedger
+
+/// Issue 4: every report section, every format, and as-of queries equal to replaying exactly the
+/// events up to the time.
+@Suite struct ReportTests {
+    static func scenario(_ label: String) throws -> (Ledger, String) {
+        let clock = SteppingClock(step: 3_600_000)
+        let (ledger, path) = try PolicyVersionTests.ledger(label, clock: clock)
+        try ledger.execute(LedgerCommand(subjectID: "bob", request: .give(feature: "timeline", consents: ["required", "optional-a"]), actor: "dr.house"))
+        try ledger.publish(PolicyVersionTests.catalog(bumping: [("timeline", "required", "2.0")]))
+        try ledger.execute(LedgerCommand(subjectID: "alice", request: .give(feature: "timeline", consents: ["required"])))
+        try ledger.execute(LedgerCommand(subjectID: "bob", request: .revoke(feature: "timeline", consent: "optional-a")))
+        return (ledger, path)
+    }
+
+    @Test func everySectionOfTheReport() throws {
+        let (ledger, path) = try Self.scenario("report")
+        defer { removeFolder(path) }
+        let report = try ledger.auditReport(ReportScope())
+        let r = report.report
+        #expect(r.entries.map(\.kind) == [.given, .given, .given, .given, .given, .withdrawn, .cascade, .given, .given, .policy, .reconsent, .withdrawn])
+        #expect(r.entries.first { $0.kind == .cascade }?.cause == 6)
+        #expect(r.entries.first { $0.kind == .reconsent }?.cause == 3)
+        #expect(r.entries.first { $0.kind == .policy }?.version == "timeline/required 1.0→2.0")
+        let timelineRequired = r.counts.first { $0.feature == 2 && $0.consent == "required" }
+        #expect(timelineRequired?.given == 2 && timelineRequired?.reconsent == 1)
+        #expect(r.outdated.map { report.subjectID($0.subject) } == ["bob"])
+        // Activity intervals: alice's Timeline ends at the publication and starts again at the
+        // re-consent; Medication Management ends at the revocation.
+        let alice = try #require(try ledger.subjectRef(for: "alice"))
+        let aliceTimeline = r.intervals.filter { $0.subject == alice && $0.feature == 2 }
+        #expect(aliceTimeline.count == 2 && aliceTimeline[0].until != nil && aliceTimeline[1].until == nil)
+        let mm = try #require(r.withdrawals.first { $0.feature == 1 })
+        // The seed scenario ran as one batch: granted and revoked at the same time.
+        #expect(mm.revocations == 2 && mm.cascades == 1 && mm.medianGrantToRevocationMs == 0)
+        let tl = try #require(r.withdrawals.first { $0.feature == 2 })
+        let bobEvents = try ledger.report(for: "bob").events
+        #expect(tl.revocations == 1 && tl.cascades == 0)
+        #expect(tl.medianGrantToRevocationMs == bobEvents.last!.at.millisecondsSinceEpoch - bobEvents.first!.at.millisecondsSinceEpoch)
+        #expect(tl.medianGrantToRevocationMs! > 0)
+        #expect(report.checkpoint.size == 13)
+        #expect(report.checkpoint.root == (try ledger.signedCheckpoint().checkpoint.root))
+    }
+
+    @Test func scopeFiltersBySubjectFeatureWindowAndActor() throws {
+        let (ledger, path) = try Self.scenario("report-scope")
+        defer { removeFolder(path) }
+        let bob = try #require(try ledger.subjectRef(for: "bob"))
+        let bySubject = try ledger.auditReport(ReportScope(subject: bob)).report
+        #expect(bySubject.entries.allSatisfy { $0.subject == nil || $0.subject == bob })
+        #expect(bySubject.subjects == [bob])
+        let byFeature = try ledger.auditReport(ReportScope(feature: 1)).report
+        #expect(byFeature.entries.allSatisfy { $0.feature == nil || $0.feature == 1 })
+        let byActor = try ledger.auditReport(ReportScope(actor: "dr.house")).report
+        #expect(byActor.entries.count == 2 && byActor.entries.allSatisfy { $0.actor == "dr.house" })
+        let events = try ledger.report(for: "alice").events
+        let window = try ledger.auditReport(ReportScope(from: events[2].at, to: events[4].at)).report
+        #expect(window.entries.allSatisfy { $0.at >= events[2].at && $0.at <= events[4].at })
+        #expect(!window.entries.isEmpty)
+    }
+
+    @Test func jsonCsvTextAndHtmlFormats() throws {
+        let (ledger, path) = try Self.scenario("report-formats")
+        defer { removeFolder(path) }
+        let report = try ledger.auditReport(ReportScope())
+        let json = try #require(try JSONSerialization.jsonObject(with: Data(CanonicalJSON.serialize(report.json))) as? [String: Any])
+        #expect((json["entries"] as? [Any])?.count == 12)
+        #expect(((json["checkpoint"] as? [String: Any])?["size"] as? Int) == 13)
+        // CSV parsed back: the same events and counts.
+        let rows = parseCSV(report.csv)
+        #expect(rows.first == LedgerReport.csvHeader)
+        let records = rows.dropFirst().map { Dictionary(uniqueKeysWithValues: zip(LedgerReport.csvHeader, $0)) }
+        #expect(records.filter { $0["section"] == "entry" }.map { $0["seq"]! } == report.report.entries.map { String($0.seq) })
+        #expect(records.filter { $0["section"] == "count" }.count == report.report.counts.count)
+        #expect(records.first { $0["section"] == "checkpoint" }?["value"]?.hasSuffix(Base64.encode(report.checkpoint.root.bytes)) == true)
+        #expect(LedgerReport.csvField("a,\"b\"") == "\"a,\"\"b\"\"\"")
+        #expect(report.text.contains("Subjects with outdated consents (1)"))
+        let html = report.html
+        #expect(html.contains("<svg class=\"timeline\"") && html.contains("size \(report.checkpoint.size)"))
+        #expect(!html.contains("<script src") && !html.contains("<link"))
+    }
+
+    /// The state at T equals replaying exactly the events up to T (with catalogue versions).
+    @Test func stateAtATimeEqualsReplayingExactlyTheEventsUpToIt() async throws {
+        await propertyCheck(count: 20, input: zip(LedgerPropertyTests.histories, Gen.int(in: 0...39))) { numbers, publishAt in
+            let path = LedgerPropertyTests.folder("asof-prop")
+            defer { removeFolder(path) }
+            let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "asof", clock: SteppingClock(step: 60_000).clock)
+            for (i, n) in numbers.enumerated() {
+                if i == publishAt % numbers.count { try ledger.publish(PolicyVersionTests.catalog(bumping: [("timeline", "required", "2.0"), ("medication-management", "optional-a", "1.1")])) }
+                _ = try? ledger.execute(LedgerCommand(subjectID: LedgerPropertyTests.command(n).subjectID, request: LedgerPropertyTests.command(n).request))
+            }
+            let lines = readBytes(path + "/ledger.jsonl").split(separator: 0x0A).map { try! EventCodec.decode(line: Array($0)).event }
+            for cut in lines.indices where cut % 3 == 0 {
+                let t = lines[cut].at
+                var replay = LedgerReplay(catalog: SeedCatalog.catalog)
+                for e in lines where e.at <= t { try! replay.apply(e) }
+                for subject in LedgerPropertyTests.subjects {
+                    guard let ref = try ledger.subjectRef(for: subject) else { continue }
+                    let expected = ConsentListing(state: replay.state(of: ref), catalog: replay.catalog)
+                    #expect(try ledger.report(for: subject, asOf: t).listing == expected, "\(subject) at \(t)")
+                }
+                let outdated = try ledger.auditReport(ReportScope(to: t)).report.outdated.count
+                var expectedOutdated = 0
+                for (_, state) in replay.subjects {
+                    for f in replay.catalog.features { expectedOutdated += f.consents.filter { state.isOutdated(f, $0) }.count }
+                }
+                #expect(outdated == expectedOutdated)
+            }
+        }
+    }
+
+    func parseCSV(_ text: String) -> [[String]] {
+        var rows: [[String]] = [], row: [String] = [], field = "", quoted = false
+        var chars = Array(text)[...]
+        while let c = chars.popFirst() {
+            if quoted {
+                if c == "\"" {
+                    if chars.first == "\"" { field.append("\""); chars.removeFirst() } else { quoted = false }
+                } else { field.append(c) }
+            } else if c == "\"" { quoted = true }
+            else if c == "," { row.append(field); field = "" }
+            else if c == "\r\n" || c == "\n" { row.append(field); rows.append(row); row = []; field = "" }
+            else { field.append(c) }
+        }
+        return rows
+    }
+}

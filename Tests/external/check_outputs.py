@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""Checks consentctl's outputs with real outside tools (issue 4):
+
+- the FHIR R5 Consent export validates against the official R5 definitions (fhir.resources 8.x,
+  pydantic models generated from the FHIR R5 StructureDefinitions), plus the required value-set
+  bindings those models do not enforce (Consent.status, Consent.decision);
+- the HTML report loads in a real headless browser (Debian's chromium) without script errors,
+  draws its SVG timelines, and renders to a PNG; it fetches nothing;
+- the CSV report parses back with Python's csv module and agrees with the JSON report.
+
+Usage: check_outputs.py PATH/TO/consentctl. Ends with 'N passed, M failed'; exit 0 only if M == 0.
+"""
+import csv
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+passed = 0
+failed = 0
+
+
+def check(name, ok, detail=""):
+    global passed, failed
+    if ok:
+        passed += 1
+        print("ok    " + name)
+    else:
+        failed += 1
+        print("FAIL  " + name + (": " + detail if detail else ""))
+
+
+def run(*args, ok=True):
+    p = subprocess.run([CONSENTCTL, *args], capture_output=True, text=True, env=ENV)
+    if ok and p.returncode != 0:
+        raise SystemExit("consentctl %s failed (%d): %s" % (" ".join(args), p.returncode, p.stderr))
+    return p
+
+
+CONSENTCTL = os.path.abspath(sys.argv[1])
+work = tempfile.mkdtemp(prefix="consentledger-external-")
+ENV = dict(os.environ, CONSENTCTL_LEDGER=os.path.join(work, "ledger"))
+try:
+    run("init", "--name", "clinic.example/consents")
+    run("give", "--subject", "alice", "--feature", "medication-management", "--consent", "required", "--consent", "optional-a")
+    run("give", "--subject", "alice", "--feature", "timeline", "--consent", "required", "--consent", "optional-a", "--consent", "optional-b")
+    run("revoke", "--subject", "alice", "--feature", "medication-management", "--consent", "required")
+    run("give", "--subject", "bob", "--feature", "timeline", "--consent", "required")
+    catalog = json.loads(run("catalog", "--json").stdout)
+    v2 = {"features": []}
+    for f in catalog["features"]:
+        v2["features"].append({"code": f["code"], "key": f["key"], "name": f["names"], "consents": [
+            {"code": c["code"], "name": c["names"], "required": c["required"], "link": c["link"],
+             "version": "2.0" if (f["key"] == "timeline" and c["code"] == "required") else c["version"]}
+            for c in f["consents"]]})
+    with open(os.path.join(work, "catalog-v2.json"), "w") as fh:
+        json.dump(v2, fh)
+    run("catalog", "publish", os.path.join(work, "catalog-v2.json"))
+    run("give", "--subject", "alice", "--feature", "timeline", "--consent", "required")
+
+    # FHIR R5 -------------------------------------------------------------------------------
+    from fhir.resources.bundle import Bundle
+    consent_states = {"draft", "active", "inactive", "not-done", "entered-in-error", "unknown"}
+    for subject in ["alice", "bob"]:
+        path = os.path.join(work, subject + ".fhir.json")
+        run("export", "--subject", subject, "--format", "fhir", "--out", path)
+        text = open(path).read()
+        try:
+            bundle = Bundle.model_validate_json(text)
+            check("FHIR R5: %s's Bundle validates (fhir.resources %s)" % (subject, __import__("fhir.resources").resources.__version__), True)
+        except Exception as err:  # noqa: BLE001 - report any validation failure
+            check("FHIR R5: %s's Bundle validates" % subject, False, str(err)[:400])
+            continue
+        data = json.loads(text)
+        check("FHIR: %s's Bundle is a collection of 2 Consents" % subject,
+              data["type"] == "collection" and [e["resource"]["resourceType"] for e in data["entry"]] == ["Consent", "Consent"])
+        for entry in data["entry"]:
+            c = entry["resource"]
+            check("FHIR: %s status binding (ConsentState)" % c["id"], c["status"] in consent_states, c["status"])
+            check("FHIR: %s decision binding (ConsentProvisionType)" % c["id"], c["decision"] in ("permit", "deny"))
+            check("FHIR: %s decision follows status" % c["id"], (c["status"] == "active") == (c["decision"] == "permit"))
+            check("FHIR: %s names the checkpoint" % c["id"], any(x["url"].endswith("/checkpoint") for x in c["extension"]))
+            check("FHIR: %s has one provision, the optional consents nested" % c["id"],
+                  len(c["provision"]) == 1 and len(c["provision"][0].get("provision", [])) == 2)
+        by_key = {e["resource"]["category"][0]["coding"][0]["code"]: e["resource"] for e in data["entry"]}
+        if subject == "alice":
+            check("FHIR: alice's Timeline is active after re-consent", by_key["timeline"]["status"] == "active")
+            check("FHIR: alice's Medication Management is inactive after the cascade", by_key["medication-management"]["status"] == "inactive")
+        else:
+            states = [x["valueString"] for x in by_key["timeline"]["provision"][0]["extension"] if x["url"].endswith("/consent-state")]
+            check("FHIR: bob's Timeline is inactive and its required consent outdated",
+                  by_key["timeline"]["status"] == "inactive" and states == ["outdated"], str(states))
+
+    # HTML in a real browser ------------------------------------------------------------------
+    html = os.path.join(work, "report.html")
+    run("report", "--html", html)
+    page = open(html).read()
+    check("HTML: self-contained (no external script, style, image or font)",
+          not re.search(r'<script[^>]+src=|<link\b|<img\b|@import|url\(', page))
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        check("HTML: chromium is installed", False, "install Debian's chromium (make test does)")
+    else:
+        flags = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run"]
+        dom = subprocess.run([chromium, *flags, "--dump-dom", "file://" + html], capture_output=True, text=True, timeout=120).stdout
+        body = re.search(r"<body([^>]*)>", dom)
+        attrs = dict(re.findall(r'(data-[a-z]+)="([^"]*)"', body.group(1))) if body else {}
+        check("HTML: the page loaded and its script ran in chromium", attrs.get("data-rendered") == "ok", str(attrs))
+        check("HTML: no script errors", attrs.get("data-errors", "missing") == "", attrs.get("data-errors", "missing"))
+        check("HTML: the timeline charts are drawn", int(attrs.get("data-charts", "0")) >= 2 and int(attrs.get("data-bars", "0")) >= 4, str(attrs))
+        png = os.path.join(work, "report.png")
+        subprocess.run([chromium, *flags, "--window-size=1100,1400", "--screenshot=" + png, "file://" + html], capture_output=True, timeout=120)
+        check("HTML: chromium renders it to a PNG", os.path.exists(png) and os.path.getsize(png) > 10000,
+              str(os.path.getsize(png)) if os.path.exists(png) else "no file")
+        if os.environ.get("REPORT_PNG"):
+            shutil.copy(png, os.environ["REPORT_PNG"])
+
+    # CSV parses back and agrees with JSON ----------------------------------------------------
+    rows = list(csv.DictReader(io.StringIO(run("report", "--csv").stdout)))
+    report = json.loads(run("report", "--json").stdout)
+    sections = {r["section"] for r in rows}
+    check("CSV: parses with the section column", {"checkpoint", "entry", "count", "active", "withdrawal"} <= sections, str(sections))
+    check("CSV: one entry row per JSON event", len([r for r in rows if r["section"] == "entry"]) == len(report["entries"]))
+    check("CSV: counts agree with JSON", sorted((r["feature"], r["consent"], int(r["given"]), int(r["reconsent"]), int(r["withdrawn"]), int(r["cascade"])) for r in rows if r["section"] == "count")
+          == sorted((c["feature"], c["consent"], c["given"], c["reconsent"], c["withdrawn"], c["cascade"]) for c in report["counts"]))
+    check("CSV: the checkpoint row names the JSON checkpoint", [r["value"] for r in rows if r["section"] == "checkpoint"]
+          == ["%s %d %s" % (report["checkpoint"]["origin"], report["checkpoint"]["size"], report["checkpoint"]["root"])])
+    check("report: the policy change and the re-consent are listed",
+          [e["type"] for e in report["entries"]].count("policy-change") == 1 and [e["type"] for e in report["entries"]].count("re-consent") == 1)
+    check("report: bob is listed with an outdated consent", [(o["subject"], o["consent"]) for o in report["outdated"]] == [("bob", "required")])
+finally:
+    shutil.rmtree(work, ignore_errors=True)
+
+print("%d passed, %d failed" % (passed, failed))
+sys.exit(0 if failed == 0 else 1)
