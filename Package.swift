@@ -40,6 +40,8 @@ let package = Package(
             ]
         ),
         .executableTarget(name: "consent-bench", dependencies: ["ConsentLedger", "CSodium", "CLibCrypto"]),
+        // The README's embedding example, compiled so it cannot rot.
+        .executableTarget(name: "embedding-sample", dependencies: ["ConsentLedger"], path: "Samples/Embedding"),
         .testTarget(
             name: "ConsentDomainTests",
             dependencies: [

@@ -209,6 +209,7 @@ class StrictParser:
     def obj(self, depth):
         self.i += 1
         members = {}
+        seen = set()  # names as the reference tells them apart (see same_text)
         previous = None
         if self.i < len(self.b) and self.b[self.i] == 0x7D:
             self.i += 1
@@ -218,8 +219,12 @@ class StrictParser:
                 self.fail("expected a member name")
             at = self.i
             key = self.string()
-            if key in members:
+            # The reference keeps members in a Swift dictionary, whose String keys are equal when
+            # canonically equivalent: two names that differ only in Unicode normalisation are
+            # duplicates to it (Spec/ledger-format.md, Canonical JSON, Reading).
+            if unicodedata.normalize("NFC", key) in seen:
                 self.fail("duplicate member name %r" % key, at)
+            seen.add(unicodedata.normalize("NFC", key))
             if previous is not None and not utf16_key(previous) < utf16_key(key):
                 self.fail("member %r is out of canonical (RFC 8785) order" % key, at)
             previous = key
@@ -493,9 +498,16 @@ def _is_int(v):
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+class Catalog(dict):
+    """A validated catalogue: {feature code: feature}, each feature a dict with 'code', 'key',
+    'names' and 'consents' (each with 'code', 'names', 'required', 'link', 'version'; required
+    first, then optional, each group in catalogue order). `ordered` lists the features in
+    catalogue order; `value` is the normalised catalogue as JSON and `bytes` its canonical bytes,
+    whose SHA-256 is the catalogue's hash."""
+
+
 def decode_catalog(root):
-    """Validates a parsed catalogue; returns {code: feature}, each feature a dict with 'code',
-    'key', 'consents' (required first, then optional, each group in catalogue order)."""
+    """Validates a parsed catalogue; returns (Catalog, features in catalogue order)."""
     if not isinstance(root, dict):
         raise CatalogError("the top level must be a JSON object")
     for k in root:
@@ -504,7 +516,7 @@ def decode_catalog(root):
     features = root.get("features")
     if not isinstance(features, list) or not features:
         raise CatalogError("'features' must be a non-empty array")
-    by_code, keys = {}, set()
+    catalog, keys = Catalog(), set()
     ordered = []
     for i, f in enumerate(features):
         entry = "features[%d]" % i
@@ -518,9 +530,9 @@ def decode_catalog(root):
             raise CatalogError(entry + ": 'code' must be a non-negative integer")
         if not isinstance(key, str) or not _is_slug(key):
             raise CatalogError(entry + ": 'key' must be a slug")
-        if code in by_code or key in keys:
+        if code in catalog or key in keys:
             raise CatalogError(entry + ": feature code or key used twice")
-        _names(f.get("name"), entry)
+        names = _names(f.get("name"), entry)
         consents = f.get("consents")
         if not isinstance(consents, list) or not consents:
             raise CatalogError(entry + ": 'consents' must be a non-empty array")
@@ -539,21 +551,70 @@ def decode_catalog(root):
             seen.add(ccode)
             if not isinstance(required, bool):
                 raise CatalogError(centry + ": 'required' must be true or false")
-            _names(c.get("name"), centry)
+            cnames = _names(c.get("name"), centry)
             # At least 10 bytes of UTF-8, as the reference counts.
             if not isinstance(link, str) or not (link.startswith("https://") or link.startswith("http://")) or len(link.encode("utf-8")) < 10:
                 raise CatalogError(centry + ": 'link' must be an http(s) URL")
             if not isinstance(version, str) or not version:
                 raise CatalogError(centry + ": 'version' must be a non-empty string")
-            parsed.append({"code": ccode, "required": required, "version": version})
+            parsed.append({"code": ccode, "names": cnames, "required": required, "link": link, "version": version})
         if not any(c["required"] for c in parsed):
             raise CatalogError(entry + ": the feature has no required consent")
-        feature = {"code": code, "key": key,
+        feature = {"code": code, "key": key, "names": names,
                    "consents": [c for c in parsed if c["required"]] + [c for c in parsed if not c["required"]]}
-        by_code[code] = feature
+        catalog[code] = feature
         keys.add(key)
         ordered.append(feature)
-    return by_code, ordered
+    catalog.ordered = ordered
+    catalog.value = {"features": [
+        {"code": f["code"], "key": f["key"], "name": f["names"], "consents": [
+            {"code": c["code"], "name": c["names"], "required": c["required"], "link": c["link"], "version": c["version"]}
+            for c in f["consents"]]}
+        for f in ordered]}
+    catalog.bytes = serialize(catalog.value)
+    return catalog, ordered
+
+
+def catalog_hash(catalog):
+    """hex(SHA-256(catalogue bytes)): of the normalised catalogue's canonical JSON."""
+    return sha256(catalog.bytes).hex()
+
+
+def _equivalent_names(a, b):
+    n = unicodedata.normalize
+    return {n("NFC", k): n("NFC", v) for k, v in a.items()} == {n("NFC", k): n("NFC", v) for k, v in b.items()}
+
+
+def _equivalent(a, b):
+    """The two catalogues are equal as the reference's Catalog values compare: strings (names,
+    links, versions) equal when canonically equivalent, as Swift compares strings."""
+    n = unicodedata.normalize
+    if [(f["code"], f["key"]) for f in a.ordered] != [(f["code"], f["key"]) for f in b.ordered]:
+        return False
+    for fa, fb in zip(a.ordered, b.ordered):
+        if not _equivalent_names(fa["names"], fb["names"]) or len(fa["consents"]) != len(fb["consents"]):
+            return False
+        for ca, cb in zip(fa["consents"], fb["consents"]):
+            if (ca["code"], ca["required"]) != (cb["code"], cb["required"]) or not _equivalent_names(ca["names"], cb["names"]) \
+                    or n("NFC", ca["link"]) != n("NFC", cb["link"]) or n("NFC", ca["version"]) != n("NFC", cb["version"]):
+                return False
+    return True
+
+
+def problem_as_update(new, current):
+    """Why `new` cannot replace `current` as the catalogue in force (a published version), or
+    None: it keeps the features (codes and keys, in order) and each feature's consents (codes
+    and required flags, in consent order); it may change versions, links and names, and must
+    change something (Spec/ledger-format.md, Catalogue versions)."""
+    if _equivalent(new, current):
+        return "it is identical to the catalogue in force"
+    if [f["code"] for f in new.ordered] != [f["code"] for f in current.ordered] \
+            or [f["key"] for f in new.ordered] != [f["key"] for f in current.ordered]:
+        return "its features differ from the catalogue in force (a new version may change versions, links and names only)"
+    for fn, fc in zip(new.ordered, current.ordered):
+        if [(c["code"], c["required"]) for c in fn["consents"]] != [(c["code"], c["required"]) for c in fc["consents"]]:
+            return "the consents of '%s' differ from the catalogue in force (a new version may change versions, links and names only)" % fn["key"]
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -584,16 +645,19 @@ LINE_PREFIX = b'{"body":'
 SIG_PREFIX = b',"sig":"'
 # Every member name of format version 1, in canonical (byte) order. The body reader refuses any
 # other name as soon as it meets it, and reports "first" extra or missing members in this order.
-BODY_NAMES = ["actor", "at", "catalog", "cause", "cmd", "cmdSize", "consent", "feature", "kid", "ledger", "prev",
-              "publicKey", "reason", "seq", "subject", "type", "v", "version"]
+BODY_NAMES = ["actor", "at", "catalog", "cause", "cmd", "cmdSize", "consent", "document", "feature", "kid", "ledger",
+              "notices", "prev", "publicKey", "reason", "renews", "seq", "subject", "type", "v", "version"]
 NAME_INDEX = {name.encode("ascii"): i for i, name in enumerate(BODY_NAMES)}
-INTEGER_MEMBERS = {"v", "seq", "cmd", "cmdSize", "feature", "cause"}
+INTEGER_MEMBERS = {"v", "seq", "cmd", "cmdSize", "feature", "cause", "renews"}
+JSON_MEMBERS = {"document", "notices"}  # any canonical JSON value, checked after the scan
 COMMON = {"v", "seq", "at", "actor", "cmd", "cmdSize", "prev", "kid", "type"}
 TYPE_MEMBERS = {
     "ledger.created": {"ledger", "catalog", "publicKey"},
+    "catalog.published": {"catalog", "document", "notices"},
     "consent.given": {"subject", "feature", "consent", "version"},
     "consent.revoked": {"subject", "feature", "consent", "reason"},
 }
+NOTICE_MEMBERS = {"consent", "feature", "sha256", "version"}
 
 
 class Event:
@@ -631,7 +695,10 @@ def _scan_body(p, members):
         p.i += 1
         if p.i >= len(b):
             p.fail("unexpected end of input")
-        if name in INTEGER_MEMBERS:
+        if name in JSON_MEMBERS:
+            # Parsed by the generic canonical parser; the value is one level inside the body.
+            members[name] = p.value(1)
+        elif name in INTEGER_MEMBERS:
             if not (b[p.i] == 0x2D or 0x30 <= b[p.i] <= 0x39):
                 raise DecodeError("member '%s' must be an integer" % name)
             members[name] = p.integer()
@@ -692,10 +759,12 @@ def read_body(body):
     allowed = COMMON | TYPE_MEMBERS[etype]
     if etype == "consent.revoked" and m.get("reason") == "cascade":
         allowed = allowed | {"cause"}
+    optional = {"renews"} if etype == "consent.given" else set()
+    allowed = allowed | optional
     if set(m) - allowed:
         raise DecodeError("member '%s' does not belong to a '%s' event" % (_first(set(m) - allowed), etype))
-    if allowed - set(m):
-        raise DecodeError("member '%s' is missing from a '%s' event" % (_first(allowed - set(m)), etype))
+    if allowed - optional - set(m):
+        raise DecodeError("member '%s' is missing from a '%s' event" % (_first(allowed - optional - set(m)), etype))
 
     def integer(k):
         if m[k] < 0:
@@ -715,9 +784,15 @@ def read_body(body):
     e.subject = None
     if etype == "ledger.created":
         e.ledger, e.catalog, e.public_key = m["ledger"], m["catalog"], m["publicKey"]
+    elif etype == "catalog.published":
+        e.document, e.notices = _published(m["document"], m["notices"])
+        e.catalog = m["catalog"]
     elif etype == "consent.given":
         e.subject = subject()
         e.feature, e.consent, e.version = integer("feature"), m["consent"], m["version"]
+        # Spec: a non-negative integer. (The reference reads a negative 'renews' as absent; see
+        # Spec/ledger-format.md, consent.given.)
+        e.renews = integer("renews") if "renews" in m else None
     else:
         e.reason = m["reason"]
         if e.reason == "cascade":
@@ -732,6 +807,25 @@ def read_body(body):
     if serialize(m) != e.body:
         raise DecodeError("body is not canonical JSON (re-serialisation differs)")
     return e
+
+
+def _published(document, notices):
+    """The members of a catalog.published event: the catalogue (validated as any catalogue and
+    normalised) and one notice per consent. Whether 'catalog' is the catalogue's hash is checked
+    with the signature (verify) or after decoding (replay), not here."""
+    if not isinstance(document, dict):
+        raise DecodeError("member 'document' must be a catalogue object")
+    try:
+        catalog, _ = decode_catalog(document)
+    except CatalogError as err:
+        raise DecodeError("member 'document' is not a valid catalogue: %s" % err)
+    if not isinstance(notices, list):
+        raise DecodeError("member 'notices' must be an array")
+    for n in notices:
+        if not (isinstance(n, dict) and set(n) == NOTICE_MEMBERS and _is_int(n["feature"]) and isinstance(n["consent"], str)
+                and isinstance(n["version"], str) and hex_decode(n["sha256"], 32) is not None):
+            raise DecodeError("a notice must be {consent, feature, sha256 (64 hex digits), version}")
+    return catalog, notices
 
 
 def decode_line(line):
@@ -762,34 +856,62 @@ class Violation(Exception):
 
 
 def same_text(a, b):
-    """Equality of `actor` and `version` strings as the reference decides it: Swift's String
-    equality, under which canonically equivalent spellings (NFC and NFD) are equal. Subject
-    references and consent codes need no such care (hex, and slugs of ASCII letters, digits and
-    '-', which no other spelling is equivalent to)."""
+    """Equality of strings where the reference compares them as Swift strings, under which
+    canonically equivalent spellings (NFC and NFD) are equal. Replay no longer does this: `actor`
+    and `version` are compared byte for byte (same_bytes); it remains for the export verifier's
+    comparisons (Spec/export-format.md, Comparing strings) and the catalogue identity check."""
     return a == b or unicodedata.normalize("NFC", a) == unicodedata.normalize("NFC", b)
 
 
+def same_bytes(a, b):
+    """Byte-for-byte equality of two strings (Python compares str by code points, which for valid
+    UTF-8 is the same as comparing the bytes)."""
+    return a.encode("utf-8") == b.encode("utf-8")
+
+
 class SubjectState:
+    """One subject's consents (Spec/ledger-format.md, Replay, rules 6 to 15, and the subject part of
+    rule 4). A consent's status is absent (never given), ("given", version, seq, at) or
+    ("withdrawn", at, seq)."""
+
     def __init__(self):
-        self.consents = {}              # (feature, code) -> "given" | "withdrawn"
+        self.consents = {}              # (feature, code) -> status
+        self.last_seq = None            # seq of the subject's latest event
         self.open = None                # (cmd, cmdSize) of the command being applied
         self.command_feature = None     # the one feature that command is about
         self.required_revocations = []  # seqs of that command's withdrawals of required consents
 
+    def status(self, feature, code):
+        return self.consents.get((feature, code))
+
     def is_given(self, feature, code):
-        return self.consents.get((feature, code)) == "given"
+        s = self.consents.get((feature, code))
+        return s is not None and s[0] == "given"
+
+    def is_current(self, feature, consent):
+        """Given, with the policy version in force (compared byte for byte)."""
+        s = self.consents.get((feature["code"], consent["code"]))
+        return s is not None and s[0] == "given" and same_bytes(s[1], consent["version"])
+
+    def is_outdated(self, feature, consent):
+        return self.is_given(feature["code"], consent["code"]) and not self.is_current(feature, consent)
 
     def is_active(self, feature):
-        return all(self.is_given(feature["code"], c["code"]) for c in feature["consents"] if c["required"])
+        """Rule R3: every required consent is current (an outdated one deactivates the feature)."""
+        return all(self.is_current(feature, c) for c in feature["consents"] if c["required"])
 
     def apply(self, e, catalog):
         span = (e.cmd, e.cmd_size)
-        if self.open is not None and self.open != span:
+        if self.open is not None and (self.open != span or e.seq != (0 if self.last_seq is None else self.last_seq) + 1):
+            # A command is one subject's, so its events are consecutive even in the subject's own
+            # history: a gap means one is missing.
             raise Violation(e.seq, "command starting at seq %d is incomplete: expected %d events" % self.open)
         if self.open is None:
             if e.cmd != e.seq:
                 raise Violation(e.seq, "event claims to belong to a command starting at seq %d, which is not open for this subject" % e.cmd)
             self.open, self.command_feature, self.required_revocations = span, None, []
+        if e.subject is None:
+            raise Violation(e.seq, "a ledger event is not a subject's event")
         feature = catalog.get(e.feature)
         if feature is None:
             raise Violation(e.seq, "unknown feature code %d" % e.feature)
@@ -800,17 +922,24 @@ class SubjectState:
             raise Violation(e.seq, "a command is about one feature; this event is about feature %d, the command's first about %d" % (feature["code"], self.command_feature))
         self.command_feature = feature["code"]
         key = (feature["code"], definition["code"])
+        label = (definition["code"], feature["key"])
         if e.type == "consent.given":
-            if self.is_given(*key):
-                raise Violation(e.seq, "consent '%s' of '%s' is given twice (rule R6 gives only a withheld consent)" % (e.consent, feature["key"]))
+            if self.is_current(feature, definition):
+                raise Violation(e.seq, "consent '%s' of '%s' is given twice (rule R6 gives only a withheld consent)" % label)
+            # A re-consent names the outdated grant it renews; a first grant names none.
+            outdated = self.consents[key][2] if self.is_given(*key) else None
+            if e.renews != outdated:
+                if outdated is not None:
+                    raise Violation(e.seq, "consent '%s' of '%s' renews the outdated grant at seq %d, so 'renews' must name it" % (label + (outdated,)))
+                raise Violation(e.seq, "'renews' names seq %d, but consent '%s' of '%s' has no outdated grant" % ((e.renews,) + label))
             if not definition["required"] and not self.is_active(feature):
-                raise Violation(e.seq, "optional consent '%s' given while '%s' has a required consent withheld (rule R2)" % (e.consent, feature["key"]))
-            if not same_text(e.version, definition["version"]):
-                raise Violation(e.seq, "consent '%s' of '%s' records policy version '%s' but the catalogue's is '%s'" % (e.consent, feature["key"], e.version, definition["version"]))
-            self.consents[key] = "given"
+                raise Violation(e.seq, "optional consent '%s' given while '%s' has a required consent withheld (rule R2)" % label)
+            if not same_bytes(e.version, definition["version"]):
+                raise Violation(e.seq, "consent '%s' of '%s' records policy version '%s' but the catalogue's is '%s'" % (label + (e.version, definition["version"])))
+            self.consents[key] = ("given", e.version, e.seq, e.at)
         else:
             if not self.is_given(*key):
-                raise Violation(e.seq, "consent '%s' of '%s' is revoked while it is withheld" % (e.consent, feature["key"]))
+                raise Violation(e.seq, "consent '%s' of '%s' is revoked while it is withheld" % label)
             if e.reason == "withdrawn":
                 if definition["required"]:
                     self.required_revocations.append(e.seq)
@@ -821,10 +950,13 @@ class SubjectState:
                     raise Violation(e.seq, "required consent '%s' cannot be revoked by cascade (rule R4 cascades to optional consents only)" % e.consent)
                 if e.cause not in self.required_revocations:
                     raise Violation(e.seq, "cascade names cause seq %d, which is not a revocation of a required consent of '%s' in the same command" % (e.cause, feature["key"]))
-            self.consents[key] = "withdrawn"
+            self.consents[key] = ("withdrawn", e.at, e.seq)
+        self.last_seq = e.seq
         if e.seq == e.cmd + e.cmd_size - 1:
-            f = catalog.get(self.command_feature)
-            if f is not None and not self.is_active(f):
+            # Rule 15: no optional consent survives a *withheld* required consent. An outdated
+            # required consent is still given, so it does not call for a cascade.
+            f = catalog.get(self.command_feature) if self.command_feature is not None else None
+            if f is not None and any(c["required"] and not self.is_given(f["code"], c["code"]) for c in f["consents"]):
                 for c in f["consents"]:
                     if not c["required"] and self.is_given(f["code"], c["code"]):
                         raise Violation(e.seq, "optional consent '%s' of '%s' is still given after its feature became inactive (rule R4 cascade missing)" % (c["code"], f["key"]))
@@ -832,8 +964,12 @@ class SubjectState:
 
 
 class Replay:
+    """The whole log (Spec/ledger-format.md, Replay, rules 1 to 15). `catalog` is the catalogue in
+    force; `versions` lists (seq, at, catalogue) of the genesis catalogue and each published one."""
+
     def __init__(self, catalog):
         self.catalog = catalog
+        self.versions = []
         self.subjects = {}
         self.genesis = None
         self.last_seq = None
@@ -851,7 +987,7 @@ class Replay:
         if self.open is not None:
             if span != self.open[0] or e.subject != self.open[1]:
                 raise Violation(e.seq, "command starting at seq %d is incomplete: expected %d events" % self.open[0])
-            if e.at_ms != self.open[2] or not same_text(e.actor, self.open[3]):
+            if e.at_ms != self.open[2] or not same_bytes(e.actor, self.open[3]):
                 raise Violation(e.seq, "events of one command share one time and one actor")
         else:
             if e.cmd != e.seq:
@@ -861,6 +997,20 @@ class Replay:
             if e.seq != 0 or e.cmd_size != 1:
                 raise Violation(e.seq, "a genesis event can only be the first event, alone in its command")
             self.genesis = e
+            self.versions = [(e.seq, e.at, self.catalog)]
+        elif e.type == "catalog.published":
+            if self.genesis is None or e.cmd_size != 1:
+                raise Violation(e.seq, "a catalogue version is published alone in its command, after the genesis event")
+            problem = problem_as_update(e.document, self.catalog)
+            if problem is not None:
+                raise Violation(e.seq, "the published catalogue cannot replace the one in force: %s" % problem)
+            expected = [(f["code"], c["code"], c["version"]) for f in e.document.ordered for c in f["consents"]]
+            if len(e.notices) != len(expected) or any(
+                    n["feature"] != f or n["consent"] != c or not same_bytes(n["version"], v)
+                    for n, (f, c, v) in zip(e.notices, expected)):
+                raise Violation(e.seq, "the notices must list every consent of the published catalogue, in catalogue order, with its version")
+            self.catalog = e.document
+            self.versions.append((e.seq, e.at, e.document))
         else:
             if self.genesis is None:
                 raise Violation(e.seq, "the log does not start with a genesis event")
@@ -869,6 +1019,11 @@ class Replay:
             self.open = None
         self.last_seq, self.last_at, self.last_at_text = e.seq, e.at_ms, e.at
         self.count += 1
+
+
+def catalog_in_force(versions, seq):
+    """The catalogue in force for an event at `seq`: the newest version published before it."""
+    return [c for s, _, c in versions if s < seq][-1] if any(s < seq for s, _, _ in versions) else versions[0][2]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,172 @@
+import ConsentDomain
+import Dispatch
+
+/// Why a ``ConsentManager`` call failed. Every case says what and, for integrity failures, where.
+public enum ConsentError: Error, Hashable, Sendable, CustomStringConvertible {
+    /// A consent rule forbids the request; nothing was appended.
+    case ruleViolation(String)
+    /// The feature, consent or subject does not exist.
+    case notFound(String)
+    /// The request is malformed (an empty subject id, a control character, a bad catalogue).
+    case invalidRequest(String)
+    /// The ledger is damaged, tampered with, or signed by another key.
+    case integrityFailure(IntegrityFailure)
+    /// Another writer got there first and retrying did not help.
+    case conflict(String)
+    /// Reading, writing, syncing or locking failed.
+    case storage(String)
+
+    init(_ error: LedgerError) {
+        switch error {
+        case .ruleViolation(let m): self = .ruleViolation(m)
+        case .invalidRequest(let m) where m.hasPrefix("unknown") || m.hasPrefix("the ledger has no subject"): self = .notFound(m)
+        case .invalidRequest(let m): self = .invalidRequest(m)
+        case .invalidCatalog(let e): self = .invalidRequest("invalid catalogue: \(e)")
+        case .integrity(let f): self = .integrityFailure(f)
+        case .notFound(let m): self = .notFound(m)
+        case .alreadyExists(let m): self = .conflict(m)
+        case .storage(let m): self = .storage(m)
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .ruleViolation(let m): return "rule violation: \(m)"
+        case .notFound(let m), .invalidRequest(let m), .conflict(let m): return m
+        case .integrityFailure(let f): return "integrity failure: \(f)"
+        case .storage(let m): return "storage error: \(m)"
+        }
+    }
+}
+
+/// The consent logic the patient app calls (rule R9), for a backend that embeds the ledger.
+///
+/// Every method is `async` and runs the ledger's blocking file work off the caller's executor;
+/// every call that changes consents answers with the subject's updated consents. One manager
+/// may be shared by any number of tasks; writes are serialised by the ledger's lock, also
+/// against other processes using the same folder.
+///
+/// ```swift
+/// let consents = try await ConsentManager.open(directory: "/var/lib/consents")
+/// let after = try await consents.activate(["required", "optional-a"], of: "timeline", for: "patient-42")
+/// ```
+public final class ConsentManager: Sendable {
+    /// The ledger underneath, for what this API does not cover.
+    public let ledger: Ledger
+    private let queue = DispatchQueue(label: "consentledger.consent-manager", attributes: .concurrent)
+
+    /// Wraps an open ledger.
+    public init(ledger: Ledger) {
+        self.ledger = ledger
+    }
+
+    /// Opens the ledger in a folder (the embedded file store).
+    public static func open(directory: String) async throws(ConsentError) -> ConsentManager {
+        let store = FileLedgerStore(directory: directory)
+        let ledger = try await run(on: DispatchQueue.global()) { try Ledger.open(store: store) }
+        return ConsentManager(ledger: ledger)
+    }
+
+    /// Creates a ledger in a new folder with a catalogue (the seed's by default).
+    public static func create(directory: String, catalog: Catalog = SeedCatalog.catalog, name: String) async throws(ConsentError) -> ConsentManager {
+        let store = FileLedgerStore(directory: directory)
+        let ledger = try await run(on: DispatchQueue.global()) { try Ledger.create(store: store, catalog: catalog, name: name) }
+        return ConsentManager(ledger: ledger)
+    }
+
+    private static func run<T: Sendable>(on queue: DispatchQueue, _ body: @escaping @Sendable () throws -> T) async throws(ConsentError) -> T {
+        let result: Result<T, ConsentError> = await withCheckedContinuation { continuation in
+            queue.async {
+                do {
+                    continuation.resume(returning: .success(try body()))
+                } catch let error as LedgerError {
+                    continuation.resume(returning: .failure(ConsentError(error)))
+                } catch {
+                    continuation.resume(returning: .failure(.storage("\(error)")))
+                }
+            }
+        }
+        return try result.get()
+    }
+
+    private func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws(ConsentError) -> T {
+        try await Self.run(on: queue, body)
+    }
+
+    // MARK: - Reading
+
+    /// The consents of one feature, by key (`timeline`) or code (`2`), required first (R7, R9).
+    public func consents(of feature: String, for subject: String) async throws(ConsentError) -> FeatureLine {
+        let ledger = self.ledger
+        return try await run {
+            let listing = try ledger.report(for: subject).listing
+            guard let line = listing.features.first(where: { $0.feature.key == feature || String($0.feature.code) == feature }) else {
+                throw LedgerError.invalidRequest("unknown feature '\(feature)'")
+            }
+            return line
+        }
+    }
+
+    /// The consents of the subject's active features (R3, R9).
+    public func activeConsents(for subject: String) async throws(ConsentError) -> [FeatureLine] {
+        try await state(of: subject).filter(\.isActive)
+    }
+
+    /// Every feature's consents, now or as they were at a past time (replayed from the log).
+    public func state(of subject: String, at time: Timestamp? = nil) async throws(ConsentError) -> [FeatureLine] {
+        let ledger = self.ledger
+        return try await run { try ledger.report(for: subject, asOf: time).listing.features }
+    }
+
+    /// The subject's history, oldest first, up to a time if given.
+    public func history(of subject: String, until time: Timestamp? = nil) async throws(ConsentError) -> [HistoryEntry] {
+        let ledger = self.ledger
+        return try await run { try ledger.report(for: subject, asOf: time).events.compactMap(HistoryEntry.init) }
+    }
+
+    // MARK: - Changing consents
+
+    /// Gives a set of consents of one feature: activates it when they include its required
+    /// consents (R2, R5), or gives withheld ones of an active feature (R6). Answers with every
+    /// feature's consents after the change (R9).
+    public func activate(_ consents: [String], of feature: String, for subject: String, actor: String = "self") async throws(ConsentError) -> [FeatureLine] {
+        let ledger = self.ledger
+        return try await run {
+            try ledger.execute(LedgerCommand(subjectID: subject, request: .give(feature: feature, consents: consents), actor: actor)).result.listing.features
+        }
+    }
+
+    /// Withdraws one consent; a required one takes the feature's optional ones with it (R4).
+    /// Answers with every feature's consents after the change (R9).
+    public func revoke(_ consent: String, of feature: String, for subject: String, actor: String = "self") async throws(ConsentError) -> [FeatureLine] {
+        let ledger = self.ledger
+        return try await run {
+            try ledger.execute(LedgerCommand(subjectID: subject, request: .revoke(feature: feature, consent: consent), actor: actor)).result.listing.features
+        }
+    }
+
+    // MARK: - Proof
+
+    /// The current signed checkpoint (C2SP tlog-checkpoint as a signed note).
+    public func checkpoint() async throws(ConsentError) -> (checkpoint: Checkpoint, note: String) {
+        let ledger = self.ledger
+        return try await run { try ledger.signedCheckpoint() }
+    }
+
+    /// An offline-verifiable export of one subject (`Spec/export-format.md`).
+    public func export(subject: String) async throws(ConsentError) -> AuditExport {
+        let ledger = self.ledger
+        return try await run { try ledger.exportSubject(subject) }
+    }
+
+    /// The verifier key auditors pin.
+    public func verifierKey() throws(ConsentError) -> NoteVerifierKey {
+        do {
+            return try ledger.verifierKey
+        } catch let error as LedgerError {
+            throw ConsentError(error)
+        } catch {
+            throw .storage("\(error)")
+        }
+    }
+}

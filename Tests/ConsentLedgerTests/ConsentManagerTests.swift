@@ -1,0 +1,66 @@
+import ConsentDomain
+import Testing
+@testable import ConsentLedger
+
+/// The async library API (issue 5): R9's calls, typed errors, concurrent use.
+@Suite struct ConsentManagerTests {
+    @Test func theAppsCallsAnswerWithTheUpdatedConsents() async throws {
+        let path = LedgerPropertyTests.folder("api")
+        defer { removeFolder(path) }
+        let consents = try await ConsentManager.create(directory: path, name: "api")
+        let afterGive = try await consents.activate(["required", "optional-a"], of: "timeline", for: "p1")
+        #expect(afterGive.filter(\.isActive).map(\.feature.key) == ["timeline"])
+        #expect(try await consents.consents(of: "2", for: "p1").consents.filter(\.isGiven).map(\.definition.code) == ["required", "optional-a"])
+        #expect(try await consents.activeConsents(for: "p1").map(\.feature.key) == ["timeline"])
+        let afterRevoke = try await consents.revoke("required", of: "timeline", for: "p1")
+        #expect(afterRevoke.allSatisfy { !$0.isActive })
+        let history = try await consents.history(of: "p1")
+        #expect(history.map(\.kind) == [.given, .given, .withdrawn, .cascade])
+        let past = try await consents.state(of: "p1", at: history[0].at)
+        #expect(past.first { $0.feature.key == "timeline" }?.isActive == true)
+        let (checkpoint, _) = try await consents.checkpoint()
+        #expect(checkpoint.size == 5)
+        let bundle = try await consents.export(subject: "p1")
+        #expect(try ExportVerifier.verify(bundle.bytes, pinnedKey: try consents.verifierKey()).events == 4)
+    }
+
+    @Test func errorsAreTyped() async throws {
+        let path = LedgerPropertyTests.folder("api-errors")
+        defer { removeFolder(path) }
+        let consents = try await ConsentManager.create(directory: path, name: "api-errors")
+        await #expect(throws: ConsentError.self) { try await consents.activate(["optional-a"], of: "timeline", for: "p1") }
+        do {
+            _ = try await consents.activate(["optional-a"], of: "timeline", for: "p1")
+        } catch {
+            guard case .ruleViolation = error else { Issue.record("expected a rule violation, got \(error)"); return }
+        }
+        do {
+            _ = try await consents.activate(["required"], of: "diary", for: "p1")
+        } catch {
+            guard case .notFound = error else { Issue.record("expected not found, got \(error)"); return }
+        }
+        do {
+            _ = try await consents.activate(["required"], of: "timeline", for: "")
+        } catch {
+            guard case .invalidRequest = error else { Issue.record("expected invalid request, got \(error)"); return }
+        }
+        do {
+            _ = try await ConsentManager.open(directory: path + "-missing")
+        } catch {
+            guard case .notFound = error else { Issue.record("expected not found, got \(error)"); return }
+        }
+    }
+
+    @Test func manyTasksAtOnceKeepOneChain() async throws {
+        let path = LedgerPropertyTests.folder("api-tasks")
+        defer { removeFolder(path) }
+        let consents = try await ConsentManager.create(directory: path, name: "api-tasks")
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for i in 0..<16 {
+                group.addTask { _ = try await consents.activate(["required", "optional-b"], of: "medication-management", for: "p\(i)") }
+            }
+            try await group.waitForAll()
+        }
+        #expect(try consents.ledger.verify().events == 1 + 16 * 2)
+    }
+}
