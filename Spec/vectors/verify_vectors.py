@@ -1039,9 +1039,13 @@ def read_file(folder, name):
         return f.read()
 
 
-def verify_folder(folder, log=None, head_text=None):
-    """Verifies the ledger folder; `log` and `head_text` replace ledger.jsonl and head.
+def verify_folder(folder, log=None, head_text=None, derived=None):
+    """Verifies the ledger folder; `log` and `head_text` replace ledger.jsonl and head, `derived`
+    the bytes of (lines.idx, tree.hashes) (False: none; None: the folder's, if both exist).
     Returns a Report or raises Failure naming the first bad entry."""
+    if derived is None:
+        paths = [os.path.join(folder, n) for n in ("lines.idx", "tree.hashes")]
+        derived = tuple(read_file(folder, n) for n in ("lines.idx", "tree.hashes")) if all(map(os.path.isfile, paths)) else False
     if log is None:
         if not os.path.isfile(os.path.join(folder, "ledger.jsonl")):
             raise Failure(None, None, "no ledger at %s (no ledger.jsonl)" % folder)
@@ -1090,9 +1094,13 @@ def verify_folder(folder, log=None, head_text=None):
         check_lines(log, ends, starts, len(ends), public_key, kid, catalog, None)
         raise
 
-    # Step 5: every line up to the end of the last complete command, in order.
+    # Step 5: every line up to the end of the last complete command, in order; the derived files
+    # in the same pass when both cover the whole log (otherwise they are left for a rebuild).
+    if derived and not (len(derived[0]) // INDEX_ENTRY >= complete_lines
+                        and len(derived[1]) // 32 >= stored_hash_count(complete_lines)):
+        derived = False
     replay, previous_hash, head_seen, records = check_lines(
-        log, ends, starts, complete_lines, public_key, kid, catalog, (head_seq, head_hash))
+        log, ends, starts, complete_lines, public_key, kid, catalog, (head_seq, head_hash), derived or None)
 
     # Steps 6 and 7: the head was reached; no command is left open.
     if not head_seen or replay.last_seq is None:
@@ -1109,6 +1117,7 @@ def verify_folder(folder, log=None, head_text=None):
     report.recorded_head = (head_seq, head_hash)
     report.ledger_name, report.public_key, report.key_id = genesis.ledger, public_key, kid
     report.catalog, report.catalog_order = catalog, catalog_order
+    report.derived_checked = bool(derived)
     report.torn = None if end == len(log) else (end, len(log) - end, torn_lines)
     return report
 
@@ -1154,13 +1163,15 @@ def find_end(log, ends, starts):
     return ends[k], k + 1, torn_lines
 
 
-def check_lines(log, ends, starts, count, public_key, kid, catalog, head):
-    """Step 5 over the first `count` lines; `head` is (seq, hash) or None (no head check).
+def check_lines(log, ends, starts, count, public_key, kid, catalog, head, derived=None):
+    """Step 5 over the first `count` lines; `head` is (seq, hash) or None (no head check);
+    `derived` is (lines.idx bytes, tree.hashes bytes) to check batch by batch, or None.
     Returns (replay, hash of the last line, whether the head's seq was seen, records)."""
     replay = Replay(catalog)
     previous_hash = ZERO_HASH
     head_seen = False
     records = []
+    tree = DerivedTree()
     for i in range(count):
         number = i + 1
         try:
@@ -1171,6 +1182,8 @@ def check_lines(log, ends, starts, count, public_key, kid, catalog, head):
             raise Failure(number, e.seq, "signed with key id %s, not the ledger's key %s" % (e.kid, kid))
         if not ed25519_verify(public_key, SIGNING_CONTEXT + e.body, e.signature):
             raise Failure(number, e.seq, "signature does not verify with the ledger's public key")
+        if e.type == "catalog.published" and catalog_hash(e.document) != e.catalog:
+            raise Failure(number, e.seq, "the published catalogue's SHA-256 differs from its 'catalog' member")
         if e.seq + 1 != number:
             raise Failure(number, e.seq, "line %d holds seq %d; expected seq %d (lines removed, inserted or reordered)" % (number, e.seq, number - 1))
         if e.prev != previous_hash:
@@ -1186,8 +1199,105 @@ def check_lines(log, ends, starts, count, public_key, kid, catalog, head):
             head_seen = True
         previous_hash = body_hash
         e.line, e.hash = number, body_hash
+        e.offset, e.length = starts[i], ends[i] - 1 - starts[i]
         records.append(e)
+        # The reference checks derived data per batch of up to 4096 lines, once every line of the
+        # batch has passed (its batches also end at its 4 MiB reads; not part of the format).
+        if derived is not None and (len(records) % DERIVED_BATCH == 0 or i == count - 1):
+            tree.check(records[-(len(records) % DERIVED_BATCH or DERIVED_BATCH):], log, derived)
     return replay, previous_hash, head_seen, records
+
+
+# ---------------------------------------------------------------------------------------------
+# Derived files beside the log: lines.idx and tree.hashes (Spec/ledger-format.md, The ledger
+# folder; layouts in Spec/export-format.md, Files beside the log)
+# ---------------------------------------------------------------------------------------------
+
+INDEX_ENTRY = 32
+DERIVED_BATCH = 4096
+NO_SUBJECT = bytes(16)
+
+
+def stored_hash_count(n):
+    """tlog.StoredHashCount: how many hashes tree.hashes holds for n records: StoredHashIndex(0,
+    n - 1) + 1, that is (n - 1) + (n - 1)/2 + (n - 1)/4 + ... + 1, plus one per subtree that record
+    n - 1 completes (the trailing 1 bits of n - 1)."""
+    if n == 0:
+        return 0
+    count, k = 1, n - 1
+    while k:
+        count += k
+        k >>= 1
+    k = n - 1
+    while k & 1:
+        count += 1
+        k >>= 1
+    return count
+
+
+def index_entry(offset, length, subject):
+    """One lines.idx entry: offset u64 LE, length u32 LE, 4 zero bytes, the subject's 16 bytes."""
+    return offset.to_bytes(8, "little") + length.to_bytes(4, "little") + bytes(4) + subject
+
+
+def subject_bytes(e):
+    return bytes.fromhex(e.subject) if e.subject is not None else NO_SUBJECT
+
+
+def leaf_hash(line):
+    return sha256(b"\x00" + line)
+
+
+def node_hash(left, right):
+    return sha256(b"\x01" + left + right)
+
+
+class DerivedTree:
+    """What the derived files must hold, record by record: each lines.idx entry, and the stored
+    hashes of tree.hashes (a record's leaf hash, then the subtrees it completes)."""
+
+    def __init__(self):
+        self.frontier = []
+        self.tree_index = 0
+
+    def expected_hashes(self, e, line):
+        h = leaf_hash(line)
+        out = [h]
+        n = e.seq
+        while n & 1:
+            h = node_hash(self.frontier.pop(), h)
+            out.append(h)
+            n >>= 1
+        self.frontier.append(h)
+        return out
+
+    def check(self, batch, log, derived):
+        index, tree = derived
+        expected = []
+        for e in batch:
+            stored = index[(e.line - 1) * INDEX_ENTRY:e.line * INDEX_ENTRY]
+            # The 4 reserved bytes are not compared (the reference decodes offset, length, subject).
+            if stored[:12] + stored[16:] != index_entry(e.offset, e.length, subject_bytes(e))[:12] + subject_bytes(e):
+                raise Failure(e.line, e.seq, "the line index entry differs from the log (rebuild it by deleting lines.idx)")
+            expected += self.expected_hashes(e, log[e.offset:e.offset + e.length])
+        for k, h in enumerate(expected):
+            i = self.tree_index + k
+            if tree[32 * i:32 * i + 32] != h:
+                raise Failure(None, None, "tree hash %d differs from the log (rebuild it by deleting tree.hashes)" % i)
+        self.tree_index += len(expected)
+
+
+def derive_files(log):
+    """lines.idx and tree.hashes for every line of `log`, as the reference writes them."""
+    index, tree, t = bytearray(), bytearray(), DerivedTree()
+    offset = 0
+    for raw in log.split(b"\n")[:-1]:
+        e = decode_line(raw)
+        index += index_entry(offset, len(raw), subject_bytes(e))
+        for h in t.expected_hashes(e, raw):
+            tree += h
+        offset += len(raw) + 1
+    return bytes(index), bytes(tree)
 
 
 def read_subjects(folder, data=None):

@@ -229,3 +229,24 @@ final class Counter: Sendable {
         #expect(FileLedgerStore.decodeSubjectLine(Array(#"{"id":"a","salt":"0011"}"#.utf8)) == nil)
     }
 }
+
+/// A crash after the log's sync but before the head's: the complete command is durable and
+/// valid. Reads accept it, the derived data is rebuilt for it, and the head is moved to it.
+@Suite struct LogAheadOfHeadTests {
+    @Test func aCompleteCommandPastTheHeadIsAdopted() throws {
+        let path = LedgerPropertyTests.folder("ahead")
+        defer { removeFolder(path) }
+        let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "ahead")
+        try ledger.execute(Array(seedScenario))
+        let head = readBytes(path + "/head"), index = readBytes(path + "/lines.idx"), tree = readBytes(path + "/tree.hashes")
+        try ledger.execute(LedgerCommand(subjectID: "bob", request: .give(feature: "timeline", consents: ["required", "optional-a"])))
+        // Put back the head and derived data from before: as if the crash hit right after the log's sync.
+        writeBytes(head, to: path + "/head")
+        writeBytes(index, to: path + "/lines.idx")
+        writeBytes(tree, to: path + "/tree.hashes")
+        let reopened = try Ledger.open(store: FileLedgerStore(directory: path))
+        #expect(try reopened.report(for: "bob").listing.activeFeatures.map(\.feature.key) == ["timeline"])
+        #expect(readBytes(path + "/head") != head, "the head now vouches for the adopted command")
+        #expect(try reopened.verify().events == 10)
+    }
+}

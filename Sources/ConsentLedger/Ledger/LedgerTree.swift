@@ -83,6 +83,11 @@ extension Ledger {
             let log = try store.logState()
             try checkHead(log)
             try updateDerived(log)
+            // A complete command that reached the log but not the head (a crash between the two)
+            // is durable and valid: let the head vouch for it, so later reads need no repair.
+            if log.last.event.seq > log.recordedHead.seq {
+                try store.writeHead(ChainHead(seq: log.last.event.seq, hash: chain.hash(ofBody: log.last.body)))
+            }
             return try body(log)
         }
     }
