@@ -268,6 +268,11 @@ let subjects = Int(option("--subjects", args) ?? "10000") ?? 10000
 let batch = Int(option("--batch", args) ?? "1000") ?? 1000
 let durableCount = Int(option("--durable", args) ?? "500") ?? 500
 let base = option("--dir", args) ?? "/tmp/consent-bench"
+// The folder is emptied with rm -rf: refuse anything that is not a plain, specific path.
+guard base.hasPrefix("/"), base.split(separator: "/").count >= 2, !base.contains("'"), !base.contains("..") else {
+    printError("consent-bench: --dir must be an absolute path at least two levels deep, without quotes or '..'\n")
+    exit(64)
+}
 let keep = args.contains("--keep")
 let consentctl = String(selfPath().dropLast("consent-bench".count)) + "consentctl"
 let cores = Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))

@@ -95,6 +95,7 @@ struct Export: ParsableCommand {
 
     func run() throws {
         try reporting {
+            try checkOutputPath(out, ledger: root.ledgerDirectory)
             let ledger = try root.openLedger()
             if format == "fhir", let subject {
                 let bundle = try ledger.fhirBundle(for: subject)
@@ -204,6 +205,7 @@ struct ProveConsistency: ParsableCommand {
 
     func run() throws {
         try reporting {
+            if let out { try checkOutputPath(out, ledger: root.ledgerDirectory) }
             let old = String(decoding: try LocalFile.read(from), as: UTF8.self)
             let proof = try root.openLedger().proveConsistency(from: old)
             let bytes = CanonicalJSON.serialize(proof.json) + [0x0A]

@@ -235,6 +235,7 @@ private func runCommand(root: ConsentCtl, _ command: LedgerCommand, json: Bool) 
         let ledger = try root.openLedger()
         let (result, recovered) = try ledger.execute(command)
         warnAboutTornTail(recovered, removed: true, store: root.store)
+        if let warning = ledger.takeWarning() { printError("warning: " + warning) }
         let catalog = ledger.catalog
         if json {
             printJSON(.object([

@@ -151,3 +151,18 @@ func parseTime(_ text: String, option: String) throws -> Timestamp {
     }
     return t
 }
+
+/// Refuses an output path inside the ledger folder: a report or export written there could
+/// replace the log, the head or a key.
+func checkOutputPath(_ path: String, ledger: String) throws {
+    func resolved(_ p: String) -> String {
+        guard let r = realpath(p, nil) else { return p }
+        defer { free(r) }
+        return String(cString: r)
+    }
+    let full = absolute(path)
+    let parent = full.lastIndex(of: "/").map { String(full[..<$0]) }.map { $0.isEmpty ? "/" : $0 } ?? "."
+    if resolved(parent) == resolved(absolute(ledger)) {
+        throw LedgerError.invalidRequest("\(path) is inside the ledger folder; write exports and reports elsewhere")
+    }
+}

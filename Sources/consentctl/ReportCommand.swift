@@ -59,6 +59,7 @@ struct Report: ParsableCommand {
         }
         let toTime = try to.map { try parseTime($0, option: "--to") }
         try reporting(json: json) {
+            if let html { try checkOutputPath(html, ledger: root.ledgerDirectory) }
             let ledger = try root.openLedger()
             var scope = ReportScope(from: fromTime, to: toTime, actor: actor)
             if let subject {

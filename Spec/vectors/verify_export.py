@@ -29,9 +29,10 @@ sys.dont_write_bytecode = True  # importing verify_vectors must not touch __pyca
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from verify_vectors import (  # noqa: E402
-    SIGNING_CONTEXT, ZERO_HASH, CatalogError, Checks, DecodeError, Failure, Replay, SubjectState, Violation,
-    decode_catalog, decode_line, ed25519_public_key, ed25519_sign, ed25519_verify, hex_decode, key_id,
-    parse_canonical, read_file, same_text, serialize, sha256, subject_ref, trimmed_text, verify_folder,
+    LINE_PREFIX, SIG_PREFIX, SIGNING_CONTEXT, ZERO_HASH, CatalogError, Checks, DecodeError, Failure, Replay, SubjectState,
+    Violation, catalog_hash, catalog_version, decode_catalog, decode_line, ed25519_public_key, ed25519_sign,
+    ed25519_verify, hex_decode, key_id, notices_of, parse_canonical, problem_as_update, publish_body, read_file,
+    same_bytes, same_text, serialize, sha256, sign_log, subject_ref, trimmed_text, verify_folder,
 )
 
 BUNDLE_FORMAT = "consentledger-export-v1"
@@ -365,7 +366,7 @@ def open_note(note, key):
             raise NoteError("the signature by %s does not verify" % key.name)
         found = True
     if not found:
-        raise NoteError("the note has no signature by key %s+%x" % (key.name, key.hash))
+        raise NoteError("the note has no signature by key %s+%08x" % (key.name, key.hash))
     return text
 
 
@@ -387,7 +388,7 @@ def parse_checkpoint(text):
     if not lines[0]:
         raise NoteError("checkpoint origin is empty")
     size = lines[1]
-    if not (size and all(c in "0123456789" for c in size) and (size == "0" or size[0] != "0") and int(size) < 2**63):
+    if not (size and all(c in "0123456789" for c in size) and (size == "0" or size[0] != "0") and int(size) <= 2**62):
         raise NoteError("checkpoint size '%s' is not a decimal number without leading zeros" % size)
     root = b64decode(lines[2])
     if root is None or len(root) != 32:
@@ -538,6 +539,7 @@ def read_bundle(data):
         raise ExportFailure(None, "the bundle has no catalogue")
     b.catalog = top["catalog"]
     b.events = [entry(e) for e in (top["events"] if isinstance(top.get("events"), list) else [])]
+    b.catalog_versions = [entry(e) for e in (top["catalogVersions"] if isinstance(top.get("catalogVersions"), list) else [])]
     b.subject = None
     if "subject" in top:
         s = top["subject"]
@@ -548,7 +550,50 @@ def read_bundle(data):
     b.genesis = entry(top.get("genesis"))
     state = top.get("state")
     b.state = state["features"] if isinstance(state, dict) and "features" in state else None
+    b.statement = top["statement"] if isinstance(top.get("statement"), str) else None
     return b
+
+
+# The signed export statement of a subject bundle (Spec/export-format.md, The export statement).
+STATEMENT_MAGIC = "consentledger-export-v1"
+INT64_MAX = 2**63 - 1
+
+
+def _fields(line):
+    """The reference splits statement lines at spaces, dropping empty pieces."""
+    return [p for p in line.split(" ") if p]
+
+
+def _decimal(text, signed=False):
+    """Swift's Int64(text) that prints back as `text`: a canonical decimal within Int64, else None."""
+    body = text[1:] if signed and text.startswith("-") else text
+    if not body or not body.isascii() or not body.isdigit() or (len(body) > 1 and body[0] == "0") or text == "-0":
+        return None
+    value = int(text)
+    return value if -INT64_MAX - 1 <= value <= INT64_MAX else None
+
+
+def statement_text(origin, size, subject, catalog_versions, events):
+    return "%s\n%s\n%d\nsubject %s\n%s\n%s\n" % (STATEMENT_MAGIC, origin, size, subject, " ".join(["catalog"] + [str(n) for n in catalog_versions]),
+                                                " ".join(["events"] + [str(n) for n in events]))
+
+
+def parse_statement(text):
+    """(origin, size, subject, catalogue-version seqs, event seqs) of a statement's text."""
+    lines = text.split("\n")
+    if not (len(lines) == 7 and lines[6] == "" and lines[0] == STATEMENT_MAGIC and _decimal(lines[2], signed=True) is not None
+            and lines[3].startswith("subject ") and _fields(lines[4])[:1] == ["catalog"] and _fields(lines[5])[:1] == ["events"]):
+        raise NoteError("not an export statement")
+
+    def seqs(line):
+        out = []
+        for part in _fields(line)[1:]:
+            n = _decimal(part)
+            if n is None:
+                raise NoteError("export statement: '%s' is not a sequence number" % part)
+            out.append(n)
+        return out
+    return lines[1], int(lines[2]), lines[3][len("subject "):], seqs(lines[4]), seqs(lines[5])
 
 
 def check_entry(e, checkpoint, key, kid, proof_required):
@@ -576,31 +621,33 @@ def display_name(names):
     return names[min(names, key=nfc)]
 
 
-def listing_json(state, given, catalog_value, features):
-    """The projected state (ListingJSON) of a replayed subject: every feature of the catalogue in
-    catalogue order, its consents required first. `given` maps (feature, consent) to the last
-    event's (type, at, version)."""
+def listing_json(state, catalog):
+    """The projected state (ListingJSON) of a replayed subject under `catalog`, the catalogue in
+    force at the end: every feature in catalogue order, its consents required first; 'state'
+    given, outdated (given under another version than the one in force) or withheld; 'version'
+    the version the subject agreed to, 'currentVersion' the one in force."""
     out = []
-    for i, f in enumerate(features):
-        raw = catalog_value["features"][i]
-        names = {c["code"]: c["name"] for c in raw["consents"]}
+    for f in catalog.ordered:
         consents = []
         for c in f["consents"]:
-            last = given.get((f["code"], c["code"]))
-            is_given = last is not None and last[0] == "consent.given"
-            outdated = is_given and last[2] != c["version"]
-            m = {"code": c["code"], "name": display_name(names[c["code"]]), "required": c["required"],
-                 "state": "outdated" if outdated else ("given" if is_given else "withheld"),
-                 "validFrom": last[1] if is_given else None,
-                 "everGiven": last is not None, "currentVersion": c["version"]}
-            if is_given:
-                m["version"] = last[2]
-            elif last is not None:
-                m["withdrawnAt"] = last[1]
+            status = state.status(f["code"], c["code"])
+            m = {"code": c["code"], "name": display_name(c["names"]), "required": c["required"],
+                 "currentVersion": c["version"], "everGiven": status is not None}
+            if status is not None and status[0] == "given":
+                m.update(state="given" if same_bytes(status[1], c["version"]) else "outdated", validFrom=status[3], version=status[1])
+            else:
+                m.update(state="withheld", validFrom=None)
+                if status is not None:
+                    m["withdrawnAt"] = status[1]
             consents.append(m)
-        out.append({"code": f["code"], "key": f["key"], "name": display_name(raw["name"]),
+        out.append({"code": f["code"], "key": f["key"], "name": display_name(f["names"]),
                     "active": state.is_active(f), "consents": consents})
     return out
+
+
+def in_force(versions, seq):
+    """The catalogue in force for an event at `seq`: the newest version with a smaller seq."""
+    return [c for s, c in versions if s < seq][-1]
 
 
 class ExportReport:
@@ -611,16 +658,18 @@ def verify_bundle(data, key):
     """Verifies bundle bytes against the pinned NoteKey. Returns an ExportReport or raises
     ExportFailure naming the first failure in the order of the spec."""
     b = read_bundle(data)
-    # 1. Only the pinned key is trusted.
-    if not same_text(b.verifier_key, key.text):
+    # 1. Only the pinned key is trusted (its text compared byte for byte).
+    if not same_bytes(b.verifier_key, key.text):
         raise ExportFailure(None, "the bundle's verifier key %s differs from the pinned key %s" % (b.verifier_key, key.text))
     # 2. The checkpoint.
     try:
         checkpoint = parse_checkpoint(open_note(b.checkpoint, key))
     except NoteError as e:
         raise ExportFailure(None, "checkpoint: %s" % e)
-    if not (same_text(checkpoint.origin, key.name) and same_text(b.ledger, key.name)):
+    if not same_bytes(checkpoint.origin, key.name):
         raise ExportFailure(None, "the checkpoint's origin '%s' is not the pinned key's ledger '%s'" % (checkpoint.origin, key.name))
+    if not same_bytes(b.ledger, key.name):
+        raise ExportFailure(None, "the bundle says it is from ledger '%s', not the pinned key's ledger '%s'" % (b.ledger, key.name))
     kid = key_id(key.public_key)
     # 3. The catalogue and the genesis event.
     catalog_bytes = serialize(b.catalog)
@@ -661,19 +710,48 @@ def verify_subject(b, checkpoint, catalog, features, key, kid):
         if not e.seq > previous:
             raise ExportFailure(max(0, e.seq), "events are not in increasing sequence order")
         previous = e.seq
-    state, given = SubjectState(), {}
+    # The catalogue versions: the genesis catalogue, then each published version, each proven.
+    versions = [(0, catalog)]
+    for e in b.catalog_versions:
+        event = check_entry(e, checkpoint, key, kid, True)
+        if event.type != "catalog.published" or not e.seq > versions[-1][0]:
+            raise ExportFailure(event.seq, "a catalogue-version entry is not a published catalogue, or is out of order")
+        if catalog_hash(event.document) != event.catalog:
+            raise ExportFailure(event.seq, "the published catalogue's SHA-256 differs from its 'catalog' member")
+        problem = problem_as_update(event.document, versions[-1][1])
+        if problem is not None:
+            raise ExportFailure(event.seq, "the published catalogue cannot replace the one in force: %s" % problem)
+        versions.append((e.seq, event.document))
+    # The signed statement says which events and catalogue versions the bundle must hold.
+    if b.statement is None:
+        raise ExportFailure(None, "a subject export needs its signed statement")
+    try:
+        origin, size, statement_subject, listed_versions, listed_events = parse_statement(open_note(b.statement, key))
+    except NoteError as e:
+        raise ExportFailure(None, "export statement: %s" % e)
+    if not (same_bytes(origin, key.name) and size == checkpoint.size and same_bytes(statement_subject, ref)):
+        raise ExportFailure(None, "the signed export statement is for another ledger, checkpoint size or subject")
+    bundled_versions = [e.seq for e in b.catalog_versions]
+    if listed_versions != bundled_versions:
+        raise ExportFailure(None, "the signed export statement lists catalogue versions [%s] but the bundle holds [%s]: a version was "
+                            "left out or added" % (", ".join(map(str, listed_versions)), ", ".join(map(str, bundled_versions))))
+    bundled = [e.seq for e in b.events]
+    if listed_events != bundled:
+        missing = sorted(set(listed_events) - set(bundled))
+        raise ExportFailure(missing[0] if missing else None, "the signed export statement lists events the bundle does not hold exactly "
+                            "(%d listed, %d bundled): an event was left out or added" % (len(listed_events), len(bundled)))
+    state = SubjectState()
     for e in b.events:
         event = check_entry(e, checkpoint, key, kid, True)
-        if event.subject is None or not same_text(event.subject, ref):
+        if event.subject is None or not same_bytes(event.subject, ref):
             raise ExportFailure(event.seq, "the event is about another subject")
         try:
-            state.apply(event, catalog)
+            state.apply(event, in_force(versions, e.seq))
         except Violation as v:
             raise ExportFailure(event.seq, "replay: %s" % v.reason)
-        given[(event.feature, event.consent)] = (event.type, event.at, getattr(event, "version", None))
     if state.open is not None:
         raise ExportFailure(None, "the events end inside a command: some of the subject's events are missing")
-    if not json_equal(listing_json(state, given, b.catalog, features), b.state):
+    if not json_equal(listing_json(state, versions[-1][1]), b.state):
         raise ExportFailure(None, "the bundled state differs from the replay of the bundled events")
 
 
@@ -688,6 +766,8 @@ def verify_all(b, genesis, checkpoint, catalog, key, kid):
         event = genesis if i == 0 else check_entry(e, checkpoint, key, kid, False)
         if event.prev != previous:
             raise ExportFailure(event.seq, "prev does not match the previous event's hash")
+        if event.type == "catalog.published" and catalog_hash(event.document) != event.catalog:
+            raise ExportFailure(event.seq, "the published catalogue's SHA-256 differs from its 'catalog' member")
         previous = sha256(event.body).hex()
         try:
             replay.apply(event)
@@ -785,7 +865,7 @@ def self_tests(checks):
         lambda: open_note(go_note.replace("cryptography", "cryptographY"), key), NoteError, "the signature by PeterNeumann does not verify"))
     other = NoteKey("PeterNeumann", ed25519_public_key(bytes(range(32, 64))))
     checks.run("Go note example: another key of the same name finds no signature", lambda: raises(
-        lambda: open_note(go_note, other), NoteError, "the note has no signature by key PeterNeumann+%x" % other.hash))
+        lambda: open_note(go_note, other), NoteError, "the note has no signature by key PeterNeumann+%08x" % other.hash))
     checks.run("Go note example: a verifier key with a wrong hash is refused", lambda: raises(
         lambda: parse_verifier_key(GO_VERIFIER_KEY.replace("c74f20a3", "c74f20a4")), NoteError, "does not match its name and key"))
     checks.run("verifier key: uppercase hash digits are refused", lambda: raises(
@@ -976,6 +1056,8 @@ def check_vectors(checks, here):
             return c["ok"], detail
         checks.run(name, run)
     check_derived(checks, v, key, checkpoint)
+    check_exporter(checks, v, key)
+    check_policy_versions(checks, v, key)
 
 
 def check_derived(checks, v, key, checkpoint):
@@ -993,19 +1075,31 @@ def check_derived(checks, v, key, checkpoint):
         return serialize(obj) + b"\n"
 
     def recomputed_state(obj):
-        """The listing of a replay of the bundle's own events (what an exporter would put there)."""
-        catalog, features = decode_catalog(obj["catalog"])
-        state, given = SubjectState(), {}
-        for e in obj["events"]:
-            event = decode_line(e["line"].encode())
-            state.apply(event, catalog)
-            given[(event.feature, event.consent)] = (event.type, event.at, getattr(event, "version", None))
-        return listing_json(state, given, obj["catalog"], features)
+        """The listing of a replay of the bundle's own events (what an exporter would put there);
+        as far as the events replay."""
+        catalog, _ = decode_catalog(obj["catalog"])
+        state = SubjectState()
+        try:
+            for e in obj["events"]:
+                state.apply(decode_line(e["line"].encode()), catalog)
+        except Violation:
+            pass
+        return listing_json(state, catalog)
 
     def edited(base, change):
         obj = json.loads(json.dumps(base))
         change(obj)
         return obj
+
+    def restated(change):
+        """`change`, then a statement re-signed for what the bundle then holds: what a key holder
+        who leaves events out of an export would do (the statement is a signed claim, not a proof)."""
+        def run(o):
+            change(o)
+            o["statement"] = sign_note(statement_text(key.name, checkpoint.size, o["subject"]["ref"],
+                                                      [e["seq"] for e in o.get("catalogVersions", [])],
+                                                      [e["seq"] for e in o["events"]]), key, v.seed)
+        return run
 
     def drop_events(*seqs, recompute=False):
         def change(o):
@@ -1040,6 +1134,11 @@ def check_derived(checks, v, key, checkpoint):
             o["checkpoint"] = note_for(text)
         return change
 
+    other_key = NoteKey(key.name, ed25519_public_key(bytes(range(1, 33))))
+
+    def parse_note_text(note):
+        return note[:note.rindex("\n\n") + 1]
+
     extra_signature = note_for(checkpoint.text)
     extra_signature = extra_signature.replace("\n\n", "\n\n\u2014 witness.example AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\n", 1)
     bad_note_signature = note_for(checkpoint.text)
@@ -1067,16 +1166,37 @@ def check_derived(checks, v, key, checkpoint):
          None, None, None),
         ("alice, checkpoint with a witness signature before the ledger's (ignored)", alice,
          lambda o: o.update(checkpoint=extra_signature), None, None, None),
-        ("alice, a whole command (seq 3-5) left out and the state recomputed (completeness is not proven)",
-         alice, drop_events(3, 4, 5, recompute=True), None, None, None),
-        ("alice, one event inside a command (seq 4) left out and the state recomputed (spans are not counted)",
-         alice, drop_events(4, recompute=True), None, None, None),
-        ("alice, a whole command (seq 3-5) left out, state kept", alice, drop_events(3, 4, 5), None, "bundled state differs", None),
-        ("alice, the last event of a command (seq 7) left out", alice, drop_events(7), None, "the events end inside a command", None),
-        ("alice, the first event of a command (seq 6) left out", alice, drop_events(6), 7, "which is not open for this subject", None),
+        ("alice, a whole command (seq 3-5) left out and the state recomputed", alice, drop_events(3, 4, 5, recompute=True), 3,
+         "the signed export statement lists events the bundle does not hold exactly (7 listed, 4 bundled)", None),
+        ("alice, a whole command (seq 3-5) left out, the state recomputed and the statement re-signed by the key holder "
+         "(the statement is a signed claim, not a proof)", alice, restated(drop_events(3, 4, 5, recompute=True)), None, None, None),
+        ("alice, one event inside a command (seq 4) left out, state and statement redone (a command's events are consecutive)",
+         alice, restated(drop_events(4, recompute=True)), 5, "replay: command starting at seq 3 is incomplete: expected 3 events", None),
+        ("alice, a whole command (seq 3-5) left out, state kept, statement redone", alice, restated(drop_events(3, 4, 5)), None,
+         "bundled state differs", None),
+        ("alice, the last event of a command (seq 7) left out, statement redone", alice, restated(drop_events(7)), None,
+         "the events end inside a command", None),
+        ("alice, the first event of a command (seq 6) left out, statement redone", alice, restated(drop_events(6)), 7,
+         "which is not open for this subject", None),
+        ("alice, without its statement", alice, lambda o: o.pop("statement"), None, "a subject export needs its signed statement", None),
+        ("alice, the statement signed by another key", alice, lambda o: o.update(statement=sign_note(
+            parse_note_text(o["statement"]), other_key, bytes(range(1, 33)))), None, "export statement: the note has no signature by key", None),
+        ("alice, the statement for another checkpoint size", alice, lambda o: o.update(statement=sign_note(
+            parse_note_text(o["statement"]).replace("\n10\n", "\n9\n", 1), key, v.seed)), None,
+         "the signed export statement is for another ledger, checkpoint size or subject", None),
+        ("alice, the statement's text not a statement", alice, lambda o: o.update(statement=sign_note(
+            parse_note_text(o["statement"]).replace("events", "event", 1), key, v.seed)), None, "export statement: not an export statement", None),
+        ("alice, the statement listing a seq with a leading zero", alice, lambda o: o.update(statement=sign_note(
+            parse_note_text(o["statement"]).replace(" 7\n", " 07\n", 1), key, v.seed)), None,
+         "export statement: export statement: '07' is not a sequence number", None),
         ("alice, a state member changed", alice, set_state_member, None, "bundled state differs", None),
-        ("alice, bob's event (seq 8, with a valid proof) added", alice, with_bob, 8, "the event is about another subject", None),
-        ("alice, an entry's seq (7) changed to 8", alice, entry(7, seq=8), 8, "the entry says seq 8 but its event is seq 7", None),
+        ("alice, bob's event (seq 8, with a valid proof) added", alice, with_bob, None,
+         "the signed export statement lists events the bundle does not hold exactly (7 listed, 8 bundled)", None),
+        ("alice, bob's event (seq 8, with a valid proof) added, statement redone", alice, restated(with_bob), 8,
+         "the event is about another subject", None),
+        ("alice, an entry's seq (7) changed to 8", alice, entry(7, seq=8), 7, "the signed export statement lists events", None),
+        ("alice, an entry's seq (7) changed to 8, statement redone", alice, restated(entry(7, seq=8)), 8,
+         "the entry says seq 8 but its event is seq 7", None),
         ("alice, an entry without its proof", alice, entry(3, proof=None), 3, "inclusion proof", None),
         ("alice, a proof hash changed", alice, proof_hash(5, 1, b64encode(b"\x00" * 32)), 5, "inclusion proof", None),
         ("alice, a proof hash in non-canonical base64", alice, proof_hash(5, 1, b64encode(b"\x00" * 32)[:-2] + "B="), 5,
@@ -1085,7 +1205,7 @@ def check_derived(checks, v, key, checkpoint):
         ("alice, the salt in uppercase hex", alice, lambda o: o["subject"].update(salt="0A" * 16), None, "salt is not hex", None),
         ("alice, without 'state'", alice, lambda o: o.pop("state"), None, "needs 'subject' and 'state'", None),
         ("alice, 'ledger' changed", alice, lambda o: o.update(ledger="consentledger.example/other"), None,
-         "is not the pinned key's ledger", None),
+         "the bundle says it is from ledger 'consentledger.example/other', not the pinned key's ledger", None),
         ("alice, checkpoint with another origin, re-signed", alice, checkpoint_text(origin_root.text), None,
          "is not the pinned key's ledger", None),
         ("alice, the ledger's signature on the checkpoint changed", alice, lambda o: o.update(checkpoint=bad_note_signature), None,
@@ -1151,6 +1271,157 @@ def check_derived(checks, v, key, checkpoint):
                 return reason in f.reason and f.seq is None, str(f)
             return False, "verified %d -> %d" % (o.size, n.size)
         checks.run("derived: consistency, %s, fails: %s" % (name, reason), run_consistency)
+
+
+def export_subject(lines, subject_id, salt, key, seed, catalog_value):
+    """A subject bundle of the log `lines` (without newlines), as the reference exports it: a
+    checkpoint of the whole log signed with `seed`, the genesis entry, every catalog.published
+    entry (catalogVersions) and the subject's entries with inclusion proofs, and the listing of
+    the subject's replay under the catalogue in force at each event."""
+    n, stored = len(lines), build_stored(lines)
+    read = stored.__getitem__
+    note = sign_note(Checkpoint(key.name, n, stored_tree_hash(n, read)).text, key, seed)
+
+    def entry(seq):
+        return {"seq": seq, "line": lines[seq].decode("utf-8"), "proof": [b64encode(h) for h in stored_inclusion_proof(seq, n, read)]}
+    events = [decode_line(line) for line in lines]
+    ref = subject_ref(subject_id, salt)
+    versions = [(0, decode_catalog(catalog_value)[0])] + [(e.seq, e.document) for e in events if e.type == "catalog.published"]
+    state = SubjectState()
+    mine = [e for e in events if e.subject == ref]
+    for e in mine:
+        state.apply(e, in_force(versions, e.seq))
+    statement = sign_note(statement_text(key.name, n, ref, [seq for seq, _ in versions[1:]], [e.seq for e in mine]), key, seed)
+    return {"format": BUNDLE_FORMAT, "scope": "subject", "ledger": key.name, "verifierKey": key.text, "checkpoint": note,
+            "catalog": catalog_value, "genesis": entry(0), "events": [entry(e.seq) for e in mine],
+            "catalogVersions": [entry(seq) for seq, _ in versions[1:]], "statement": statement,
+            "subject": {"id": subject_id, "ref": ref, "salt": salt.hex()}, "state": {"features": listing_json(state, versions[-1][1])}}
+
+
+def export_all(lines, key, seed, catalog_value):
+    """The all bundle of the log `lines`: genesis with its proof, every other line without one."""
+    n, stored = len(lines), build_stored(lines)
+    read = stored.__getitem__
+    note = sign_note(Checkpoint(key.name, n, stored_tree_hash(n, read)).text, key, seed)
+    return {"format": BUNDLE_FORMAT, "scope": "all", "ledger": key.name, "verifierKey": key.text, "checkpoint": note,
+            "catalog": catalog_value, "events": [{"seq": i, "line": lines[i].decode("utf-8")} for i in range(1, n)],
+            "genesis": {"seq": 0, "line": lines[0].decode("utf-8"), "proof": [b64encode(h) for h in stored_inclusion_proof(0, n, read)]}}
+
+
+def check_exporter(checks, v, key):
+    """The exporter above, from the tiny ledger, reproduces the reference's bundles byte for byte:
+    so the bundles it makes for the derived ledgers below are the reference's too."""
+    catalog_value = parse_canonical(read_file(v.folder, "catalog.json"))
+    salts = {s["id"]: bytes.fromhex(s["salt"]) for s in json.loads(read_file(v.here, "expected.json"))["subjects"]}
+    checks.check(serialize(export_subject(v.lines, "alice", salts["alice"], key, v.seed, catalog_value)) + b"\n" == v.read("alice.bundle.json"),
+                 "exporter: alice's subject bundle of the tiny ledger is export/alice.bundle.json byte for byte")
+    checks.check(serialize(export_all(v.lines, key, v.seed, catalog_value)) + b"\n" == v.read("all.bundle.json"),
+                 "exporter: the all bundle of the tiny ledger is export/all.bundle.json byte for byte")
+
+
+def check_policy_versions(checks, v, key):
+    """Catalogue versions in bundles (Spec/export-format.md): ledgers derived from the tiny ledger
+    with a catalog.published event at seq 10 (timeline's required consent to 2.0) and alice's
+    re-consent at seq 11, signed with the test key, exported as the reference does."""
+    catalog_value = parse_canonical(read_file(v.folder, "catalog.json"))
+    salts = {s["id"]: bytes.fromhex(s["salt"]) for s in json.loads(read_file(v.here, "expected.json"))["subjects"]}
+    bodies = [parse_canonical(line[len(LINE_PREFIX):-(len(SIG_PREFIX) + 130)]) for line in v.lines]
+    kid = bodies[0]["kid"]
+    v2 = catalog_version(catalog_value, {("timeline", "required"): "2.0"})
+    reconsent = {"v": 1, "seq": 11, "at": "2026-01-15T09:00:06.000Z", "actor": "self", "cmd": 11, "cmdSize": 1, "kid": kid,
+                 "type": "consent.given", "subject": bodies[1]["subject"], "feature": 2, "consent": "required", "version": "2.0",
+                 "renews": 3}
+
+    def ledger(**publish_members):
+        publish = publish_body(10, v2, "2026-01-15T09:00:05.000Z", kid)
+        publish.update(publish_members)
+        log, _ = sign_log(bodies + [publish, reconsent], v.seed)
+        return log.split(b"\n")[:-1]
+
+    good = ledger()
+    structural = catalog_version(v2, edit=lambda value: value["features"][1].update(
+        consents=[c for c in value["features"][1]["consents"] if c["code"] != "optional-b"]))
+    ledgers = {
+        "good": good,
+        "bad hash": ledger(catalog="ab" * 32),
+        "structural": ledger(document=structural, catalog=catalog_hash(decode_catalog(structural)[0]), notices=notices_of(structural)),
+        "old notices": ledger(notices=notices_of(catalog_value)),
+    }
+
+    def subject(name, who="alice"):
+        return export_subject(ledgers[name], who, salts[who], key, v.seed, catalog_value)
+
+    def everything(name):
+        return export_all(ledgers[name], key, v.seed, catalog_value)
+
+    def edited(obj, change):
+        obj = json.loads(json.dumps(obj))
+        change(obj)
+        return obj
+
+    def restate(change):
+        def run(o):
+            change(o)
+            text = statement_text(key.name, len(good), o["subject"]["ref"], [e["seq"] for e in o["catalogVersions"]], [e["seq"] for e in o["events"]])
+            o["statement"] = sign_note(text, key, v.seed)
+        return run
+
+    def timeline_required(bundle):
+        return next(c for c in bundle["state"]["features"][1]["consents"] if c["code"] == "required"), bundle["state"]["features"][1]["active"]
+
+    def proof_changed(o):
+        o["catalogVersions"][0]["proof"][0] = b64encode(bytes(32))
+
+    def bob_given(o):
+        for c in o["state"]["features"][1]["consents"]:
+            if c["state"] == "outdated":
+                c["state"] = "given"
+
+    alice, bob = subject("good"), subject("good", "bob")
+    first = next(e for e in alice["events"] if e["seq"] == 1)
+    cases = [
+        ("alice: catalogVersions holds seq 10, the re-consent is seq 11", alice, None, None),
+        ("bob: his required consent outdated", bob, None, None),
+        ("all: the publication and the re-consent", everything("good"), None, None),
+        ("alice without catalogVersions", edited(alice, lambda o: o.update(catalogVersions=[])), None,
+         "the signed export statement lists catalogue versions [10] but the bundle holds []: a version was left out or added"),
+        ("alice without catalogVersions, statement redone by the key holder", edited(alice, restate(lambda o: o.update(catalogVersions=[]))), 11,
+         "replay: consent 'required' of 'timeline' is given twice"),
+        ("alice with a consent event among catalogVersions", edited(alice, lambda o: o["catalogVersions"].insert(0, first)), 1,
+         "a catalogue-version entry is not a published catalogue, or is out of order"),
+        ("alice with the catalogue version twice", edited(alice, lambda o: o["catalogVersions"].append(o["catalogVersions"][0])), 10,
+         "a catalogue-version entry is not a published catalogue, or is out of order"),
+        ("alice with the catalogue version's proof changed", edited(alice, proof_changed), 10, "inclusion proof"),
+        ("bob with his outdated consent listed as given", edited(bob, bob_given), None, "bundled state differs"),
+        ("alice, the published catalogue's hash wrong", subject("bad hash"), 10,
+         "the published catalogue's SHA-256 differs from its 'catalog' member"),
+        ("all, the published catalogue's hash wrong", everything("bad hash"), 10,
+         "the published catalogue's SHA-256 differs from its 'catalog' member"),
+        ("alice, a structural change published", subject("structural"), 10,
+         "the published catalogue cannot replace the one in force: the consents of 'timeline' differ"),
+        ("all, a structural change published", everything("structural"), 10,
+         "replay: the published catalogue cannot replace the one in force: the consents of 'timeline' differ"),
+        ("alice, the notices of the old versions (a subject bundle does not check notices)", subject("old notices"), None, None),
+        ("all, the notices of the old versions", everything("old notices"), 10, "replay: the notices must list every consent"),
+    ]
+    for name, obj, seq, reason in cases:
+        def run(obj=obj, seq=seq, reason=reason):
+            try:
+                r = verify_bundle(serialize(obj) + b"\n", key)
+            except ExportFailure as f:
+                return reason is not None and reason in f.reason and f.seq == seq, str(f)
+            return reason is None, describe_report(r)
+        checks.run("policy versions: %s %s" % (name, "verifies" if reason is None else "fails: %s%s" % (
+            "" if seq is None else "seq %d, " % seq, reason)), run)
+
+    a, a_active = timeline_required(alice)
+    checks.check(a["state"] == "given" and a["version"] == a["currentVersion"] == "2.0" and a["validFrom"] == reconsent["at"] and a_active,
+                 "policy versions: alice's listing after the re-consent: timeline active, required given at version 2.0",
+                 json.dumps(a, sort_keys=True))
+    b, b_active = timeline_required(bob)
+    checks.check(b["state"] == "outdated" and b["version"] == "1.0" and b["currentVersion"] == "2.0" and not b_active,
+                 "policy versions: bob's listing: timeline inactive, required 'outdated' with version 1.0 (agreed) and currentVersion 2.0",
+                 json.dumps(b, sort_keys=True))
 
 
 def read_key_argument(argument):

@@ -16,6 +16,7 @@ Usage:
 Prints one line per check and ends with "N passed, M failed"; exits 0 only when M is 0.
 """
 
+import functools
 import hashlib
 import json
 import os
@@ -124,6 +125,10 @@ def ed25519_verify(public_key, message, signature):
     return _compress(check) == r_bytes
 
 
+# The derived ledgers sign and check the same few messages many times; remember the answers.
+ed25519_verify = functools.lru_cache(maxsize=None)(ed25519_verify)
+
+
 def ed25519_public_key(seed):
     h = hashlib.sha512(seed).digest()
     a = int.from_bytes(h[:32], "little")
@@ -132,8 +137,10 @@ def ed25519_public_key(seed):
     return _compress(_mul(a, BASE))
 
 
+@functools.lru_cache(maxsize=None)
 def ed25519_sign(seed, message):
-    """RFC 8032 5.1.6; only to show that the vectors' signatures are reproducible."""
+    """RFC 8032 5.1.6; to show that the vectors' signatures are reproducible, and to sign the
+    derived test ledgers with the test key."""
     h = hashlib.sha512(seed).digest()
     a = int.from_bytes(h[:32], "little")
     a &= (1 << 254) - 8
@@ -1322,6 +1329,50 @@ def read_subjects(folder, data=None):
 
 
 # ---------------------------------------------------------------------------------------------
+# Writing events (only for the derived test ledgers, re-signed with the vectors' test key)
+# ---------------------------------------------------------------------------------------------
+
+def sign_log(bodies, seed):
+    """Chains and signs event bodies (dicts; their 'prev' is set here) into ledger.jsonl bytes.
+    Returns (log, head text)."""
+    lines, prev = [], ZERO_HASH
+    for b in bodies:
+        b = dict(b, prev=prev)
+        body = serialize(b)
+        lines.append(LINE_PREFIX + body + SIG_PREFIX + ed25519_sign(seed, SIGNING_CONTEXT + body).hex().encode() + b'"}\n')
+        prev = sha256(body).hex()
+    return b"".join(lines), "%d %s" % (bodies[-1]["seq"], prev)
+
+
+def catalog_version(value, changes=None, edit=None):
+    """A copy of the catalogue `value` with policy versions changed ({(feature key, consent code):
+    version}) and, optionally, `edit(copy)` applied."""
+    out = json.loads(json.dumps(value))
+    for f in out["features"]:
+        for c in f["consents"]:
+            if (f["key"], c["code"]) in (changes or {}):
+                c["version"] = changes[(f["key"], c["code"])]
+    if edit:
+        edit(out)
+    return out
+
+
+def notices_of(value):
+    """The notices a writer puts in a catalog.published event: one per consent of the normalised
+    catalogue, in catalogue order, sha256 = SHA-256 of the UTF-8 bytes of the consent's link."""
+    catalog, _ = decode_catalog(value)
+    return [{"consent": c["code"], "feature": f["code"], "sha256": sha256(c["link"].encode("utf-8")).hex(), "version": c["version"]}
+            for f in catalog.ordered for c in f["consents"]]
+
+
+def publish_body(seq, value, at, kid, actor="vector-generator"):
+    """A catalog.published event body (without 'prev') for the catalogue `value`, as written."""
+    catalog, _ = decode_catalog(value)
+    return {"v": 1, "seq": seq, "at": at, "actor": actor, "cmd": seq, "cmdSize": 1, "kid": kid, "type": "catalog.published",
+            "catalog": catalog_hash(catalog), "document": catalog.value, "notices": notices_of(value)}
+
+
+# ---------------------------------------------------------------------------------------------
 # Checks
 # ---------------------------------------------------------------------------------------------
 
@@ -1551,13 +1602,7 @@ def check_resigned(checks, here):
     def build(change):
         events = [dict(b) for b in bodies]
         events = change(events) or events
-        lines, prev = [], ZERO_HASH
-        for b in events:
-            b["prev"] = prev
-            body = serialize(b)
-            lines.append(LINE_PREFIX + body + SIG_PREFIX + ed25519_sign(seed, SIGNING_CONTEXT + body).hex().encode() + b'"}\n')
-            prev = sha256(body).hex()
-        return b"".join(lines), "%d %s" % (events[-1]["seq"], prev)
+        return sign_log(events, seed)
 
     def edit(i, **members):
         def change(events):
@@ -1616,8 +1661,8 @@ def check_resigned(checks, here):
         ("cascade written as a plain withdrawal", withdrawn_not_cascade, 8, "it must be a cascade (rule R4)"),
         ("second event of a command at another time", edit(2, at="2026-01-15T09:00:01.500Z"), 3, "events of one command share one time and one actor"),
         ("second event of a command by another actor", edit(7, actor="dr.house"), 8, "events of one command share one time and one actor"),
-        ("actor spelt NFC, then NFD, in one command (canonically equivalent: the reference accepts)",
-         actors("dr.jos\u00e9", "dr.jose\u0301"), None, None),
+        ("actor spelt NFC, then NFD, in one command (compared byte for byte)",
+         actors("dr.jos\u00e9", "dr.jose\u0301"), 8, "events of one command share one time and one actor"),
         ("a command about two features", edit(5, feature=1), 6, "a command is about one feature; this event is about feature 1, the command's first about 2"),
         ("optional consent withdrawn, then the required one and a cascade, in one command (allowed)",
          alice_timeline(("optional-a", "withdrawn", None), ("required", "withdrawn", None), ("optional-b", "cascade", 11)), None, None),
@@ -1650,6 +1695,7 @@ def check_resigned(checks, here):
         ("genesis pinning another catalogue", edit(0, catalog="00" * 32), 1, "catalogue's SHA-256 differs"),
         ("a second genesis event", second_genesis, 10, "genesis event can only be the first"),
         ("a command that does not start at its own seq", edit(9, cmd=8, cmdSize=2), 10, "must start at its own seq"),
+    ] + policy_cases(bodies, read_file(folder, "catalog.json")) + [
         ("malformed last line and a bad signature on line 3: the first bad line is named,", None, 3, "signature does not verify"),
         ("malformed last line alone", None, 10, "member 'v' must be 1"),
         ("malformed head file and a bad signature on line 3: the first bad line is named,", None, 3, "signature does not verify"),
@@ -1731,6 +1777,275 @@ def check_resigned(checks, here):
         checks.run("body reader: %s" % message.replace("\u00e9", "<U+00E9>"), run_raw)
 
 
+def policy_cases(bodies, catalog_bytes):
+    """Derived cases for catalogue versions (Spec/ledger-format.md, Catalogue versions, rules 5 and
+    8-11, 15): events appended to the tiny ledger from seq 10 on, as (name, change, line, reason)."""
+    kid = bodies[0]["kid"]
+    alice, bob = bodies[1]["subject"], bodies[8]["subject"]
+    v1 = parse_canonical(catalog_bytes)
+    v2 = catalog_version(v1, {("timeline", "required"): "2.0"})
+
+    def at(seq):
+        return "2026-01-15T09:00:%02d.000Z" % (seq - 5)
+
+    def publish(seq, value=v2, **members):
+        b = publish_body(seq, value, at(seq), kid)
+        b.update(members)
+        return b
+
+    def subject_event(kind, seq, subject, feature, consent, cmd=None, size=1, **members):
+        b = {"v": 1, "seq": seq, "at": at(seq if cmd is None else cmd), "actor": "self", "cmd": seq if cmd is None else cmd,
+             "cmdSize": size, "kid": kid, "type": kind, "subject": subject, "feature": feature, "consent": consent}
+        b.update(members)
+        return b
+
+    def give(seq, subject, feature, consent, version, renews=None, **span):
+        extra = {"version": version} if renews is None else {"version": version, "renews": renews}
+        return subject_event("consent.given", seq, subject, feature, consent, **dict(span, **extra))
+
+    def revoke(seq, subject, feature, consent, cause=None, **span):
+        extra = {"reason": "withdrawn"} if cause is None else {"reason": "cascade", "cause": cause}
+        return subject_event("consent.revoked", seq, subject, feature, consent, **dict(span, **extra))
+
+    def then(*new):
+        def change(events):
+            events.extend(json.loads(json.dumps(b)) for b in new)
+        return change
+
+    def timeline(edit):
+        def change(value):
+            edit(next(f for f in value["features"] if f["key"] == "timeline"))
+        return change
+
+    def drop_optional_b(f):
+        f["consents"] = [c for c in f["consents"] if c["code"] != "optional-b"]
+
+    def make_required(f):
+        f["consents"][1]["required"] = True
+
+    def optional_first(value):
+        for f in value["features"]:
+            f["consents"] = [c for c in f["consents"] if not c["required"]] + [c for c in f["consents"] if c["required"]]
+
+    reconsent = give(11, alice, 2, "required", "2.0", renews=3)
+    unordered = catalog_version(v2, edit=optional_first)
+    notices = notices_of(v2)
+    return [
+        ("a catalogue version published (timeline's required consent 2.0), then alice's re-consent naming the grant it renews",
+         then(publish(10), reconsent), None, None),
+        ("a published catalogue whose 'catalog' member is not its hash", then(publish(10, catalog="ab" * 32)), 11,
+         "the published catalogue's SHA-256 differs from its 'catalog' member"),
+        ("a published catalogue identical to the one in force", then(publish(10, v1)), 11,
+         "the published catalogue cannot replace the one in force: it is identical to the catalogue in force"),
+        ("a published catalogue without one of timeline's consents", then(publish(10, catalog_version(v2, edit=timeline(drop_optional_b)))),
+         11, "the consents of 'timeline' differ from the catalogue in force"),
+        ("a published catalogue that makes an optional consent required", then(publish(10, catalog_version(v2, edit=timeline(make_required)))),
+         11, "the consents of 'timeline' differ from the catalogue in force"),
+        ("a published catalogue with a feature key changed",
+         then(publish(10, catalog_version(v2, edit=timeline(lambda f: f.update(key="timelines"))))), 11,
+         "its features differ from the catalogue in force"),
+        ("a published catalogue that changes only a name and a link (allowed)",
+         then(publish(10, catalog_version(v1, edit=timeline(lambda f: (f["name"].update(en="Timeline (new)"),
+                                                                        f["consents"][0].update(link="https://example.org/new")))))), None, None),
+        ("notices with the old policy version", then(publish(10, notices=notices_of(v1))), 11,
+         "the notices must list every consent of the published catalogue, in catalogue order, with its version"),
+        ("notices missing one consent", then(publish(10, notices=notices[:-1])), 11, "the notices must list every consent"),
+        ("notices in another order", then(publish(10, notices=notices[::-1])), 11, "the notices must list every consent"),
+        ("notices whose sha256 is not the link's hash (not checked: accepted)",
+         then(publish(10, notices=[dict(n, sha256="00" * 32) for n in notices])), None, None),
+        ("a document not in consent order, 'catalog' the hash of the normalised catalogue (accepted)",
+         then(publish(10, document=unordered)), None, None),
+        ("a document not in consent order, 'catalog' the hash of the document's own bytes",
+         then(publish(10, document=unordered, catalog=sha256(serialize(unordered)).hex())), 11,
+         "the published catalogue's SHA-256 differs from its 'catalog' member"),
+        ("a re-consent without 'renews'", then(publish(10), give(11, alice, 2, "required", "2.0")), 12,
+         "consent 'required' of 'timeline' renews the outdated grant at seq 3, so 'renews' must name it"),
+        ("a re-consent naming another grant", then(publish(10), give(11, alice, 2, "required", "2.0", renews=4)), 12,
+         "renews the outdated grant at seq 3, so 'renews' must name it"),
+        ("'renews' on a grant after a withdrawal (nothing outdated)", then(give(10, alice, 1, "required", "1.0", renews=1)), 11,
+         "'renews' names seq 1, but consent 'required' of 'medication-management' has no outdated grant"),
+        ("a re-consent recording the old policy version", then(publish(10), give(11, alice, 2, "required", "1.0", renews=3)), 12,
+         "consent 'required' of 'timeline' records policy version '1.0' but the catalogue's is '2.0'"),
+        ("a current consent given again after the publication", then(publish(10), give(11, alice, 2, "optional-a", "1.0")), 12,
+         "consent 'optional-a' of 'timeline' is given twice"),
+        ("an optional consent given while the required one is outdated (no re-consent)",
+         then(publish(10), give(11, bob, 2, "optional-a", "1.0")), 12,
+         "optional consent 'optional-a' given while 'timeline' has a required consent withheld (rule R2)"),
+        ("a re-consent and an optional consent in one command, required first (allowed)",
+         then(publish(10), give(11, bob, 2, "required", "2.0", renews=8, cmd=11, size=2), give(12, bob, 2, "optional-a", "1.0", cmd=11, size=2)),
+         None, None),
+        ("an optional consent withdrawn while the required one is outdated (allowed: outdated is not withheld)",
+         then(publish(10), revoke(11, alice, 2, "optional-a")), None, None),
+        ("the outdated required consent withdrawn without its cascade", then(publish(10), revoke(11, alice, 2, "required")), 12,
+         "optional consent 'optional-a' of 'timeline' is still given after its feature became inactive (rule R4 cascade missing)"),
+        ("the outdated required consent withdrawn with its cascade (allowed)",
+         then(publish(10), revoke(11, alice, 2, "required", cmd=11, size=3), revoke(12, alice, 2, "optional-a", cause=11, cmd=11, size=3),
+              revoke(13, alice, 2, "optional-b", cause=11, cmd=11, size=3)), None, None),
+        ("an optional consent's version changed: its re-consent, the feature still active (allowed)",
+         then(publish(10, catalog_version(v1, {("timeline", "optional-b"): "1.1"})), give(11, bob, 2, "optional-b", "1.1", renews=9)),
+         None, None),
+        ("a publication in a command of two events", then(publish(10, cmdSize=2), dict(reconsent, seq=11, cmd=10, cmdSize=2, at=at(10))), 11,
+         "a catalogue version is published alone in its command, after the genesis event"),
+        ("a publication inside a subject's command",
+         then(give(10, alice, 1, "required", "1.0", cmd=10, size=2), publish(11)), 12, "command starting at seq 10 is incomplete: expected 2 events"),
+        ("a second publication restoring 1.0 (the old grants are current again)", then(publish(10), publish(11, v1)), None, None),
+        ("a first grant after the publication recording the old version",
+         then(publish(10, catalog_version(v1, {("medication-management", "required"): "2.0"})), give(11, bob, 1, "required", "1.0")), 12,
+         "records policy version '1.0' but the catalogue's is '2.0'"),
+        ("a re-consent whose version is the catalogue's spelt NFD instead of NFC (compared byte for byte)",
+         then(publish(10, catalog_version(v1, {("timeline", "required"): "2.0-\u00e9"})),
+              give(11, alice, 2, "required", "2.0-e\u0301", renews=3)), 12, "records policy version"),
+        ("a negative 'renews'", then(give(10, alice, 1, "required", "1.0", renews=-1)), 11, "member 'renews' is missing or negative"),
+        ("'renews' on a withdrawal", then(revoke(10, alice, 2, "optional-a", renews=4)), 11,
+         "member 'renews' does not belong to a 'consent.revoked' event"),
+        ("a publication without notices", then({k: v for k, v in publish(10).items() if k != "notices"}), 11,
+         "member 'notices' is missing from a 'catalog.published' event"),
+        ("a publication with a 'ledger' member", then(publish(10, ledger="x")), 11,
+         "member 'ledger' does not belong to a 'catalog.published' event"),
+        ("a publication with a 'subject' member", then(publish(10, subject=alice)), 11,
+         "member 'subject' does not belong to a 'catalog.published' event"),
+        ("a publication whose document is not an object", then(publish(10, document=[])), 11, "member 'document' must be a catalogue object"),
+        ("a publication whose document is not a valid catalogue", then(publish(10, document={"features": []})), 11,
+         "member 'document' is not a valid catalogue"),
+        ("a publication whose notices are not an array", then(publish(10, notices={})), 11, "member 'notices' must be an array"),
+        ("a notice whose sha256 is uppercase hex", then(publish(10, notices=[dict(notices[0], sha256="AB" * 32)] + notices[1:])), 11,
+         "a notice must be {consent, feature, sha256 (64 hex digits), version}"),
+        ("a notice with another member", then(publish(10, notices=[dict(notices[0], link="x")] + notices[1:])), 11,
+         "a notice must be {consent, feature, sha256 (64 hex digits), version}"),
+    ]
+
+
+def check_policy_versions(checks, here):
+    """States after publications, the subject-replay gap rule, and the body reader on
+    catalog.published bodies."""
+    folder = os.path.join(here, "tiny-ledger")
+    seed = bytes(range(32))
+    tiny = read_file(folder, "ledger.jsonl")
+    bodies = [parse_canonical(line[len(LINE_PREFIX):-(len(SIG_PREFIX) + 130)]) for line in tiny.split(b"\n")[:-1]]
+    cases = {name: change for name, change, _, _ in policy_cases(bodies, read_file(folder, "catalog.json"))}
+    salts = read_subjects(folder)
+    alice, bob = subject_ref("alice", salts["alice"]), subject_ref("bob", salts["bob"])
+
+    def states(case):
+        events = [dict(b) for b in bodies]
+        cases[case](events)
+        log, head = sign_log(events, seed)
+        r = verify_folder(folder, log=log, head_text=head, derived=False)
+        timeline = r.replay.catalog[2]
+        out = {}
+        for who, ref in (("alice", alice), ("bob", bob)):
+            st = r.replay.subjects[ref]
+            out[who] = (st.is_active(timeline), ["%s:%s" % (c["code"], "outdated" if st.is_outdated(timeline, c) else "current")
+                                                 for c in timeline["consents"] if st.is_given(2, c["code"])])
+        return r, out
+
+    def after_reconsent():
+        r, got = states("a catalogue version published (timeline's required consent 2.0), then alice's re-consent naming the grant it renews")
+        want = {"alice": (True, ["required:current", "optional-a:current", "optional-b:current"]),
+                "bob": (False, ["required:outdated", "optional-b:current"])}
+        return got == want and [s for s, _, _ in r.replay.versions] == [0, 10], json.dumps(got, sort_keys=True)
+    checks.run("policy versions: after the publication alice's re-consent makes timeline active again; bob's required consent "
+               "is outdated, his timeline inactive, his optional consent still given (no cascade)", after_reconsent)
+
+    def after_restore():
+        _, got = states("a second publication restoring 1.0 (the old grants are current again)")
+        return got["bob"] == (True, ["required:current", "optional-b:current"]), json.dumps(got, sort_keys=True)
+    checks.run("policy versions: a second publication restoring 1.0 makes bob's 1.0 grant current and his timeline active again", after_restore)
+
+    def after_optional_withdrawn():
+        _, got = states("an optional consent withdrawn while the required one is outdated (allowed: outdated is not withheld)")
+        return got["alice"] == (False, ["required:outdated", "optional-b:current"]), json.dumps(got, sort_keys=True)
+    checks.run("policy versions: alice withdraws an optional consent while her required one is outdated; the other optional "
+               "consent stays given", after_optional_withdrawn)
+
+    # Rule 4 in a subject's own history: a command's events are consecutive there too.
+    catalog, _ = decode_catalog(parse_canonical(read_file(folder, "catalog.json")))
+    events = [decode_line(line) for line in tiny.split(b"\n")[:-1]]
+
+    def subject_gap():
+        st = SubjectState()
+        try:
+            for e in events:
+                if e.subject == alice and e.seq != 4:
+                    st.apply(e, catalog)
+        except Violation as v:
+            return v.seq == 5 and v.reason == "command starting at seq 3 is incomplete: expected 3 events", "seq %d: %s" % (v.seq, v.reason)
+        return False, "accepted"
+    checks.run("subject replay: alice's events without seq 4 (inside the command 3-5) fail at seq 5 (a command's events are "
+               "consecutive in the subject's history)", subject_gap)
+
+    # The body reader on catalog.published bodies that a serialiser cannot produce.
+    v2 = catalog_version(parse_canonical(read_file(folder, "catalog.json")), {("timeline", "required"): "2.0"})
+    body = serialize(dict(publish_body(10, v2, "2026-01-15T09:00:05.000Z", bodies[0]["kid"]), prev=ZERO_HASH))
+
+    def byte(i):
+        return i + len(LINE_PREFIX) + 1
+
+    spaced = body.replace(b'"document":{', b'"document":{ ', 1)
+    swapped = body.replace(b'"link":"https://consentledger.example/notices/medication-management/required","name":',
+                           b'"name":', 1)
+    swapped = swapped.replace(b'"required":true,"version":"1.0"}',
+                              b'"link":"https://consentledger.example/notices/medication-management/required","required":true,"version":"1.0"}', 1)
+    deep = body.replace(b'"notices":[', b'"notices":[' + b"[" * 62 + b"0" + b"]" * 62 + b",", 1)
+    # Both spellings of one name, in canonical (UTF-16) order: "e" U+0301 sorts before U+00E9.
+    twice = catalog_version(v2, edit=lambda value: value["features"][0]["name"].update({"e\u0301": "x", "\u00e9": "y"}))
+    nfc_twice = serialize(dict(publish_body(10, v2, "2026-01-15T09:00:05.000Z", bodies[0]["kid"]), prev=ZERO_HASH, document=twice))
+    raw = [
+        (spaced, "body is not canonical JSON: byte %d: expected a member name" % byte(spaced.index(b"{ ") + 1)),
+        (swapped, "body is not canonical JSON: byte %d: member 'link' is out of canonical (RFC 8785) order"
+         % byte(swapped.index(b'"link":"https://consentledger.example/notices/medication-management/required","required"'))),
+        (deep, "body is not canonical JSON: byte %d: nesting is deeper than 64 levels" % byte(deep.index(b"0]"))),
+        (nfc_twice, "body is not canonical JSON: byte %d: duplicate member name '\u00e9'" % byte(nfc_twice.index('"\u00e9"'.encode()))),
+    ]
+    labels = ["whitespace inside 'document'", "a member out of order inside 'document'",
+              "a value nested 64 levels deep inside 'notices'",
+              "two names in 'document' that differ only in Unicode normalisation (duplicates, as the reference decides)"]
+    for label, (data, message) in zip(labels, raw):
+        def run_raw(data=data, message=message):
+            try:
+                read_body(data)
+            except DecodeError as e:
+                return str(e) == message, str(e).encode("ascii", "backslashreplace").decode()
+            return False, "accepted"
+        checks.run("body reader: %s: %s" % (label, message.encode("ascii", "backslashreplace").decode()), run_raw)
+
+
+def check_derived_files(checks, here):
+    """lines.idx and tree.hashes beside the log: their layout, and verify checking them."""
+    folder = os.path.join(here, "tiny-ledger")
+    log = read_file(folder, "ledger.jsonl")
+    index, tree = derive_files(log)
+    checks.check(index[:32] == bytes.fromhex("00000000000000003002000000000000") + bytes(16)
+                 and index[32:64] == bytes.fromhex("3102000000000000bc01000000000000" "4d0deb9245e18aa6cf570b7b4336ab00")
+                 and len(index) == 320 and len(tree) == 576 == 32 * stored_hash_count(10),
+                 "derived files of the tiny ledger: lines.idx records 0 and 1 as documented, 10 entries; tree.hashes 18 hashes")
+
+    def verdict(data, line=None, reason=None, checked=True):
+        def run():
+            try:
+                r = verify_folder(folder, derived=data)
+            except Failure as f:
+                return reason is not None and f.line == line and reason in f.reason, str(f)
+            return reason is None and r.derived_checked == checked, "verified; derived files %s" % (
+                "checked" if r.derived_checked else "not checked")
+        return run
+
+    def flip(data, i):
+        return data[:i] + bytes([data[i] ^ 1]) + data[i + 1:]
+    checks.run("derived files that match the log are checked and pass", verdict((index, tree)))
+    checks.run("a lines.idx entry (line 3's offset) changed: fails at line 3",
+               verdict((flip(index, 64), tree), 3, "the line index entry differs from the log (rebuild it by deleting lines.idx)"))
+    checks.run("a lines.idx entry's subject changed: fails at line 9",
+               verdict((flip(index, 8 * 32 + 20), tree), 9, "the line index entry differs from the log"))
+    checks.run("a lines.idx entry's 4 reserved bytes changed: not compared, verifies", verdict((flip(index, 2 * 32 + 13), tree)))
+    checks.run("tree hash 5 changed: fails with no line",
+               verdict((index, flip(tree, 5 * 32)), None, "tree hash 5 differs from the log (rebuild it by deleting tree.hashes)"))
+    checks.run("tree.hashes one hash short of the log: left for a rebuild, not checked",
+               verdict((index, tree[:-32]), checked=False))
+    checks.run("lines.idx one entry short of the log: left for a rebuild, not checked",
+               verdict((index[:-32], flip(tree, 0)), checked=False))
+
+
 def check_folder(checks, folder):
     try:
         r = verify_folder(folder)
@@ -1746,6 +2061,9 @@ def check_folder(checks, folder):
     print("      recorded  seq %d %s" % r.recorded_head)
     print("      key       %s (kid %s)" % (r.public_key.hex(), r.key_id))
     print("      " + describe_torn(r.torn))
+    print("      catalogue versions in force from seq %s" % ", ".join(str(seq) for seq, _, _ in r.replay.versions))
+    print("      derived   lines.idx and tree.hashes %s" % (
+        "checked" if r.derived_checked else "not checked (absent, or behind the log: the next write rebuilds them)"))
     # Not needed to verify the log, but read by every operation that names a subject.
     if os.path.isfile(os.path.join(folder, "subjects.jsonl")):
         def subjects():
@@ -1766,6 +2084,8 @@ def main(argv):
         self_tests(checks)
         check_vectors(checks, here)
         check_resigned(checks, here)
+        check_policy_versions(checks, here)
+        check_derived_files(checks, here)
     return checks.finish()
 
 

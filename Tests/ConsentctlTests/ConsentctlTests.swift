@@ -269,4 +269,22 @@ import Testing
         #expect(try Self.run(["export", "--subject", "nobody", "--out", dir + "/x.json"], ledger: ledger).status == 64)
         #expect(try Self.run(["init", "--name", "has space"], ledger: dir + "/third").status == 64)
     }
+
+    /// Review findings: a missing head is damage (exit 2), and outputs may not land in the
+    /// ledger folder (exit 64, nothing written).
+    @Test func missingHeadAndOutputsInsideTheLedgerFolder() throws {
+        let dir = Self.temporaryFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ledger = dir + "/ledger"
+        try Self.run(["init"], ledger: ledger)
+        try Self.run(["give", "--subject", "alice", "--feature", "timeline", "--consent", "required"], ledger: ledger)
+        let before = Self.snapshot(ledger)
+        let inside = try Self.run(["export", "--all", "--out", ledger + "/ledger.jsonl"], ledger: ledger)
+        #expect(inside.status == 64 && inside.stderr.contains("inside the ledger folder"))
+        #expect(try Self.run(["report", "--html", ledger + "/head"], ledger: ledger).status == 64)
+        #expect(Self.snapshot(ledger) == before)
+        try FileManager.default.removeItem(atPath: ledger + "/head")
+        let verify = try Self.run(["verify"], ledger: ledger)
+        #expect(verify.status == 2 && verify.stderr.contains("head is missing"), "\(verify.stderr)")
+    }
 }

@@ -27,7 +27,7 @@ public struct Checkpoint: Hashable, Sendable {
         let lines = text.dropLast().split(separator: "\n", omittingEmptySubsequences: false)
         guard lines.count >= 3 else { throw NoteError("checkpoint has fewer than three lines") }
         guard !lines[0].isEmpty else { throw NoteError("checkpoint origin is empty") }
-        guard let size = Int64(lines[1]), size >= 0, String(size) == lines[1] else {
+        guard let size = Int64(lines[1]), size >= 0, size <= Int64(1) << 62, String(size) == lines[1] else {
             throw NoteError("checkpoint size '\(lines[1])' is not a decimal number without leading zeros")
         }
         guard let rootBytes = Base64.decode(String(lines[2])), let root = Digest(bytes: rootBytes) else {

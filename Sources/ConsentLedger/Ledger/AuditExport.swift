@@ -42,6 +42,10 @@ public struct AuditExport: Hashable, Sendable {
     /// Subject scope: every `catalog.published` event under the checkpoint, with its proof, so
     /// the subject's events replay under the catalogue in force at each.
     public let catalogEvents: [ExportedEvent]
+    /// Subject scope: a note signed by the ledger's key that lists the sequence numbers of the
+    /// subject's events and of the catalogue versions under the checkpoint, so a verifier can
+    /// tell that none was left out (see ``ExportStatement``).
+    public let statement: String?
 
     public static func == (a: AuditExport, b: AuditExport) -> Bool { a.json == b.json }
     public func hash(into hasher: inout Hasher) { hasher.combine(json) }
@@ -65,14 +69,16 @@ public struct AuditExport: Hashable, Sendable {
         if let subject { members["subject"] = .object(["id": .string(subject.id), "ref": .string(subject.ref), "salt": .string(subject.salt)]) }
         if let state { members["state"] = .object(["features": state]) }
         if scope == .subject { members["catalogVersions"] = .array(catalogEvents.map(event)) }
+        if let statement { members["statement"] = .string(statement) }
         return .object(members)
     }
 
     /// The bundle file: canonical JSON and a newline.
     public var bytes: [UInt8] { CanonicalJSON.serialize(json) + [0x0A] }
 
-    public init(scope: Scope, ledger: String, verifierKey: String, checkpoint: String, catalog: JSONValue, genesis: ExportedEvent, subject: (id: String, ref: String, salt: String)?, events: [ExportedEvent], state: JSONValue?, catalogEvents: [ExportedEvent] = []) {
+    public init(scope: Scope, ledger: String, verifierKey: String, checkpoint: String, catalog: JSONValue, genesis: ExportedEvent, subject: (id: String, ref: String, salt: String)?, events: [ExportedEvent], state: JSONValue?, catalogEvents: [ExportedEvent] = [], statement: String? = nil) {
         self.catalogEvents = catalogEvents
+        self.statement = statement
         self.scope = scope
         self.ledger = ledger
         self.verifierKey = verifierKey
@@ -123,7 +129,61 @@ public struct AuditExport: Hashable, Sendable {
             }
             subject = (id, ref, salt)
         }
-        self.init(scope: scope, ledger: try string("ledger"), verifierKey: try string("verifierKey"), checkpoint: try string("checkpoint"), catalog: catalog, genesis: try event(value["genesis"]), subject: subject, events: events, state: value["state"]?["features"], catalogEvents: catalogEvents)
+        self.init(scope: scope, ledger: try string("ledger"), verifierKey: try string("verifierKey"), checkpoint: try string("checkpoint"), catalog: catalog, genesis: try event(value["genesis"]), subject: subject, events: events, state: value["state"]?["features"], catalogEvents: catalogEvents, statement: value["statement"]?.stringValue)
+    }
+}
+
+/// The statement a subject export carries, signed by the ledger's key as a note:
+///
+/// ```
+/// consentledger-export-v1
+/// <origin>
+/// <tree size>
+/// subject <32 hex digits>
+/// catalog[ <seq>]*
+/// events[ <seq>]*
+/// ```
+///
+/// It lists every event of the subject and every published catalogue version under the
+/// checkpoint, so dropping one from the bundle is caught even when the bundled state is
+/// rewritten to match.
+public struct ExportStatement: Hashable, Sendable {
+    public static let magic = "consentledger-export-v1"
+
+    public let origin: String
+    public let size: Int64
+    public let subject: String
+    public let catalogVersions: [Int64]
+    public let events: [Int64]
+
+    public init(origin: String, size: Int64, subject: String, catalogVersions: [Int64], events: [Int64]) {
+        self.origin = origin
+        self.size = size
+        self.subject = subject
+        self.catalogVersions = catalogVersions
+        self.events = events
+    }
+
+    public var text: String {
+        let catalog = (["catalog"] + catalogVersions.map(String.init)).joined(separator: " ")
+        let events = (["events"] + self.events.map(String.init)).joined(separator: " ")
+        return "\(Self.magic)\n\(origin)\n\(size)\nsubject \(subject)\n\(catalog)\n\(events)\n"
+    }
+
+    public init(text: String) throws(NoteError) {
+        let lines = text.split(separator: "\n", omittingEmptySubsequences: false)
+        guard lines.count == 7, lines[6].isEmpty, lines[0] == Self.magic, let size = Int64(lines[2]), String(size) == lines[2],
+            lines[3].hasPrefix("subject "), lines[4].split(separator: " ").first == "catalog", lines[5].split(separator: " ").first == "events"
+        else { throw NoteError("not an export statement") }
+        func seqs(_ line: Substring) throws(NoteError) -> [Int64] {
+            var out: [Int64] = []
+            for part in line.split(separator: " ").dropFirst() {
+                guard let n = Int64(part), n >= 0, String(n) == part else { throw NoteError("export statement: '\(part)' is not a sequence number") }
+                out.append(n)
+            }
+            return out
+        }
+        self.init(origin: String(lines[1]), size: size, subject: String(lines[3].dropFirst("subject ".count)), catalogVersions: try seqs(lines[4]), events: try seqs(lines[5]))
     }
 }
 
@@ -190,7 +250,7 @@ public enum ExportVerifier {
         }
         switch bundle.scope {
         case .subject:
-            return try verifySubject(bundle, checkpoint: checkpoint, catalog: catalog, publicKey: publicKey, keyID: keyID, hasher: hasher, verifier: verifier)
+            return try verifySubject(bundle, checkpoint: checkpoint, catalog: catalog, pinnedKey: pinnedKey, keyID: keyID, hasher: hasher, verifier: verifier)
         case .all:
             return try verifyAll(bundle, genesis: genesisRecord, checkpoint: checkpoint, catalog: catalog, publicKey: publicKey, keyID: keyID, hasher: hasher, verifier: verifier)
         }
@@ -221,7 +281,8 @@ public enum ExportVerifier {
         return record
     }
 
-    private static func verifySubject(_ bundle: AuditExport, checkpoint: Checkpoint, catalog: Catalog, publicKey: PublicKey, keyID: String, hasher: any SHA256Hasher, verifier: any SignatureVerifier) throws(ExportVerificationError) -> ExportVerificationReport {
+    private static func verifySubject(_ bundle: AuditExport, checkpoint: Checkpoint, catalog: Catalog, pinnedKey: NoteVerifierKey, keyID: String, hasher: any SHA256Hasher, verifier: any SignatureVerifier) throws(ExportVerificationError) -> ExportVerificationReport {
+        let publicKey = pinnedKey.publicKey
         guard let subject = bundle.subject, let bundledState = bundle.state else {
             throw ExportVerificationError(seq: nil, "a subject export needs 'subject' and 'state'")
         }
@@ -253,6 +314,24 @@ public enum ExportVerifier {
                 throw ExportVerificationError(seq: record.event.seq, "the published catalogue cannot replace the one in force: \(problem)")
             }
             versions.append((e.seq, published.catalog))
+        }
+        // The signed statement says which events and catalogue versions the export must hold.
+        guard let note = bundle.statement else { throw ExportVerificationError(seq: nil, "a subject export needs its signed statement") }
+        let statement: ExportStatement
+        do {
+            statement = try ExportStatement(text: SignedNote.open(note, key: pinnedKey, verifier: verifier))
+        } catch {
+            throw ExportVerificationError(seq: nil, "export statement: \(error)")
+        }
+        guard statement.origin.utf8.elementsEqual(pinnedKey.name.utf8), statement.size == checkpoint.size, statement.subject.utf8.elementsEqual(subject.ref.utf8) else {
+            throw ExportVerificationError(seq: nil, "the signed export statement is for another ledger, checkpoint size or subject")
+        }
+        guard statement.catalogVersions == bundle.catalogEvents.map(\.seq) else {
+            throw ExportVerificationError(seq: nil, "the signed export statement lists catalogue versions \(statement.catalogVersions) but the bundle holds \(bundle.catalogEvents.map(\.seq)): a version was left out or added")
+        }
+        guard statement.events == bundle.events.map(\.seq) else {
+            let missing = Set(statement.events).subtracting(bundle.events.map(\.seq)).min()
+            throw ExportVerificationError(seq: missing.map { UInt64($0) }, "the signed export statement lists events the bundle does not hold exactly (\(statement.events.count) listed, \(bundle.events.count) bundled): an event was left out or added")
         }
         var state = SubjectState()
         for e in bundle.events {

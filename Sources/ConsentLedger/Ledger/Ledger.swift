@@ -35,6 +35,9 @@ public struct ExecutionReport: Hashable, Sendable {
     public let results: [CommandResult]
     /// A torn tail that a crash had left and this write removed (its bytes are kept aside).
     public let recovered: TornTail?
+    /// Set when the events are durably in the log but the derived data or the head could not
+    /// be written after them; the next read or write repairs both. The command succeeded.
+    public var warning: String? = nil
 }
 
 /// One subject's events and state, read from the log.
@@ -84,6 +87,7 @@ public final class Ledger: Sendable {
     let clock: LedgerClock
     let random: RandomSource
     private let memory: Mutex<Memory>
+    private let lastWarning = Mutex<String?>(nil)
 
     private struct Memory: Sendable {
         var salts: [SubjectID: [UInt8]]?
@@ -125,6 +129,7 @@ public final class Ledger: Sendable {
         try validateText(name, what: "ledger name", maxBytes: 256)
         do {
             try NoteVerifierKey.checkName(name)
+            if name == ExportStatement.magic { throw NoteError("'\(name)' is reserved") }
         } catch {
             throw LedgerError.invalidRequest("ledger name: \(error) (it names the checkpoint signing key)")
         }
@@ -281,12 +286,22 @@ public final class Ledger: Sendable {
             let head = ChainHead(seq: events.last!.seq, hash: newHead)
             // Durable in this order: the log, the derived data, then the head that vouches for both.
             let cursor = try store.append(bytes, lineCount: records.count, at: log.end)
-            let derived = try derive(lines: records.map(\.lineWithoutNewline), subjects: records.map { Self.subjectBytes($0.event.payload) }, firstSeq: log.end.lines, offset: log.end.offset)
-            try store.writeDerived(locations: derived.locations, at: log.end.lines, treeHashes: derived.treeHashes, at: MerkleTree.storedHashCount(Int64(log.end.lines)))
-            try store.writeHead(head)
-            memory.withLock { $0.salts = salts }
+            // From here the events are committed: a failure to write what follows them must not
+            // report the command as failed (the next read or write rebuilds it).
+            var warning: String?
+            do {
+                let derived = try derive(lines: records.map(\.lineWithoutNewline), subjects: records.map { Self.subjectBytes($0.event.payload) }, firstSeq: log.end.lines, offset: log.end.offset)
+                try store.writeDerived(locations: derived.locations, at: log.end.lines, treeHashes: derived.treeHashes, at: MerkleTree.storedHashCount(Int64(log.end.lines)))
+                try store.writeHead(head)
+            } catch {
+                warning = "events seq \(events.first!.seq)–\(head.seq) are durably appended, but writing the derived data or the head after them failed (\(error)); the next read or write repairs them"
+            }
+            // Cache only salts that are on disk: a new subject whose command appended nothing
+            // gets a fresh salt next time, saved with its first events.
+            let persisted = salts.filter { newSalts[$0.key] == nil || withEvents.contains($0.key) }
+            memory.withLock { $0.salts = persisted }
             advanceMemory(from: log.end, to: cursor, events: events, head: head)
-            return ExecutionReport(results: results, recovered: log.torn)
+            return ExecutionReport(results: results, recovered: log.torn, warning: warning)
         }
     }
 
@@ -294,7 +309,17 @@ public final class Ledger: Sendable {
     @discardableResult
     public func execute(_ command: LedgerCommand) throws -> (result: CommandResult, recovered: TornTail?) {
         let report = try execute([command])
+        if let warning = report.warning { lastWarning.withLock { $0 = warning } }
         return (report.results[0], report.recovered)
+    }
+
+    /// The warning of the last single command whose events were committed but whose derived
+    /// data or head could not be written (see ``ExecutionReport/warning``); read and cleared.
+    public func takeWarning() -> String? {
+        lastWarning.withLock { w in
+            defer { w = nil }
+            return w
+        }
     }
 
     /// Applies appended events to the in-memory replay, if there is one and it had reached `from`.

@@ -45,6 +45,9 @@ extension Ledger {
         var trusted = min(counts.lines, acknowledged, log.end.lines)
         while trusted > 0, counts.treeHashes < MerkleTree.storedHashCount(Int64(trusted)) { trusted -= 1 }
         if trusted == log.end.lines, counts.lines == trusted, counts.treeHashes == MerkleTree.storedHashCount(Int64(trusted)) { return }
+        // Lines past the head may have been left unsynced by a writer that died: make them
+        // durable before the derived data (and anything signed from it) vouches for them.
+        if log.end.lines > acknowledged { try store.syncLog() }
         var from = LogCursor.start
         if trusted > 0 {
             let last = try store.readLineLocations((trusted - 1)..<trusted)[0]
@@ -145,8 +148,9 @@ extension Ledger {
             throw LedgerError.invalidRequest("old checkpoint is for '\(old.origin)', not this ledger '\(genesis.ledgerName)'")
         }
         let (new, newNote) = try signedCheckpoint()
-        guard old.size >= 1, old.size <= new.size else {
-            throw LedgerError.invalidRequest("old checkpoint has size \(old.size); the ledger has \(new.size) records")
+        guard old.size >= 1 else { throw LedgerError.invalidRequest("old checkpoint has size 0") }
+        guard old.size <= new.size else {
+            throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the ledger holds \(new.size) records but a checkpoint it signed covers \(old.size): signed events were removed"))
         }
         return try withCurrentDerived { _ in
             let rootThen = try MerkleTree.treeHash(size: old.size, hasher: chain.hasher, read: readHashes)
@@ -215,13 +219,15 @@ extension Ledger {
             }
             let genesisLine = try store.readLine(at: try store.readLineLocations(0..<1)[0])
             let genesisProof = try MerkleTree.inclusionProof(record: 0, size: size, hasher: hasher, read: readHashes)
+            let statement = ExportStatement(origin: genesis.ledgerName, size: size, subject: ref.value, catalogVersions: catalogEvents.map(\.seq), events: events.map(\.seq))
             return AuditExport(
                 scope: .subject, ledger: genesis.ledgerName, verifierKey: try verifierKey.text, checkpoint: note,
                 catalog: CatalogCodec.encode(catalog),
                 genesis: ExportedEvent(seq: 0, line: String(decoding: genesisLine, as: UTF8.self), proof: genesisProof),
                 subject: (subjectID, ref.value, Hex.encode(salt)), events: events,
                 state: ListingJSON.encode(ConsentListing(state: state, catalog: versions.last!.catalog)),
-                catalogEvents: catalogEvents
+                catalogEvents: catalogEvents,
+                statement: SignedNote.sign(statement.text, key: try verifierKey, signer: signer)
             )
         }
     }

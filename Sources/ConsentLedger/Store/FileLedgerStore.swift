@@ -67,14 +67,14 @@ public struct FileLedgerStore: LedgerStore {
             for name in PosixFile.directoryEntries(staging) { unlink(staging + "/" + name) }
             rmdir(staging)
         }
-        guard mkdir(staging, 0o755) == 0 else { throw LedgerError.storage("cannot create \(staging): \(PosixFile.reason())") }
+        guard mkdir(staging, 0o700) == 0 else { throw LedgerError.storage("cannot create \(staging): \(PosixFile.reason())") }
         do {
             try PosixFile.writeNew(setup.catalog, to: stagingStore.catalogPath)
             try PosixFile.writeNew(Array((setup.publicKey.hex + "\n").utf8), to: stagingStore.publicKeyPath)
             try PosixFile.writeNew(Array((Hex.encode(setup.secretSeed) + "\n").utf8), to: stagingStore.secretKeyPath, mode: 0o600)
             try PosixFile.writeNew(setup.genesis.line, to: stagingStore.logPath)
             try PosixFile.writeNew(Self.headBytes(setup.head), to: stagingStore.headPath)
-            try PosixFile.writeNew([], to: stagingStore.subjectsPath)
+            try PosixFile.writeNew([], to: stagingStore.subjectsPath, mode: 0o600)
             try PosixFile.writeNew([], to: stagingStore.lockPath)
             try PosixFile.syncDirectory(staging)
             guard rename(staging, directory) == 0 else {
@@ -130,7 +130,14 @@ public struct FileLedgerStore: LedgerStore {
     }
 
     func readHead() throws -> ChainHead {
-        let text = Self.trimmedText(try PosixFile(path: headPath, flags: O_RDONLY).readAll())
+        let file: PosixFile
+        do {
+            file = try PosixFile(path: headPath, flags: O_RDONLY)
+        } catch LedgerError.notFound {
+            // The head is only ever replaced by rename, never removed: its absence is damage.
+            throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "\(headPath) is missing"))
+        }
+        let text = Self.trimmedText(try file.readAll())
         let parts = text.split(separator: " ", omittingEmptySubsequences: false)
         guard parts.count == 2, let seq = UInt64(parts[0]), String(seq) == parts[0], let hash = Digest(hex: String(parts[1])) else {
             throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "\(headPath) is not 'SEQ HASH'"))
@@ -147,8 +154,9 @@ public struct FileLedgerStore: LedgerStore {
             // The lock file is not ledger data: a copied ledger may lack it, so make it on demand.
             file = try PosixFile(path: lockPath, flags: O_RDONLY | O_CREAT)
         } catch {
-            // A read-only copy (an auditor's, say) can still be read without the lock.
-            if exclusive { throw error }
+            // A read-only copy (an auditor's, say) can still be read without the lock; any other
+            // failure to lock is an error.
+            if exclusive || !(errno == EROFS || errno == EACCES) { throw error }
             return try body()
         }
         try file.lock(exclusive: exclusive)
@@ -203,9 +211,11 @@ public struct FileLedgerStore: LedgerStore {
 
     public func logState() throws -> LogState {
         try requireLedger()
+        // The head first: a writer may append between the two reads, and a log ahead of the
+        // head is the allowed direction, a head ahead of the log is not.
+        let recordedHead = try readHead()
         let file = try PosixFile(path: logPath, flags: O_RDONLY)
         let size = try file.size()
-        let recordedHead = try readHead()
         guard size > 0 else {
             throw LedgerError.integrity(IntegrityFailure(line: 1, seq: 0, problem: "the log is empty: the genesis event is missing"))
         }
@@ -256,7 +266,7 @@ public struct FileLedgerStore: LedgerStore {
                 guard k >= 0 else { return nil }
                 guard let previous = try decodeLine(k) else { return nil }
                 guard previous.event.command == newest.event.command, previous.event.seq + 1 == last.event.seq else {
-                    throw LedgerError.integrity(IntegrityFailure(line: Int(previous.event.seq) + 1, seq: previous.event.seq, problem: "the last command's events are not contiguous"))
+                    throw LedgerError.integrity(IntegrityFailure(line: lineNumber(atOffset: windowStart + UInt64(lineStart(k) ?? 0)), seq: previous.event.seq, problem: "the last command's events are not contiguous"))
                 }
                 last = previous
             }
@@ -344,9 +354,21 @@ public struct FileLedgerStore: LedgerStore {
             try file.truncate(to: expected.offset)
             try file.sync()
         }
-        try file.write(lines, at: expected.offset)
-        try file.sync()
+        do {
+            try file.write(lines, at: expected.offset)
+            try file.sync()
+        } catch {
+            // Never leave bytes that failed to reach the disk where a later reader would adopt
+            // them: cut them off (best effort) before reporting the failure.
+            try? file.truncate(to: expected.offset)
+            _ = try? file.sync()
+            throw error
+        }
         return LogCursor(offset: expected.offset + UInt64(lines.count), lines: expected.lines + lineCount)
+    }
+
+    public func syncLog() throws {
+        try PosixFile(path: logPath, flags: O_RDONLY).sync()
     }
 
     public func writeHead(_ head: ChainHead) throws {
@@ -447,7 +469,11 @@ public struct FileLedgerStore: LedgerStore {
     }
 
     public func readLine(at location: LineLocation) throws -> [UInt8] {
-        let bytes = try PosixFile(path: logPath, flags: O_RDONLY).read(at: location.offset, count: Int(location.length))
+        let file = try PosixFile(path: logPath, flags: O_RDONLY)
+        guard location.offset < (try file.size()), location.offset + UInt64(location.length) <= (try file.size()) else {
+            throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the line index points past the end of the log (rebuild it by deleting lines.idx)"))
+        }
+        let bytes = try file.read(at: location.offset, count: Int(location.length))
         guard bytes.count == Int(location.length) else {
             throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the line index points past the end of the log"))
         }

@@ -183,6 +183,10 @@ public protocol LedgerStore: Sendable {
     /// held; then write the derived data, then ``writeHead(_:)``.
     func append(_ lines: [UInt8], lineCount: Int, at expected: LogCursor) throws -> LogCursor
 
+    /// Forces the log's bytes to disk: before anything (derived data, a head, a signed
+    /// checkpoint) vouches for lines that a crashed writer may have left unsynced.
+    func syncLog() throws
+
     /// Durably records the newest acknowledged event. Everything before it, the derived data
     /// included, must already be durable.
     func writeHead(_ head: ChainHead) throws

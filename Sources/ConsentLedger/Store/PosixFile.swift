@@ -33,6 +33,9 @@ final class PosixFile {
 
     /// Reads up to `count` bytes at `offset`; fewer only at the end of the file.
     func read(at offset: UInt64, count: Int) throws -> [UInt8] {
+        guard offset <= UInt64(Int64.max) - UInt64(max(0, count)) else {
+            throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "offset \(offset) in \(path) is out of range"))
+        }
         var out = [UInt8](repeating: 0, count: count)
         var done = 0
         try out.withUnsafeMutableBytes { buffer in
@@ -54,6 +57,9 @@ final class PosixFile {
     /// returns how many were read.
     func read(at offset: UInt64, into buffer: inout [UInt8], count: Int) throws -> Int {
         precondition(count <= buffer.count)
+        guard offset <= UInt64(Int64.max) - UInt64(count) else {
+            throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "offset \(offset) in \(path) is out of range"))
+        }
         var done = 0
         try buffer.withUnsafeMutableBytes { raw in
             while done < count {
@@ -109,14 +115,17 @@ final class PosixFile {
 
     /// Writes a file durably: to a temporary name, synced, renamed over `path`, folder synced.
     static func writeAtomically(_ bytes: [UInt8], to path: String, mode: mode_t = 0o644) throws {
-        let temporary = path + ".tmp"
+        // A fresh name each time, created exclusively and never through a symlink.
+        let temporary = path + ".tmp-" + Hex.encode(Sodium().randomBytes(6))
         do {
-            let file = try PosixFile(path: temporary, flags: O_WRONLY | O_CREAT | O_TRUNC, mode: mode)
+            let file = try PosixFile(path: temporary, flags: O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: mode)
             try file.write(bytes, at: 0)
             try file.sync()
         }
         guard rename(temporary, path) == 0 else {
-            throw LedgerError.storage("cannot rename \(temporary) to \(path): \(reason())")
+            let why = reason()
+            unlink(temporary)
+            throw LedgerError.storage("cannot rename \(temporary) to \(path): \(why)")
         }
         try syncDirectory(parent(of: path))
     }
@@ -181,8 +190,9 @@ public enum LocalFile {
 }
 
 extension LocalFile {
-    /// Writes a file durably and atomically (temporary name, sync, rename).
+    /// Writes a file durably and atomically (temporary name, sync, rename), readable by its
+    /// owner only: exports and reports hold subject ids.
     public static func write(_ bytes: [UInt8], to path: String) throws {
-        try PosixFile.writeAtomically(bytes, to: path)
+        try PosixFile.writeAtomically(bytes, to: path, mode: 0o600)
     }
 }

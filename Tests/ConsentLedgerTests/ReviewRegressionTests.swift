@@ -1,0 +1,84 @@
+import ConsentDomain
+import Foundation
+import Testing
+@testable import ConsentLedger
+
+/// Regression tests for the defects found in review; each names the defect.
+@Suite struct ReviewRegressionTests {
+    /// A batch cached the salt of a new subject whose command appended nothing; the subject's
+    /// next events went to a pseudonym whose salt was never saved, and vanished on restart.
+    @Test func aNewSubjectsUnsavedSaltIsNotCachedByABatch() throws {
+        let path = LedgerPropertyTests.folder("salt-cache")
+        defer { removeFolder(path) }
+        let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "salt")
+        try ledger.execute([
+            LedgerCommand(subjectID: "carol", request: .give(feature: "timeline", consents: ["required"])),
+            LedgerCommand(subjectID: "bob", request: .revoke(feature: "timeline", consent: "required")),
+        ])
+        try ledger.execute(LedgerCommand(subjectID: "bob", request: .give(feature: "timeline", consents: ["required"])))
+        let reopened = try Ledger.open(store: FileLedgerStore(directory: path))
+        #expect(try reopened.report(for: "bob").listing.activeFeatures.map(\.feature.key) == ["timeline"])
+        #expect(try reopened.report(for: "carol").listing.activeFeatures.map(\.feature.key) == ["timeline"])
+    }
+
+    /// A rolled-back ledger (signed events removed) was reported as a usage error.
+    @Test func proveConsistencyFromACheckpointLargerThanTheLedgerIsAnIntegrityFailure() throws {
+        let (ledger, path) = try AuditExportTests.ledger("rollback")
+        defer { removeFolder(path) }
+        let log = readBytes(path + "/ledger.jsonl"), head = readBytes(path + "/head")
+        let smaller = Array(lines(of: log).prefix(8).joined())
+        let (_, note) = try ledger.signedCheckpoint()
+        // Cut the log back to 8 events and make head and derived data agree with the cut.
+        writeBytes(smaller, to: path + "/ledger.jsonl")
+        let last = try EventCodec.decode(line: Array(lines(of: smaller).last!.dropLast()))
+        writeBytes(Array("7 \(ledger.chain.hash(ofBody: last.body).hex)\n".utf8), to: path + "/head")
+        removeFolder(path + "/lines.idx", path + "/tree.hashes")
+        let cut = try Ledger.open(store: FileLedgerStore(directory: path))
+        do {
+            _ = try cut.proveConsistency(from: note)
+            Issue.record("a rollback must be refused")
+        } catch LedgerError.integrity(let failure) {
+            #expect(failure.problem.contains("signed events were removed"))
+        }
+        _ = head
+    }
+
+    /// A corrupted offset in the line index trapped (off_t overflow) instead of failing.
+    @Test func aCorruptedLineIndexOffsetIsAnErrorNotACrash() throws {
+        let (ledger, path) = try AuditExportTests.ledger("bad-index")
+        defer { removeFolder(path) }
+        var index = readBytes(path + "/lines.idx")
+        // Entry of seq 1 (alice's first event): top byte of its offset.
+        index[32 + 7] = 0xFF
+        writeBytes(index, to: path + "/lines.idx")
+        #expect(throws: LedgerError.self) { try ledger.exportSubject("alice") }
+    }
+
+    /// A checkpoint size near 2^63 sent the proof checker into an endless loop.
+    @Test func checkpointSizesBeyondTwoToTheSixtySecondAreRefused() {
+        let root = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="
+        #expect(throws: NoteError.self) { try Checkpoint(text: "o\n\(Int64(1) << 62 + 1)\n\(root)\n") }
+        #expect(!MerkleTree.checkInclusion([], record: 0, leaf: .zero, size: 1 << 62, root: .zero, hasher: OpenSSLSHA256()))
+    }
+
+    /// An export bundle could leave out a catalogue version (and rewrite its state to match) and
+    /// still verify: the signed export statement now lists every one.
+    @Test func leavingOutACatalogueVersionIsCaughtEvenWithAMatchingState() throws {
+        let (ledger, path) = try PolicyVersionTests.ledger("statement")
+        defer { removeFolder(path) }
+        try ledger.publish(PolicyVersionTests.catalog(bumping: [("timeline", "required", "2.0")]))
+        let bundle = try ledger.exportSubject("alice")
+        var object = bundle.json.objectValue!
+        object["catalogVersions"] = .array([])
+        // The state as it was under the genesis catalogue: what a forger would write.
+        var state = SubjectState()
+        for line in try ledger.report(for: "alice").events { try state.apply(line, catalog: SeedCatalog.catalog) }
+        object["state"] = .object(["features": ListingJSON.encode(ConsentListing(state: state, catalog: SeedCatalog.catalog))])
+        do {
+            _ = try ExportVerifier.verify(CanonicalJSON.serialize(.object(object)), pinnedKey: try ledger.verifierKey)
+            Issue.record("a left-out catalogue version must be caught")
+        } catch {
+            #expect((error as? ExportVerificationError)?.problem.contains("catalogue versions") == true, "\(error)")
+        }
+    }
+}
