@@ -1160,7 +1160,7 @@ def find_end(log, ends, starts):
                 raise Failure(1, 0, "the log holds no complete event")
             previous = tail_line(k)
             if (previous.cmd, previous.cmd_size) != (newest.cmd, newest.cmd_size) or previous.seq + 1 != last.seq:
-                raise Failure(previous.seq + 1, previous.seq, "the last command's events are not contiguous")
+                raise Failure(k + 1, previous.seq, "the last command's events are not contiguous")
             last = previous
         torn_lines = len(ends) - k
         k -= 1

@@ -1,6 +1,9 @@
 import ConsentDomain
 import Foundation
 import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
 @testable import ConsentLedger
 
 /// Regression tests for the defects found in review; each names the defect.
@@ -80,5 +83,31 @@ import Testing
         } catch {
             #expect((error as? ExportVerificationError)?.problem.contains("catalogue versions") == true, "\(error)")
         }
+    }
+}
+
+/// `init` into an existing empty folder removed and recreated it (losing its owner and mode,
+/// and failing without write access to the parent). It now fills the folder in place.
+@Suite struct InitIntoExistingFolderTests {
+    @Test func anEmptyFolderIsFilledInPlaceAndKeepsItsMode() throws {
+        let path = LedgerPropertyTests.folder("existing")
+        defer { removeFolder(path) }
+        #expect(mkdir(path, 0o750) == 0)
+        var before = stat()
+        stat(path, &before)
+        _ = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "existing")
+        var after = stat()
+        stat(path, &after)
+        #expect(before.st_ino == after.st_ino, "the same folder, not a new one")
+        #expect(after.st_mode & 0o777 == 0o750)
+        #expect(verifyFolder(path) == .ok(events: 1))
+        // Leftovers of a crashed init (files, no log) do not block a new one.
+        let other = LedgerPropertyTests.folder("leftover")
+        defer { removeFolder(other) }
+        #expect(mkdir(other, 0o700) == 0)
+        writeBytes([], to: other + "/catalog.json")
+        #expect(mkdir(other + "/.init-1", 0o700) == 0)
+        _ = try Ledger.create(store: FileLedgerStore(directory: other), catalog: SeedCatalog.catalog, name: "leftover")
+        #expect(verifyFolder(other) == .ok(events: 1))
     }
 }

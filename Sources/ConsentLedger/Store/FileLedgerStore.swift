@@ -43,15 +43,23 @@ public struct FileLedgerStore: LedgerStore {
 
     // MARK: - Creating
 
+    /// The files a ledger folder holds; a folder with only these and no log is a failed init.
+    static let ledgerFiles: Set<String> = ["catalog.json", "public.key", "secret.key", "head", "subjects.jsonl", "lock", "lines.idx", "tree.hashes"]
+
     public func create(_ setup: LedgerSetup) throws {
+        var intoExisting = false
         switch PosixFile.kind(of: directory) {
         case .file:
             throw LedgerError.alreadyExists("\(directory) exists and is a file, not a ledger folder")
         case .directory:
             let entries = PosixFile.directoryEntries(directory)
             if entries.contains("ledger.jsonl") { throw LedgerError.alreadyExists("a ledger already exists at \(directory)") }
-            if !entries.isEmpty { throw LedgerError.alreadyExists("\(directory) exists and is not empty; choose a new folder") }
-            guard rmdir(directory) == 0 else { throw LedgerError.storage("cannot replace empty folder \(directory): \(PosixFile.reason())") }
+            // Empty, or left by an init that crashed before its last step: use it as it is
+            // (keeping its owner, mode and labels).
+            guard entries.allSatisfy({ Self.ledgerFiles.contains($0) || $0.hasPrefix(".init-") }) else {
+                throw LedgerError.alreadyExists("\(directory) exists and is not empty; choose a new folder")
+            }
+            intoExisting = true
         case .missing:
             break
         }
@@ -59,14 +67,23 @@ public struct FileLedgerStore: LedgerStore {
         guard PosixFile.kind(of: parent) == .directory else {
             throw LedgerError.notFound("cannot create \(directory): folder \(parent) does not exist")
         }
-        // Build the whole ledger under a temporary name, then rename it into place: a crash
-        // during init leaves no ledger rather than half of one.
-        let staging = "\(parent)/.\(directory.split(separator: "/").last ?? "ledger").init-\(getpid())"
+        // Build the whole ledger under a temporary name, then move it into place with the log
+        // last: a crash during init leaves no ledger (no log) rather than half of one.
+        let staging = intoExisting
+            ? "\(directory)/.init-\(getpid())"
+            : "\(parent)/.\(directory.split(separator: "/").last ?? "ledger").init-\(getpid())"
         let stagingStore = FileLedgerStore(directory: staging)
-        if PosixFile.kind(of: staging) == .directory {
+        func removeStaging() {
             for name in PosixFile.directoryEntries(staging) { unlink(staging + "/" + name) }
             rmdir(staging)
         }
+        if intoExisting {
+            for name in PosixFile.directoryEntries(directory) where name.hasPrefix(".init-") {
+                for inner in PosixFile.directoryEntries(directory + "/" + name) { unlink(directory + "/" + name + "/" + inner) }
+                rmdir(directory + "/" + name)
+            }
+        }
+        if PosixFile.kind(of: staging) == .directory { removeStaging() }
         guard mkdir(staging, 0o700) == 0 else { throw LedgerError.storage("cannot create \(staging): \(PosixFile.reason())") }
         do {
             try PosixFile.writeNew(setup.catalog, to: stagingStore.catalogPath)
@@ -77,13 +94,22 @@ public struct FileLedgerStore: LedgerStore {
             try PosixFile.writeNew([], to: stagingStore.subjectsPath, mode: 0o600)
             try PosixFile.writeNew([], to: stagingStore.lockPath)
             try PosixFile.syncDirectory(staging)
-            guard rename(staging, directory) == 0 else {
-                throw LedgerError.storage("cannot move \(staging) to \(directory): \(PosixFile.reason())")
+            if intoExisting {
+                for name in ["catalog.json", "public.key", "secret.key", "head", "subjects.jsonl", "lock", "ledger.jsonl"] {
+                    guard rename(staging + "/" + name, directory + "/" + name) == 0 else {
+                        throw LedgerError.storage("cannot move \(name) into \(directory): \(PosixFile.reason())")
+                    }
+                }
+                try PosixFile.syncDirectory(directory)
+                rmdir(staging)
+            } else {
+                guard rename(staging, directory) == 0 else {
+                    throw LedgerError.storage("cannot move \(staging) to \(directory): \(PosixFile.reason())")
+                }
+                try PosixFile.syncDirectory(parent)
             }
-            try PosixFile.syncDirectory(parent)
         } catch {
-            for name in PosixFile.directoryEntries(staging) { unlink(staging + "/" + name) }
-            rmdir(staging)
+            removeStaging()
             throw error
         }
     }
