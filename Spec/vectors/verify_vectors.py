@@ -940,7 +940,7 @@ class SubjectState:
                     raise Violation(e.seq, "consent '%s' of '%s' renews the outdated grant at seq %d, so 'renews' must name it" % (label + (outdated,)))
                 raise Violation(e.seq, "'renews' names seq %d, but consent '%s' of '%s' has no outdated grant" % ((e.renews,) + label))
             if not definition["required"] and not self.is_active(feature):
-                raise Violation(e.seq, "optional consent '%s' given while '%s' has a required consent withheld (rule R2)" % label)
+                raise Violation(e.seq, "optional consent '%s' given while '%s' is not active: a required consent is withheld or outdated (rule R2)" % label)
             if not same_bytes(e.version, definition["version"]):
                 raise Violation(e.seq, "consent '%s' of '%s' records policy version '%s' but the catalogue's is '%s'" % (label + (e.version, definition["version"])))
             self.consents[key] = ("given", e.version, e.seq, e.at)
@@ -966,7 +966,7 @@ class SubjectState:
             if f is not None and any(c["required"] and not self.is_given(f["code"], c["code"]) for c in f["consents"]):
                 for c in f["consents"]:
                     if not c["required"] and self.is_given(f["code"], c["code"]):
-                        raise Violation(e.seq, "optional consent '%s' of '%s' is still given after its feature became inactive (rule R4 cascade missing)" % (c["code"], f["key"]))
+                        raise Violation(e.seq, "optional consent '%s' of '%s' is still given after a required consent of its feature was withdrawn (rule R4 cascade missing)" % (c["code"], f["key"]))
             self.open = None
 
 
@@ -1026,11 +1026,6 @@ class Replay:
             self.open = None
         self.last_seq, self.last_at, self.last_at_text = e.seq, e.at_ms, e.at
         self.count += 1
-
-
-def catalog_in_force(versions, seq):
-    """The catalogue in force for an event at `seq`: the newest version published before it."""
-    return [c for s, _, c in versions if s < seq][-1] if any(s < seq for s, _, _ in versions) else versions[0][2]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1657,7 +1652,7 @@ def check_resigned(checks, here):
     cases = [
         ("unchanged, re-signed", None, None, None),
         ("cascade naming a cause outside its command", edit(7, cause=5), 8, "cascade names cause seq 5"),
-        ("required consent withdrawn without its cascade", drop_cascade, 7, "still given after its feature became inactive"),
+        ("required consent withdrawn without its cascade", drop_cascade, 7, "still given after a required consent of its feature was withdrawn"),
         ("cascade written as a plain withdrawal", withdrawn_not_cascade, 8, "it must be a cascade (rule R4)"),
         ("second event of a command at another time", edit(2, at="2026-01-15T09:00:01.500Z"), 3, "events of one command share one time and one actor"),
         ("second event of a command by another actor", edit(7, actor="dr.house"), 8, "events of one command share one time and one actor"),
@@ -1870,14 +1865,14 @@ def policy_cases(bodies, catalog_bytes):
          "consent 'optional-a' of 'timeline' is given twice"),
         ("an optional consent given while the required one is outdated (no re-consent)",
          then(publish(10), give(11, bob, 2, "optional-a", "1.0")), 12,
-         "optional consent 'optional-a' given while 'timeline' has a required consent withheld (rule R2)"),
+         "optional consent 'optional-a' given while 'timeline' is not active: a required consent is withheld or outdated (rule R2)"),
         ("a re-consent and an optional consent in one command, required first (allowed)",
          then(publish(10), give(11, bob, 2, "required", "2.0", renews=8, cmd=11, size=2), give(12, bob, 2, "optional-a", "1.0", cmd=11, size=2)),
          None, None),
         ("an optional consent withdrawn while the required one is outdated (allowed: outdated is not withheld)",
          then(publish(10), revoke(11, alice, 2, "optional-a")), None, None),
         ("the outdated required consent withdrawn without its cascade", then(publish(10), revoke(11, alice, 2, "required")), 12,
-         "optional consent 'optional-a' of 'timeline' is still given after its feature became inactive (rule R4 cascade missing)"),
+         "optional consent 'optional-a' of 'timeline' is still given after a required consent of its feature was withdrawn (rule R4 cascade missing)"),
         ("the outdated required consent withdrawn with its cascade (allowed)",
          then(publish(10), revoke(11, alice, 2, "required", cmd=11, size=3), revoke(12, alice, 2, "optional-a", cause=11, cmd=11, size=3),
               revoke(13, alice, 2, "optional-b", cause=11, cmd=11, size=3)), None, None),

@@ -131,7 +131,7 @@ public struct SubjectState: Hashable, Sendable {
                 throw ReplayViolation(seq: seq, problem: outdated.map { "consent '\(definition.code)' of '\(feature.key)' renews the outdated grant at seq \($0), so 'renews' must name it" } ?? "'renews' names seq \(given.renews!), but consent '\(definition.code)' of '\(feature.key)' has no outdated grant")
             }
             if !definition.isRequired && !isActive(feature) {
-                throw ReplayViolation(seq: seq, problem: "optional consent '\(definition.code)' given while '\(feature.key)' has a required consent withheld (rule R2)")
+                throw ReplayViolation(seq: seq, problem: "optional consent '\(definition.code)' given while '\(feature.key)' is not active: a required consent is withheld or outdated (rule R2)")
             }
             if !given.version.utf8.elementsEqual(definition.version.utf8) {
                 throw ReplayViolation(seq: seq, problem: "consent '\(definition.code)' of '\(feature.key)' records policy version '\(given.version)' but the catalogue's is '\(definition.version)'")
@@ -171,7 +171,7 @@ public struct SubjectState: Hashable, Sendable {
                 feature.requiredConsents.contains(where: { !isGiven(feature: code, consent: $0.code) }),
                 let survivor = feature.optionalConsents.first(where: { isGiven(feature: code, consent: $0.code) })
             {
-                throw ReplayViolation(seq: seq, problem: "optional consent '\(survivor.code)' of '\(feature.key)' is still given after its feature became inactive (rule R4 cascade missing)")
+                throw ReplayViolation(seq: seq, problem: "optional consent '\(survivor.code)' of '\(feature.key)' is still given after a required consent of its feature was withdrawn (rule R4 cascade missing)")
             }
             openCommand = nil
         }

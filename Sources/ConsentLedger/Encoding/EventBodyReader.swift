@@ -206,6 +206,7 @@ struct EventBodyReader {
         case "catalog.published":
             payload = .catalogPublished(try published())
         case "consent.given":
+            if present & Name.renews.bit != 0, renews < 0 { throw EventDecodingError(problem: "member 'renews' must be a non-negative integer") }
             payload = .consentGiven(ConsentGiven(subject: try subjectRef(), feature: Int(try integer(feature, .feature)), consent: try string(consent, .consent), version: try string(version, .version), renews: renews >= 0 ? UInt64(renews) : nil))
         default:
             let why: RevocationReason
@@ -230,6 +231,11 @@ struct EventBodyReader {
             catalog = try CatalogCodec.decode(CanonicalJSON.serialize(document))
         } catch {
             throw EventDecodingError(problem: "member 'document' is not a valid catalogue: \(error)")
+        }
+        // One catalogue version has one body: the document must be exactly the catalogue's own
+        // encoding (required consents first), which is what its hash is taken over.
+        guard CatalogCodec.encode(catalog) == document else {
+            throw EventDecodingError(problem: "member 'document' is not in the catalogue's canonical form (required consents first)")
         }
         guard let items = notices?.arrayValue else { throw EventDecodingError(problem: "member 'notices' must be an array") }
         var list: [PolicyNotice] = []

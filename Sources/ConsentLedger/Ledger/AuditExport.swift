@@ -238,6 +238,9 @@ public enum ExportVerifier {
         } catch {
             throw ExportVerificationError(seq: 0, "catalogue: \(error)")
         }
+        guard CatalogCodec.encode(catalog) == bundle.catalog else {
+            throw ExportVerificationError(seq: 0, "the bundled catalogue is not in its canonical form (required consents first)")
+        }
         let genesisRecord = try check(bundle.genesis, checkpoint: checkpoint, publicKey: publicKey, keyID: keyID, hasher: hasher, verifier: verifier, proofRequired: true)
         guard case .ledgerCreated(let created) = genesisRecord.event.payload, genesisRecord.event.seq == 0 else {
             throw ExportVerificationError(seq: 0, "the genesis entry is not the ledger's first event")

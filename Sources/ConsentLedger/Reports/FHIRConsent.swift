@@ -9,12 +9,13 @@ public enum FHIRConsent {
     public static let subjectSystem = "https://consentledger.example/fhir/NamingSystem/subject"
     public static let eventSystem = "https://consentledger.example/fhir/NamingSystem/ledger-event"
 
-    /// A deterministic urn:uuid from a hash (so the same ledger state gives the same Bundle).
-    static func uuid(_ hasher: any SHA256Hasher, _ text: String) -> String {
-        let h = Hex.encode(hasher.sha256(Array(text.utf8)).bytes.prefix(16))
-        let c = Array(h)
-        // Version 4 layout with the variant bits set, as FHIR's uuid pattern wants.
-        let v = String(c[0..<8]) + "-" + String(c[8..<12]) + "-4" + String(c[13..<16]) + "-a" + String(c[17..<20]) + "-" + String(c[20..<32])
+    /// A deterministic urn:uuid from a hash of the parts (so the same ledger state gives the
+    /// same Bundle): an RFC 9562 version 8 (custom) UUID with the variant bits set.
+    static func uuid(_ hasher: any SHA256Hasher, _ parts: [String]) -> String {
+        var bytes: [UInt8] = []
+        for p in parts { bytes += Array(p.utf8) + [0] }  // NUL-separated: no two part lists collide
+        let c = Array(Hex.encode(hasher.sha256(bytes).bytes.prefix(16)))
+        let v = String(c[0..<8]) + "-" + String(c[8..<12]) + "-8" + String(c[13..<16]) + "-a" + String(c[17..<20]) + "-" + String(c[20..<32])
         return "urn:uuid:" + v
     }
 
@@ -30,7 +31,7 @@ public enum FHIRConsent {
 
     /// The Bundle for one subject: their replayed state and history, the checkpoint it is proven
     /// against, and the ledger's name.
-    public static func bundle(subjectID: String, report: SubjectReport, catalog: Catalog, checkpoint: Checkpoint, ledgerName: String, hasher: any SHA256Hasher) -> JSONValue {
+    public static func bundle(subjectID: String, report: SubjectReport, checkpoint: Checkpoint, ledgerName: String, hasher: any SHA256Hasher) -> JSONValue {
         let root = Base64.encode(checkpoint.root.bytes)
         let proof = "checkpoint \(checkpoint.origin) size \(checkpoint.size) root \(root)"
         let events = report.events
@@ -80,7 +81,8 @@ public enum FHIRConsent {
             let dates = line.consents.compactMap { lastEvent(feature.code, $0.definition.code)?.at }
             var consent: [String: JSONValue] = [
                 "resourceType": .string("Consent"),
-                "id": .string("\(feature.key)-\(report.subject?.value.prefix(12) ?? "none")"),
+                // FHIR ids are at most 64 characters.
+                "id": .string(String("\(feature.key)-\(report.subject?.value.prefix(12) ?? "none")".suffix(64))),
                 "status": .string(line.isActive ? "active" : "inactive"),
                 "category": .array([.object(["coding": .array([.object(["system": .string(consentSystem), "code": .string(feature.key), "display": .string(feature.name)])])])]),
                 "subject": .object(["identifier": .object(["system": .string(subjectSystem), "value": .string(subjectID)]), "display": .string(subjectID)]),
@@ -95,7 +97,7 @@ public enum FHIRConsent {
             }
             if !seqs.isEmpty { consent["sourceReference"] = .array(seqs.sorted().map(eventReference)) }
             entries.append(.object([
-                "fullUrl": .string(uuid(hasher, "\(ledgerName)/\(subjectID)/\(feature.key)")),
+                "fullUrl": .string(uuid(hasher, [ledgerName, subjectID, feature.key])),
                 "resource": .object(consent),
             ]))
         }
@@ -115,6 +117,6 @@ extension Ledger {
         guard try subjectRef(for: subjectID) != nil else { throw LedgerError.invalidRequest("the ledger has no subject '\(subjectID)'") }
         let report = try report(for: subjectID)
         let (checkpoint, _) = try signedCheckpoint()
-        return FHIRConsent.bundle(subjectID: subjectID, report: report, catalog: catalog, checkpoint: checkpoint, ledgerName: genesis.ledgerName, hasher: chain.hasher)
+        return FHIRConsent.bundle(subjectID: subjectID, report: report, checkpoint: checkpoint, ledgerName: genesis.ledgerName, hasher: chain.hasher)
     }
 }
