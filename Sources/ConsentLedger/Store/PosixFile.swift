@@ -33,22 +33,8 @@ final class PosixFile {
 
     /// Reads up to `count` bytes at `offset`; fewer only at the end of the file.
     func read(at offset: UInt64, count: Int) throws -> [UInt8] {
-        guard offset <= UInt64(Int64.max) - UInt64(max(0, count)) else {
-            throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "offset \(offset) in \(path) is out of range"))
-        }
         var out = [UInt8](repeating: 0, count: count)
-        var done = 0
-        try out.withUnsafeMutableBytes { buffer in
-            while done < count {
-                let n = pread(fd, buffer.baseAddress! + done, count - done, off_t(offset) + off_t(done))
-                if n < 0 {
-                    if errno == EINTR { continue }
-                    throw LedgerError.storage("cannot read \(path): \(PosixFile.reason())")
-                }
-                if n == 0 { break }
-                done += n
-            }
-        }
+        let done = try read(at: offset, into: &out, count: count)
         if done < count { out.removeLast(count - done) }
         return out
     }
