@@ -397,28 +397,26 @@ public final class Ledger: Sendable {
         }
     }
 
+    /// A subject's events, found through the line index (call with derived data current), each
+    /// checked to be the event the index says, replayed under the catalogue in force before it.
     private func subjectEvents(_ subject: SubjectRef, end: LogCursor, until: Timestamp?, verifySignatures: Bool, versions: [CatalogVersion]) throws -> (state: SubjectState, events: [LedgerEvent]) {
         var state = SubjectState()
         var events: [LedgerEvent] = []
-        let needle = Array(#""subject":""#.utf8) + Array(subject.value.utf8) + [0x22]
-        var done = false
-        try store.scan(from: .start, to: end, batchSize: 256, containing: needle) { batch in
-            for i in 0..<batch.count where !done {
-                let number = batch.number(i)
-                let record = try decode(batch.line(i), number: number)
-                guard record.event.payload.subject == subject else { continue }
-                if let until, record.event.at > until {
-                    done = true
-                    break
-                }
-                if verifySignatures { try checkSignature(record, line: number) }
-                do throws(ReplayViolation) {
-                    try state.apply(record.event, catalog: Self.catalog(in: versions, before: record.event.seq))
-                } catch {
-                    throw LedgerError.integrity(IntegrityFailure(line: number, seq: error.seq, problem: error.problem))
-                }
-                events.append(record.event)
+        guard let subjectBytes = Hex.decode(subject.value), subjectBytes.count == 16 else { return (state, events) }
+        for (seq, location) in try store.findLineLocations(subject: subjectBytes) where seq < end.lines {
+            let number = seq + 1
+            let record = try decode(try store.readLine(at: location), number: number)
+            guard record.event.seq == UInt64(seq), record.event.payload.subject == subject else {
+                throw LedgerError.integrity(IntegrityFailure(line: number, seq: UInt64(seq), problem: "the line index points at another event (rebuild it by deleting lines.idx)"))
             }
+            if let until, record.event.at > until { break }
+            if verifySignatures { try checkSignature(record, line: number) }
+            do throws(ReplayViolation) {
+                try state.apply(record.event, catalog: Self.catalog(in: versions, before: record.event.seq))
+            } catch {
+                throw LedgerError.integrity(IntegrityFailure(line: number, seq: error.seq, problem: error.problem))
+            }
+            events.append(record.event)
         }
         return (state, events)
     }
