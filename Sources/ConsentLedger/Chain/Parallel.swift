@@ -12,7 +12,8 @@ func parallelMap<T: Sendable>(_ count: Int, minimumForParallel: Int = 64, _ tran
         return (0..<count).map(transform)
     }
     let results = ResultSlots<T>(count: count)
-    let chunks = min(count, ProcessInfoCores.count * 4)
+    // Many small chunks: the last one to finish holds up the batch, so keep them short.
+    let chunks = min(count, ProcessInfoCores.count * 32)
     DispatchQueue.concurrentPerform(iterations: chunks) { chunk in
         let start = count * chunk / chunks
         let end = count * (chunk + 1) / chunks
