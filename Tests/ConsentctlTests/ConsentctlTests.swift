@@ -287,4 +287,36 @@ import Testing
         let verify = try Self.run(["verify"], ledger: ledger)
         #expect(verify.status == 2 && verify.stderr.contains("head is missing"), "\(verify.stderr)")
     }
+
+    /// Issue 4 through the binary: publishing, outdated status, re-consent in history, and bad
+    /// catalogues refused without changing a byte.
+    @Test func publishOutdatedReconsentAndRefusedCatalogues() throws {
+        let dir = Self.temporaryFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ledger = dir + "/ledger"
+        try Self.run(["init"], ledger: ledger)
+        try Self.run(["give", "--subject", "alice", "--feature", "timeline", "--consent", "required", "--consent", "optional-a"], ledger: ledger)
+        let samples = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("Samples")
+        let before = Self.snapshot(ledger)
+        // The same catalogue again, and a malformed one: refused, nothing changes.
+        let same = try Self.run(["catalog", "publish", samples.appendingPathComponent("catalog.json").path], ledger: ledger)
+        #expect(same.status == 64 && same.stderr.contains("identical"), "\(same.stderr)")
+        try Data("{\"features\": [".utf8).write(to: URL(fileURLWithPath: dir + "/broken.json"))
+        #expect(try Self.run(["catalog", "publish", dir + "/broken.json"], ledger: ledger).status == 65)
+        #expect(Self.snapshot(ledger) == before)
+        let published = try Self.run(["catalog", "publish", samples.appendingPathComponent("catalog-v2.json").path], ledger: ledger)
+        #expect(published.status == 0 && published.stdout.contains("timeline/required"))
+        let status = try Self.json(try Self.run(["status", "--subject", "alice", "--json"], ledger: ledger).stdout)
+        let timeline = try #require((status["features"] as? [[String: Any]])?[1])
+        let required = try #require((timeline["consents"] as? [[String: Any]])?[0])
+        #expect(timeline["active"] as? Bool == false)
+        #expect(required["state"] as? String == "outdated" && required["version"] as? String == "1.0" && required["currentVersion"] as? String == "2.0")
+        let refused = try Self.run(["give", "--subject", "alice", "--feature", "timeline", "--consent", "optional-b"], ledger: ledger)
+        #expect(refused.status == 1 && refused.stderr.contains("outdated"), "\(refused.stderr)")
+        #expect(try Self.run(["give", "--subject", "alice", "--feature", "timeline", "--consent", "required"], ledger: ledger).status == 0)
+        let history = try Self.json(try Self.run(["history", "--subject", "alice", "--json"], ledger: ledger).stdout)
+        let last = try #require((history["events"] as? [[String: Any]])?.last)
+        #expect(last["type"] as? String == "re-consent" && last["renews"] as? Int == 1 && last["version"] as? String == "2.0")
+        #expect(try Self.run(["verify"], ledger: ledger).status == 0)
+    }
 }
