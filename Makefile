@@ -4,7 +4,7 @@
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := libsodium-dev libssl-dev pkg-config python3
 
-.PHONY: deps test-deps build demo test bench clean
+.PHONY: deps test-deps build demo test bench service clean
 
 deps:
 	@if ! pkg-config --exists libsodium libcrypto 2>/dev/null || ! command -v python3 >/dev/null; then \
@@ -35,11 +35,18 @@ test: test-deps
 	python3 Spec/vectors/verify_vectors.py
 	python3 Spec/vectors/verify_export.py
 	python3 Tests/external/check_outputs.py "$$(swift build --show-bin-path)/consentctl"
+	cd Samples/ConsentService && swift build --build-tests && swift test --skip-build
 
 ## Release build; ledgers of 100k and 1M events over 10k subjects (takes a few minutes).
 bench: deps
 	swift build -c release
 	"$$(swift build -c release --show-bin-path)/consent-bench" $(BENCH_ARGS)
+
+## The HTTP service (Samples/ConsentService) on the file store ./consent-ledger, port 8080.
+service: deps
+	cd Samples/ConsentService && swift build -c release
+	@echo "==> a token for alice: Samples/ConsentService/.build/release/consent-service token --subject alice"
+	Samples/ConsentService/.build/release/consent-service serve --ledger consent-ledger --port 8080 --token-key consent-service.key
 
 clean:
 	rm -rf .build

@@ -64,3 +64,20 @@ import Testing
         #expect(try consents.ledger.verify().events == 1 + 16 * 2)
     }
 }
+
+/// The in-memory fast path for current consents must equal replaying the log.
+@Suite struct WarmReadTests {
+    @Test func currentListingFromMemoryEqualsTheReplayedReport() throws {
+        let (ledger, path) = try PolicyVersionTests.ledger("warm")
+        defer { removeFolder(path) }
+        try ledger.loadAll()
+        try ledger.execute(LedgerCommand(subjectID: "bob", request: .give(feature: "timeline", consents: ["required", "optional-b"])))
+        try ledger.publish(PolicyVersionTests.catalog(bumping: [("timeline", "required", "2.0")]))
+        // Another writer (a second Ledger on the same folder) moves the log on.
+        let other = try Ledger.open(store: FileLedgerStore(directory: path))
+        try other.execute(LedgerCommand(subjectID: "alice", request: .give(feature: "timeline", consents: ["required"])))
+        for subject in ["alice", "bob", "nobody"] {
+            #expect(try ledger.currentListing(for: subject) == ledger.report(for: subject).listing, "\(subject)")
+        }
+    }
+}

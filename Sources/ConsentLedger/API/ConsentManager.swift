@@ -99,7 +99,7 @@ public final class ConsentManager: Sendable {
     public func consents(of feature: String, for subject: String) async throws(ConsentError) -> FeatureLine {
         let ledger = self.ledger
         return try await run {
-            let listing = try ledger.report(for: subject).listing
+            let listing = try ledger.currentListing(for: subject)
             guard let line = listing.features.first(where: { $0.feature.key == feature || String($0.feature.code) == feature }) else {
                 throw LedgerError.invalidRequest("unknown feature '\(feature)'")
             }
@@ -115,6 +115,7 @@ public final class ConsentManager: Sendable {
     /// Every feature's consents, now or as they were at a past time (replayed from the log).
     public func state(of subject: String, at time: Timestamp? = nil) async throws(ConsentError) -> [FeatureLine] {
         let ledger = self.ledger
+        if time == nil { return try await run { try ledger.currentListing(for: subject).features } }
         return try await run { try ledger.report(for: subject, asOf: time).listing.features }
     }
 

@@ -454,6 +454,14 @@ public final class Ledger: Sendable {
         }
     }
 
+    /// The in-memory replay and the log position it reached, if ``loadAll()`` made one.
+    func warmReplay() -> (LedgerReplay, LogCursor)? {
+        memory.withLock { m in
+            guard let replay = m.replay, let cursor = m.cursor else { return nil }
+            return (replay, cursor)
+        }
+    }
+
     /// Drops the in-memory replay; later calls read the log again.
     public func unload() {
         memory.withLock { $0.replay = nil; $0.cursor = nil; $0.head = nil }

@@ -342,3 +342,23 @@ extension Ledger {
         }
     }
 }
+
+// MARK: - Fast reads from the in-memory replay
+
+extension Ledger {
+    /// A subject's current consents. When ``loadAll()`` keeps a replay in memory and the log has
+    /// not moved on, the answer comes from it (no log reads, no signature checks: the replay was
+    /// built from checked lines); otherwise from ``report(for:asOf:)``.
+    public func currentListing(for subjectID: String) throws -> ConsentListing {
+        try Self.validateText(subjectID, what: "subject id", maxBytes: 256)
+        if let listing = try store.withLock(exclusive: false, { () throws -> ConsentListing? in
+            let log = try store.logState()
+            guard let (replay, cursor) = warmReplay(), cursor == log.end else { return nil }
+            guard let ref = try subjectRef(for: subjectID) else { return ConsentListing(state: SubjectState(), catalog: replay.catalog) }
+            return ConsentListing(state: replay.state(of: ref), catalog: replay.catalog)
+        }) {
+            return listing
+        }
+        return try report(for: subjectID).listing
+    }
+}

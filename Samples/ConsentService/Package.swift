@@ -1,0 +1,28 @@
+// swift-tools-version: 6.1
+import PackageDescription
+
+// The HTTP service of issue 5: a Hummingbird 2 server that embeds ConsentLedger. Its own
+// package, so the root package builds without NIO.
+let package = Package(
+    name: "ConsentService",
+    platforms: [.macOS(.v14)],
+    products: [
+        .executable(name: "consent-service", targets: ["consent-service"]),
+    ],
+    dependencies: [
+        .package(name: "ConsentLedger", path: "../.."),
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.0.0"),
+    ],
+    targets: [
+        .target(name: "ConsentServiceCore", dependencies: [
+            .product(name: "ConsentLedger", package: "ConsentLedger"),
+            .product(name: "Hummingbird", package: "hummingbird"),
+        ]),
+        .executableTarget(name: "consent-service", dependencies: ["ConsentServiceCore"]),
+        .testTarget(name: "ConsentServiceTests", dependencies: [
+            "ConsentServiceCore",
+            .product(name: "HummingbirdTesting", package: "hummingbird"),
+        ]),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,219 @@
+import ConsentDomain
+import ConsentLedger
+import Hummingbird
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The request context: who the bearer token says is asking.
+public struct ServiceContext: RequestContext {
+    public var coreContext: CoreRequestContextStorage
+    public var principal: Principal?
+
+    public init(source: Source) {
+        coreContext = .init(source: source)
+    }
+
+    /// Request bodies are small JSON objects.
+    public var maxUploadSize: Int { 16_384 }
+}
+
+/// A JSON error with its status: what is wrong, never a stack trace.
+struct ServiceError: Error {
+    let status: HTTPResponse.Status
+    let kind: String
+    let message: String
+}
+
+func json(_ value: JSONValue, status: HTTPResponse.Status = .ok) -> Response {
+    Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: CanonicalJSON.serialize(value) + [0x0A])))
+}
+
+func errorResponse(_ e: ServiceError) -> Response {
+    json(.object(["error": .string(e.message), "kind": .string(e.kind)]), status: e.status)
+}
+
+/// Maps the library's typed errors to HTTP: input problems are 4xx, never 500.
+func serviceError(_ error: any Error) -> ServiceError {
+    if let e = error as? ServiceError { return e }
+    guard let e = error as? ConsentError else { return ServiceError(status: .internalServerError, kind: "internal", message: "\(error)") }
+    switch e {
+    case .ruleViolation(let m): return ServiceError(status: .conflict, kind: "rule-violation", message: m)
+    case .notFound(let m): return ServiceError(status: .notFound, kind: "not-found", message: m)
+    case .invalidRequest(let m): return ServiceError(status: .badRequest, kind: "invalid-request", message: m)
+    case .conflict(let m): return ServiceError(status: .conflict, kind: "conflict", message: m)
+    case .integrityFailure(let f): return ServiceError(status: .internalServerError, kind: "integrity", message: f.description)
+    case .storage(let m): return ServiceError(status: .serviceUnavailable, kind: "storage", message: m)
+    }
+}
+
+/// Checks the bearer token and puts its principal into the context; 401 without a valid one.
+struct BearerAuthentication: RouterMiddleware {
+    typealias Context = ServiceContext
+    let tokens: AccessTokens
+    let clock: @Sendable () -> Int64
+
+    func handle(_ request: Request, context: ServiceContext, next: (Request, ServiceContext) async throws -> Response) async throws -> Response {
+        guard let header = request.headers[.authorization], header.hasPrefix("Bearer ") else {
+            return errorResponse(ServiceError(status: .unauthorized, kind: "unauthorized", message: "missing bearer token"))
+        }
+        let principal: Principal
+        do throws(AccessTokens.Failure) {
+            principal = try tokens.check(String(header.dropFirst("Bearer ".count)), now: clock())
+        } catch {
+            let why = switch error {
+            case .expired: "the token has expired"
+            case .badSignature: "the token's signature does not verify"
+            case .malformed: "the token is malformed"
+            }
+            return errorResponse(ServiceError(status: .unauthorized, kind: "unauthorized", message: why))
+        }
+        var context = context
+        context.principal = principal
+        return try await next(request, context)
+    }
+}
+
+/// The JSON API of the patient app's consent screens (rule R9), over a ``ConsentManager``.
+public struct ConsentRoutes: Sendable {
+    let consents: ConsentManager
+
+    public init(consents: ConsentManager) {
+        self.consents = consents
+    }
+
+    /// Subjects may touch only their own consents; auditors may read everyone's and write nothing.
+    static func authorize(_ context: ServiceContext, subject: String, write: Bool) throws(ServiceError) {
+        switch context.principal {
+        case .subject(let id)? where id == subject: return
+        case .auditor? where !write: return
+        case .auditor?: throw ServiceError(status: .forbidden, kind: "forbidden", message: "auditor tokens are read-only")
+        case .subject?: throw ServiceError(status: .forbidden, kind: "forbidden", message: "a subject token gives access to that subject's consents only")
+        case nil: throw ServiceError(status: .unauthorized, kind: "unauthorized", message: "missing bearer token")
+        }
+    }
+
+    static func time(_ request: Request, _ name: String) throws(ServiceError) -> Timestamp? {
+        guard let text = request.uri.queryParameters.get(name) else { return nil }
+        guard let t = Timestamp(rfc3339: text) else {
+            throw ServiceError(status: .badRequest, kind: "invalid-request", message: "query parameter '\(name)' is not an RFC 3339 time or date")
+        }
+        return t
+    }
+
+    static func body(_ request: Request, _ context: ServiceContext) async throws(ServiceError) -> JSONValue {
+        let buffer: ByteBuffer
+        do {
+            buffer = try await request.body.collect(upTo: context.maxUploadSize)
+        } catch {
+            throw ServiceError(status: .contentTooLarge, kind: "too-large", message: "the request body is larger than \(context.maxUploadSize) bytes")
+        }
+        do {
+            let value = try CanonicalJSON.parse(Array(buffer.readableBytesView), canonical: false)
+            guard value.objectValue != nil else { throw ServiceError(status: .badRequest, kind: "invalid-request", message: "the body must be a JSON object") }
+            return value
+        } catch let e as ServiceError {
+            throw e
+        } catch {
+            throw ServiceError(status: .badRequest, kind: "invalid-json", message: "malformed JSON: \(error)")
+        }
+    }
+
+    static func features(_ lines: [FeatureLine]) -> JSONValue {
+        .object(["features": .array(lines.map(ListingJSON.feature))])
+    }
+
+    func handle(_ work: () async throws -> Response) async -> Response {
+        do {
+            return try await work()
+        } catch {
+            return errorResponse(serviceError(error))
+        }
+    }
+
+    public func add(to router: Router<ServiceContext>) {
+        let consents = self.consents
+        let api = router.group("v1")
+        api.get("checkpoint") { _, _ in
+            await handle {
+                let (checkpoint, note) = try await consents.checkpoint()
+                return json(.object(["origin": .string(checkpoint.origin), "size": .int(checkpoint.size), "root": .string(Base64.encode(checkpoint.root.bytes)), "note": .string(note)]))
+            }
+        }
+        api.get("subjects/:subject/features/:feature") { _, context in
+            await handle {
+                let subject = try context.parameters.require("subject"), feature = try context.parameters.require("feature")
+                try Self.authorize(context, subject: subject, write: false)
+                return json(ListingJSON.feature(try await consents.consents(of: feature, for: subject)))
+            }
+        }
+        api.get("subjects/:subject/active") { _, context in
+            await handle {
+                let subject = try context.parameters.require("subject")
+                try Self.authorize(context, subject: subject, write: false)
+                return json(Self.features(try await consents.activeConsents(for: subject)))
+            }
+        }
+        api.get("subjects/:subject/status") { request, context in
+            await handle {
+                let subject = try context.parameters.require("subject")
+                try Self.authorize(context, subject: subject, write: false)
+                return json(Self.features(try await consents.state(of: subject, at: try Self.time(request, "at"))))
+            }
+        }
+        api.get("subjects/:subject/history") { request, context in
+            await handle {
+                let subject = try context.parameters.require("subject")
+                try Self.authorize(context, subject: subject, write: false)
+                let entries = try await consents.history(of: subject, until: try Self.time(request, "until"))
+                return json(.object(["events": .array(entries.map { e in
+                    var m: [String: JSONValue] = ["seq": .int(Int64(e.seq)), "at": .string(e.at.rfc3339), "type": .string(e.kind.rawValue), "featureCode": .int(Int64(e.feature)), "consent": .string(e.consent), "actor": .string(e.actor)]
+                    if let c = e.cause { m["cause"] = .int(Int64(c)) }
+                    if let r = e.renews { m["renews"] = .int(Int64(r)) }
+                    if let v = e.version { m["version"] = .string(v) }
+                    return .object(m)
+                })]))
+            }
+        }
+        api.post("subjects/:subject/features/:feature/activate") { request, context in
+            await handle {
+                let subject = try context.parameters.require("subject"), feature = try context.parameters.require("feature")
+                try Self.authorize(context, subject: subject, write: true)
+                let body = try await Self.body(request, context)
+                guard let list = body["consents"]?.arrayValue, !list.isEmpty, list.allSatisfy({ $0.stringValue != nil }) else {
+                    throw ServiceError(status: .badRequest, kind: "invalid-request", message: "'consents' must be a non-empty array of consent codes")
+                }
+                let actor = body["actor"]?.stringValue ?? "self"
+                return json(Self.features(try await consents.activate(list.compactMap(\.stringValue), of: feature, for: subject, actor: actor)))
+            }
+        }
+        api.post("subjects/:subject/features/:feature/revoke") { request, context in
+            await handle {
+                let subject = try context.parameters.require("subject"), feature = try context.parameters.require("feature")
+                try Self.authorize(context, subject: subject, write: true)
+                let body = try await Self.body(request, context)
+                guard let consent = body["consent"]?.stringValue else {
+                    throw ServiceError(status: .badRequest, kind: "invalid-request", message: "'consent' must be a consent code")
+                }
+                let actor = body["actor"]?.stringValue ?? "self"
+                return json(Self.features(try await consents.revoke(consent, of: feature, for: subject, actor: actor)))
+            }
+        }
+        api.get("subjects/:subject/export") { _, context in
+            await handle {
+                let subject = try context.parameters.require("subject")
+                try Self.authorize(context, subject: subject, write: false)
+                return json(try await consents.export(subject: subject).json)
+            }
+        }
+    }
+}
+
+/// The whole application: routes behind bearer authentication.
+public func makeApplication(consents: ConsentManager, tokens: AccessTokens, host: String = "127.0.0.1", port: Int = 8080, clock: @escaping @Sendable () -> Int64 = { Int64(time(nil)) }) -> some ApplicationProtocol {
+    let router = Router(context: ServiceContext.self)
+    router.add(middleware: BearerAuthentication(tokens: tokens, clock: clock))
+    ConsentRoutes(consents: consents).add(to: router)
+    return Application(router: router, configuration: .init(address: .hostname(host, port: port), serverName: "consent-service"))
+}

@@ -1,0 +1,128 @@
+import ConsentLedger
+import ConsentServiceCore
+import Foundation
+import Hummingbird
+import HummingbirdTesting
+import Testing
+
+/// The HTTP service in-process (Hummingbird's router test framework): the app's flow, access
+/// control, and input validation, each error a JSON 4xx that changes nothing.
+@Suite struct ConsentServiceTests {
+    static let now: Int64 = 1_800_000_000
+
+    struct Fixture {
+        let folder: String
+        let consents: ConsentManager
+        let tokens: AccessTokens
+        let alice: String, bob: String, auditor: String, expired: String, forged: String
+
+        init() async throws {
+            folder = NSTemporaryDirectory() + "consent-service-" + UUID().uuidString
+            consents = try await ConsentManager.create(directory: folder, name: "service.test/ledger")
+            tokens = AccessTokens(signer: SodiumSigner.generate())
+            alice = tokens.issue(for: .subject("alice"), expires: ConsentServiceTests.now + 600)
+            bob = tokens.issue(for: .subject("bob"), expires: ConsentServiceTests.now + 600)
+            auditor = tokens.issue(for: .auditor("dpo"), expires: ConsentServiceTests.now + 600)
+            expired = tokens.issue(for: .subject("alice"), expires: ConsentServiceTests.now - 1)
+            forged = AccessTokens(signer: SodiumSigner.generate()).issue(for: .subject("alice"), expires: ConsentServiceTests.now + 600)
+        }
+
+        var app: some ApplicationProtocol { makeApplication(consents: consents, tokens: tokens, clock: { ConsentServiceTests.now }) }
+
+        func logBytes() -> Data? { FileManager.default.contents(atPath: folder + "/ledger.jsonl") }
+    }
+
+    static func headers(_ token: String?) -> HTTPFields {
+        var h: HTTPFields = [.contentType: "application/json"]
+        if let token { h[.authorization] = "Bearer " + token }
+        return h
+    }
+
+    /// The response's JSON object (empty when it is not one: the expectations then fail).
+    static func object(_ response: TestResponse) -> [String: Any] {
+        ((try? JSONSerialization.jsonObject(with: Data(buffer: response.body))) as? [String: Any]) ?? [:]
+    }
+
+    @Test func theAppsFlowOverHTTP() async throws {
+        let f = try await Fixture()
+        defer { try? FileManager.default.removeItem(atPath: f.folder) }
+        try await f.app.test(.router) { client in
+            try await client.execute(uri: "/v1/subjects/alice/features/medication-management/activate", method: .post, headers: Self.headers(f.alice), body: ByteBuffer(string: #"{"consents":["required","optional-a"]}"#)) { response in
+                #expect(response.status == .ok)
+                let features = try #require(Self.object(response)["features"] as? [[String: Any]])
+                #expect(features.map { $0["active"] as? Bool } == [true, false])
+            }
+            try await client.execute(uri: "/v1/subjects/alice/active", method: .get, headers: Self.headers(f.alice)) { response in
+                #expect((Self.object(response)["features"] as? [[String: Any]])?.count == 1)
+            }
+            try await client.execute(uri: "/v1/subjects/alice/features/1/revoke", method: .post, headers: Self.headers(f.alice), body: ByteBuffer(string: #"{"consent":"required"}"#)) { response in
+                #expect(response.status == .ok)
+            }
+            try await client.execute(uri: "/v1/subjects/alice/history", method: .get, headers: Self.headers(f.alice)) { response in
+                let events = try #require(Self.object(response)["events"] as? [[String: Any]])
+                #expect(events.map { $0["type"] as? String } == ["given", "given", "withdrawn", "cascade"])
+                #expect(events[3]["cause"] as? Int == 3)
+            }
+            try await client.execute(uri: "/v1/subjects/alice/status?at=2000-01-01", method: .get, headers: Self.headers(f.auditor)) { response in
+                #expect(response.status == .ok)
+            }
+            try await client.execute(uri: "/v1/checkpoint", method: .get, headers: Self.headers(f.auditor)) { response in
+                #expect(Self.object(response)["size"] as? Int == 5)
+            }
+            try await client.execute(uri: "/v1/subjects/alice/export", method: .get, headers: Self.headers(f.alice)) { response in
+                #expect(response.status == .ok)
+                let bytes = Array(buffer: response.body)
+                let key = try f.consents.verifierKey()
+                #expect((try? ExportVerifier.verify(bytes, pinnedKey: key))?.events == 4)
+            }
+        }
+    }
+
+    @Test func wrongExpiredOrMissingTokensAndForeignSubjectsChangeNothing() async throws {
+        let f = try await Fixture()
+        defer { try? FileManager.default.removeItem(atPath: f.folder) }
+        let before = f.logBytes()
+        let activate = "/v1/subjects/alice/features/timeline/activate"
+        let body = #"{"consents":["required"]}"#
+        try await f.app.test(.router) { client in
+            for (token, status) in [(nil, HTTPResponse.Status.unauthorized), (f.expired, .unauthorized), (f.forged, .unauthorized), ("v1.garbage", .unauthorized), (f.bob, .forbidden), (f.auditor, .forbidden)] {
+                try await client.execute(uri: activate, method: .post, headers: Self.headers(token), body: ByteBuffer(string: body)) { response in
+                    #expect(response.status == status, "\(String(describing: token?.prefix(12)))")
+                    #expect(Self.object(response)["error"] is String)
+                }
+            }
+            try await client.execute(uri: "/v1/subjects/alice/history", method: .get, headers: Self.headers(f.bob)) { response in
+                #expect(response.status == .forbidden)
+            }
+        }
+        #expect(f.logBytes() == before)
+    }
+
+    @Test func badInputIsAJSON4xxThatChangesNothing() async throws {
+        let f = try await Fixture()
+        defer { try? FileManager.default.removeItem(atPath: f.folder) }
+        let before = f.logBytes()
+        let cases: [(String, String, HTTPResponse.Status, String)] = [
+            ("/v1/subjects/alice/features/timeline/activate", #"{"consents": ["required""#, .badRequest, "invalid-json"),
+            ("/v1/subjects/alice/features/timeline/activate", #"["required"]"#, .badRequest, "invalid-request"),
+            ("/v1/subjects/alice/features/timeline/activate", #"{"consents": []}"#, .badRequest, "invalid-request"),
+            ("/v1/subjects/alice/features/diary/activate", #"{"consents": ["required"]}"#, .notFound, "not-found"),
+            ("/v1/subjects/alice/features/timeline/activate", #"{"consents": ["optional-z"]}"#, .notFound, "not-found"),
+            ("/v1/subjects/alice/features/timeline/activate", #"{"consents": ["optional-a"]}"#, .conflict, "rule-violation"),
+            ("/v1/subjects/alice/features/timeline/activate", "{\"consents\": [\"" + String(repeating: "x", count: 20_000) + "\"]}", .contentTooLarge, "too-large"),
+            ("/v1/subjects/alice/features/timeline/revoke", #"{"consent": 5}"#, .badRequest, "invalid-request"),
+        ]
+        try await f.app.test(.router) { client in
+            for (uri, body, status, kind) in cases {
+                try await client.execute(uri: uri, method: .post, headers: Self.headers(f.alice), body: ByteBuffer(string: body)) { response in
+                    #expect(response.status == status, "\(uri) \(body.prefix(40))")
+                    #expect(Self.object(response)["kind"] as? String == kind, "\(uri) \(body.prefix(40))")
+                }
+            }
+            try await client.execute(uri: "/v1/subjects/alice/status?at=yesterday", method: .get, headers: Self.headers(f.alice)) { response in
+                #expect(response.status == .badRequest)
+            }
+        }
+        #expect(f.logBytes() == before)
+    }
+}
