@@ -19,9 +19,9 @@ build: deps
 test-deps: deps
 	@command -v chromium >/dev/null || { echo "==> installing chromium with apt-get"; \
 		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
-	@python3 -c "import fhir.resources" 2>/dev/null || { echo "==> installing fhir.resources (FHIR R5 models) from PyPI"; \
+	@python3 -c "import fhir.resources, openapi_spec_validator, jsonschema, yaml" 2>/dev/null || { echo "==> installing fhir.resources, openapi-spec-validator, jsonschema, PyYAML from PyPI"; \
 		python3 -m pip --version >/dev/null 2>&1 || $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pip >/dev/null; \
-		python3 -m pip install -q fhir.resources || python3 -m pip install -q --break-system-packages fhir.resources; }
+		python3 -m pip install -q fhir.resources openapi-spec-validator jsonschema PyYAML || python3 -m pip install -q --break-system-packages fhir.resources openapi-spec-validator jsonschema PyYAML; }
 
 ## The seed scenario against a ledger in a temporary folder.
 demo: build
@@ -36,6 +36,7 @@ test: test-deps
 	python3 Spec/vectors/verify_export.py
 	python3 Tests/external/check_outputs.py "$$(swift build --show-bin-path)/consentctl"
 	cd Samples/ConsentService && swift build --build-tests && swift test --skip-build
+	python3 Tests/external/check_service.py "$$(cd Samples/ConsentService && swift build --show-bin-path)/consent-service"
 
 ## Release build; ledgers of 100k and 1M events over 10k subjects (takes a few minutes).
 bench: deps

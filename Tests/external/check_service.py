@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""Runs the HTTP service (Samples/ConsentService) on a loopback port and checks every response
+against Spec/openapi.yaml: the status must be one the operation declares, and the JSON body must
+validate against the declared schema (JSON Schema 2020-12, as OpenAPI 3.1 uses).
+
+Usage: check_service.py PATH/TO/consent-service. Ends with 'N passed, M failed'.
+"""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+import yaml
+from jsonschema import Draft202012Validator
+from openapi_spec_validator import validate as validate_spec
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SPEC = yaml.safe_load(open(os.path.join(ROOT, "Spec", "openapi.yaml")))
+passed = failed = 0
+
+
+def check(name, ok, detail=""):
+    global passed, failed
+    if ok:
+        passed += 1
+        print("ok    " + name)
+    else:
+        failed += 1
+        print("FAIL  " + name + (": " + detail if detail else ""))
+
+
+def pointer(*parts):
+    return "#/" + "/".join(str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def response_schema_pointer(template, method, status):
+    responses = SPEC["paths"][template][method]["responses"]
+    if str(status) not in responses:
+        return None, None
+    response = responses[str(status)]
+    base = ["paths", template, method, "responses", str(status)]
+    if "$ref" in response:
+        base = response["$ref"][2:].split("/")
+        response = SPEC[base[0]][base[1]][base[2]]
+    return response, pointer(*base, "content", "application/json", "schema")
+
+
+def validate_response(name, template, method, status, body):
+    response, ptr = response_schema_pointer(template, method, status)
+    if response is None:
+        check(name + ": status %d is declared" % status, False, "not in the spec")
+        return
+    wrapper = dict(SPEC)
+    wrapper["$ref"] = ptr
+    errors = list(Draft202012Validator(wrapper).iter_errors(body))
+    check(name + ": %d body matches the spec" % status, not errors, "; ".join(e.message for e in errors[:3]))
+
+
+def call(base, method, path, token=None, body=None):
+    data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+    request = urllib.request.Request(base + path, data=data, method=method.upper())
+    if token:
+        request.add_header("Authorization", "Bearer " + token)
+    request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+binary = os.path.abspath(sys.argv[1])
+work = tempfile.mkdtemp(prefix="consent-service-check-")
+port = free_port()
+key = os.path.join(work, "token.key")
+server = subprocess.Popen([binary, "serve", "--ledger", os.path.join(work, "ledger"), "--port", str(port), "--token-key", key],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+base = "http://127.0.0.1:%d" % port
+try:
+    validate_spec(SPEC)
+    check("Spec/openapi.yaml is a valid OpenAPI 3.1 document", True)
+    for _ in range(100):
+        try:
+            if call(base, "get", "/v1/checkpoint")[0] == 401:
+                break
+        except OSError:
+            time.sleep(0.1)
+    token = lambda *args: subprocess.run([binary, "token", *args, "--token-key", key], capture_output=True, text=True, check=True).stdout.strip()
+    alice, bob, auditor = token("--subject", "alice"), token("--subject", "bob"), token("--auditor", "dpo")
+    T = "/v1/subjects/{subject}"
+    cases = [
+        ("activate", "post", T + "/features/{feature}/activate", "/v1/subjects/alice/features/timeline/activate", alice, {"consents": ["required", "optional-a"]}, 200),
+        ("feature", "get", T + "/features/{feature}", "/v1/subjects/alice/features/2", alice, None, 200),
+        ("active", "get", T + "/active", "/v1/subjects/alice/active", alice, None, 200),
+        ("status as auditor", "get", T + "/status", "/v1/subjects/alice/status", auditor, None, 200),
+        ("status at a date", "get", T + "/status", "/v1/subjects/alice/status?at=2000-01-01", alice, None, 200),
+        ("revoke", "post", T + "/features/{feature}/revoke", "/v1/subjects/alice/features/timeline/revoke", alice, {"consent": "required"}, 200),
+        ("history", "get", T + "/history", "/v1/subjects/alice/history", alice, None, 200),
+        ("checkpoint", "get", "/v1/checkpoint", "/v1/checkpoint", auditor, None, 200),
+        ("export", "get", T + "/export", "/v1/subjects/alice/export", alice, None, 200),
+        ("no token", "post", T + "/features/{feature}/activate", "/v1/subjects/alice/features/timeline/activate", None, {"consents": ["required"]}, 401),
+        ("bad token", "get", T + "/active", "/v1/subjects/alice/active", "v1.x.y", None, 401),
+        ("other subject", "get", T + "/history", "/v1/subjects/alice/history", bob, None, 403),
+        ("auditor write", "post", T + "/features/{feature}/revoke", "/v1/subjects/alice/features/timeline/revoke", auditor, {"consent": "optional-a"}, 403),
+        ("malformed JSON", "post", T + "/features/{feature}/activate", "/v1/subjects/alice/features/timeline/activate", alice, b'{"consents": [', 400),
+        ("bad time", "get", T + "/status", "/v1/subjects/alice/status?at=yesterday", alice, None, 400),
+        ("unknown feature", "post", T + "/features/{feature}/activate", "/v1/subjects/alice/features/diary/activate", alice, {"consents": ["required"]}, 404),
+        ("rule violation", "post", T + "/features/{feature}/activate", "/v1/subjects/alice/features/timeline/activate", alice, {"consents": ["optional-b"]}, 409),
+        ("too large", "post", T + "/features/{feature}/activate", "/v1/subjects/alice/features/timeline/activate", alice, {"consents": ["x" * 20000]}, 413),
+    ]
+    for name, method, template, path, tok, body, expected in cases:
+        status, payload = call(base, method, path, tok, body)
+        check("%s: status %d" % (name, expected), status == expected, "got %d: %s" % (status, str(payload)[:200]))
+        validate_response(name, template, method, status, payload)
+finally:
+    server.terminate()
+    server.wait(timeout=10)
+    shutil.rmtree(work, ignore_errors=True)
+
+print("%d passed, %d failed" % (passed, failed))
+sys.exit(0 if failed == 0 else 1)
