@@ -20,18 +20,8 @@ import subprocess
 import sys
 import tempfile
 
-passed = 0
-failed = 0
+from tally import check, finish
 
-
-def check(name, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print("ok    " + name)
-    else:
-        failed += 1
-        print("FAIL  " + name + (": " + detail if detail else ""))
 
 
 def run(*args, ok=True):
@@ -135,5 +125,4 @@ try:
 finally:
     shutil.rmtree(work, ignore_errors=True)
 
-print("%d passed, %d failed" % (passed, failed))
-sys.exit(0 if failed == 0 else 1)
+finish()

@@ -20,19 +20,10 @@ import yaml
 from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate as validate_spec
 
+from tally import check, finish
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SPEC = yaml.safe_load(open(os.path.join(ROOT, "Spec", "openapi.yaml")))
-passed = failed = 0
-
-
-def check(name, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print("ok    " + name)
-    else:
-        failed += 1
-        print("FAIL  " + name + (": " + detail if detail else ""))
 
 
 def pointer(*parts):
@@ -129,5 +120,4 @@ finally:
     server.wait(timeout=10)
     shutil.rmtree(work, ignore_errors=True)
 
-print("%d passed, %d failed" % (passed, failed))
-sys.exit(0 if failed == 0 else 1)
+finish()
