@@ -4,7 +4,11 @@
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := libsodium-dev libssl-dev pkg-config python3
 
-.PHONY: deps test-deps build demo test bench service clean
+# The PostgreSQL store is behind the root package's PostgreSQL trait, in its own build folder,
+# so the default build (the core and consentctl) never compiles NIO.
+PG_BUILD := --traits PostgreSQL --scratch-path .build-pg
+
+.PHONY: deps test-deps build build-postgres demo test test-with-postgres bench bench-postgres service load-test clean
 
 deps:
 	@if ! pkg-config --exists libsodium libcrypto 2>/dev/null || ! command -v python3 >/dev/null; then \
@@ -14,6 +18,11 @@ deps:
 
 build: deps
 	swift build --product consentctl
+
+## consentctl with --store postgres:// (compiles swift-nio and postgres-nio: minutes the first time).
+build-postgres: deps
+	swift build $(PG_BUILD) --product consentctl
+	@echo "==> $$(swift build $(PG_BUILD) --show-bin-path)/consentctl"
 
 ## What only the tests need: a real browser for the HTML report, a FHIR R5 validator.
 test-deps: deps
@@ -27,27 +36,53 @@ test-deps: deps
 demo: build
 	bash Samples/demo.sh "$$(swift build --show-bin-path)/consentctl"
 
-## Every test: Swift Testing (unit, property, tamper, end-to-end), the independent Python
-## verifiers of Spec/vectors, and the outside-tool checks (FHIR R5 validator, headless chromium).
+## Every test: Swift Testing (unit, property, tamper, end-to-end, PostgreSQL), the independent
+## Python verifiers of Spec/vectors, the scaling simulation's self-test, and the outside-tool
+## checks (FHIR R5 validator, headless chromium, the service against Spec/openapi.yaml on both
+## stores). PostgreSQL tests run against a throwaway server that scripts/with-test-postgres.sh
+## installs (Debian's postgresql), starts on a loopback port and removes afterwards.
 test: test-deps
-	swift build --build-tests
-	swift test --skip-build
+	@echo "==> the core and consentctl without NIO (default traits)"
+	swift build
+	@test ! -e .build/debug/NIOPosix.build || { echo "NIO was compiled into the default build" >&2; exit 1; }
+	@echo "==> everything with the PostgreSQL trait"
+	swift build $(PG_BUILD) --build-tests
+	cd Samples/ConsentService && swift build --build-tests
+	bash scripts/with-test-postgres.sh $(MAKE) --no-print-directory test-with-postgres
+
+## Run by `make test` inside scripts/with-test-postgres.sh (it needs CONSENTLEDGER_TEST_POSTGRES_URL).
+test-with-postgres:
+	swift test $(PG_BUILD) --skip-build
 	python3 Spec/vectors/verify_vectors.py
 	python3 Spec/vectors/verify_export.py
-	python3 Tests/external/check_outputs.py "$$(swift build --show-bin-path)/consentctl"
-	cd Samples/ConsentService && swift build --build-tests && swift test --skip-build
+	python3 Spec/scaling_sim.py --self-test
+	python3 Tests/external/check_outputs.py "$$(swift build $(PG_BUILD) --show-bin-path)/consentctl"
+	cd Samples/ConsentService && swift test --skip-build
 	python3 Tests/external/check_service.py "$$(cd Samples/ConsentService && swift build --show-bin-path)/consent-service"
+	python3 Tests/external/check_service.py "$$(cd Samples/ConsentService && swift build --show-bin-path)/consent-service" "$$CONSENTLEDGER_TEST_POSTGRES_URL?schema=service_check"
 
 ## Release build; ledgers of 100k and 1M events over 10k subjects (takes a few minutes).
 bench: deps
 	swift build -c release
 	"$$(swift build -c release --show-bin-path)/consent-bench" $(BENCH_ARGS)
 
+## Durable appends to a PostgreSQL ledger: one writer, then 4 writer processes at once, then
+## verify, against a throwaway server (release build from the service package, which has the trait).
+bench-postgres: deps
+	cd Samples/ConsentService && swift build -c release --product consent-bench
+	bash scripts/with-test-postgres.sh sh -c '"$$(cd Samples/ConsentService && swift build -c release --show-bin-path)/consent-bench" --postgres "$$CONSENTLEDGER_TEST_POSTGRES_URL" $(BENCH_ARGS)'
+
 ## The HTTP service (Samples/ConsentService) on the file store ./consent-ledger, port 8080.
+## STORE=postgres://USER@HOST:PORT/DB?schema=NAME puts the ledger in PostgreSQL instead.
+STORE ?= consent-ledger
 service: deps
-	cd Samples/ConsentService && swift build -c release
+	cd Samples/ConsentService && swift build -c release --product consent-service
 	@echo "==> a token for alice: Samples/ConsentService/.build/release/consent-service token --subject alice"
-	Samples/ConsentService/.build/release/consent-service serve --ledger consent-ledger --port 8080 --token-key consent-service.key
+	Samples/ConsentService/.build/release/consent-service serve --store "$(STORE)" --port 8080 --token-key consent-service.key
+
+## wrk against the service on both stores (a throwaway PostgreSQL), then verify; DURATION=10 THREADS=8.
+load-test: deps
+	bash scripts/with-test-postgres.sh bash scripts/load-test.sh
 
 clean:
-	rm -rf .build
+	rm -rf .build .build-pg Samples/ConsentService/.build

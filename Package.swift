@@ -5,17 +5,27 @@ import PackageDescription
 //   ConsentDomain  pure values: catalogue, events, rules, projections. No I/O, clock or crypto.
 //   ConsentLedger  canonical encoding, hash chain, crypto protocols (+ libsodium), file store, ledger.
 //   consentctl     the command-line tool.
-// Nothing here depends on NIO; the PostgreSQL store and the HTTP service live in their own targets.
+//   ConsentLedgerPostgres  the PostgreSQL store (postgres-nio), only with the PostgreSQL trait.
+// By default nothing here builds NIO: `swift build` compiles ConsentLedgerPostgres as an empty
+// module and consentctl without `--store postgres://`. `swift build --traits PostgreSQL` adds both.
+// The HTTP service lives in its own package (Samples/ConsentService).
 let package = Package(
     name: "ConsentLedger",
     products: [
         .library(name: "ConsentDomain", targets: ["ConsentDomain"]),
         .library(name: "ConsentLedger", targets: ["ConsentLedger"]),
+        .library(name: "ConsentLedgerPostgres", targets: ["ConsentLedgerPostgres"]),
         .executable(name: "consentctl", targets: ["consentctl"]),
+        .executable(name: "consent-bench", targets: ["consent-bench"]),
+    ],
+    traits: [
+        .trait(name: "PostgreSQL", description: "The PostgreSQL store (postgres-nio) and consentctl --store postgres://"),
+        .default(enabledTraits: []),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
         .package(url: "https://github.com/x-sheep/swift-property-based", from: "2.0.0"),
+        .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.0"),
     ],
     targets: [
         .systemLibrary(
@@ -32,14 +42,19 @@ let package = Package(
         ),
         .target(name: "ConsentDomain"),
         .target(name: "ConsentLedger", dependencies: ["ConsentDomain", "CSodium", "CLibCrypto"]),
+        .target(name: "ConsentLedgerPostgres", dependencies: [
+            "ConsentLedger",
+            .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
+        ]),
         .executableTarget(
             name: "consentctl",
             dependencies: [
                 "ConsentLedger",
+                "ConsentLedgerPostgres",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
-        .executableTarget(name: "consent-bench", dependencies: ["ConsentLedger", "CSodium", "CLibCrypto"]),
+        .executableTarget(name: "consent-bench", dependencies: ["ConsentLedger", "ConsentLedgerPostgres", "CSodium", "CLibCrypto"]),
         // The README's embedding example, compiled so it cannot rot.
         .executableTarget(name: "embedding-sample", dependencies: ["ConsentLedger"], path: "Samples/Embedding"),
         .testTarget(
@@ -56,7 +71,15 @@ let package = Package(
                 .product(name: "PropertyBased", package: "swift-property-based"),
             ]
         ),
-        .testTarget(name: "ConsentctlTests", dependencies: ["ConsentLedger"]),
+        .testTarget(name: "ConsentctlTests", dependencies: ["ConsentLedger", "ConsentLedgerPostgres"]),
+        // Runs against a real server: make test starts one (scripts/test-postgres.sh) and passes
+        // its URL in CONSENTLEDGER_TEST_POSTGRES_URL. Empty without the PostgreSQL trait.
+        .testTarget(name: "ConsentLedgerPostgresTests", dependencies: [
+            "ConsentLedger",
+            "ConsentLedgerPostgres",
+            .product(name: "PropertyBased", package: "swift-property-based"),
+            .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
+        ]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -2,7 +2,8 @@
 import PackageDescription
 
 // The HTTP service of issue 5: a Hummingbird 2 server that embeds ConsentLedger. Its own
-// package, so the root package builds without NIO.
+// package, so the root package builds without NIO. It enables the root package's PostgreSQL
+// trait: the ledger is a folder by default, or a PostgreSQL schema given by URL.
 let package = Package(
     name: "ConsentService",
     platforms: [.macOS(.v14)],
@@ -10,12 +11,13 @@ let package = Package(
         .executable(name: "consent-service", targets: ["consent-service"]),
     ],
     dependencies: [
-        .package(name: "ConsentLedger", path: "../.."),
+        .package(name: "ConsentLedger", path: "../..", traits: ["PostgreSQL"]),
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.0.0"),
     ],
     targets: [
         .target(name: "ConsentServiceCore", dependencies: [
             .product(name: "ConsentLedger", package: "ConsentLedger"),
+            .product(name: "ConsentLedgerPostgres", package: "ConsentLedger"),
             .product(name: "Hummingbird", package: "hummingbird"),
         ]),
         .executableTarget(name: "consent-service", dependencies: ["ConsentServiceCore"]),

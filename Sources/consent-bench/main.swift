@@ -9,13 +9,20 @@
 //   replay                        decode, hash links and rules for every event (Ledger.loadAll)
 //   verify                        replay plus every signature, on all cores (Ledger.verify)
 //   status / history              `consentctl status|history` for one subject, whole process
+// With `--postgres URL` (a build with the PostgreSQL trait) it measures a PostgreSQL ledger
+// instead: durable appends by one writer process, then by --writers processes at once (one
+// transaction per command, serialised by the ledger's advisory lock), and verify.
 // Beside each it prints the raw libsodium rate of the matching primitive, measured in this run,
 // and the ratio. Nothing is asserted: the numbers are for the reader and the closing note.
 
 import ConsentDomain
 import ConsentLedger
+#if PostgreSQL
+import ConsentLedgerPostgres
+#endif
 import CSodium
 import Dispatch
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -109,9 +116,30 @@ func phaseProofs(dir: String) throws {
     print("RESULT proofs \(size) \(checkpoint) inclusion=\(inclusion) consistency=\(consistency)")
 }
 
+/// A folder, or (with the PostgreSQL trait) a postgres:// URL.
+func store(_ location: String) throws -> any LedgerStore {
+    #if PostgreSQL
+    if PostgresLedgerAddress.isURL(location) { return try PostgresLedgerStore(url: location) }
+    #endif
+    return FileLedgerStore(directory: location)
+}
+
+/// One of several writer processes: `count` durable commands on subjects of its own.
+func phaseWriter(location: String, count: Int, writer: Int) throws {
+    let ledger = try Ledger.open(store: try store(location))
+    try ledger.loadAll()
+    var events = 0
+    let start = now()
+    for k in 0..<count {
+        let c = command(k, subjects: 100)
+        events += try ledger.execute(LedgerCommand(subjectID: "w\(writer)-" + c.subjectID, request: c.request, actor: c.actor)).result.events.count
+    }
+    emit("writer", events, now() - start, "commands=\(count)")
+}
+
 func phaseVerify(dir: String) throws {
     let start = now()
-    let ledger = try Ledger.open(store: FileLedgerStore(directory: dir))
+    let ledger = try Ledger.open(store: try store(dir))
     let report = try ledger.verify()
     emit("verify", report.events, now() - start, "subjects=\(report.subjects)")
 }
@@ -156,8 +184,7 @@ func rawRates(messageSize: Int) -> RawRates {
 }
 
 func parallelVerifyRate(message: [UInt8], signature: [UInt8], publicKey: [UInt8]) -> Double {
-    let cores = Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))
-    let perCore = 20_000
+        let perCore = 20_000
     let start = now()
     DispatchQueue.concurrentPerform(iterations: cores) { _ in
         for _ in 0..<perCore { _ = crypto_sign_verify_detached(signature, message, UInt64(message.count), publicKey) }
@@ -241,6 +268,7 @@ func pad(_ s: String, _ width: Int, right: Bool = false) -> String {
 }
 
 let args = Array(CommandLine.arguments.dropFirst())
+let cores = Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))
 do {
     if args.first == "phase" {
         let dir = args[2]
@@ -250,6 +278,7 @@ do {
         case "replay": try phaseReplay(dir: dir)
         case "verify": try phaseVerify(dir: dir)
         case "proofs": try phaseProofs(dir: dir)
+        case "writer": try phaseWriter(location: dir, count: Int(args[3])!, writer: Int(args[4])!)
         default: printError("unknown phase\n"); exit(64)
         }
         exit(0)
@@ -261,7 +290,49 @@ do {
 
 if args.contains("--help") {
     print("usage: consent-bench [--sizes 100000,1000000] [--subjects 10000] [--batch 1000] [--durable 500] [--dir DIR] [--keep]")
+    print("       consent-bench --postgres URL [--writers 4] [--commands 2000]   (built with the PostgreSQL trait)")
     exit(0)
+}
+
+if let url = option("--postgres", args) {
+    #if PostgreSQL
+    let writers = Int(option("--writers", args) ?? "4") ?? 4
+    let perWriter = Int(option("--commands", args) ?? "2000") ?? 2000
+    let location = url + (url.contains("?") ? "&" : "?") + "schema=bench_\(time(nil))"
+    do {
+        _ = try Ledger.create(store: try store(location), catalog: SeedCatalog.catalog, name: "bench")
+    } catch {
+        printError("consent-bench: \(error)\n")
+        exit(1)
+    }
+    let raw = rawRates(messageSize: 330)
+    print("consent-bench: PostgreSQL ledger \((try? PostgresLedgerAddress(url: location).description) ?? ""), \(writers) writer processes x \(perWriter) commands")
+    print("raw libsodium, one core: sign \(format(raw.sign))/s (the limit of one writer; the ratio below is against it)")
+    let single = measure(["phase", "writer", location, String(perWriter / 4), "99"])
+    print("append, durable, 1 writer:   \(single.events) events in \(format(single.seconds)) s = \(format(single.rate)) events/s, \(format(single.rate / raw.sign * 100))% of raw sign")
+    let runs = Mutex<[ChildRun]>([])
+    let start = now()
+    DispatchQueue.concurrentPerform(iterations: writers) { w in
+        let run = runChild([selfPath(), "phase", "writer", location, String(perWriter), String(w)])
+        runs.withLock { $0.append(run) }
+    }
+    let wall = now() - start
+    let events = runs.withLock { $0 }.reduce(0) { total, run in
+        guard run.status == 0, let line = run.output.split(separator: "\n").first(where: { $0.hasPrefix("RESULT ") }) else {
+            printError("consent-bench: a writer failed (status \(run.status)):\n\(run.output)\n")
+            exit(1)
+        }
+        return total + Int(line.split(separator: " ")[2])!
+    }
+    print("append, durable, \(writers) writers: \(events) events in \(format(wall)) s = \(format(Double(events) / wall)) events/s (\(format(Double(writers * perWriter) / wall)) commands/s), \(format(Double(events) / wall / raw.sign * 100))% of raw sign")
+    let verify = measure(["phase", "verify", location])
+    let expected = 1 + single.events + events
+    print("verify (all, \(cores) cores):  \(verify.events) events in \(format(verify.seconds)) s = \(format(verify.rate)) events/s, \(format(verify.rate / (raw.verify * Double(cores)) * 100))% of \(cores) x raw verify \(format(raw.verify))/s; count \(verify.events == expected ? "exact" : "WRONG: expected \(expected)")")
+    exit(verify.events == expected ? 0 : 1)
+    #else
+    printError("consent-bench: built without the PostgreSQL trait; build with --traits PostgreSQL (make bench-postgres)\n")
+    exit(64)
+    #endif
 }
 let sizes = (option("--sizes", args) ?? "100000,1000000").split(separator: ",").compactMap { Int($0) }
 let subjects = Int(option("--subjects", args) ?? "10000") ?? 10000
@@ -275,7 +346,6 @@ guard base.hasPrefix("/"), base.split(separator: "/").count >= 2, !base.contains
 }
 let keep = args.contains("--keep")
 let consentctl = String(selfPath().dropLast("consent-bench".count)) + "consentctl"
-let cores = Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))
 
 print("consent-bench: \(cores) cores, \(subjects) subjects, batches of \(batch) commands, ledgers under \(base)")
 let raw = rawRates(messageSize: 330)

@@ -27,7 +27,11 @@ struct ConsentCtl: ParsableCommand {
               consentctl export --subject alice --out alice.json
               consentctl verify-export alice.json --key "$(consentctl key show)"
 
-            The ledger folder is --ledger DIR, else $CONSENTCTL_LEDGER, else ./consent-ledger.
+            The ledger is in the folder --ledger DIR, or wherever --store STORE says: a folder or a
+            PostgreSQL URL such as postgres://consentledger@127.0.0.1:5432/consent?schema=clinic_a
+            (one ledger per schema). Without either: $CONSENTCTL_STORE, $CONSENTCTL_LEDGER, then
+            ./consent-ledger. Every command works the same on both stores; 'consentctl migrate'
+            copies a ledger between them.
 
             EXIT CODES
               0   success (including a request that changes nothing, such as giving a given consent)
@@ -40,24 +44,42 @@ struct ConsentCtl: ParsableCommand {
               73  a ledger (or other files) already exists where init would create one
             """,
         version: "0.1.0",
-        subcommands: [Init.self, CatalogCommand.self, Give.self, Revoke.self, Status.self, History.self, Report.self, Verify.self, CheckpointCommand.self, KeyCommand.self, Export.self, VerifyExport.self, ProveConsistency.self, VerifyConsistency.self]
+        subcommands: [Init.self, CatalogCommand.self, Give.self, Revoke.self, Status.self, History.self, Report.self, Verify.self, CheckpointCommand.self, KeyCommand.self, Export.self, VerifyExport.self, ProveConsistency.self, VerifyConsistency.self, Apply.self, Migrate.self]
     )
 
     @Option(name: .long, help: ArgumentHelp("The ledger folder.", valueName: "DIR"))
     var ledger: String?
 
-    /// The ledger folder: --ledger, then $CONSENTCTL_LEDGER, then ./consent-ledger.
-    var ledgerDirectory: String {
-        if let ledger, !ledger.isEmpty { return ledger }
-        if let env = getenv("CONSENTCTL_LEDGER"), let value = String(validatingCString: env), !value.isEmpty { return value }
+    @Option(name: .long, help: ArgumentHelp(
+        "Where the ledger lives: a folder, or postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?schema=NAME&sslmode=MODE] (PostgreSQL needs a consentctl built with the PostgreSQL trait).",
+        valueName: "STORE"))
+    var store: String?
+
+    func validate() throws {
+        if ledger != nil && store != nil { throw ValidationError("give --ledger DIR or --store STORE, not both") }
+    }
+
+    /// Where the ledger lives: --store or --ledger, then $CONSENTCTL_STORE or $CONSENTCTL_LEDGER,
+    /// then ./consent-ledger.
+    var storeSpec: String {
+        for value in [store, ledger, environment("CONSENTCTL_STORE"), environment("CONSENTCTL_LEDGER")] {
+            if let value, !value.isEmpty { return value }
+        }
         return "consent-ledger"
     }
 
-    var store: FileLedgerStore { FileLedgerStore(directory: absolute(ledgerDirectory)) }
+    /// The ledger folder, when the ledger is in one (outputs must not be written into it).
+    var ledgerDirectory: String? { StoreSelection.isURL(storeSpec) ? nil : StoreSelection.folder(storeSpec) }
+
+    func ledgerStore() throws -> any LedgerStore { try StoreSelection.store(storeSpec) }
 
     func openLedger() throws -> Ledger {
-        try Ledger.open(store: store)
+        try Ledger.open(store: try ledgerStore())
     }
+}
+
+func environment(_ name: String) -> String? {
+    getenv(name).flatMap { String(validatingCString: $0) }
 }
 
 /// Makes a relative path absolute, so messages name the folder unambiguously.
@@ -135,10 +157,10 @@ func printJSON(_ value: JSONValue) {
     print(String(decoding: CanonicalJSON.serialize(value), as: UTF8.self))
 }
 
-func warnAboutTornTail(_ torn: TornTail?, removed: Bool, store: FileLedgerStore) {
+func warnAboutTornTail(_ torn: TornTail?, removed: Bool, store: String) {
     guard let torn else { return }
     if removed {
-        printError("recovered: removed a torn tail left by a crash, \(torn); its bytes are kept in \(store.directory)/recovered/")
+        printError("recovered: removed a torn tail left by a crash, \(torn); its bytes are kept in \(store)/recovered/")
     } else {
         printError("warning: ignoring a torn tail left by a crash, \(torn); the next write removes it")
     }
@@ -154,7 +176,8 @@ func parseTime(_ text: String, option: String) throws -> Timestamp {
 
 /// Refuses an output path inside the ledger folder: a report or export written there could
 /// replace the log, the head or a key.
-func checkOutputPath(_ path: String, ledger: String) throws {
+func checkOutputPath(_ path: String, ledger: String?) throws {
+    guard let ledger else { return }
     func resolved(_ p: String) -> String {
         guard let r = realpath(p, nil) else { return p }
         defer { free(r) }

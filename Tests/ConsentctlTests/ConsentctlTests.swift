@@ -319,4 +319,63 @@ import Testing
         #expect(last["type"] as? String == "re-consent" && last["renews"] as? Int == 1 && last["version"] as? String == "2.0")
         #expect(try Self.run(["verify"], ledger: ledger).status == 0)
     }
+
+    @Test func applyChecksEveryLineFirstThenAcknowledgesEachCommand() throws {
+        let dir = Self.temporaryFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ledger = dir + "/ledger"
+        #expect(try Self.run(["init"], ledger: ledger).status == 0)
+        let before = Self.snapshot(ledger)
+        let bad: [(String, String)] = [
+            (#"{"subject":"a","feature":"timeline","give":["required"]}"# + "\n{oops", "line 2: not JSON"),
+            (#"{"subject":"a","feature":"diary","give":["required"]}"#, "unknown feature 'diary'"),
+            (#"{"subject":"a","feature":"timeline","give":["optional-z"]}"#, "no consent 'optional-z'"),
+            (#"{"subject":"a","feature":"timeline","give":["required"],"revoke":"required"}"#, "exactly one of"),
+            (#"{"subject":"a","feature":"timeline","give":["required"],"colour":1}"#, "unknown member"),
+            (#"["subject"]"#, "not a JSON object"),
+            ("\n\n", "holds no commands"),
+        ]
+        for (content, problem) in bad {
+            try content.write(toFile: dir + "/commands.jsonl", atomically: true, encoding: .utf8)
+            let run = try Self.run(["apply", dir + "/commands.jsonl"], ledger: ledger)
+            #expect(run.status == 64 && run.stderr.contains(problem), "\(problem): \(run.stderr)")
+            #expect(Self.snapshot(ledger) == before, "a bad file appends nothing: \(problem)")
+        }
+        // A refused command stops the run; those before it stay, as their acknowledgements say.
+        try """
+            {"subject":"a","feature":"timeline","give":["required","optional-a"]}
+
+            {"subject":"b","feature":"timeline","give":["optional-b"]}
+            {"subject":"a","feature":"timeline","revoke":"required"}
+            """.write(toFile: dir + "/commands.jsonl", atomically: true, encoding: .utf8)
+        let partial = try Self.run(["apply", dir + "/commands.jsonl"], ledger: ledger)
+        #expect(partial.status == 1)
+        #expect(partial.stdout.split(separator: "\n").first == #"{"events":[1,2],"line":1,"ok":true}"#)
+        #expect(partial.stdout.contains(#""ok":false"#))
+        #expect(try Self.json(try Self.run(["verify", "--json"], ledger: ledger).stdout)["events"] as? Int == 3)
+        // --atomic: all or nothing.
+        let atomic = try Self.run(["apply", "--atomic", dir + "/commands.jsonl"], ledger: ledger)
+        #expect(atomic.status == 1 && atomic.stdout.contains(#""ok":false"#) && !atomic.stdout.contains(#""ok":true"#))
+        #expect(try Self.json(try Self.run(["verify", "--json"], ledger: ledger).stdout)["events"] as? Int == 3)
+    }
+
+    @Test func migrateCopiesAFolderByteForByte() throws {
+        let dir = Self.temporaryFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ledger = dir + "/ledger"
+        #expect(try Self.run(["init"], ledger: ledger).status == 0)
+        #expect(try Self.run(["give", "--subject", "alice", "--feature", "timeline", "--consent", "required"], ledger: ledger).status == 0)
+        let checkpoint = try Self.run(["checkpoint"], ledger: ledger).stdout
+        let migrated = try Self.run(["migrate", "--to", dir + "/copy"], ledger: ledger)
+        #expect(migrated.status == 0 && migrated.stdout.contains("verified equal in both"))
+        #expect(try Self.run(["checkpoint"], ledger: dir + "/copy").stdout == checkpoint)
+        var original = Self.snapshot(ledger), copy = Self.snapshot(dir + "/copy")
+        original.removeValue(forKey: "recovered")
+        copy.removeValue(forKey: "recovered")
+        #expect(original == copy)
+        #expect(try Self.run(["migrate", "--to", dir + "/copy"], ledger: ledger).status == 73)
+        #expect(try Self.run(["migrate", "--to", ledger], ledger: ledger).status == 64)
+        let noPostgres = try Self.run(["migrate", "--to", "mysql://x@y/z"], ledger: ledger)
+        #expect(noPostgres.status == 64 && noPostgres.stderr.contains("neither a folder nor a postgres:// URL"))
+    }
 }

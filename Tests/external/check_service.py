@@ -3,7 +3,9 @@
 against Spec/openapi.yaml: the status must be one the operation declares, and the JSON body must
 validate against the declared schema (JSON Schema 2020-12, as OpenAPI 3.1 uses).
 
-Usage: check_service.py PATH/TO/consent-service. Ends with 'N passed, M failed'.
+Usage: check_service.py PATH/TO/consent-service [STORE]. STORE is where the service keeps the
+ledger: a new folder by default, or a postgres:// URL naming an unused schema (make test runs
+both). Ends with 'N passed, M failed'.
 """
 import json
 import os
@@ -74,9 +76,11 @@ def free_port():
 
 binary = os.path.abspath(sys.argv[1])
 work = tempfile.mkdtemp(prefix="consent-service-check-")
+store = sys.argv[2] if len(sys.argv) > 2 else os.path.join(work, "ledger")
+print("== service on %s" % ("PostgreSQL" if store.startswith("postgres") else "the file store"))
 port = free_port()
 key = os.path.join(work, "token.key")
-server = subprocess.Popen([binary, "serve", "--ledger", os.path.join(work, "ledger"), "--port", str(port), "--token-key", key],
+server = subprocess.Popen([binary, "serve", "--store", store, "--port", str(port), "--token-key", key],
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 base = "http://127.0.0.1:%d" % port
 try:

@@ -44,7 +44,7 @@ public enum ConsentError: Error, Hashable, Sendable, CustomStringConvertible {
 /// Every method is `async` and runs the ledger's blocking file work off the caller's executor;
 /// every call that changes consents answers with the subject's updated consents. One manager
 /// may be shared by any number of tasks; writes are serialised by the ledger's lock, also
-/// against other processes using the same folder.
+/// against other processes using the same folder or PostgreSQL schema.
 ///
 /// ```swift
 /// let consents = try await ConsentManager.open(directory: "/var/lib/consents")
@@ -62,14 +62,23 @@ public final class ConsentManager: Sendable {
 
     /// Opens the ledger in a folder (the embedded file store).
     public static func open(directory: String) async throws(ConsentError) -> ConsentManager {
-        let store = FileLedgerStore(directory: directory)
+        try await open(store: FileLedgerStore(directory: directory))
+    }
+
+    /// Opens the ledger in any store, for example a `PostgresLedgerStore` from the
+    /// ConsentLedgerPostgres library.
+    public static func open(store: any LedgerStore) async throws(ConsentError) -> ConsentManager {
         let ledger = try await run(on: DispatchQueue.global()) { try Ledger.open(store: store) }
         return ConsentManager(ledger: ledger)
     }
 
     /// Creates a ledger in a new folder with a catalogue (the seed's by default).
     public static func create(directory: String, catalog: Catalog = SeedCatalog.catalog, name: String) async throws(ConsentError) -> ConsentManager {
-        let store = FileLedgerStore(directory: directory)
+        try await create(store: FileLedgerStore(directory: directory), catalog: catalog, name: name)
+    }
+
+    /// Creates a ledger in any store that holds none yet.
+    public static func create(store: any LedgerStore, catalog: Catalog = SeedCatalog.catalog, name: String) async throws(ConsentError) -> ConsentManager {
         let ledger = try await run(on: DispatchQueue.global()) { try Ledger.create(store: store, catalog: catalog, name: name) }
         return ConsentManager(ledger: ledger)
     }

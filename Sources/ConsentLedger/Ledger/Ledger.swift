@@ -88,6 +88,7 @@ public final class Ledger: Sendable {
     let random: RandomSource
     private let memory: Mutex<Memory>
     private let lastWarning = Mutex<String?>(nil)
+    private let lastRecordedCheckpoint = Mutex<Int64?>(nil)
 
     private struct Memory: Sendable {
         var salts: [SubjectID: [UInt8]]?
@@ -229,7 +230,7 @@ public final class Ledger: Sendable {
             try Self.validateText(command.actor, what: "actor", maxBytes: 128)
         }
         let signer = try signingKey()
-        return try store.withLock(exclusive: true) {
+        return try writing {
             let log = try store.logState()
             try checkHead(log)
             try updateDerived(log)
@@ -319,6 +320,35 @@ public final class Ledger: Sendable {
         lastWarning.withLock { w in
             defer { w = nil }
             return w
+        }
+    }
+
+    /// Runs a write under the exclusive lock. When it fails, the store may have rolled back what
+    /// the body already did (a PostgreSQL transaction does), so everything remembered about the
+    /// log, salts included, is dropped and read again next time.
+    func writing<T>(_ body: () throws -> T) throws -> T {
+        do {
+            return try store.withLock(exclusive: true, body)
+        } catch {
+            memory.withLock { m in
+                m.salts = nil
+                m.replay = nil
+                m.cursor = nil
+                m.head = nil
+            }
+            throw error
+        }
+    }
+
+    /// Records an issued checkpoint in the store, once per tree size. A checkpoint that cannot
+    /// be recorded (a read-only copy of a ledger) is still valid: the failure is a warning.
+    func recordIssued(_ checkpoint: IssuedCheckpoint) {
+        guard lastRecordedCheckpoint.withLock({ $0 }) != checkpoint.size else { return }
+        do {
+            try store.withLock(exclusive: true) { try store.recordCheckpoint(checkpoint) }
+            lastRecordedCheckpoint.withLock { $0 = checkpoint.size }
+        } catch {
+            lastWarning.withLock { $0 = "the checkpoint of size \(checkpoint.size) is valid, but recording it in the store failed: \(error)" }
         }
     }
 

@@ -119,10 +119,17 @@ extension Ledger {
     /// The current signed checkpoint: a C2SP `tlog-checkpoint` signed as a `signed-note`.
     public func signedCheckpoint() throws -> (checkpoint: Checkpoint, note: String) {
         let signer = try signingKey()
-        return try withCurrentDerived { log in
+        let issued = try withCurrentDerived { log in
             let checkpoint = try checkpoint(size: Int64(log.end.lines))
             return (checkpoint, SignedNote.sign(checkpoint.text, key: try verifierKey, signer: signer))
         }
+        recordIssued(IssuedCheckpoint(size: issued.0.size, note: issued.1))
+        return issued
+    }
+
+    /// The signed checkpoints this ledger issued and recorded, oldest first.
+    public func issuedCheckpoints() throws -> [IssuedCheckpoint] {
+        try store.withLock(exclusive: false) { try store.readCheckpoints() }
     }
 
     /// The inclusion proof of record `seq` in the tree of `size` records.
@@ -316,7 +323,7 @@ extension Ledger {
     public func publish(_ newCatalog: Catalog, actor: String = "consentctl") throws -> LedgerEvent {
         try Self.validateText(actor, what: "actor", maxBytes: 128)
         let signer = try signingKey()
-        return try store.withLock(exclusive: true) {
+        return try writing {
             let log = try store.logState()
             try checkHead(log)
             try updateDerived(log)

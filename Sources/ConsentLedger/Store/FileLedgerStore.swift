@@ -18,6 +18,7 @@ import ConsentDomain
 /// DIR/lines.idx       derived: per event, 32 bytes: offset (u64 LE), length (u32 LE), 4 zero
 ///                     bytes, subject reference (16 bytes)
 /// DIR/tree.hashes     derived: the Merkle tree's stored hashes, 32 bytes each, in tlog order
+/// DIR/checkpoints.jsonl  signed checkpoints the ledger issued, one {"note":…,"size":…} per line
 /// DIR/recovered/      torn tails removed after a crash, kept for inspection
 /// ```
 public struct FileLedgerStore: LedgerStore {
@@ -40,6 +41,7 @@ public struct FileLedgerStore: LedgerStore {
     var lockPath: String { directory + "/lock" }
     var indexPath: String { directory + "/lines.idx" }
     var treePath: String { directory + "/tree.hashes" }
+    var checkpointsPath: String { directory + "/checkpoints.jsonl" }
 
     // MARK: - Creating
 
@@ -561,21 +563,61 @@ public struct FileLedgerStore: LedgerStore {
 
     public func saveSubjectSalts(_ salts: [(subjectID: SubjectID, salt: [UInt8])]) throws {
         guard !salts.isEmpty else { return }
-        let file = try PosixFile(path: subjectsPath, flags: O_RDWR)
-        var size = try file.size()
-        if size > 0, try file.read(at: size - 1, count: 1) != [Self.newline] {
-            // Drop a partial line left by a crash before appending after it.
-            let bytes = try file.readAll()
-            let keep = bytes.lastIndex(of: Self.newline).map { $0 + 1 } ?? 0
-            try file.truncate(to: UInt64(keep))
-            size = UInt64(keep)
-        }
         var lines: [UInt8] = []
         for (id, salt) in salts {
             CanonicalJSON.serialize(.object(["id": .string(id.text), "salt": .string(Hex.encode(salt))]), into: &lines)
             lines.append(Self.newline)
         }
+        _ = try appendLines(lines, to: subjectsPath, create: false)
+    }
+
+    /// Appends complete lines to a line file and syncs it, first cutting off a partial line that
+    /// a crash left (it was never acknowledged). Returns the offset the lines were written at.
+    private func appendLines(_ lines: [UInt8], to path: String, create: Bool) throws -> UInt64 {
+        let file = try PosixFile(path: path, flags: create ? O_RDWR | O_CREAT : O_RDWR)
+        var size = try file.size()
+        if size > 0, try file.read(at: size - 1, count: 1) != [Self.newline] {
+            let bytes = try file.readAll()
+            let keep = bytes.lastIndex(of: Self.newline).map { $0 + 1 } ?? 0
+            try file.truncate(to: UInt64(keep))
+            size = UInt64(keep)
+        }
         try file.write(lines, at: size)
         try file.sync()
+        return size
+    }
+
+    // MARK: - Issued checkpoints
+
+    public func recordCheckpoint(_ checkpoint: IssuedCheckpoint) throws {
+        try requireLedger()
+        if try readCheckpoints().contains(where: { $0.size == checkpoint.size }) { return }
+        var line: [UInt8] = []
+        CanonicalJSON.serialize(.object(["note": .string(checkpoint.note), "size": .int(checkpoint.size)]), into: &line)
+        line.append(Self.newline)
+        // The file may be new: sync the folder so that its name is durable too.
+        if try appendLines(line, to: checkpointsPath, create: true) == 0 { try PosixFile.syncDirectory(directory) }
+    }
+
+    public func readCheckpoints() throws -> [IssuedCheckpoint] {
+        try requireLedger()
+        let bytes: [UInt8]
+        do {
+            bytes = try PosixFile(path: checkpointsPath, flags: O_RDONLY).readAll()
+        } catch LedgerError.notFound {
+            return []
+        }
+        var checkpoints: [IssuedCheckpoint] = []
+        var lineNumber = 0
+        for line in bytes.split(separator: Self.newline, omittingEmptySubsequences: false).dropLast() {
+            lineNumber += 1
+            guard case .object(let members)? = try? CanonicalJSON.parse(Array(line), canonical: true), members.count == 2,
+                case .string(let note)? = members["note"], case .int(let size)? = members["size"], size >= 0
+            else {
+                throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "\(checkpointsPath) line \(lineNumber) is not {\"note\":…,\"size\":…}"))
+            }
+            checkpoints.append(IssuedCheckpoint(size: size, note: note))
+        }
+        return checkpoints
     }
 }

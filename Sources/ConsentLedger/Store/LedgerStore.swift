@@ -141,6 +141,24 @@ public struct LogState: Sendable {
     /// The head recorded after the last acknowledged append.
     public let recordedHead: ChainHead
     public let torn: TornTail?
+
+    public init(end: LogCursor, last: EventRecord, recordedHead: ChainHead, torn: TornTail?) {
+        self.end = end
+        self.last = last
+        self.recordedHead = recordedHead
+        self.torn = torn
+    }
+}
+
+/// A signed checkpoint the ledger issued: the tree size it covers and the C2SP signed note.
+public struct IssuedCheckpoint: Hashable, Sendable {
+    public let size: Int64
+    public let note: String
+
+    public init(size: Int64, note: String) {
+        self.size = size
+        self.note = note
+    }
 }
 
 /// Where events are kept. A store translates between bytes and events and keeps them durable;
@@ -212,4 +230,12 @@ public protocol LedgerStore: Sendable {
     /// Durably records new subjects' salts, in one write and one sync. Call with the exclusive
     /// lock held, before appending the subjects' first events.
     func saveSubjectSalts(_ salts: [(subjectID: SubjectID, salt: [UInt8])]) throws
+
+    // MARK: Issued checkpoints
+
+    /// Records a checkpoint the ledger signed, unless one of the same size is already recorded
+    /// (signatures are deterministic, so it is the same note). Call with the exclusive lock held.
+    func recordCheckpoint(_ checkpoint: IssuedCheckpoint) throws
+    /// Every recorded checkpoint, oldest first.
+    func readCheckpoints() throws -> [IssuedCheckpoint]
 }

@@ -1,11 +1,15 @@
 // consent-service: the ledger behind a JSON API.
 //
-//   consent-service serve [--ledger DIR] [--port 8080] [--token-key FILE]
+//   consent-service serve [--store DIR|postgres://…] [--port 8080] [--token-key FILE]
 //   consent-service token (--subject ID | --auditor NAME) [--ttl SECONDS] [--token-key FILE]
 //
-// The ledger folder is created with the seed catalogue if it does not exist. The token key
-// (an Ed25519 seed, hex) is created with mode 0600 if missing.
+// Storage comes from configuration: --store (or --ledger DIR), else $CONSENT_SERVICE_STORE,
+// else the folder ./consent-ledger. A postgres:// URL puts the ledger in a PostgreSQL schema
+// (see consentctl --help); several instances may serve one schema and still keep one chain.
+// A missing ledger is created with the seed catalogue. The token key (an Ed25519 seed, hex) is
+// created with mode 0600 if missing.
 import ConsentLedger
+import ConsentLedgerPostgres
 import ConsentServiceCore
 import Hummingbird
 
@@ -41,18 +45,26 @@ case "token":
     if let s = option("--subject") { principal = .subject(s) } else if let a = option("--auditor") { principal = .auditor(a) } else { fail("token needs --subject ID or --auditor NAME") }
     print(AccessTokens(signer: tokenKey()).issue(for: principal, expires: Int64(time(nil)) + ttl))
 case "serve":
-    let folder = option("--ledger") ?? "consent-ledger"
-    let port = Int(option("--port") ?? "8080") ?? 8080
-    let consents: ConsentManager
+    let configured = option("--store") ?? option("--ledger") ?? getenv("CONSENT_SERVICE_STORE").flatMap { String(validatingCString: $0) }
+    let storeSpec = configured.flatMap { $0.isEmpty ? nil : $0 } ?? "consent-ledger"
+    guard let port = Int(option("--port") ?? "8080"), (1...65535).contains(port) else { fail("--port must be a number from 1 to 65535") }
+    let store: any LedgerStore
     do {
-        consents = try await ConsentManager.open(directory: folder)
-    } catch .notFound {
-        do { consents = try await ConsentManager.create(directory: folder, name: "consent-service.local/ledger") } catch { fail("\(error)") }
+        store = PostgresLedgerAddress.isURL(storeSpec) ? try PostgresLedgerStore(url: storeSpec) : FileLedgerStore(directory: storeSpec)
     } catch {
         fail("\(error)")
     }
+    let consents: ConsentManager
+    do {
+        consents = try await ConsentManager.open(store: store)
+    } catch .notFound {
+        do { consents = try await ConsentManager.create(store: store, name: "consent-service.local/ledger") } catch { fail("\(error)") }
+    } catch {
+        fail("\(error)")
+    }
+    print("consent-service: ledger at \(store.location), listening on 127.0.0.1:\(port)")
     try consents.ledger.loadAll()
     try await makeApplication(consents: consents, tokens: AccessTokens(signer: tokenKey()), port: port).runService()
 default:
-    fail("usage: consent-service serve [--ledger DIR] [--port N] [--token-key FILE] | token (--subject ID | --auditor NAME) [--ttl S] [--token-key FILE]")
+    fail("usage: consent-service serve [--store DIR|postgres://USER@HOST:PORT/DB?schema=NAME] [--port N] [--token-key FILE] | token (--subject ID | --auditor NAME) [--ttl S] [--token-key FILE]")
 }

@@ -1,0 +1,90 @@
+#if PostgreSQL
+import ConsentLedger
+import PostgresNIO
+
+/// The tables of a PostgreSQL ledger, created and upgraded by numbered migrations.
+///
+/// Each ledger has a schema of its own. `schema_migrations` lists the migrations applied; a
+/// migration runs in the transaction that holds the ledger's advisory lock, so two processes
+/// never apply one twice, and a database migrated by a newer version is refused, not guessed at.
+///
+/// Version 1:
+///
+/// | table          | what it holds                                                                    |
+/// |----------------|----------------------------------------------------------------------------------|
+/// | `ledger`       | one row: the catalogue's canonical bytes and the Ed25519 public key             |
+/// | `signing_key`  | one row: the Ed25519 seed (grant it to the writers' role only)                  |
+/// | `events`       | the log: one row per line (`seq` = position, `byte_offset` as in ledger.jsonl)  |
+/// | `head`         | one row: seq and hash of the newest acknowledged event                          |
+/// | `line_index`   | derived: per event, offset, length and subject reference (as lines.idx)        |
+/// | `tree_hashes`  | derived: the Merkle tree's stored hashes in tlog order (as tree.hashes)         |
+/// | `subjects`     | subject id → pseudonym salt (the only personal data)                            |
+/// | `checkpoints`  | signed checkpoints the ledger issued, by tree size                              |
+///
+/// `events` refuses UPDATE, DELETE and TRUNCATE with a trigger: the log is append-only in the
+/// database too, not only in this code.
+enum PostgresSchema {
+    struct Migration: Sendable {
+        let version: Int
+        let description: String
+        let statements: @Sendable (String) -> [String]
+    }
+
+    static let migrations: [Migration] = [
+        Migration(version: 1, description: "events, head, line index, tree hashes, subjects, checkpoints") { s in
+            [
+                "CREATE TABLE \(s).ledger (only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row), catalog bytea NOT NULL, public_key bytea NOT NULL CHECK (octet_length(public_key) = 32), created_at timestamptz NOT NULL DEFAULT now())",
+                "CREATE TABLE \(s).signing_key (only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row), seed bytea NOT NULL CHECK (octet_length(seed) = 32))",
+                "CREATE TABLE \(s).events (seq bigint PRIMARY KEY CHECK (seq >= 0), byte_offset bigint NOT NULL UNIQUE CHECK (byte_offset >= 0), line bytea NOT NULL)",
+                "CREATE TABLE \(s).head (only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row), seq bigint NOT NULL, hash bytea NOT NULL CHECK (octet_length(hash) = 32))",
+                "CREATE TABLE \(s).line_index (seq bigint PRIMARY KEY, byte_offset bigint NOT NULL, length integer NOT NULL, subject bytea NOT NULL CHECK (octet_length(subject) = 16))",
+                "CREATE INDEX line_index_by_subject ON \(s).line_index (subject, seq)",
+                "CREATE TABLE \(s).tree_hashes (idx bigint PRIMARY KEY, hash bytea NOT NULL CHECK (octet_length(hash) = 32))",
+                "CREATE TABLE \(s).subjects (subject_id bytea PRIMARY KEY, salt bytea NOT NULL CHECK (octet_length(salt) = 16))",
+                "CREATE TABLE \(s).checkpoints (size bigint PRIMARY KEY, note text NOT NULL, recorded_at timestamptz NOT NULL DEFAULT now())",
+                """
+                CREATE FUNCTION \(s).refuse_event_change() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN RAISE EXCEPTION 'the ledger''s events are append-only: % refused', TG_OP; END $$
+                """,
+                "CREATE TRIGGER events_append_only BEFORE UPDATE OR DELETE OR TRUNCATE ON \(s).events FOR EACH STATEMENT EXECUTE FUNCTION \(s).refuse_event_change()",
+            ]
+        },
+    ]
+
+    static var latestVersion: Int { migrations.last!.version }
+
+    /// The version the schema is at: nil when there is no ledger schema at all.
+    static func version(_ session: PostgresSession, schema: String) throws -> Int? {
+        let exists = try session.query(
+            "SELECT 1 FROM information_schema.tables WHERE table_schema = $1 AND table_name = 'schema_migrations'", PostgresBindings(schema))
+        guard exists.count > 0 else { return nil }
+        let rows = try session.query("SELECT coalesce(max(version), 0)::bigint FROM \(schema).schema_migrations")
+        return Int(try rows.first!.decode(Int64.self))
+    }
+
+    /// Brings the schema up to ``latestVersion``, creating it when `create` is set. Run inside a
+    /// transaction holding the ledger's advisory lock.
+    static func migrate(_ session: PostgresSession, schema: String, create: Bool) throws {
+        let current: Int
+        if let version = try version(session, schema: schema) {
+            current = version
+        } else {
+            guard create else {
+                throw LedgerError.notFound("no ledger at \(session.address) (run 'consentctl init --store \(session.address)' to create one)")
+            }
+            try session.query("CREATE SCHEMA IF NOT EXISTS \(schema)")
+            try session.query("CREATE TABLE \(schema).schema_migrations (version integer PRIMARY KEY, description text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())")
+            current = 0
+        }
+        guard current <= latestVersion else {
+            throw LedgerError.storage("the ledger at \(session.address) has schema version \(current); this consentctl knows versions up to \(latestVersion): upgrade consentctl")
+        }
+        for migration in migrations where migration.version > current {
+            for statement in migration.statements(schema) { try session.query(statement) }
+            try session.query(
+                "INSERT INTO \(schema).schema_migrations (version, description) VALUES ($1, $2)",
+                PostgresBindings(Int64(migration.version), migration.description))
+        }
+    }
+}
+#endif

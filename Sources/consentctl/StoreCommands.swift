@@ -1,0 +1,189 @@
+import ArgumentParser
+import ConsentDomain
+import ConsentLedger
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+// MARK: - migrate
+
+struct Migrate: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Copy the ledger into another store: a folder into PostgreSQL, or back.",
+        discussion: """
+            Copies every line byte for byte (so the same signatures, hash chain and Merkle root),
+            the catalogue, the key pair, the subject salts and the issued checkpoints. Nothing is
+            re-signed. The source is verified first and only read; the copy is then verified, and
+            its head, tree root and checkpoints compared with the source's. The target must hold
+            no ledger. If the copy is interrupted, delete the target (the folder, or the schema
+            with DROP SCHEMA NAME CASCADE) and run it again.
+
+            Examples:
+              consentctl --ledger ./consent-ledger migrate --to postgres://consentledger@127.0.0.1:5432/consent
+              consentctl --store postgres://consentledger@127.0.0.1:5432/consent migrate --to ./ledger-copy
+            """
+    )
+
+    @ParentCommand var root: ConsentCtl
+
+    @Option(help: ArgumentHelp("The store to copy into: a new folder or a postgres:// URL.", valueName: "STORE"))
+    var to: String
+
+    @Flag(help: "Print JSON.")
+    var json = false
+
+    func run() throws {
+        try reporting(json: json) {
+            let source = try root.ledgerStore()
+            let target = try StoreSelection.store(to)
+            guard source.location != target.location else {
+                throw LedgerError.invalidRequest("the source and the target are the same store (\(source.location))")
+            }
+            let report = try LedgerCopy.copy(from: source, to: target)
+            if json {
+                printJSON(.object([
+                    "ok": .bool(true), "from": .string(source.location), "to": .string(target.location),
+                    "events": .int(Int64(report.events)), "subjects": .int(Int64(report.subjects)), "checkpoints": .int(Int64(report.checkpoints)),
+                    "headSeq": .int(Int64(report.head.seq)), "headHash": .string(report.head.hash.hex), "root": .string(report.root.hex),
+                ]))
+            } else {
+                print("Copied \(report.events) events, \(report.subjects) subjects and \(report.checkpoints) checkpoint(s)")
+                print("  from \(source.location)")
+                print("  to   \(target.location)")
+                print("  head: seq \(report.head.seq) \(report.head.hash.hex)")
+                print("  tree root: \(report.root.hex) (verified equal in both)")
+            }
+        }
+    }
+}
+
+// MARK: - apply
+
+struct Apply: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Give and revoke consents from a file of commands, one JSON object per line.",
+        discussion: """
+            Each line of FILE ('-' for standard input) is one command:
+              {"subject":"alice","feature":"medication-management","give":["required","optional-a"]}
+              {"subject":"alice","feature":"timeline","revoke":"required","actor":"dr-house"}
+            ("actor" defaults to "self"). Blank lines are skipped.
+
+            Every line is checked first (JSON, members, feature and consent names): a bad line
+            stops the run before anything is appended, with exit 64 and the line number. Then
+            each command is appended and made durable on its own, and acknowledged with one line:
+              {"events":[12,13],"line":1,"ok":true}
+            A command the rules refuse ends the run with exit 1; the commands before it stay
+            appended, as their acknowledgements say. With --atomic all commands are checked
+            together and appended in one write and one sync: all of them or none.
+            """
+    )
+
+    @ParentCommand var root: ConsentCtl
+
+    @Argument(help: ArgumentHelp("The commands file, or - for standard input.", valueName: "FILE"))
+    var file: String
+
+    @Flag(help: "Append all commands in one atomic write, or none of them.")
+    var atomic = false
+
+    func run() throws {
+        try reporting(json: true) {
+            let bytes: [UInt8]
+            do {
+                bytes = file == "-" ? readStandardInput() : try LocalFile.read(file, limit: 256 << 20)
+            } catch {
+                throw LedgerError.invalidRequest("cannot read \(file): \(error)")
+            }
+            let ledger = try root.openLedger()
+            let commands = try Self.parse(bytes, catalog: ledger.catalog, file: file == "-" ? "standard input" : file)
+            if atomic {
+                let report = try ledger.execute(commands.map(\.command))
+                for (entry, result) in zip(commands, report.results) { acknowledge(entry.line, result) }
+                if let warning = report.warning { printError("warning: " + warning) }
+                return
+            }
+            // Keep the replay in memory: each command then reads only what other writers
+            // appended since the previous one, not its subject's whole history.
+            if commands.count > 1 { _ = try ledger.loadAll() }
+            for entry in commands {
+                let (result, _) = try ledger.execute(entry.command)
+                acknowledge(entry.line, result)
+                if let warning = ledger.takeWarning() { printError("warning: " + warning) }
+            }
+        }
+    }
+
+    private func acknowledge(_ line: Int, _ result: CommandResult) {
+        printJSON(.object(["line": .int(Int64(line)), "ok": .bool(true), "events": .array(result.events.map { .int(Int64($0.seq)) })]))
+    }
+
+    /// Parses and checks every line before anything is appended.
+    static func parse(_ bytes: [UInt8], catalog: Catalog, file: String) throws -> [(line: Int, command: LedgerCommand)] {
+        var commands: [(line: Int, command: LedgerCommand)] = []
+        for (index, raw) in bytes.split(separator: 0x0A, omittingEmptySubsequences: false).enumerated() {
+            let number = index + 1
+            func bad(_ problem: String) -> LedgerError { .invalidRequest("\(file) line \(number): \(problem); nothing was appended") }
+            let line = raw.last == 0x0D ? raw.dropLast() : raw
+            if line.allSatisfy({ $0 == 0x20 || $0 == 0x09 }) { continue }
+            let value: JSONValue
+            do {
+                value = try CanonicalJSON.parse(Array(line), canonical: false)
+            } catch {
+                throw bad("not JSON: \(error)")
+            }
+            guard case .object(let members) = value else { throw bad("not a JSON object") }
+            if let unknown = members.keys.sorted().first(where: { !["subject", "feature", "give", "revoke", "actor"].contains($0) }) {
+                throw bad("unknown member \"\(unknown)\" (known: subject, feature, give, revoke, actor)")
+            }
+            guard case .string(let subject)? = members["subject"] else { throw bad("\"subject\" must be a string") }
+            guard case .string(let featureName)? = members["feature"] else { throw bad("\"feature\" must be a string") }
+            guard let feature = catalog.feature(named: featureName) else {
+                throw bad("unknown feature '\(featureName)' (known: \(catalog.features.map(\.key).joined(separator: ", ")))")
+            }
+            var actor = "self"
+            if let given = members["actor"] {
+                guard case .string(let a) = given else { throw bad("\"actor\" must be a string") }
+                actor = a
+            }
+            func checkConsent(_ code: String) throws {
+                guard feature.consent(code: code) != nil else {
+                    throw bad("feature '\(feature.key)' has no consent '\(code)' (it has: \(feature.consents.map(\.code).joined(separator: ", ")))")
+                }
+            }
+            let request: ConsentRequest
+            switch (members["give"], members["revoke"]) {
+            case (.array(let items)?, nil):
+                var codes: [String] = []
+                for item in items {
+                    guard case .string(let code) = item else { throw bad("\"give\" must be a list of consent codes") }
+                    try checkConsent(code)
+                    codes.append(code)
+                }
+                guard !codes.isEmpty else { throw bad("\"give\" names no consent") }
+                request = .give(feature: featureName, consents: codes)
+            case (nil, .string(let code)?):
+                try checkConsent(code)
+                request = .revoke(feature: featureName, consent: code)
+            default:
+                throw bad("give exactly one of \"give\": [consent codes] or \"revoke\": consent code")
+            }
+            commands.append((number, LedgerCommand(subjectID: subject, request: request, actor: actor)))
+        }
+        guard !commands.isEmpty else { throw LedgerError.invalidRequest("\(file) holds no commands") }
+        return commands
+    }
+}
+
+private func readStandardInput() -> [UInt8] {
+    var bytes: [UInt8] = []
+    var buffer = [UInt8](repeating: 0, count: 65536)
+    while true {
+        let n = buffer.withUnsafeMutableBytes { read(0, $0.baseAddress, $0.count) }
+        if n <= 0 { break }
+        bytes += buffer[0..<n]
+    }
+    return bytes
+}

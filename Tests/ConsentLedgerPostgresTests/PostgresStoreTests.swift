@@ -1,0 +1,339 @@
+#if PostgreSQL
+import ConsentDomain
+import ConsentLedgerPostgres
+import PostgresNIO
+import PropertyBased
+import Testing
+@testable import ConsentLedger
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The real server these tests run against: `make test` starts a throwaway cluster
+/// (scripts/with-test-postgres.sh) and passes its URL. Without it the tests fail, loudly.
+enum TestDatabase {
+    struct Missing: Error, CustomStringConvertible {
+        var description: String {
+            "CONSENTLEDGER_TEST_POSTGRES_URL is not set: these tests need a real PostgreSQL server. Run `make test`, which starts a throwaway one with scripts/with-test-postgres.sh."
+        }
+    }
+
+    static func url() throws -> String {
+        guard let value = getenv("CONSENTLEDGER_TEST_POSTGRES_URL").flatMap({ String(validatingCString: $0) }), !value.isEmpty else {
+            throw Missing()
+        }
+        return value
+    }
+
+    /// A URL naming a schema no test has used.
+    static func freshURL(_ label: String) throws -> String {
+        let base = try url()
+        let suffix = Sodium().randomBytes(6).map { String($0, radix: 16) }.joined()
+        return base + (base.contains("?") ? "&" : "?") + "schema=t_\(label)_\(suffix)"
+    }
+
+    /// Runs SQL as the test user, outside the store: to tamper, to inspect, to break things.
+    @discardableResult
+    static func sql(_ url: String, _ statement: String) throws -> PostgresQueryResult {
+        let address = try PostgresLedgerAddress(url: url)
+        let configuration = PostgresConnection.Configuration(
+            host: address.host, port: address.port, username: address.username, password: address.password, database: address.database, tls: .disable)
+        let connection = try PostgresConnection.connect(
+            on: PostgresConnection.defaultEventLoopGroup.any(), configuration: configuration, id: 1, logger: Logger(label: "test")
+        ).wait()
+        defer { _ = try? connection.close().wait() }
+        return try connection.query(PostgresQuery(unsafeSQL: statement), logger: Logger(label: "test")).wait()
+    }
+
+    /// A digest of every table of the ledger's schema, to show that nothing changed.
+    static func fingerprint(_ url: String) throws -> [String] {
+        let schema = try PostgresLedgerAddress(url: url).schema
+        return try ["ledger", "signing_key", "events", "head", "line_index", "tree_hashes", "subjects", "checkpoints", "schema_migrations"].map { table in
+            let row = try sql(url, "SELECT count(*)::bigint, coalesce(md5(string_agg(t::text, '|' ORDER BY t::text)), '') FROM \(schema).\(table) t").first!
+            let (count, digest) = try row.decode((Int64, String).self)
+            return "\(table) \(count) \(digest)"
+        }
+    }
+}
+
+/// Every line of a store's log, without newlines.
+func allLines(_ store: any LedgerStore) throws -> [[UInt8]] {
+    try store.withLock(exclusive: false) {
+        var lines: [[UInt8]] = []
+        try store.scan(from: .start, to: try store.logState().end, batchSize: 100, containing: nil) { batch in
+            for i in 0..<batch.count { lines.append(batch.line(i)) }
+        }
+        return lines
+    }
+}
+
+/// A ledger with the vectors' key, a stepping clock and counting randomness: the same commands
+/// give the same bytes in any store.
+func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
+    try Ledger.create(store: store, catalog: SeedCatalog.catalog, name: "pg.test/same", signer: SodiumSigner(seed: vectorSeed)!,
+                      clock: SteppingClock().clock, random: CountingRandom().source)
+}
+
+@Suite(.serialized) struct PostgresStoreTests {
+    static let subjects = ["s0", "s1", "s2"]
+    static let features = ["medication-management", "timeline"]
+    static let consents = ["required", "optional-a", "optional-b"]
+
+    static func command(_ n: Int) -> LedgerCommand {
+        let subject = subjects[n % 3]
+        let feature = features[(n / 3) % 2]
+        if (n / 6) % 3 == 2 { return LedgerCommand(subjectID: subject, request: .revoke(feature: feature, consent: consents[(n / 18) % 3])) }
+        let mask = (n / 18) % 7 + 1
+        return LedgerCommand(subjectID: subject, request: .give(feature: feature, consents: consents.enumerated().filter { mask & (1 << $0.offset) != 0 }.map(\.element)))
+    }
+
+    // MARK: - Addresses
+
+    @Test func postgresURLsAreParsedAndBadOnesExplained() throws {
+        let a = try PostgresLedgerAddress(url: "postgres://alice:s%40cret@db.example:6543/consents?schema=clinic_7&sslmode=verify-full")
+        #expect(a.host == "db.example" && a.port == 6543 && a.username == "alice" && a.password == "s@cret" && a.database == "consents")
+        #expect(a.schema == "clinic_7" && a.tlsMode == .verifyFull)
+        #expect(!a.description.contains("s@cret") && !a.description.contains("cret"), "messages never show the password")
+        let b = try PostgresLedgerAddress(url: "postgresql://bob@[::1]/ledger")
+        #expect(b.host == "::1" && b.port == 5432 && b.schema == "consentledger" && b.tlsMode == .prefer && b.password == nil)
+        let bad: [(String, String)] = [
+            ("postgres://host/db", "no USER@"),
+            ("postgres://u@h:99999/db", "port"),
+            ("postgres://u@h/", "no database"),
+            ("postgres://u@h/db?schema=Robert%27);DROP", "schema"),
+            ("postgres://u@h/db?sslmode=maybe", "sslmode"),
+            ("postgres://u@h/db?colour=blue", "unknown parameter"),
+            ("postgres://u:p%zz@h/db", "password"),
+        ]
+        for (url, problem) in bad {
+            #expect {
+                _ = try PostgresLedgerAddress(url: url)
+            } throws: { error in
+                "\(error)".contains(problem) && !"\(error)".contains("p%zz")
+            }
+        }
+    }
+
+    // MARK: - The same ledger as the file store
+
+    /// The PostgreSQL store is a translator like the file store: the same commands with the same
+    /// key, clock and randomness give the same lines, line index, tree, salts and checkpoints.
+    @Test func randomHistoriesGiveTheSameBytesAsTheFileStore() async throws {
+        _ = try TestDatabase.url()
+        await propertyCheck(count: 12, input: Gen.int(in: 0...125).array(of: 1...20)) { numbers in
+            let folder = TemporaryFolder("pg-same")
+            defer { folder.remove() }
+            let fileStore = FileLedgerStore(directory: folder.path + "/ledger")
+            let pgStore = try PostgresLedgerStore(url: try TestDatabase.freshURL("same"))
+            let onFile = try deterministicLedger(fileStore)
+            let onPostgres = try deterministicLedger(pgStore)
+            for n in numbers {
+                let command = Self.command(n)
+                let a = Result { try onFile.execute(command).result.listing }
+                let b = Result { try onPostgres.execute(command).result.listing }
+                switch (a, b) {
+                case (.success(let x), .success(let y)): #expect(x == y)
+                case (.failure(let x), .failure(let y)): #expect("\(x)" == "\(y)")
+                default: Issue.record("the stores disagree on \(command): \(a) vs \(b)")
+                }
+            }
+            #expect(try allLines(fileStore) == allLines(pgStore))
+            #expect(try onFile.signedCheckpoint().note == onPostgres.signedCheckpoint().note)
+            let size = try fileStore.derivedCounts()
+            #expect(try pgStore.derivedCounts() == size)
+            #expect(try fileStore.readLineLocations(0..<size.lines) == pgStore.readLineLocations(0..<size.lines))
+            let hashes = Array(0..<size.treeHashes)
+            #expect(try fileStore.readTreeHashes(hashes) == pgStore.readTreeHashes(hashes))
+            #expect(try fileStore.readSubjectSalts() == pgStore.readSubjectSalts())
+            #expect(try fileStore.readCheckpoints() == pgStore.readCheckpoints())
+            #expect(try Ledger.open(store: pgStore).verify().head == onFile.verify().head)
+        }
+    }
+
+    // MARK: - Migration
+
+    @Test func migrateFileToPostgresAndBackKeepsEveryByte() throws {
+        let folder = TemporaryFolder("pg-migrate")
+        defer { folder.remove() }
+        let original = FileLedgerStore(directory: folder.path + "/original")
+        let ledger = try deterministicLedger(original)
+        for n in [0, 3, 1, 4, 40, 7, 19, 2, 5, 60] { _ = try? ledger.execute(Self.command(n)) }
+        let early = try ledger.signedCheckpoint()
+        let changed = try Catalog(features: SeedCatalog.catalog.features.map { f in
+            Feature(code: f.code, key: f.key, names: f.names, consents: f.consents.map { c in
+                ConsentDefinition(code: c.code, names: c.names, isRequired: c.isRequired, link: c.link, version: f.key == "timeline" && c.isRequired ? "2.0" : c.version)
+            })
+        })
+        try ledger.publish(changed)
+        _ = try? ledger.execute(Self.command(9))
+        let late = try ledger.signedCheckpoint()
+
+        let url = try TestDatabase.freshURL("migrate")
+        let postgres = try PostgresLedgerStore(url: url)
+        let there = try LedgerCopy.copy(from: original, to: postgres)
+        let back = FileLedgerStore(directory: folder.path + "/back")
+        let again = try LedgerCopy.copy(from: postgres, to: back)
+        #expect(there == again)
+        #expect(there.checkpoints == 2)
+        // The same bytes, file for file; the salts file may list subjects in another order.
+        for name in ["ledger.jsonl", "head", "catalog.json", "public.key", "secret.key", "lines.idx", "tree.hashes", "checkpoints.jsonl"] {
+            #expect(readBytes(original.directory + "/" + name) == readBytes(back.directory + "/" + name), "\(name) differs after the round trip")
+        }
+        #expect(try original.readSubjectSalts() == back.readSubjectSalts())
+        // Checkpoints signed before the move still prove consistency with the copy.
+        let copy = try Ledger.open(store: postgres)
+        #expect(try copy.signedCheckpoint().note == late.note)
+        _ = try copy.proveConsistency(from: early.note)
+        #expect(try copy.issuedCheckpoints().map(\.note) == [early.note, late.note])
+        // Nothing is copied over an existing ledger.
+        #expect(throws: LedgerError.self) { try LedgerCopy.copy(from: original, to: PostgresLedgerStore(url: url)) }
+    }
+
+    // MARK: - Schema
+
+    @Test func schemaIsVersionedAndEventsAreAppendOnly() throws {
+        let url = try TestDatabase.freshURL("schema")
+        let schema = try PostgresLedgerAddress(url: url).schema
+        let ledger = try Ledger.create(store: try PostgresLedgerStore(url: url), catalog: SeedCatalog.catalog, name: "pg.test/schema")
+        try ledger.execute(LedgerCommand(subjectID: "alice", request: .give(feature: "timeline", consents: ["required"])))
+        let versions = try TestDatabase.sql(url, "SELECT version FROM \(schema).schema_migrations ORDER BY version").map { try $0.decode(Int32.self) }
+        #expect(versions == [1])
+        for statement in ["UPDATE \(schema).events SET line = line WHERE seq = 1", "DELETE FROM \(schema).events WHERE seq = 1", "TRUNCATE \(schema).events"] {
+            #expect(throws: (any Error).self, "\(statement) must be refused") { try TestDatabase.sql(url, statement) }
+        }
+        #expect(try Ledger.open(store: PostgresLedgerStore(url: url)).verify().events == 2)
+        // A schema from a newer version is refused, not guessed at.
+        try TestDatabase.sql(url, "INSERT INTO \(schema).schema_migrations (version, description) VALUES (99, 'from the future')")
+        #expect {
+            _ = try Ledger.open(store: PostgresLedgerStore(url: url))
+        } throws: { error in
+            guard case LedgerError.storage(let message) = error else { return false }
+            return message.contains("schema version 99") && message.contains("upgrade")
+        }
+        // No ledger at all: not found, with the command that creates one.
+        #expect {
+            _ = try Ledger.open(store: PostgresLedgerStore(url: try TestDatabase.freshURL("none")))
+        } throws: { error in
+            guard case LedgerError.notFound(let message) = error else { return false }
+            return message.contains("consentctl init --store")
+        }
+    }
+
+    // MARK: - Tampering
+
+    @Test func tamperedRowsAreFoundByVerify() throws {
+        let url = try TestDatabase.freshURL("tamper")
+        let schema = try PostgresLedgerAddress(url: url).schema
+        let ledger = try Ledger.create(store: try PostgresLedgerStore(url: url), catalog: SeedCatalog.catalog, name: "pg.test/tamper")
+        for n in [0, 1, 2, 3, 4, 5] { _ = try? ledger.execute(Self.command(n)) }
+        let events = try ledger.verify().events
+        #expect(events >= 6)
+        try TestDatabase.sql(url, "ALTER TABLE \(schema).events DISABLE TRIGGER events_append_only")
+        func failure() -> IntegrityFailure? {
+            do {
+                _ = try Ledger.open(store: PostgresLedgerStore(url: url)).verify()
+                return nil
+            } catch LedgerError.integrity(let failure) {
+                return failure
+            } catch {
+                Issue.record("expected an integrity failure, got \(error)")
+                return nil
+            }
+        }
+        // One byte of line 3's signature.
+        try TestDatabase.sql(url, "CREATE TABLE \(schema).saved AS SELECT * FROM \(schema).events")
+        try TestDatabase.sql(url, "UPDATE \(schema).events SET line = overlay(line placing (CASE WHEN get_byte(line, length(line) - 5) = 48 THEN '\\x31' ELSE '\\x30' END)::bytea from length(line) - 4 for 1) WHERE seq = 2")
+        #expect(failure().map { $0.line == 3 && $0.problem.contains("signature") } == true)
+        // A row removed from the middle.
+        try TestDatabase.sql(url, "UPDATE \(schema).events e SET line = s.line FROM \(schema).saved s WHERE e.seq = s.seq")
+        #expect(try Ledger.open(store: PostgresLedgerStore(url: url)).verify().events == events)
+        try TestDatabase.sql(url, "DELETE FROM \(schema).events WHERE seq = 3")
+        #expect(failure()?.line == 4)
+        // The newest rows removed: the head shows that acknowledged events are missing.
+        try TestDatabase.sql(url, "INSERT INTO \(schema).events SELECT * FROM \(schema).saved WHERE seq = 3")
+        try TestDatabase.sql(url, "DELETE FROM \(schema).events WHERE seq >= \(events - 2)")
+        #expect(failure()?.problem.contains("acknowledged events are missing") == true)
+    }
+
+    // MARK: - Transactions
+
+    /// A statement that fails inside the write transaction aborts it; PostgreSQL then answers
+    /// COMMIT with ROLLBACK. The command must be reported as failed, leave nothing behind, and
+    /// the ledger must not remember events that were never committed.
+    @Test func aFailedTransactionIsReportedAndForgotten() throws {
+        let url = try TestDatabase.freshURL("rollback")
+        let schema = try PostgresLedgerAddress(url: url).schema
+        let ledger = try Ledger.create(store: try PostgresLedgerStore(url: url), catalog: SeedCatalog.catalog, name: "pg.test/rollback")
+        _ = try ledger.loadAll()
+        try ledger.execute(LedgerCommand(subjectID: "alice", request: .give(feature: "timeline", consents: ["required"])))
+        let before = try TestDatabase.fingerprint(url)
+        try TestDatabase.sql(url, """
+            CREATE FUNCTION \(schema).break_head() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'disk full (simulated)'; END $$
+            """)
+        try TestDatabase.sql(url, "CREATE TRIGGER break_head BEFORE UPDATE ON \(schema).head FOR EACH ROW EXECUTE FUNCTION \(schema).break_head()")
+        #expect {
+            try ledger.execute(LedgerCommand(subjectID: "bob", request: .give(feature: "timeline", consents: ["required", "optional-a"])))
+        } throws: { error in
+            guard case LedgerError.storage(let message) = error else { return false }
+            return message.contains("rolled the transaction back")
+        }
+        #expect(try TestDatabase.fingerprint(url) == before, "a failed command leaves every table as it was")
+        try TestDatabase.sql(url, "DROP TRIGGER break_head ON \(schema).head")
+        let (result, _) = try ledger.execute(LedgerCommand(subjectID: "bob", request: .give(feature: "timeline", consents: ["required"])))
+        #expect(result.events.map(\.seq) == [2], "the next command follows the last committed event")
+        #expect(try ledger.report(for: "bob").events.count == 1)
+        #expect(try Ledger.open(store: PostgresLedgerStore(url: url)).verify().events == 3)
+    }
+
+    @Test func aRefusedCommandChangesNoRow() throws {
+        let url = try TestDatabase.freshURL("refused")
+        let ledger = try Ledger.create(store: try PostgresLedgerStore(url: url), catalog: SeedCatalog.catalog, name: "pg.test/refused")
+        try ledger.execute(LedgerCommand(subjectID: "alice", request: .give(feature: "timeline", consents: ["required"])))
+        let before = try TestDatabase.fingerprint(url)
+        let refused: [LedgerCommand] = [
+            LedgerCommand(subjectID: "carol", request: .give(feature: "timeline", consents: ["optional-a"])),
+            LedgerCommand(subjectID: "alice", request: .give(feature: "timeline", consents: ["no-such-consent"])),
+            LedgerCommand(subjectID: "alice", request: .give(feature: "no-such-feature", consents: ["required"])),
+            LedgerCommand(subjectID: "", request: .give(feature: "timeline", consents: ["required"])),
+        ]
+        for command in refused {
+            #expect(throws: LedgerError.self) { try ledger.execute(command) }
+        }
+        #expect(try TestDatabase.fingerprint(url) == before)
+    }
+
+    // MARK: - Concurrency in one process
+
+    /// Several ledgers on one schema, written from several threads at once: one chain, no gaps,
+    /// every acknowledged command present. (The four-process test is in ConsentctlTests.)
+    @Test func concurrentWritersInOneProcessKeepOneChain() async throws {
+        let url = try TestDatabase.freshURL("threads")
+        _ = try Ledger.create(store: try PostgresLedgerStore(url: url), catalog: SeedCatalog.catalog, name: "pg.test/threads")
+        let acknowledged = try await withThrowingTaskGroup(of: [UInt64].self) { group in
+            for writer in 0..<4 {
+                group.addTask {
+                    let manager = try await ConsentManager.open(store: try PostgresLedgerStore(url: url))
+                    var seqs: [UInt64] = []
+                    for i in 0..<25 {
+                        let subject = "w\(writer)-\(i % 5)"
+                        _ = try await manager.activate(["required"], of: "timeline", for: subject)
+                        let history = try await manager.history(of: subject)
+                        seqs.append(history.last!.seq)
+                        _ = try await manager.revoke("required", of: "timeline", for: subject)
+                        seqs.append(try await manager.history(of: subject).last!.seq)
+                    }
+                    return seqs
+                }
+            }
+            var all: [UInt64] = []
+            for try await seqs in group { all += seqs }
+            return all
+        }
+        #expect(acknowledged.count == 200)
+        #expect(Set(acknowledged) == Set(1...200), "every command got its own sequence number, with no gap")
+        let report = try Ledger.open(store: PostgresLedgerStore(url: url)).verify()
+        #expect(report.events == 201 && report.head.seq == 200)
+    }
+}
+#endif

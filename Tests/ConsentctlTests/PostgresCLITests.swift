@@ -1,0 +1,182 @@
+#if PostgreSQL
+import ConsentLedger
+import ConsentLedgerPostgres
+import Foundation
+import Testing
+
+/// `consentctl --store postgres://…` end to end, against the server `make test` starts
+/// (scripts/with-test-postgres.sh passes its URL in CONSENTLEDGER_TEST_POSTGRES_URL).
+@Suite(.serialized) struct PostgresCLITests {
+    struct NoServer: Error, CustomStringConvertible {
+        var description: String {
+            "CONSENTLEDGER_TEST_POSTGRES_URL is not set: these tests need a real PostgreSQL server. Run `make test`, which starts a throwaway one with scripts/with-test-postgres.sh."
+        }
+    }
+
+    static func freshURL(_ label: String) throws -> String {
+        guard let base = ProcessInfo.processInfo.environment["CONSENTLEDGER_TEST_POSTGRES_URL"], !base.isEmpty else { throw NoServer() }
+        return base + (base.contains("?") ? "&" : "?") + "schema=cli_\(label)_\(UUID().uuidString.prefix(8).lowercased())"
+    }
+
+    @discardableResult
+    static func ctl(_ url: String, _ arguments: [String]) throws -> ConsentctlTests.Run {
+        try ConsentctlTests.run(["--store", url] + arguments, ledger: nil)
+    }
+
+    /// Everything the store holds, read through the store: to show that a refused command
+    /// changed nothing.
+    static func fingerprint(_ url: String) throws -> [String] {
+        let store = try PostgresLedgerStore(url: url)
+        return try store.withLock(exclusive: false) {
+            let log = try store.logState()
+            var parts = ["head \(log.recordedHead)", "end \(log.end)"]
+            try store.scan(from: .start, to: log.end, batchSize: 500, containing: nil) { batch in
+                for i in 0..<batch.count { parts.append(String(decoding: batch.line(i), as: UTF8.self)) }
+            }
+            let counts = try store.derivedCounts()
+            parts.append("\(try store.readLineLocations(0..<counts.lines))")
+            parts.append("\(try store.readTreeHashes(Array(0..<counts.treeHashes)).map(\.hex))")
+            parts.append("\(try store.readSubjectSalts().sorted { $0.key < $1.key }.map { "\($0.key.text)=\($0.value)" })")
+            parts.append("\(try store.readCheckpoints())")
+            return parts
+        }
+    }
+
+    @Test func everyCommandRunsAgainstPostgres() throws {
+        let url = try Self.freshURL("all")
+        let dir = ConsentctlTests.temporaryFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        #expect(try Self.ctl(url, ["init", "--name", "pg.example/cli"]).status == 0)
+        #expect(try Self.ctl(url, ["init"]).status == 73, "a second init finds the ledger")
+        #expect(try Self.ctl(url, ["give", "--subject", "alice", "--feature", "medication-management", "--consent", "required", "--consent", "optional-a"]).status == 0)
+        let checkpoint = try Self.ctl(url, ["checkpoint"])
+        #expect(checkpoint.status == 0 && checkpoint.stdout.hasPrefix("pg.example/cli\n3\n"))
+        try checkpoint.stdout.write(toFile: dir + "/old.checkpoint", atomically: true, encoding: .utf8)
+        let revoke = try Self.ctl(url, ["revoke", "--subject", "alice", "--feature", "medication-management", "--consent", "required"])
+        #expect(revoke.status == 0 && revoke.stdout.contains("cascade"))
+        let status = try ConsentctlTests.json(try Self.ctl(url, ["status", "--subject", "alice", "--json"]).stdout)
+        #expect((status["features"] as? [[String: Any]])?.map { $0["active"] as? Bool } == [false, false])
+        let history = try ConsentctlTests.json(try Self.ctl(url, ["history", "--subject", "alice", "--json"]).stdout)
+        #expect((history["events"] as? [[String: Any]])?.map { $0["seq"] as? Int } == [1, 2, 3, 4])
+        let applied = try Self.ctl(url, ["apply", dir + "/commands.jsonl"])
+        #expect(applied.status == 64 && applied.stderr.contains("cannot read"))
+        try #"{"subject":"bob","feature":"timeline","give":["required"]}"#.write(toFile: dir + "/commands.jsonl", atomically: true, encoding: .utf8)
+        #expect(try Self.ctl(url, ["apply", dir + "/commands.jsonl"]).stdout == #"{"events":[5],"line":1,"ok":true}"# + "\n")
+        #expect(try Self.ctl(url, ["catalog"]).stdout.contains("timeline"))
+        let report = try ConsentctlTests.json(try Self.ctl(url, ["report", "--json"]).stdout)
+        #expect(report["checkpoint"] != nil)
+        let verify = try ConsentctlTests.json(try Self.ctl(url, ["verify", "--json"]).stdout)
+        #expect(verify["ok"] as? Bool == true && verify["events"] as? Int == 6)
+        let key = try Self.ctl(url, ["key", "show"]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(key.hasPrefix("pg.example/cli+"))
+        #expect(try Self.ctl(url, ["export", "--subject", "alice", "--out", dir + "/alice.json"]).status == 0)
+        #expect(try ConsentctlTests.run(["verify-export", dir + "/alice.json", "--key", key], ledger: nil).status == 0)
+        #expect(try Self.ctl(url, ["export", "--subject", "alice", "--format", "fhir", "--out", dir + "/alice.fhir.json"]).status == 0)
+        #expect(try Self.ctl(url, ["prove-consistency", "--from", dir + "/old.checkpoint", "--out", dir + "/proof.txt"]).status == 0)
+        #expect(try ConsentctlTests.run(["verify-consistency", dir + "/proof.txt", "--key", key], ledger: nil).status == 0)
+
+        // Bad input: a clear message, its exit code, and not one changed row.
+        let before = try Self.fingerprint(url)
+        let unknown = try Self.ctl(url, ["give", "--subject", "alice", "--feature", "timeline", "--consent", "optional-z"])
+        #expect(unknown.status == 64 && unknown.stderr.contains("optional-z"))
+        #expect(try Self.ctl(url, ["give", "--subject", "carol", "--feature", "timeline", "--consent", "optional-a"]).status == 1)
+        try "{\"subject\":\"dave\",\"feature\":\"timeline\",\"give\":[\"required\"]}\nnot json\n".write(toFile: dir + "/bad.jsonl", atomically: true, encoding: .utf8)
+        let badApply = try Self.ctl(url, ["apply", dir + "/bad.jsonl"])
+        #expect(badApply.status == 64 && badApply.stderr.contains("line 2"))
+        #expect(try Self.fingerprint(url) == before)
+        let both = try ConsentctlTests.run(["--store", url, "--ledger", dir, "verify"], ledger: nil)
+        #expect(both.status == 64 && both.stderr.contains("not both"))
+        let nowhere = try Self.ctl(try Self.freshURL("none"), ["status", "--subject", "alice"])
+        #expect(nowhere.status == 66 && nowhere.stderr.contains("consentctl init --store"))
+        let refused = try Self.ctl("postgres://nobody@127.0.0.1:1/none?sslmode=disable", ["verify"])
+        #expect(refused.status == 3 && refused.stderr.contains("cannot connect to PostgreSQL at postgres://nobody@127.0.0.1:1/none"))
+    }
+
+    @Test func migrateCopiesAFolderIntoPostgresAndBack() throws {
+        let url = try Self.freshURL("migrate")
+        let dir = ConsentctlTests.temporaryFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let folder = dir + "/ledger"
+        #expect(try ConsentctlTests.run(["init"], ledger: folder).status == 0)
+        #expect(try ConsentctlTests.run(["give", "--subject", "alice", "--feature", "timeline", "--consent", "required", "--consent", "optional-b"], ledger: folder).status == 0)
+        #expect(try ConsentctlTests.run(["revoke", "--subject", "alice", "--feature", "timeline", "--consent", "required"], ledger: folder).status == 0)
+        let checkpoint = try ConsentctlTests.run(["checkpoint"], ledger: folder).stdout
+        let there = try ConsentctlTests.run(["migrate", "--to", url, "--json"], ledger: folder)
+        #expect(there.status == 0)
+        #expect(try ConsentctlTests.json(there.stdout)["events"] as? Int == 5)
+        #expect(try Self.ctl(url, ["checkpoint"]).stdout == checkpoint, "the same signed checkpoint from the copy")
+        #expect(try ConsentctlTests.run(["migrate", "--to", url], ledger: folder).status == 73, "never over an existing ledger")
+        let back = dir + "/back"
+        #expect(try Self.ctl(url, ["migrate", "--to", back]).status == 0)
+        for name in ["ledger.jsonl", "head", "catalog.json", "public.key", "secret.key", "subjects.jsonl", "lines.idx", "tree.hashes", "checkpoints.jsonl"] {
+            #expect(FileManager.default.contents(atPath: folder + "/" + name) == FileManager.default.contents(atPath: back + "/" + name), "\(name) differs")
+        }
+    }
+
+    /// Four processes append 2,000 commands each to one ledger at the same time. Afterwards:
+    /// verify passes, the count is exact, and every acknowledged command is in the log, under
+    /// the sequence numbers its acknowledgement gave.
+    @Test func fourProcessesAppendTwoThousandCommandsEach() throws {
+        let url = try Self.freshURL("four")
+        let dir = ConsentctlTests.temporaryFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        #expect(try Self.ctl(url, ["init"]).status == 0)
+        let perProcess = 2000, processes = 4
+        // Per process: 40 subjects; each command gives required + optional-a (2 events) or
+        // withdraws required (2 events: the withdrawal and its cascade).
+        var expected: [String: [(seqCount: Int, give: Bool)]] = [:]
+        for p in 0..<processes {
+            var lines: [String] = []
+            for i in 0..<perProcess {
+                let subject = "p\(p)-s\(i % 40)"
+                let give = (i / 40) % 2 == 0
+                lines.append(give
+                    ? #"{"subject":"\#(subject)","feature":"medication-management","give":["required","optional-a"]}"#
+                    : #"{"subject":"\#(subject)","feature":"medication-management","revoke":"required"}"#)
+                expected[subject, default: []].append((2, give))
+            }
+            try (lines.joined(separator: "\n") + "\n").write(toFile: dir + "/commands\(p).jsonl", atomically: true, encoding: .utf8)
+        }
+        let running = try (0..<processes).map { p -> (Process, Pipe, Pipe) in
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: ConsentctlTests.binary)
+            process.arguments = ["--store", url, "apply", dir + "/commands\(p).jsonl"]
+            let out = Pipe(), err = Pipe()
+            process.standardOutput = out
+            process.standardError = err
+            try process.run()
+            return (process, out, err)
+        }
+        var acknowledged: [String: [[Int]]] = [:]
+        var allSeqs: [Int] = []
+        for (p, (process, out, err)) in running.enumerated() {
+            let stdout = out.fileHandleForReading.readDataToEndOfFile()
+            let stderr = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            process.waitUntilExit()
+            #expect(process.terminationStatus == 0, "process \(p): \(stderr)")
+            let acks = String(decoding: stdout, as: UTF8.self).split(separator: "\n")
+            #expect(acks.count == perProcess)
+            for (i, ack) in acks.enumerated() {
+                let object = try ConsentctlTests.json(String(ack))
+                #expect(object["line"] as? Int == i + 1 && object["ok"] as? Bool == true)
+                let seqs = try #require(object["events"] as? [Int])
+                #expect(seqs.count == 2)
+                acknowledged["p\(p)-s\(i % 40)", default: []].append(seqs)
+                allSeqs += seqs
+            }
+        }
+        let total = processes * perProcess * 2
+        #expect(allSeqs.count == total && Set(allSeqs) == Set(1...total), "one chain: no gap, no duplicate sequence number")
+        let verify = try ConsentctlTests.json(try Self.ctl(url, ["verify", "--json"]).stdout)
+        #expect(verify["ok"] as? Bool == true && verify["events"] as? Int == total + 1 && verify["subjects"] as? Int == processes * 40)
+        // Each subject's history holds exactly its acknowledged events, in order.
+        for (subject, commands) in acknowledged.sorted(by: { $0.key < $1.key }) {
+            let history = try ConsentctlTests.json(try Self.ctl(url, ["history", "--subject", subject, "--json"]).stdout)
+            let events = try #require(history["events"] as? [[String: Any]])
+            #expect(events.compactMap { $0["seq"] as? Int } == commands.flatMap { $0 }, "\(subject)")
+            let kinds = events.compactMap { $0["type"] as? String }
+            #expect(kinds == expected[subject]!.flatMap { $0.give ? ["given", "given"] : ["revoked", "revoked"] }, "\(subject)")
+        }
+    }
+}
+#endif

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Runs a command with a throwaway PostgreSQL server, then removes the server.
+#
+#   bash scripts/with-test-postgres.sh COMMAND [ARGS...]
+#
+# Installs Debian's `postgresql` package when no server binaries are found, creates a cluster in a
+# temporary folder (as the unprivileged user `nobody` when run as root, since initdb refuses
+# root), starts it on a free loopback port with fsync on, exports its URL as
+# CONSENTLEDGER_TEST_POSTGRES_URL, runs the command, and stops and deletes the cluster however
+# the command ends. Exits non-zero, loudly, when the server cannot be installed or started: the
+# tests that need it must not skip silently.
+set -euo pipefail
+
+if [ $# -eq 0 ]; then
+    echo "usage: $0 COMMAND [ARGS...]" >&2
+    exit 64
+fi
+
+fail() { echo "with-test-postgres: $*" >&2; exit 1; }
+
+find_bin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1; }
+
+bin="$(find_bin)"
+if [ -z "$bin" ] || [ ! -x "$bin/initdb" ]; then
+    echo "==> installing postgresql with apt-get"
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+    # A policy-rc.d that answers 101 keeps the package from starting a cluster of its own as a
+    # service; ours is started below, on a port of our choosing.
+    added_policy=0
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+        printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null && $SUDO chmod 755 /usr/sbin/policy-rc.d && added_policy=1
+    fi
+    $SUDO apt-get update -qq
+    status=0
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null || status=$?
+    [ "$added_policy" = 1 ] && $SUDO rm -f /usr/sbin/policy-rc.d
+    [ "$status" = 0 ] || fail "cannot install Debian's postgresql package (apt-get exit $status)"
+    bin="$(find_bin)"
+    [ -n "$bin" ] && [ -x "$bin/initdb" ] || fail "postgresql is installed but no initdb was found under /usr/lib/postgresql/*/bin"
+fi
+
+as_owner=()
+if [ "$(id -u)" = 0 ]; then
+    as_owner=(runuser -u nobody --)
+fi
+
+dir="$(mktemp -d /tmp/consentledger-pg.XXXXXX)"
+chmod 755 "$dir"
+[ "$(id -u)" = 0 ] && chown nobody "$dir"
+
+cleanup() {
+    "${as_owner[@]}" "$bin/pg_ctl" -D "$dir/data" -m immediate stop >/dev/null 2>&1 || true
+    rm -rf "$dir"
+}
+trap cleanup EXIT
+
+port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+
+"${as_owner[@]}" "$bin/initdb" -D "$dir/data" -U consentledger --auth=trust -E UTF8 --no-locale >"$dir/initdb.log" 2>&1 \
+    || { cat "$dir/initdb.log" >&2; fail "initdb failed in $dir"; }
+"${as_owner[@]}" "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
+    -o "-c listen_addresses=127.0.0.1 -p $port -k $dir -c fsync=on -c synchronous_commit=on -c max_connections=200" start >/dev/null \
+    || { cat "$dir/server.log" >&2 || true; fail "the PostgreSQL server did not start on 127.0.0.1:$port"; }
+
+export CONSENTLEDGER_TEST_POSTGRES_URL="postgres://consentledger@127.0.0.1:$port/postgres"
+echo "==> throwaway $("$bin/postgres" --version | sed 's/^postgres (PostgreSQL)/PostgreSQL/') at $CONSENTLEDGER_TEST_POSTGRES_URL (cluster in $dir)"
+"$@"
