@@ -27,11 +27,12 @@ struct ConsentCtl: ParsableCommand {
               consentctl export --subject alice --out alice.json
               consentctl verify-export alice.json --key "$(consentctl key show)"
 
-            The ledger is in the folder --ledger DIR, or wherever --store STORE says: a folder or a
-            PostgreSQL URL such as postgres://consentledger@127.0.0.1:5432/consent?schema=clinic_a
-            (one ledger per schema). Without either: $CONSENTCTL_STORE, $CONSENTCTL_LEDGER, then
-            ./consent-ledger. Every command works the same on both stores; 'consentctl migrate'
-            copies a ledger between them.
+            The ledger is in the folder --ledger DIR, or wherever --store STORE says:
+            a folder, or a PostgreSQL URL (one ledger per schema), such as
+              postgres://consentledger@127.0.0.1:5432/consent?schema=clinic_a
+            Without either: $CONSENTCTL_STORE, $CONSENTCTL_LEDGER, ./consent-ledger.
+            Every command works the same on both stores; 'consentctl migrate' copies
+            a ledger between them.
 
             EXIT CODES
               0   success (including a request that changes nothing, such as giving a given consent)

@@ -14,16 +14,19 @@ struct Migrate: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Copy the ledger into another store: a folder into PostgreSQL, or back.",
         discussion: """
-            Copies every line byte for byte (so the same signatures, hash chain and Merkle root),
-            the catalogue, the key pair, the subject salts and the issued checkpoints. Nothing is
-            re-signed. The source is verified first and only read; the copy is then verified, and
-            its head, tree root and checkpoints compared with the source's. The target must hold
-            no ledger. If the copy is interrupted, delete the target (the folder, or the schema
-            with DROP SCHEMA NAME CASCADE) and run it again.
+            Copies every line byte for byte (so the same signatures, hash chain and
+            Merkle root), the catalogue, the key pair, the subject salts and the issued
+            checkpoints. Nothing is re-signed. The source is verified first and only
+            read; the copy is then verified, and its head, tree root and checkpoints
+            are compared with the source's. The target must hold no ledger. If the
+            copy is interrupted, delete the target (the folder, or the schema with
+            DROP SCHEMA NAME CASCADE) and run it again.
 
             Examples:
-              consentctl --ledger ./consent-ledger migrate --to postgres://consentledger@127.0.0.1:5432/consent
-              consentctl --store postgres://consentledger@127.0.0.1:5432/consent migrate --to ./ledger-copy
+              consentctl --ledger ./consent-ledger migrate \\
+                  --to postgres://consentledger@127.0.0.1:5432/consent
+              consentctl --store postgres://consentledger@127.0.0.1:5432/consent \\
+                  migrate --to ./ledger-copy
             """
     )
 
@@ -66,18 +69,19 @@ struct Apply: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Give and revoke consents from a file of commands, one JSON object per line.",
         discussion: """
-            Each line of FILE ('-' for standard input) is one command:
-              {"subject":"alice","feature":"medication-management","give":["required","optional-a"]}
+            Each line of FILE ('-' for standard input) is one command, for example
+              {"subject":"alice","feature":"timeline","give":["required","optional-a"]}
               {"subject":"alice","feature":"timeline","revoke":"required","actor":"dr-house"}
-            ("actor" defaults to "self"). Blank lines are skipped.
+            ("actor" defaults to "self"; blank lines are skipped).
 
-            Every line is checked first (JSON, members, feature and consent names): a bad line
-            stops the run before anything is appended, with exit 64 and the line number. Then
-            each command is appended and made durable on its own, and acknowledged with one line:
+            Every line is checked first (JSON, members, feature and consent names): a
+            bad line stops the run before anything is appended, with exit 64 and its
+            line number. Then each command is appended and made durable on its own and
+            acknowledged with one line on standard output:
               {"events":[12,13],"line":1,"ok":true}
-            A command the rules refuse ends the run with exit 1; the commands before it stay
-            appended, as their acknowledgements say. With --atomic all commands are checked
-            together and appended in one write and one sync: all of them or none.
+            A command the rules refuse ends the run with exit 1; the commands before it
+            stay appended, as their acknowledgements say. With --atomic all commands
+            are checked together and appended in one write and one sync: all or none.
             """
     )
 
@@ -116,8 +120,11 @@ struct Apply: ParsableCommand {
         }
     }
 
+    /// Prints and flushes at once: an acknowledgement is a promise that the command is durable,
+    /// and a reader of a pipe must get it even if this process is killed a moment later.
     private func acknowledge(_ line: Int, _ result: CommandResult) {
         printJSON(.object(["line": .int(Int64(line)), "ok": .bool(true), "events": .array(result.events.map { .int(Int64($0.seq)) })]))
+        fflush(nil)
     }
 
     /// Parses and checks every line before anything is appended.

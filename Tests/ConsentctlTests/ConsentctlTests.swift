@@ -22,6 +22,7 @@ import Testing
         process.arguments = (ledger.map { ["--ledger", $0] } ?? []) + arguments
         var env = ProcessInfo.processInfo.environment
         env.removeValue(forKey: "CONSENTCTL_LEDGER")
+        env.removeValue(forKey: "CONSENTCTL_STORE")
         for (k, v) in environment { env[k] = v }
         process.environment = env
         let out = Pipe(), err = Pipe()

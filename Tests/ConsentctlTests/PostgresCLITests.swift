@@ -178,5 +178,54 @@ import Testing
             #expect(kinds == expected[subject]!.flatMap { $0.give ? ["given", "given"] : ["revoked", "revoked"] }, "\(subject)")
         }
     }
+
+    /// Writer processes killed (SIGKILL) at random moments, mid-transaction or not: every
+    /// acknowledged command is in the ledger, nothing half-written is, and it still verifies.
+    @Test func killedWritersLoseNothingAcknowledged() throws {
+        let url = try Self.freshURL("killed")
+        let dir = ConsentctlTests.temporaryFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        #expect(try Self.ctl(url, ["init"]).status == 0)
+        var acknowledged: [String: [Int]] = [:]
+        var ackedCommands = 0, kills = 0
+        for round in 0..<6 {
+            let lines = (0..<400).map { i -> String in
+                let subject = "r\(round)-s\(i % 20)"
+                return (i / 20) % 2 == 0
+                    ? #"{"subject":"\#(subject)","feature":"timeline","give":["required","optional-a"]}"#
+                    : #"{"subject":"\#(subject)","feature":"timeline","revoke":"required"}"#
+            }
+            try (lines.joined(separator: "\n") + "\n").write(toFile: dir + "/commands.jsonl", atomically: true, encoding: .utf8)
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: ConsentctlTests.binary)
+            process.arguments = ["--store", url, "apply", dir + "/commands.jsonl"]
+            let out = Pipe()
+            process.standardOutput = out
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            usleep(UInt32.random(in: 200_000...900_000))
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+            if process.terminationReason == .uncaughtSignal { kills += 1 }
+            for ack in String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).split(separator: "\n") {
+                let object = try ConsentctlTests.json(String(ack))
+                let line = try #require(object["line"] as? Int)
+                acknowledged["r\(round)-s\((line - 1) % 20)", default: []] += try #require(object["events"] as? [Int])
+                ackedCommands += 1
+            }
+            let verify = try Self.ctl(url, ["verify"])
+            #expect(verify.status == 0, "after round \(round): \(verify.stderr)")
+        }
+        #expect(ackedCommands > 0, "some commands were acknowledged before the kills")
+        for (subject, seqs) in acknowledged {
+            let history = try ConsentctlTests.json(try Self.ctl(url, ["history", "--subject", subject, "--json"]).stdout)
+            let present = Set(((history["events"] as? [[String: Any]]) ?? []).compactMap { $0["seq"] as? Int })
+            #expect(Set(seqs).isSubset(of: present), "\(subject): acknowledged events missing")
+        }
+        // Each command appends two events; at most one unacknowledged command per killed process committed.
+        let events = try #require(try ConsentctlTests.json(try Self.ctl(url, ["verify", "--json"]).stdout)["events"] as? Int)
+        #expect(events >= 1 + 2 * ackedCommands && events <= 1 + 2 * (ackedCommands + kills) && events % 2 == 1)
+        #expect(try Self.ctl(url, ["give", "--subject", "final", "--feature", "timeline", "--consent", "required"]).status == 0)
+    }
 }
 #endif
