@@ -72,7 +72,7 @@ let package = Package(
             ]
         ),
         .testTarget(name: "ConsentctlTests", dependencies: ["ConsentLedger", "ConsentLedgerPostgres"]),
-        // Runs against a real server: make test starts one (scripts/test-postgres.sh) and passes
+        // Runs against a real server: make test starts one (scripts/with-test-postgres.sh) and passes
         // its URL in CONSENTLEDGER_TEST_POSTGRES_URL. Empty without the PostgreSQL trait.
         .testTarget(name: "ConsentLedgerPostgresTests", dependencies: [
             "ConsentLedger",

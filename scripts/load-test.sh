@@ -59,7 +59,10 @@ run_store() {
     before="$(field "$before" events)"
     status="$(wrk -t"$THREADS" -c"$THREADS" -d"${DURATION}s" -s Samples/ConsentService/loadtest/status.lua "http://127.0.0.1:$port" -- "$tokens" | grep '^RESULT ' | cut -c8-)"
     activate="$(wrk -t"$THREADS" -c"$THREADS" -d"${DURATION}s" -s Samples/ConsentService/loadtest/activate.lua "http://127.0.0.1:$port" -- "$tokens" | grep '^RESULT ' | cut -c8-)"
-    kill "$server"; wait "$server" 2>/dev/null || true; server=""
+    if ! kill "$server" 2>/dev/null; then
+        echo "FAIL $label: the service had exited; its log:"; cat "$work/$label.log"; failures=$((failures + 1))
+    fi
+    wait "$server" 2>/dev/null || true; server=""
     local verify
     if ! verify="$("$BIN/consentctl" --store "$store" verify --json)"; then
         echo "FAIL $label: verify failed: $verify"; failures=$((failures + 1)); return

@@ -18,7 +18,8 @@ fi
 
 fail() { echo "with-test-postgres: $*" >&2; exit 1; }
 
-find_bin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1; }
+# `|| true`: with no server installed yet, ls fails, and set -e must not end the script here.
+find_bin() { { ls -d /usr/lib/postgresql/*/bin 2>/dev/null || true; } | sort -V | tail -n 1; }
 
 bin="$(find_bin)"
 if [ -z "$bin" ] || [ ! -x "$bin/initdb" ]; then
@@ -26,14 +27,16 @@ if [ -z "$bin" ] || [ ! -x "$bin/initdb" ]; then
     SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
     # A policy-rc.d that answers 101 keeps the package from starting a cluster of its own as a
     # service; ours is started below, on a port of our choosing.
-    added_policy=0
+    # Removed by a trap however the install ends, so no later service start is blocked.
     if [ ! -e /usr/sbin/policy-rc.d ]; then
-        printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null && $SUDO chmod 755 /usr/sbin/policy-rc.d && added_policy=1
+        trap '$SUDO rm -f /usr/sbin/policy-rc.d' EXIT
+        printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+        $SUDO chmod 755 /usr/sbin/policy-rc.d
     fi
-    $SUDO apt-get update -qq
     status=0
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null || status=$?
-    [ "$added_policy" = 1 ] && $SUDO rm -f /usr/sbin/policy-rc.d
+    { $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; } || status=$?
+    $SUDO rm -f /usr/sbin/policy-rc.d
+    trap - EXIT
     [ "$status" = 0 ] || fail "cannot install Debian's postgresql package (apt-get exit $status)"
     bin="$(find_bin)"
     [ -n "$bin" ] && [ -x "$bin/initdb" ] || fail "postgresql is installed but no initdb was found under /usr/lib/postgresql/*/bin"

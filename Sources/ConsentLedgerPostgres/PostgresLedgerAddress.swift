@@ -97,7 +97,7 @@ public struct PostgresLedgerAddress: Sendable, Hashable, CustomStringConvertible
             }
         }
         guard Self.isIdentifier(schema) else {
-            throw bad("schema '\(schema)' must be 1 to 63 lowercase letters, digits or _ and start with a letter or _")
+            throw bad("schema '\(schema)' must be 1 to 63 lowercase letters, digits or _, start with a letter or _, and not start with pg_")
         }
         self.host = host
         self.port = port
@@ -113,9 +113,11 @@ public struct PostgresLedgerAddress: Sendable, Hashable, CustomStringConvertible
         "postgres://\(username)@\(host.contains(":") ? "[\(host)]" : host):\(port)/\(database)?schema=\(schema)"
     }
 
-    /// A schema name that needs no quoting: it is written into SQL text, so only these are allowed.
+    /// A schema name of lowercase letters, digits and _: it is written into SQL text (quoted),
+    /// so only these are allowed. `pg_` names are PostgreSQL's own.
     static func isIdentifier(_ name: String) -> Bool {
         let bytes = Array(name.utf8)
+        guard !name.hasPrefix("pg_") else { return false }
         guard (1...63).contains(bytes.count), let first = bytes.first, first == 0x5F || (0x61...0x7A).contains(first) else { return false }
         return bytes.allSatisfy { $0 == 0x5F || (0x61...0x7A).contains($0) || (0x30...0x39).contains($0) }
     }
@@ -143,9 +145,12 @@ public struct PostgresLedgerAddress: Sendable, Hashable, CustomStringConvertible
 
     /// `text` with any password replaced by `***`.
     static func redacted(_ text: String) -> String {
-        guard let schemeEnd = text.range(of: "://"), let at = text[schemeEnd.upperBound...].firstIndex(of: "@") else { return text }
-        let userInfo = text[schemeEnd.upperBound..<at]
-        guard let colon = userInfo.firstIndex(of: ":") else { return text }
+        guard let schemeEnd = text.range(of: "://") else { return text }
+        // The user info ends at the last @ of the authority, as the parser reads it (a password
+        // may hold an unescaped @).
+        let rest = text[schemeEnd.upperBound...]
+        let authority = rest[..<(rest.firstIndex { $0 == "/" || $0 == "?" } ?? rest.endIndex)]
+        guard let at = authority.lastIndex(of: "@"), let colon = authority[..<at].firstIndex(of: ":") else { return text }
         return String(text[..<colon]) + ":***" + String(text[at...])
     }
 

@@ -13,7 +13,8 @@ import Synchronization
 /// processes or machines queue on the lock, so each one extends the head the previous one
 /// committed: no gaps, no forks, no duplicate sequence numbers (and the `events` primary key
 /// would refuse a duplicate even if the lock were bypassed). The lock ends with the
-/// transaction, so a writer that dies releases it at once.
+/// transaction, so a writer that dies releases it at once; one that hangs loses it when the
+/// server ends its idle transaction (see ``PostgresConnections``).
 ///
 /// Why a lock rather than optimistic concurrency on the head (expected seq and hash, retry on
 /// conflict): a command is decided against the subject's current state and then signed, so a
@@ -52,7 +53,8 @@ public final class PostgresLedgerStore: LedgerStore {
     /// The URL without its password, for messages.
     public var location: String { address.description }
 
-    private var s: String { address.schema }
+    /// The schema as SQL text (quoted).
+    private var s: String { PostgresSchema.quoted(address.schema) }
 
     private var lockName: String { "consentledger:" + address.schema }
 
@@ -72,11 +74,11 @@ public final class PostgresLedgerStore: LedgerStore {
     /// Checks once per store that the schema exists and is current, migrating it if it is older.
     private func ensureSchema(_ session: PostgresSession) throws {
         if schemaReady.withLock({ $0 }) { return }
-        guard let version = try PostgresSchema.version(session, schema: s) else {
+        guard let version = try PostgresSchema.version(session, schema: address.schema) else {
             throw LedgerError.notFound("no ledger at \(address) (run 'consentctl init --store \(address)' to create one)")
         }
         if version != PostgresSchema.latestVersion {
-            try transaction(session, exclusive: true) { try PostgresSchema.migrate(session, schema: s, create: false) }
+            try transaction(session, exclusive: true) { try PostgresSchema.migrate(session, schema: address.schema, create: false) }
         }
         schemaReady.withLock { $0 = true }
     }
@@ -121,7 +123,7 @@ public final class PostgresLedgerStore: LedgerStore {
     public func create(_ setup: LedgerSetup) throws {
         try connections.withSession { session in
             try transaction(session, exclusive: true) {
-                try PostgresSchema.migrate(session, schema: s, create: true)
+                try PostgresSchema.migrate(session, schema: address.schema, create: true)
                 guard try session.query("SELECT 1 FROM \(s).ledger").count == 0 else {
                     throw LedgerError.alreadyExists("a ledger already exists at \(address)")
                 }
@@ -182,6 +184,9 @@ public final class PostgresLedgerStore: LedgerStore {
             throw LedgerError.integrity(IntegrityFailure(line: 1, seq: 0, problem: "the log is empty: the genesis event is missing"))
         }
         let (seq, offset, line) = try row.decode((Int64, Int64, ByteBuffer).self)
+        guard seq >= 0, offset >= 0 else {
+            throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "\(address): the newest row of the log has a negative seq or byte offset"))
+        }
         return (seq, offset, line.bytes)
     }
 

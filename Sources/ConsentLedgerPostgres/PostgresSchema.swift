@@ -53,13 +53,18 @@ enum PostgresSchema {
 
     static var latestVersion: Int { migrations.last!.version }
 
+    /// A schema name as SQL text: quoted, so that names such as `user` or `order` work too.
+    /// (``PostgresLedgerAddress`` allows only lowercase letters, digits and _.)
+    static func quoted(_ schema: String) -> String { "\"" + schema + "\"" }
+
     /// The version the schema is at: nil when there is no ledger schema at all.
     static func version(_ session: PostgresSession, schema: String) throws -> Int? {
-        let exists = try session.query(
-            "SELECT 1 FROM information_schema.tables WHERE table_schema = $1 AND table_name = 'schema_migrations'", PostgresBindings(schema))
-        guard exists.count > 0 else { return nil }
-        let rows = try session.query("SELECT coalesce(max(version), 0)::bigint FROM \(schema).schema_migrations")
-        return Int(try rows.first!.decode(Int64.self))
+        // to_regclass, unlike information_schema, also sees tables the role may not read.
+        let exists = try session.query("SELECT to_regclass($1) IS NOT NULL", PostgresBindings(quoted(schema) + ".schema_migrations"))
+        guard let row = exists.first, try row.decode(Bool.self) else { return nil }
+        let rows = try session.query("SELECT coalesce(max(version), 0)::bigint FROM \(quoted(schema)).schema_migrations")
+        guard let version = rows.first else { return 0 }
+        return Int(try version.decode(Int64.self))
     }
 
     /// Brings the schema up to ``latestVersion``, creating it when `create` is set. Run inside a
@@ -72,17 +77,17 @@ enum PostgresSchema {
             guard create else {
                 throw LedgerError.notFound("no ledger at \(session.address) (run 'consentctl init --store \(session.address)' to create one)")
             }
-            try session.query("CREATE SCHEMA IF NOT EXISTS \(schema)")
-            try session.query("CREATE TABLE \(schema).schema_migrations (version integer PRIMARY KEY, description text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())")
+            try session.query("CREATE SCHEMA IF NOT EXISTS \(quoted(schema))")
+            try session.query("CREATE TABLE \(quoted(schema)).schema_migrations (version integer PRIMARY KEY, description text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())")
             current = 0
         }
         guard current <= latestVersion else {
             throw LedgerError.storage("the ledger at \(session.address) has schema version \(current); this consentctl knows versions up to \(latestVersion): upgrade consentctl")
         }
         for migration in migrations where migration.version > current {
-            for statement in migration.statements(schema) { try session.query(statement) }
+            for statement in migration.statements(quoted(schema)) { try session.query(statement) }
             try session.query(
-                "INSERT INTO \(schema).schema_migrations (version, description) VALUES ($1, $2)",
+                "INSERT INTO \(quoted(schema)).schema_migrations (version, description) VALUES ($1, $2)",
                 PostgresBindings(Int64(migration.version), migration.description))
         }
     }

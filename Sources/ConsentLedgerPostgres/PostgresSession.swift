@@ -20,12 +20,19 @@ final class PostgresSession: @unchecked Sendable {
         self.logger = logger
     }
 
+    /// Statements run so far, and whether the connection itself failed (rather than a
+    /// statement, after which a ROLLBACK leaves the connection fit for reuse).
+    private(set) var statements = 0
+    private(set) var broken = false
+
     /// Runs one statement and collects its rows.
     @discardableResult
     func query(_ sql: String, _ binds: PostgresBindings = PostgresBindings()) throws -> PostgresQueryResult {
+        statements += 1
         do {
             return try connection.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger).wait()
         } catch {
+            if (error as? PSQLError)?.serverInfo == nil { broken = true }
             throw PostgresSession.ledgerError(error, address: address)
         }
     }
@@ -40,7 +47,7 @@ final class PostgresSession: @unchecked Sendable {
             let state = info[.sqlState] ?? "?"
             var message = info[.message] ?? "unknown server error"
             if let detail = info[.detail] { message += " (\(detail))" }
-            if state == "40P01" || state == "40001" || state == "23505" {
+            if state == "40P01" || state == "40001" || state == "23505" || state == "55P03" {
                 return .storage("PostgreSQL at \(address): conflict with another writer, nothing was changed: \(message) [SQLSTATE \(state)]")
             }
             return .storage("PostgreSQL at \(address): \(message) [SQLSTATE \(state)]")
@@ -83,19 +90,41 @@ final class PostgresConnections: Sendable {
         _ = try? connection.close().wait()
     }
 
-    /// Runs `body` with a connection of its own. A connection that failed is closed rather than
-    /// reused: it may be mid-transaction.
+    /// Runs `body` with a connection of its own. A connection whose link failed is closed; one
+    /// where only a statement failed (and the transaction was rolled back) is kept for reuse.
+    /// A pooled connection that the server dropped while it was idle fails on its first
+    /// statement, before anything was done: `body` then runs once more on a new connection.
     func withSession<T>(_ body: (PostgresSession) throws -> T) throws -> T {
-        let connection = try idle.withLock { $0.popLast() } ?? connect()
-        let session = PostgresSession(connection: connection, address: address, logger: logger)
-        do {
-            let result = try body(session)
-            release(connection)
-            return result
-        } catch {
-            Self.close(connection)
-            throw error
+        var retried = false
+        while true {
+            let pooled = popIdle()
+            let connection = try pooled ?? connect()
+            let session = PostgresSession(connection: connection, address: address, logger: logger)
+            do {
+                let result = try body(session)
+                release(connection)
+                return result
+            } catch {
+                guard session.broken || connection.isClosed else {
+                    release(connection)
+                    throw error
+                }
+                Self.close(connection)
+                if pooled != nil, session.statements == 1, !retried {
+                    retried = true
+                    continue
+                }
+                throw error
+            }
         }
+    }
+
+    private func popIdle() -> PostgresConnection? {
+        while let connection = idle.withLock({ $0.popLast() }) {
+            if !connection.isClosed { return connection }
+            Self.close(connection)
+        }
+        return nil
     }
 
     private func release(_ connection: PostgresConnection) {
@@ -108,15 +137,30 @@ final class PostgresConnections: Sendable {
         if !kept { Self.close(connection) }
     }
 
+    /// Opens a connection. Its session never waits forever: a writer waiting more than a
+    /// minute for the ledger's lock gives up (nothing was changed), and the server ends a
+    /// session left idle inside a transaction for a minute (a client that hangs or whose
+    /// machine vanished), which releases the lock.
     private func connect() throws -> PostgresConnection {
         let id = nextID.wrappingAdd(1, ordering: .relaxed).oldValue
+        let connection: PostgresConnection
         do {
-            return try PostgresConnection.connect(
+            connection = try PostgresConnection.connect(
                 on: PostgresConnection.defaultEventLoopGroup.any(), configuration: configuration, id: id, logger: logger
             ).wait()
         } catch {
             throw PostgresSession.ledgerError(error, address: address)
         }
+        do {
+            _ = try connection.query(
+                "SELECT set_config('lock_timeout', '60s', false), set_config('idle_in_transaction_session_timeout', '60s', false)",
+                logger: logger
+            ).wait()
+        } catch {
+            Self.close(connection)
+            throw PostgresSession.ledgerError(error, address: address)
+        }
+        return connection
     }
 }
 

@@ -234,7 +234,7 @@ private func runCommand(root: ConsentCtl, _ command: LedgerCommand, json: Bool) 
     try reporting(json: json) {
         let ledger = try root.openLedger()
         let (result, recovered) = try ledger.execute(command)
-        warnAboutTornTail(recovered, removed: true, store: root.storeSpec)
+        warnAboutTornTail(recovered, removed: true, store: StoreSelection.folder(root.storeSpec))
         if let warning = ledger.takeWarning() { printError("warning: " + warning) }
         let catalog = ledger.catalog
         if json {
@@ -302,7 +302,7 @@ struct Status: ParsableCommand {
         try reporting(json: json) {
             let ledger = try root.openLedger()
             let report = try ledger.report(for: subject, asOf: asOf)
-            warnAboutTornTail(report.torn, removed: false, store: root.storeSpec)
+            warnAboutTornTail(report.torn, removed: false, store: StoreSelection.folder(root.storeSpec))
             if json {
                 printJSON(.object([
                     "subject": .string(subject),
@@ -372,7 +372,7 @@ struct History: ParsableCommand {
         try reporting(json: json) {
             let ledger = try root.openLedger()
             let report = try ledger.report(for: subject, asOf: limit)
-            warnAboutTornTail(report.torn, removed: false, store: root.storeSpec)
+            warnAboutTornTail(report.torn, removed: false, store: StoreSelection.folder(root.storeSpec))
             let entries = report.events.compactMap(HistoryEntry.init)
             if json {
                 printJSON(.object(["subject": .string(subject), "events": .array(entries.map { historyJSON($0, ledger.catalog) })]))
@@ -439,7 +439,7 @@ struct Verify: ParsableCommand {
         try reporting(json: json) {
             let ledger = try root.openLedger()
             let report = try ledger.verify()
-            warnAboutTornTail(report.torn, removed: false, store: root.storeSpec)
+            warnAboutTornTail(report.torn, removed: false, store: StoreSelection.folder(root.storeSpec))
             if json {
                 printJSON(.object([
                     "ok": .bool(true), "ledger": .string(report.ledgerName), "events": .int(Int64(report.events)),

@@ -16,9 +16,9 @@ struct Migrate: ParsableCommand {
         discussion: """
             Copies every line byte for byte (so the same signatures, hash chain and
             Merkle root), the catalogue, the key pair, the subject salts and the issued
-            checkpoints. Nothing is re-signed. The source is verified first and only
-            read; the copy is then verified, and its head, tree root and checkpoints
-            are compared with the source's. The target must hold no ledger. If the
+            checkpoints. Nothing is re-signed. The source is verified first and its
+            log only read; the copy is then verified, and its head, tree root and
+            checkpoints are compared with the source's. The target must hold no ledger. If the
             copy is interrupted, delete the target (the folder, or the schema with
             DROP SCHEMA NAME CASCADE) and run it again.
 

@@ -230,7 +230,7 @@ public final class Ledger: Sendable {
             try Self.validateText(command.actor, what: "actor", maxBytes: 128)
         }
         let signer = try signingKey()
-        return try writing {
+        return try writing { afterCommit in
             let log = try store.logState()
             try checkHead(log)
             try updateDerived(log)
@@ -299,9 +299,12 @@ public final class Ledger: Sendable {
             }
             // Cache only salts that are on disk: a new subject whose command appended nothing
             // gets a fresh salt next time, saved with its first events.
+            // Remembered only once the store has committed (see ``writing(_:)``).
             let persisted = salts.filter { newSalts[$0.key] == nil || withEvents.contains($0.key) }
-            memory.withLock { $0.salts = persisted }
-            advanceMemory(from: log.end, to: cursor, events: events, head: head)
+            afterCommit.append { [self] in
+                memory.withLock { $0.salts = persisted }
+                advanceMemory(from: log.end, to: cursor, events: events, head: head)
+            }
             return ExecutionReport(results: results, recovered: log.torn, warning: warning)
         }
     }
@@ -323,12 +326,16 @@ public final class Ledger: Sendable {
         }
     }
 
-    /// Runs a write under the exclusive lock. When it fails, the store may have rolled back what
-    /// the body already did (a PostgreSQL transaction does), so everything remembered about the
-    /// log, salts included, is dropped and read again next time.
-    func writing<T>(_ body: () throws -> T) throws -> T {
+    /// Runs a write under the exclusive lock. The body does not touch what the ledger remembers
+    /// about the log (replay, cursor, salts): it lists those updates in `afterCommit`, and they
+    /// are applied only once the store has committed, so that no other writer of this process
+    /// ever sees state a PostgreSQL transaction rolled back. When the write fails, everything
+    /// remembered is dropped and read again next time.
+    func writing<T>(_ body: (_ afterCommit: inout [() -> Void]) throws -> T) throws -> T {
+        var afterCommit: [() -> Void] = []
+        let result: T
         do {
-            return try store.withLock(exclusive: true, body)
+            result = try store.withLock(exclusive: true) { try body(&afterCommit) }
         } catch {
             memory.withLock { m in
                 m.salts = nil
@@ -338,6 +345,8 @@ public final class Ledger: Sendable {
             }
             throw error
         }
+        for update in afterCommit { update() }
+        return result
     }
 
     /// Records an issued checkpoint in the store, once per tree size. A checkpoint that cannot

@@ -21,7 +21,8 @@ public enum LedgerCopy {
     /// Verifies the source, copies it into `target` (which must hold no ledger yet), rebuilds
     /// the target's derived data, then verifies the copy and compares its head, tree root and
     /// checkpoints with the source's. A copy that was interrupted leaves a target to delete
-    /// before trying again; the source is only read.
+    /// before trying again. The source's log is only read (like any command, opening it may
+    /// first rebuild its derived files if a crash left them behind).
     public static func copy(from source: any LedgerStore, to target: any LedgerStore, batchLines: Int = 4096) throws -> LedgerCopyReport {
         let original = try Ledger.open(store: source)
         let sourceReport = try original.verify()

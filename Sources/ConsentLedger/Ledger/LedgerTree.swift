@@ -127,7 +127,7 @@ extension Ledger {
         return issued
     }
 
-    /// The signed checkpoints this ledger issued and recorded, oldest first.
+    /// The signed checkpoints this ledger issued and recorded, by tree size.
     public func issuedCheckpoints() throws -> [IssuedCheckpoint] {
         try store.withLock(exclusive: false) { try store.readCheckpoints() }
     }
@@ -323,7 +323,7 @@ extension Ledger {
     public func publish(_ newCatalog: Catalog, actor: String = "consentctl") throws -> LedgerEvent {
         try Self.validateText(actor, what: "actor", maxBytes: 128)
         let signer = try signingKey()
-        return try writing {
+        return try writing { afterCommit in
             let log = try store.logState()
             try checkHead(log)
             try updateDerived(log)
@@ -344,7 +344,7 @@ extension Ledger {
             try store.writeDerived(locations: derived.locations, at: log.end.lines, treeHashes: derived.treeHashes, at: MerkleTree.storedHashCount(Int64(log.end.lines)))
             let head = ChainHead(seq: seq, hash: newHead)
             try store.writeHead(head)
-            advanceMemory(from: log.end, to: cursor, events: [event], head: head)
+            afterCommit.append { [self] in advanceMemory(from: log.end, to: cursor, events: [event], head: head) }
             return event
         }
     }

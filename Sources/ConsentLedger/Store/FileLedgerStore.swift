@@ -618,6 +618,7 @@ public struct FileLedgerStore: LedgerStore {
             }
             checkpoints.append(IssuedCheckpoint(size: size, note: note))
         }
-        return checkpoints
+        // Lines are in the order they were recorded, which concurrent writers may interleave.
+        return checkpoints.sorted { $0.size < $1.size }
     }
 }

@@ -236,6 +236,6 @@ public protocol LedgerStore: Sendable {
     /// Records a checkpoint the ledger signed, unless one of the same size is already recorded
     /// (signatures are deterministic, so it is the same note). Call with the exclusive lock held.
     func recordCheckpoint(_ checkpoint: IssuedCheckpoint) throws
-    /// Every recorded checkpoint, oldest first.
+    /// Every recorded checkpoint, by tree size.
     func readCheckpoints() throws -> [IssuedCheckpoint]
 }

@@ -58,7 +58,12 @@ case "serve":
     do {
         consents = try await ConsentManager.open(store: store)
     } catch .notFound {
-        do { consents = try await ConsentManager.create(store: store, name: "consent-service.local/ledger") } catch { fail("\(error)") }
+        do {
+            consents = try await ConsentManager.create(store: store, name: "consent-service.local/ledger")
+        } catch {
+            // Another instance may have created it a moment ago: open that one.
+            do { consents = try await ConsentManager.open(store: store) } catch { fail("\(error)") }
+        }
     } catch {
         fail("\(error)")
     }
