@@ -53,6 +53,12 @@ public final class PostgresLedgerStore: LedgerStore {
     /// The URL without its password, for messages.
     public var location: String { address.description }
 
+    public var checkpointsPlace: String { "table \(address.schema).checkpoints" }
+
+    public var subjectsPlace: String { "table \(address.schema).subjects" }
+
+    public var derivedRepair: String { "rebuild it: DELETE FROM \(address.schema).line_index and \(address.schema).tree_hashes, and the next write recomputes them from the events table" }
+
     /// The schema as SQL text (quoted).
     private var s: String { PostgresSchema.quoted(address.schema) }
 

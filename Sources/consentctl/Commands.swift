@@ -196,15 +196,20 @@ struct Give: ParsableCommand {
 
 struct Revoke: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Withdraw one consent of a feature.",
+        abstract: "Withdraw one or more consents of a feature.",
         discussion: """
             Withdrawing a required consent also withdraws the feature's given optional consents,
             each as its own event that names the cause (rule R4); the feature becomes inactive, and
             the way back is to give the required consent again (R5). Withdrawing a withheld consent
             appends nothing and succeeds.
 
-            Example:
+            Several --consent options withdraw all of them in one atomic command, each as its own
+            event: the named optional consents first, as the subject's own withdrawals, then the
+            required one, whose cascade covers the optional consents still given.
+
+            Examples:
               consentctl revoke --subject alice --feature medication-management --consent required
+              consentctl revoke --subject alice --feature timeline --consent optional-a --consent optional-b
             """
     )
 
@@ -216,8 +221,8 @@ struct Revoke: ParsableCommand {
     @Option(help: "A feature key (medication-management) or numeric code (1).")
     var feature: String
 
-    @Option(help: "The consent code to withdraw.")
-    var consent: String
+    @Option(name: .customLong("consent"), help: "A consent code to withdraw; repeat for several.")
+    var consents: [String]
 
     @Option(help: "Who acts: 'self' for the subject, or a clinician's or system's id.")
     var actor: String = "self"
@@ -225,8 +230,12 @@ struct Revoke: ParsableCommand {
     @Flag(help: "Print JSON.")
     var json = false
 
+    func validate() throws {
+        if consents.isEmpty { throw ValidationError("revoke needs at least one --consent") }
+    }
+
     func run() throws {
-        try runCommand(root: root, LedgerCommand(subjectID: subject, request: .revoke(feature: feature, consent: consent), actor: actor), json: json)
+        try runCommand(root: root, LedgerCommand(subjectID: subject, request: .revoke(feature: feature, consents: consents), actor: actor), json: json)
     }
 }
 

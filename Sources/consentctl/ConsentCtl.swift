@@ -48,6 +48,32 @@ struct ConsentCtl: ParsableCommand {
         subcommands: [Init.self, CatalogCommand.self, Give.self, Revoke.self, Status.self, History.self, Report.self, Verify.self, CheckpointCommand.self, KeyCommand.self, Export.self, VerifyExport.self, ProveConsistency.self, VerifyConsistency.self, Apply.self, Migrate.self]
     )
 
+    /// Options that take several values; every other option may be given once. Argument
+    /// parsing keeps the last of repeated values, which would drop a patient's choice in
+    /// silence (`--subject a --subject b`), so a repeat is refused before parsing.
+    static let repeatableOptions: Set<String> = ["--consent"]
+
+    static func main() {
+        let arguments = Array(CommandLine.arguments.dropFirst())
+        if let repeated = repeatedOption(in: arguments) {
+            exit(withError: ValidationError("\(repeated) is given more than once; it takes one value (only --consent may be repeated)"))
+        }
+        main(arguments)
+    }
+
+    /// The first option, other than the repeatable ones, that appears twice before `--`.
+    static func repeatedOption(in arguments: [String]) -> String? {
+        var seen: Set<String> = []
+        for argument in arguments {
+            if argument == "--" { break }
+            guard argument.hasPrefix("--") else { continue }
+            let name = String(argument.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)[0])
+            if repeatableOptions.contains(name) { continue }
+            if !seen.insert(name).inserted { return name }
+        }
+        return nil
+    }
+
     @Option(name: .long, help: ArgumentHelp("The ledger folder.", valueName: "DIR"))
     var ledger: String?
 

@@ -72,9 +72,11 @@ struct Apply: ParsableCommand {
             Each line of FILE ('-' for standard input) is one command, for example
               {"subject":"alice","feature":"timeline","give":["required","optional-a"]}
               {"subject":"alice","feature":"timeline","revoke":"required","actor":"dr-house"}
+              {"subject":"bob","feature":"timeline","revoke":["optional-a","optional-b"]}
             ("actor" defaults to "self"; blank lines are skipped).
 
-            Every line is checked first (JSON, members, feature and consent names): a
+            Every line is checked first (JSON, members, subject and actor, feature and
+            consent names): a
             bad line stops the run before anything is appended, with exit 64 and its
             line number. Then each command is appended and made durable on its own and
             acknowledged with one line on standard output:
@@ -155,6 +157,13 @@ struct Apply: ParsableCommand {
                 guard case .string(let a) = given else { throw bad("\"actor\" must be a string") }
                 actor = a
             }
+            // The whole command is checked here, as the ledger would check it, so that a bad line
+            // late in the file stops the run before the first command is appended.
+            do {
+                try LedgerCommand.validate(subjectID: subject, actor: actor)
+            } catch let error as LedgerError {
+                throw bad(error.description)
+            }
             func checkConsent(_ code: String) throws {
                 guard feature.consent(code: code) != nil else {
                     throw bad("feature '\(feature.key)' has no consent '\(code)' (it has: \(feature.consents.map(\.code).joined(separator: ", ")))")
@@ -174,8 +183,17 @@ struct Apply: ParsableCommand {
             case (nil, .string(let code)?):
                 try checkConsent(code)
                 request = .revoke(feature: featureName, consent: code)
+            case (nil, .array(let items)?):
+                var codes: [String] = []
+                for item in items {
+                    guard case .string(let code) = item else { throw bad("\"revoke\" must be a consent code or a list of them") }
+                    try checkConsent(code)
+                    codes.append(code)
+                }
+                guard !codes.isEmpty else { throw bad("\"revoke\" names no consent") }
+                request = .revoke(feature: featureName, consents: codes)
             default:
-                throw bad("give exactly one of \"give\": [consent codes] or \"revoke\": consent code")
+                throw bad("give exactly one of \"give\": [consent codes] or \"revoke\": a consent code or [consent codes]")
             }
             commands.append((number, LedgerCommand(subjectID: subject, request: request, actor: actor)))
         }

@@ -32,7 +32,7 @@ from verify_vectors import (  # noqa: E402
     LINE_PREFIX, SIG_PREFIX, SIGNING_CONTEXT, ZERO_HASH, CatalogError, Checks, DecodeError, Failure, Replay, SubjectState,
     Violation, catalog_hash, catalog_version, decode_catalog, decode_line, ed25519_public_key, ed25519_sign,
     ed25519_verify, hex_decode, key_id, notices_of, parse_canonical, problem_as_update, publish_body, read_file,
-    same_bytes, same_text, serialize, sha256, sign_log, subject_ref, trimmed_text, verify_folder,
+    same_bytes, same_text, serialize, sha256, sign_log, subject_ref, trimmed_text, verify_folder, SALT_LENGTH,
 )
 
 BUNDLE_FORMAT = "consentledger-export-v1"
@@ -398,6 +398,76 @@ def parse_checkpoint(text):
     return Checkpoint(lines[0], int(size), root)
 
 
+def check_recorded_checkpoints(lines, records, key):
+    """ledger-format.md, Verifying, step 8: every recorded checkpoint {"note","size"} must be
+    signed by `key`, name the ledger and its own size, not exceed the log's `lines` (verified
+    lines without their newlines), and commit to the root of the first `size` lines, computed
+    from the lines themselves. Raises Failure."""
+    for record in records:
+        size, note = record["size"], record["note"]
+        try:
+            checkpoint = parse_checkpoint(open_note(note, key))
+        except NoteError as e:
+            raise Failure(None, None, "the recorded checkpoint of size %d does not verify with the ledger's key: %s" % (size, e))
+        if checkpoint.origin != key.name or checkpoint.size != size:
+            raise Failure(None, None, "the recorded checkpoint of size %d is for '%s' at size %d" % (size, checkpoint.origin, checkpoint.size))
+        if size > len(lines):
+            raise Failure(None, None, "the ledger signed a checkpoint of %d records, but the log holds only %d: "
+                          "signed events were removed from the end of the log" % (size, len(lines)))
+        if size > 0 and tree_root([leaf_hash(line) for line in lines[:size]]) != checkpoint.root:
+            raise Failure(None, None, "the signed checkpoint of size %d commits to another root: "
+                          "the log was changed after it was signed" % size)
+
+
+def read_recorded_checkpoints(data):
+    """checkpoints.jsonl: one canonical {"note":NOTE,"size":N} per line."""
+    records = []
+    for line in data.split(b"\n")[:-1]:
+        value = parse_canonical(line)
+        if not isinstance(value, dict) or set(value) != {"note", "size"}:
+            raise Failure(None, None, "checkpoints.jsonl holds a line that is not {\"note\":…,\"size\":…}")
+        records.append(value)
+    return records
+
+
+def check_recorded_vectors(checks, here):
+    """Recorded checkpoints against the tiny ledger: honest ones pass; a cut log, a changed log
+    and a forged note fail with the documented phrases."""
+    v = Vectors(here)
+    report = verify_folder(v.folder)
+    key = NoteKey(report.ledger_name, report.public_key)
+
+    def record(lines, size):
+        root = tree_root([leaf_hash(line) for line in lines[:size]])
+        return {"note": sign_note(Checkpoint(key.name, size, root).text, key, v.seed), "size": size}
+
+    records = [record(v.lines, 3), record(v.lines, len(v.lines))]
+    data = b"".join(serialize(r) + b"\n" for r in records)
+    checks.check(read_recorded_checkpoints(data) == records, "checkpoints.jsonl: canonical records read back")
+
+    def verdict(lines, recs, phrase):
+        def run():
+            try:
+                check_recorded_checkpoints(lines, recs, key)
+            except Failure as f:
+                return phrase is not None and phrase in f.reason, f.reason
+            return phrase is None, "passed"
+        return run
+
+    checks.run("recorded checkpoints of the tiny ledger (sizes 3 and %d) pass" % len(v.lines), verdict(v.lines, records, None))
+    # The cut: the last command's lines gone (head rewritten to match), the checkpoints kept.
+    cut = v.lines[:-1]
+    checks.run("a log cut below a recorded checkpoint fails: signed events were removed",
+               verdict(cut, records, "signed events were removed from the end of the log"))
+    changed = v.lines[:1] + [v.lines[1][:-1] + bytes([v.lines[1][-1] ^ 1])] + v.lines[2:]
+    checks.run("a log changed below a recorded checkpoint fails: changed after it was signed",
+               verdict(changed, records, "the log was changed after it was signed"))
+    forged = dict(records[0])
+    forged["note"] = forged["note"][:-6] + ("A" if forged["note"][-6] != "A" else "B") + forged["note"][-5:]
+    checks.run("a recorded note whose signature is broken fails",
+               verdict(v.lines, [forged], "does not verify with the ledger's key"))
+
+
 # ---------------------------------------------------------------------------------------------
 # Reading JSON files leniently (bundles and consistency-proof files are read as ordinary JSON)
 # ---------------------------------------------------------------------------------------------
@@ -573,8 +643,8 @@ def _decimal(text, signed=False):
     return value if -INT64_MAX - 1 <= value <= INT64_MAX else None
 
 
-def statement_text(origin, size, subject, catalog_versions, events):
-    return "%s\n%s\n%d\nsubject %s\n%s\n%s\n" % (STATEMENT_MAGIC, origin, size, subject, " ".join(["catalog"] + [str(n) for n in catalog_versions]),
+def statement_text(origin, size, subject, catalog_versions, events, salt_length=SALT_LENGTH):
+    return "%s\n%s\n%d\nsubject %s salt-length %d\n%s\n%s\n" % (STATEMENT_MAGIC, origin, size, subject, salt_length, " ".join(["catalog"] + [str(n) for n in catalog_versions]),
                                                 " ".join(["events"] + [str(n) for n in events]))
 
 
@@ -582,8 +652,13 @@ def parse_statement(text):
     """(origin, size, subject, catalogue-version seqs, event seqs) of a statement's text."""
     lines = text.split("\n")
     if not (len(lines) == 7 and lines[6] == "" and lines[0] == STATEMENT_MAGIC and _decimal(lines[2], signed=True) is not None
-            and lines[3].startswith("subject ") and _fields(lines[4])[:1] == ["catalog"] and _fields(lines[5])[:1] == ["events"]):
+            and _fields(lines[4])[:1] == ["catalog"] and _fields(lines[5])[:1] == ["events"]):
         raise NoteError("not an export statement")
+    subject_line = lines[3].split(" ")
+    salt_length = _decimal(subject_line[3]) if len(subject_line) == 4 else None
+    if not (len(subject_line) == 4 and subject_line[0] == "subject" and subject_line[2] == "salt-length"
+            and salt_length is not None and 0 < salt_length <= 1024):
+        raise NoteError("export statement: the subject line is not 'subject REF salt-length N'")
 
     def seqs(line):
         out = []
@@ -593,7 +668,7 @@ def parse_statement(text):
                 raise NoteError("export statement: '%s' is not a sequence number" % part)
             out.append(n)
         return out
-    return lines[1], int(lines[2]), lines[3][len("subject "):], seqs(lines[4]), seqs(lines[5])
+    return lines[1], int(lines[2]), subject_line[1], salt_length, seqs(lines[4]), seqs(lines[5])
 
 
 def check_entry(e, checkpoint, key, kid, proof_required):
@@ -703,6 +778,8 @@ def verify_subject(b, checkpoint, catalog, features, key, kid):
     salt = hex_decode(salt_hex)
     if salt is None:
         raise ExportFailure(None, "the subject's salt is not hex")
+    if len(salt) != SALT_LENGTH:
+        raise ExportFailure(None, "the subject's salt is %d bytes, not %d" % (len(salt), SALT_LENGTH))
     if not same_text(subject_ref(subject_id, salt), ref):
         raise ExportFailure(None, "the subject's pseudonym does not match its id and salt")
     previous = 0
@@ -726,10 +803,10 @@ def verify_subject(b, checkpoint, catalog, features, key, kid):
     if b.statement is None:
         raise ExportFailure(None, "a subject export needs its signed statement")
     try:
-        origin, size, statement_subject, listed_versions, listed_events = parse_statement(open_note(b.statement, key))
+        origin, size, statement_subject, salt_length, listed_versions, listed_events = parse_statement(open_note(b.statement, key))
     except NoteError as e:
         raise ExportFailure(None, "export statement: %s" % e)
-    if not (same_bytes(origin, key.name) and size == checkpoint.size and same_bytes(statement_subject, ref)):
+    if not (same_bytes(origin, key.name) and size == checkpoint.size and same_bytes(statement_subject, ref) and salt_length == len(salt)):
         raise ExportFailure(None, "the signed export statement is for another ledger, checkpoint size or subject")
     bundled_versions = [e.seq for e in b.catalog_versions]
     if listed_versions != bundled_versions:
@@ -1101,6 +1178,15 @@ def check_derived(checks, v, key, checkpoint):
                                                       [e["seq"] for e in o["events"]]), key, v.seed)
         return run
 
+    def restated_salt(change, salt_length):
+        """`change`, then a statement re-signed with another salt length: only a key holder can."""
+        def run(o):
+            change(o)
+            o["statement"] = sign_note(statement_text(key.name, checkpoint.size, o["subject"]["ref"],
+                                                      [e["seq"] for e in o.get("catalogVersions", [])],
+                                                      [e["seq"] for e in o["events"]], salt_length), key, v.seed)
+        return run
+
     def drop_events(*seqs, recompute=False):
         def change(o):
             o["events"] = [e for e in o["events"] if e["seq"] not in seqs]
@@ -1203,6 +1289,12 @@ def check_derived(checks, v, key, checkpoint):
          "a proof hash is not the base64 of 32 bytes", None),
         ("alice, another salt", alice, lambda o: o["subject"].update(salt="02" * 16), None, "pseudonym does not match", None),
         ("alice, the salt in uppercase hex", alice, lambda o: o["subject"].update(salt="0A" * 16), None, "salt is not hex", None),
+        # Relabelling: bytes moved from the id's start to the salt's end keep the hash.
+        ("alice, relabelled as 'ice' (the id's first bytes moved into the salt)", alice,
+         lambda o: o["subject"].update(salt=o["subject"]["salt"] + b"al".hex(), id="ice"), None, "the subject's salt is 18 bytes, not 16", None),
+        ("alice, relabelled as 'ice' with a statement that says salt-length 18", alice,
+         restated_salt(lambda o: o["subject"].update(salt=o["subject"]["salt"] + b"al".hex(), id="ice"), 18), None,
+         "the subject's salt is 18 bytes, not 16", None),
         ("alice, without 'state'", alice, lambda o: o.pop("state"), None, "needs 'subject' and 'state'", None),
         ("alice, 'ledger' changed", alice, lambda o: o.update(ledger="consentledger.example/other"), None,
          "the bundle says it is from ledger 'consentledger.example/other', not the pinned key's ledger", None),
@@ -1469,6 +1561,7 @@ def main(argv):
         here = os.path.dirname(os.path.abspath(__file__))
         self_tests(checks)
         check_vectors(checks, here)
+        check_recorded_vectors(checks, here)
     return checks.finish()
 
 

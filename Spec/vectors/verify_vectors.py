@@ -438,7 +438,13 @@ def key_id(public_key):
     return sha256(public_key)[:8].hex()
 
 
+SALT_LENGTH = 16
+
+
 def subject_ref(subject_id, salt):
+    """The pseudonym; the salt MUST be SALT_LENGTH bytes (a variable length would let bytes move
+    between the salt and the id without changing the hash)."""
+    assert len(salt) == SALT_LENGTH
     return sha256(b"consentledger-subject-v1\n" + salt + subject_id.encode("utf-8"))[:16].hex()
 
 
@@ -1041,10 +1047,11 @@ def read_file(folder, name):
         return f.read()
 
 
-def verify_folder(folder, log=None, head_text=None, derived=None):
+def verify_folder(folder, log=None, head_text=None, derived=None, subjects=None):
     """Verifies the ledger folder; `log` and `head_text` replace ledger.jsonl and head, `derived`
-    the bytes of (lines.idx, tree.hashes) (False: none; None: the folder's, if both exist).
-    Returns a Report or raises Failure naming the first bad entry."""
+    the bytes of (lines.idx, tree.hashes) (False: none; None: the folder's, if both exist),
+    `subjects` the bytes of subjects.jsonl. Returns a Report or raises Failure naming the first
+    bad entry. (Step 8, the recorded checkpoints, is in verify_export.py, which has signed notes.)"""
     if derived is None:
         paths = [os.path.join(folder, n) for n in ("lines.idx", "tree.hashes")]
         derived = tuple(read_file(folder, n) for n in ("lines.idx", "tree.hashes")) if all(map(os.path.isfile, paths)) else False
@@ -1112,6 +1119,23 @@ def verify_folder(folder, log=None, head_text=None, derived=None):
     if replay.open is not None:
         first = replay.open[0][0]
         raise Failure(first + 1, first, "the command starting here is incomplete")
+
+    # Step 9: every pseudonym in the log has exactly one subject record whose id and salt hash
+    # to it (records without events are allowed: a command that failed after saving its salt).
+    try:
+        salts = read_subjects(folder, subjects)
+    except ValueError as e:
+        raise Failure(None, None, str(e))
+    recorded = {}
+    for subject_id, salt in salts.items():
+        ref = subject_ref(subject_id, salt)
+        if ref in recorded:
+            raise Failure(None, None, "two subject records in subjects.jsonl have the same pseudonym %s" % ref)
+        recorded[ref] = subject_id
+    missing = sorted(ref for ref in replay.subjects if ref not in recorded)
+    if missing:
+        raise Failure(None, None, "%d pseudonym(s) in the log have no subject record in subjects.jsonl whose id and salt hash "
+                      "to them (%s): subject records were altered, swapped or removed" % (len(missing), ", ".join(missing[:3])))
 
     report = Report()
     report.events, report.records, report.replay = replay.count, records, replay
@@ -1280,12 +1304,12 @@ class DerivedTree:
             stored = index[(e.line - 1) * INDEX_ENTRY:e.line * INDEX_ENTRY]
             # The 4 reserved bytes are not compared (the reference decodes offset, length, subject).
             if stored[:12] + stored[16:] != index_entry(e.offset, e.length, subject_bytes(e))[:12] + subject_bytes(e):
-                raise Failure(e.line, e.seq, "the line index entry differs from the log (rebuild it by deleting lines.idx)")
+                raise Failure(e.line, e.seq, "the line index entry differs from the log (rebuild it: delete lines.idx and tree.hashes)")
             expected += self.expected_hashes(e, log[e.offset:e.offset + e.length])
         for k, h in enumerate(expected):
             i = self.tree_index + k
             if tree[32 * i:32 * i + 32] != h:
-                raise Failure(None, None, "tree hash %d differs from the log (rebuild it by deleting tree.hashes)" % i)
+                raise Failure(None, None, "tree hash %d differs from the log (rebuild it: delete lines.idx and tree.hashes)" % i)
         self.tree_index += len(expected)
 
 
@@ -1521,6 +1545,30 @@ def check_vectors(checks, here):
             return str(e) == "subjects.jsonl line 3 repeats subject id 'alice'", str(e)
         return False, "accepted"
     checks.run("subjects.jsonl with a repeated id is refused", repeated_id)
+
+    def swapped_salts():
+        records = [parse_canonical(line) for line in subjects_bytes.split(b"\n")[:-1]]
+        records[0]["salt"], records[1]["salt"] = records[1]["salt"], records[0]["salt"]
+        try:
+            verify_folder(folder, subjects=b"".join(serialize(r) + b"\n" for r in records))
+        except Failure as f:
+            return "subject records were altered, swapped or removed" in f.reason and f.line is None, str(f)
+        return False, "verified"
+    checks.run("subjects.jsonl with two salts swapped fails verification (step 9)", swapped_salts)
+
+    def removed_record():
+        try:
+            verify_folder(folder, subjects=b"\n".join(subjects_bytes.split(b"\n")[1:]))
+        except Failure as f:
+            return "1 pseudonym(s) in the log have no subject record" in f.reason, str(f)
+        return False, "verified"
+    checks.run("subjects.jsonl without one subject's record fails verification (step 9)", removed_record)
+
+    def unused_record():
+        extra = serialize({"id": "nobody-yet", "salt": "07" * 16}) + b"\n"
+        r = verify_folder(folder, subjects=subjects_bytes + extra)
+        return r.events == report.events, "verified"
+    checks.run("a subject record with no events (a command that failed after saving its salt) verifies", unused_record)
 
     def equivalent_spellings():
         composed, decomposed = "Jos\u00e9", "Jose\u0301"
@@ -2029,12 +2077,12 @@ def check_derived_files(checks, here):
         return data[:i] + bytes([data[i] ^ 1]) + data[i + 1:]
     checks.run("derived files that match the log are checked and pass", verdict((index, tree)))
     checks.run("a lines.idx entry (line 3's offset) changed: fails at line 3",
-               verdict((flip(index, 64), tree), 3, "the line index entry differs from the log (rebuild it by deleting lines.idx)"))
+               verdict((flip(index, 64), tree), 3, "the line index entry differs from the log (rebuild it: delete lines.idx and tree.hashes)"))
     checks.run("a lines.idx entry's subject changed: fails at line 9",
                verdict((flip(index, 8 * 32 + 20), tree), 9, "the line index entry differs from the log"))
     checks.run("a lines.idx entry's 4 reserved bytes changed: not compared, verifies", verdict((flip(index, 2 * 32 + 13), tree)))
     checks.run("tree hash 5 changed: fails with no line",
-               verdict((index, flip(tree, 5 * 32)), None, "tree hash 5 differs from the log (rebuild it by deleting tree.hashes)"))
+               verdict((index, flip(tree, 5 * 32)), None, "tree hash 5 differs from the log (rebuild it: delete lines.idx and tree.hashes)"))
     checks.run("tree.hashes one hash short of the log: left for a rebuild, not checked",
                verdict((index, tree[:-32]), checked=False))
     checks.run("lines.idx one entry short of the log: left for a rebuild, not checked",

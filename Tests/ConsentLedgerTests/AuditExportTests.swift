@@ -3,8 +3,7 @@ import Foundation
 import Testing
 @testable import ConsentLedger
 
-/// Issue 3: exports, checkpoints and consistency proofs, and every tampering an auditor must
-/// catch.
+/// Exports, checkpoints and consistency proofs, and every tampering an auditor must catch.
 @Suite struct AuditExportTests {
     /// A ledger with the seed scenario and two more subjects.
     static func ledger(_ label: String) throws -> (Ledger, String) {

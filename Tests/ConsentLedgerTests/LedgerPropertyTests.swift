@@ -39,9 +39,11 @@ import Testing
                 if !set.contains("required") && !codes.contains("required") { return false }
                 set.formUnion(codes)
                 features[feature] = set
-            case .revoke(let feature, let code):
+            case .revoke(let feature, let codes):
                 var set = features[feature] ?? []
-                if code == "required", set.contains("required") { set = [] } else { set.remove(code) }
+                for code in codes {
+                    if code == "required", set.contains("required") { set = [] } else { set.remove(code) }
+                }
                 features[feature] = set
             }
             given[command.subjectID] = features

@@ -101,13 +101,21 @@ import Glibc
         #expect(before.st_ino == after.st_ino, "the same folder, not a new one")
         #expect(after.st_mode & 0o777 == 0o750)
         #expect(verifyFolder(path) == .ok(events: 1))
-        // Leftovers of a crashed init (files, no log) do not block a new one.
+        // Files a crashed init moved in (no log) do not block a new one.
         let other = LedgerPropertyTests.folder("leftover")
         defer { removeFolder(other) }
         #expect(mkdir(other, 0o700) == 0)
         writeBytes([], to: other + "/catalog.json")
-        #expect(mkdir(other + "/.init-1", 0o700) == 0)
         _ = try Ledger.create(store: FileLedgerStore(directory: other), catalog: SeedCatalog.catalog, name: "leftover")
         #expect(verifyFolder(other) == .ok(events: 1))
+        // A staging folder left inside is not init's to delete: it is named, and kept.
+        let staged = LedgerPropertyTests.folder("staged")
+        defer { removeFolder(staged) }
+        #expect(mkdir(staged, 0o700) == 0)
+        #expect(mkdir(staged + "/.init-1", 0o700) == 0)
+        #expect(throws: LedgerError.alreadyExists("\(staged)/.init-1 is left from an init that did not finish; remove it, then run init again")) {
+            try Ledger.create(store: FileLedgerStore(directory: staged), catalog: SeedCatalog.catalog, name: "staged")
+        }
+        #expect(PosixFile.kind(of: staged + "/.init-1") == .directory)
     }
 }

@@ -3,8 +3,15 @@ public enum ConsentRequest: Hashable, Sendable {
     /// Give one or more consents of a feature. Activates the feature when the required consents
     /// are among them (R2, R5), or gives withheld consents of an active feature (R6).
     case give(feature: String, consents: [String])
-    /// Withdraw one consent; withdrawing a required consent cascades to the optional ones (R4).
-    case revoke(feature: String, consent: String)
+    /// Withdraw one or more consents of a feature, atomically. Withdrawing a required consent
+    /// cascades to the optional ones still given (R4). Named optional consents are withdrawn
+    /// first, each as the subject's own withdrawal, then the required one with its cascade.
+    case revoke(feature: String, consents: [String])
+
+    /// Withdraw one consent.
+    public static func revoke(feature: String, consent: String) -> ConsentRequest {
+        .revoke(feature: feature, consents: [consent])
+    }
 }
 
 /// The events a command appends, or why it appends nothing although it succeeded.
@@ -99,36 +106,53 @@ public enum ConsentRules {
             }
             return CommandOutcome(events: events, notes: notes)
 
-        case .revoke(let featureName, let code):
+        case .revoke(let featureName, let codes):
             let feature = try resolveFeature(featureName, catalog)
-            guard let definition = feature.consent(code: code) else {
-                throw .unknownConsent(code, feature: feature.key, known: feature.consents.map(\.code))
+            guard !codes.isEmpty else { throw .emptyRequest("revoke needs at least one consent") }
+            var requested: Set<String> = []
+            for code in codes {
+                guard feature.consent(code: code) != nil else {
+                    throw .unknownConsent(code, feature: feature.key, known: feature.consents.map(\.code))
+                }
+                requested.insert(code)
             }
-            guard state.isGiven(feature: feature.code, consent: code) else {
-                let how = state.status(feature: feature.code, consent: code) == nil ? "never given" : "already withdrawn"
-                return CommandOutcome(events: [], notes: ["'\(code)' of '\(feature.key)' is withheld (\(how)); nothing to do"])
+            // Optional consents first: each named one is the subject's own withdrawal, recorded as
+            // such even when a required consent named in the same command would have cascaded
+            // to it. Then the required ones, whose cascade covers the optional ones still given.
+            let order = feature.optionalConsents + feature.requiredConsents
+            var given = Set(feature.consents.map(\.code).filter { state.isGiven(feature: feature.code, consent: $0) })
+            var notes: [String] = []
+            // (consent, cause) in order; the cause is an index into this list.
+            var withdrawals: [(code: String, cause: Int?)] = []
+            for definition in order where requested.contains(definition.code) {
+                let code = definition.code
+                guard given.contains(code) else {
+                    let how = state.status(feature: feature.code, consent: code) == nil ? "never given" : "already withdrawn"
+                    notes.append("'\(code)' of '\(feature.key)' is withheld (\(how)); nothing to do")
+                    continue
+                }
+                given.remove(code)
+                let cause = withdrawals.count
+                withdrawals.append((code, nil))
+                // R4: a required consent takes the feature's given optional consents with it; an
+                // optional consent goes alone.
+                if definition.isRequired {
+                    for optional in feature.optionalConsents where given.contains(optional.code) {
+                        given.remove(optional.code)
+                        withdrawals.append((optional.code, cause))
+                    }
+                }
             }
-            // R4: a required consent takes the feature's given optional consents with it; an
-            // optional consent goes alone.
-            let cascaded = definition.isRequired
-                ? feature.optionalConsents.filter { state.isGiven(feature: feature.code, consent: $0.code) }
-                : []
-            let span = CommandSpan(first: nextSeq, size: 1 + cascaded.count)
-            var events = [
+            let span = CommandSpan(first: nextSeq, size: withdrawals.count)
+            let events = withdrawals.enumerated().map { i, w in
                 LedgerEvent(
-                    seq: nextSeq, at: at, actor: actor, command: span,
-                    payload: .consentRevoked(ConsentRevoked(subject: subject, feature: feature.code, consent: code, reason: .withdrawn))
-                )
-            ]
-            for (i, optional) in cascaded.enumerated() {
-                events.append(
-                    LedgerEvent(
-                        seq: nextSeq + 1 + UInt64(i), at: at, actor: actor, command: span,
-                        payload: .consentRevoked(ConsentRevoked(subject: subject, feature: feature.code, consent: optional.code, reason: .cascade(cause: nextSeq)))
-                    )
+                    seq: nextSeq + UInt64(i), at: at, actor: actor, command: span,
+                    payload: .consentRevoked(ConsentRevoked(
+                        subject: subject, feature: feature.code, consent: w.code,
+                        reason: w.cause.map { .cascade(cause: nextSeq + UInt64($0)) } ?? .withdrawn))
                 )
             }
-            return CommandOutcome(events: events, notes: [])
+            return CommandOutcome(events: events, notes: notes)
         }
     }
 

@@ -149,9 +149,16 @@ public final class ConsentManager: Sendable {
     /// Withdraws one consent; a required one takes the feature's optional ones with it (R4).
     /// Answers with every feature's consents after the change (R9).
     public func revoke(_ consent: String, of feature: String, for subject: String, actor: String = "self") async throws(ConsentError) -> [FeatureLine] {
+        try await revoke([consent], of: feature, for: subject, actor: actor)
+    }
+
+    /// Withdraws several consents of one feature in one atomic command: the named optional ones
+    /// first, as the subject's own withdrawals, then the required one with its cascade (R4).
+    /// Answers with every feature's consents after the change (R9).
+    public func revoke(_ consents: [String], of feature: String, for subject: String, actor: String = "self") async throws(ConsentError) -> [FeatureLine] {
         let ledger = self.ledger
         return try await run {
-            try ledger.execute(LedgerCommand(subjectID: subject, request: .revoke(feature: feature, consent: consent), actor: actor)).result.listing.features
+            try ledger.execute(LedgerCommand(subjectID: subject, request: .revoke(feature: feature, consents: consents), actor: actor)).result.listing.features
         }
     }
 

@@ -15,6 +15,9 @@ struct LogChecker {
     let signatures: (verifier: any SignatureVerifier, publicKey: PublicKey, keyID: String)?
     /// Also check the derived data (line index and stored tree hashes) against the lines.
     var checkDerived = false
+    /// Tree sizes whose RFC 6962 root to compute from the lines themselves (the sizes of
+    /// recorded checkpoints, which `verify` checks against the log).
+    var rootsWanted: Set<Int64> = []
 
     /// What the parallel stage learns of one line.
     struct CheckedLine: Sendable {
@@ -41,6 +44,8 @@ struct LogChecker {
         /// The Merkle tree's complete subtrees so far (derived-data check).
         var frontier: [Digest] = []
         var treeIndex: Int64 = 0
+        /// Tree roots computed from the lines, at the sizes in ``LogChecker/rootsWanted``.
+        var roots: [Int64: Digest] = [:]
     }
 
     /// The ordered stage's state; touched only on the `ordered` queue, then read after it drained.
@@ -59,13 +64,15 @@ struct LogChecker {
         let signatures = self.signatures
         let hasher = self.hasher
         let checkDerived = self.checkDerived
+        let rootsWanted = self.rootsWanted
+        let hashLeaves = checkDerived || !rootsWanted.isEmpty
         let store = self.store
         do {
             try store.scan(from: from, to: end, batchSize: 4096, containing: nil) { batch in
                 if let failed = failure.withLock({ $0 }) { throw failed }
                 let outcomes = parallelMap(batch.count, minimumForParallel: 256) { i in
                     batch.withLine(i) { line in
-                        Self.check(line, number: batch.number(i), hasher: hasher, signatures: signatures, location: checkDerived ? { batch.location(i, subject: $0) } : nil)
+                        Self.check(line, number: batch.number(i), hasher: hasher, signatures: signatures, hashLeaf: hashLeaves, location: checkDerived ? { batch.location(i, subject: $0) } : nil)
                     }
                 }
                 slots.wait()
@@ -80,9 +87,10 @@ struct LogChecker {
                             return
                         }
                     }
-                    if checkDerived {
+                    if hashLeaves {
                         do {
-                            try Self.checkDerived(outcomes, store: store, hasher: hasher, progress: &box.progress)
+                            let expected = Self.extendTree(outcomes, hasher: hasher, rootsWanted: rootsWanted, progress: &box.progress)
+                            if checkDerived { try Self.checkDerived(outcomes, expected: expected, store: store, progress: &box.progress) }
                         } catch let error as LedgerError {
                             failure.withLock { $0 = error }
                         } catch {
@@ -102,7 +110,7 @@ struct LogChecker {
         return box.progress
     }
 
-    private static func check(_ line: UnsafeBufferPointer<UInt8>, number: Int, hasher: any SHA256Hasher, signatures: (verifier: any SignatureVerifier, publicKey: PublicKey, keyID: String)?, location: (([UInt8]) -> LineLocation)?) -> LineOutcome {
+    private static func check(_ line: UnsafeBufferPointer<UInt8>, number: Int, hasher: any SHA256Hasher, signatures: (verifier: any SignatureVerifier, publicKey: PublicKey, keyID: String)?, hashLeaf: Bool, location: (([UInt8]) -> LineLocation)?) -> LineOutcome {
         do throws(EventDecodingError) {
             let (body, signature) = try EventCodec.splitLine(line, decodeSignature: signatures != nil)
             let (event, prev, keyID) = try EventBodyReader.read(body)
@@ -127,29 +135,20 @@ struct LogChecker {
             }
             var leaf: Digest?
             var where_: LineLocation?
-            if let location {
-                leaf = MerkleTree.leafHash(UnsafeRawBufferPointer(line), hasher: hasher)
-                where_ = location(Ledger.subjectBytes(event.payload))
-            }
+            if hashLeaf { leaf = MerkleTree.leafHash(UnsafeRawBufferPointer(line), hasher: hasher) }
+            if let location { where_ = location(Ledger.subjectBytes(event.payload)) }
             return .checked(CheckedLine(number: number, event: event, prev: prev, hash: hasher.sha256(UnsafeRawBufferPointer(body)), leaf: leaf, location: where_))
         } catch {
             return .failed(IntegrityFailure(line: number, seq: nil, problem: error.problem))
         }
     }
 
-    /// Compares a batch's line locations and Merkle tree hashes with the stored ones. The
-    /// stored hashes of record n are its leaf and the roots of the subtrees it completes, built
-    /// from the frontier of complete subtrees.
-    private static func checkDerived(_ outcomes: [LineOutcome], store: any LedgerStore, hasher: any SHA256Hasher, progress: inout Progress) throws {
-        var lines: [CheckedLine] = []
-        for case .checked(let line) in outcomes { lines.append(line) }
-        guard let first = lines.first else { return }
-        let stored = try store.readLineLocations((first.number - 1)..<(first.number - 1 + lines.count))
+    /// Adds a batch's leaves to the frontier of complete subtrees, computing the tree's roots
+    /// at the wanted sizes. Returns the hashes the derived data stores for these records: each
+    /// record's leaf and the roots of the subtrees it completes, in tlog order.
+    private static func extendTree(_ outcomes: [LineOutcome], hasher: any SHA256Hasher, rootsWanted: Set<Int64>, progress: inout Progress) -> [Digest] {
         var expected: [Digest] = []
-        for (i, line) in lines.enumerated() {
-            guard stored[i] == line.location else {
-                throw LedgerError.integrity(IntegrityFailure(line: line.number, seq: line.event.seq, problem: "the line index entry differs from the log (rebuild it by deleting lines.idx)"))
-            }
+        for case .checked(let line) in outcomes {
             var h = line.leaf!
             expected.append(h)
             var n = line.event.seq
@@ -159,10 +158,31 @@ struct LogChecker {
                 n >>= 1
             }
             progress.frontier.append(h)
+            let size = Int64(line.event.seq) + 1
+            if rootsWanted.contains(size) {
+                // RFC 6962: the root folds the complete subtrees from the right.
+                var root = progress.frontier.last!
+                for left in progress.frontier.dropLast().reversed() { root = MerkleTree.nodeHash(left, root, hasher: hasher) }
+                progress.roots[size] = root
+            }
+        }
+        return expected
+    }
+
+    /// Compares a batch's line locations and Merkle tree hashes with the stored ones.
+    private static func checkDerived(_ outcomes: [LineOutcome], expected: [Digest], store: any LedgerStore, progress: inout Progress) throws {
+        var lines: [CheckedLine] = []
+        for case .checked(let line) in outcomes { lines.append(line) }
+        guard let first = lines.first else { return }
+        let stored = try store.readLineLocations((first.number - 1)..<(first.number - 1 + lines.count))
+        for (i, line) in lines.enumerated() {
+            guard stored[i] == line.location else {
+                throw LedgerError.integrity(IntegrityFailure(line: line.number, seq: line.event.seq, problem: "the line index entry differs from the log (\(store.derivedRepair))"))
+            }
         }
         let storedHashes = try store.readTreeHashes(Array(progress.treeIndex..<(progress.treeIndex + Int64(expected.count))))
         if let bad = zip(storedHashes, expected).enumerated().first(where: { $0.element.0 != $0.element.1 }) {
-            throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "tree hash \(progress.treeIndex + Int64(bad.offset)) differs from the log (rebuild it by deleting tree.hashes)"))
+            throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "tree hash \(progress.treeIndex + Int64(bad.offset)) differs from the log (\(store.derivedRepair))"))
         }
         progress.treeIndex += Int64(expected.count)
     }

@@ -153,13 +153,17 @@ public struct ExportStatement: Hashable, Sendable {
     public let origin: String
     public let size: Int64
     public let subject: String
+    /// The length of the salt the pseudonym `subject` was made with: signed, so that a bundle
+    /// cannot move bytes between the salt and the id and claim the pseudonym for another id.
+    public let saltLength: Int
     public let catalogVersions: [Int64]
     public let events: [Int64]
 
-    public init(origin: String, size: Int64, subject: String, catalogVersions: [Int64], events: [Int64]) {
+    public init(origin: String, size: Int64, subject: String, saltLength: Int = Pseudonym.saltLength, catalogVersions: [Int64], events: [Int64]) {
         self.origin = origin
         self.size = size
         self.subject = subject
+        self.saltLength = saltLength
         self.catalogVersions = catalogVersions
         self.events = events
     }
@@ -167,14 +171,18 @@ public struct ExportStatement: Hashable, Sendable {
     public var text: String {
         let catalog = (["catalog"] + catalogVersions.map(String.init)).joined(separator: " ")
         let events = (["events"] + self.events.map(String.init)).joined(separator: " ")
-        return "\(Self.magic)\n\(origin)\n\(size)\nsubject \(subject)\n\(catalog)\n\(events)\n"
+        return "\(Self.magic)\n\(origin)\n\(size)\nsubject \(subject) salt-length \(saltLength)\n\(catalog)\n\(events)\n"
     }
 
     public init(text: String) throws(NoteError) {
         let lines = text.split(separator: "\n", omittingEmptySubsequences: false)
         guard lines.count == 7, lines[6].isEmpty, lines[0] == Self.magic, let size = Int64(lines[2]), String(size) == lines[2],
-            lines[3].hasPrefix("subject "), lines[4].split(separator: " ").first == "catalog", lines[5].split(separator: " ").first == "events"
+            lines[4].split(separator: " ").first == "catalog", lines[5].split(separator: " ").first == "events"
         else { throw NoteError("not an export statement") }
+        let subjectLine = lines[3].split(separator: " ", omittingEmptySubsequences: false)
+        guard subjectLine.count == 4, subjectLine[0] == "subject", subjectLine[2] == "salt-length",
+            let saltLength = Int(subjectLine[3]), saltLength > 0, saltLength <= 1024, String(saltLength) == subjectLine[3]
+        else { throw NoteError("export statement: the subject line is not 'subject REF salt-length N'") }
         func seqs(_ line: Substring) throws(NoteError) -> [Int64] {
             var out: [Int64] = []
             for part in line.split(separator: " ").dropFirst() {
@@ -183,7 +191,7 @@ public struct ExportStatement: Hashable, Sendable {
             }
             return out
         }
-        self.init(origin: String(lines[1]), size: size, subject: String(lines[3].dropFirst("subject ".count)), catalogVersions: try seqs(lines[4]), events: try seqs(lines[5]))
+        self.init(origin: String(lines[1]), size: size, subject: String(subjectLine[1]), saltLength: saltLength, catalogVersions: try seqs(lines[4]), events: try seqs(lines[5]))
     }
 }
 
@@ -289,13 +297,14 @@ public enum ExportVerifier {
         guard let subject = bundle.subject, let bundledState = bundle.state else {
             throw ExportVerificationError(seq: nil, "a subject export needs 'subject' and 'state'")
         }
-        if let salt = Hex.decode(subject.salt) {
-            let digest = hasher.sha256(Array("consentledger-subject-v1\n".utf8) + salt + Array(subject.id.utf8))
-            guard Hex.encode(digest.bytes.prefix(16)) == subject.ref else {
-                throw ExportVerificationError(seq: nil, "the subject's pseudonym does not match its id and salt")
-            }
-        } else {
+        guard let salt = Hex.decode(subject.salt) else {
             throw ExportVerificationError(seq: nil, "the subject's salt is not hex")
+        }
+        guard let ref = Pseudonym.ref(id: Array(subject.id.utf8), salt: salt, hasher: hasher) else {
+            throw ExportVerificationError(seq: nil, "the subject's salt is \(salt.count) bytes, not \(Pseudonym.saltLength)")
+        }
+        guard ref.value == subject.ref else {
+            throw ExportVerificationError(seq: nil, "the subject's pseudonym does not match its id and salt")
         }
         // Order first, so a swapped pair is reported as such rather than as a broken command.
         var previous: Int64 = 0
@@ -326,7 +335,7 @@ public enum ExportVerifier {
         } catch {
             throw ExportVerificationError(seq: nil, "export statement: \(error)")
         }
-        guard statement.origin.utf8.elementsEqual(pinnedKey.name.utf8), statement.size == checkpoint.size, statement.subject.utf8.elementsEqual(subject.ref.utf8) else {
+        guard statement.origin.utf8.elementsEqual(pinnedKey.name.utf8), statement.size == checkpoint.size, statement.subject.utf8.elementsEqual(subject.ref.utf8), statement.saltLength == salt.count else {
             throw ExportVerificationError(seq: nil, "the signed export statement is for another ledger, checkpoint size or subject")
         }
         guard statement.catalogVersions == bundle.catalogEvents.map(\.seq) else {

@@ -18,6 +18,13 @@ public struct LedgerCommand: Hashable, Sendable {
         self.request = request
         self.actor = actor
     }
+
+    /// Checks a subject id and an actor as ``Ledger/execute(_:)`` does, so that a batch can be
+    /// checked whole before any of it is appended. Throws ``LedgerError/invalidRequest(_:)``.
+    public static func validate(subjectID: String, actor: String) throws {
+        try Ledger.validateText(subjectID, what: "subject id", maxBytes: 256)
+        try Ledger.validateText(actor, what: "actor", maxBytes: 128)
+    }
 }
 
 /// What one accepted command did, and the subject's consents afterwards (rule R9: every call
@@ -197,11 +204,12 @@ public final class Ledger: Sendable {
         guard text.utf8.first != 0x20, text.utf8.last != 0x20 else { throw LedgerError.invalidRequest("\(what) must not start or end with spaces") }
     }
 
-    /// The pseudonym of a subject id under a salt: the first 16 bytes of
-    /// SHA-256("consentledger-subject-v1\n" ‖ salt ‖ id), in hex.
+    /// The pseudonym of a subject id under a salt of ``Pseudonym/saltLength`` bytes.
     public func subjectRef(id: String, salt: [UInt8]) -> SubjectRef {
-        let digest = chain.hasher.sha256(Array("consentledger-subject-v1\n".utf8) + salt + Array(id.utf8))
-        return SubjectRef(Hex.encode(digest.bytes.prefix(16)))
+        guard let ref = Pseudonym.ref(id: Array(id.utf8), salt: salt, hasher: chain.hasher) else {
+            preconditionFailure("salts are \(Pseudonym.saltLength) bytes; stores refuse any other length")
+        }
+        return ref
     }
 
     /// The known subject's reference, or nil for a subject the ledger has never seen.
@@ -212,9 +220,18 @@ public final class Ledger: Sendable {
 
     private func salts(refreshingFor subjectID: SubjectID) throws -> [SubjectID: [UInt8]] {
         if let cached = memory.withLock({ $0.salts }), cached[subjectID] != nil { return cached }
-        let loaded = try store.readSubjectSalts()
+        let loaded = try subjectSalts()
         memory.withLock { $0.salts = loaded }
         return loaded
+    }
+
+    /// Every subject record of the store, each salt checked to be ``Pseudonym/saltLength`` bytes.
+    func subjectSalts() throws -> [SubjectID: [UInt8]] {
+        let salts = try store.readSubjectSalts()
+        if let bad = salts.first(where: { $0.value.count != Pseudonym.saltLength }) {
+            throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "a subject record in \(store.subjectsPlace) of \(store.location) has a salt of \(bad.value.count) bytes, not \(Pseudonym.saltLength)"))
+        }
+        return salts
     }
 
     // MARK: - Writing
@@ -226,8 +243,7 @@ public final class Ledger: Sendable {
     @discardableResult
     public func execute(_ commands: [LedgerCommand]) throws -> ExecutionReport {
         for command in commands {
-            try Self.validateText(command.subjectID, what: "subject id", maxBytes: 256)
-            try Self.validateText(command.actor, what: "actor", maxBytes: 128)
+            try LedgerCommand.validate(subjectID: command.subjectID, actor: command.actor)
         }
         let signer = try signingKey()
         return try writing { afterCommit in
@@ -237,13 +253,13 @@ public final class Ledger: Sendable {
             let headHash = chain.hash(ofBody: log.last.body)
             // Subject references; a new subject gets a salt that is saved only if it gets events.
             var salts = memory.withLock { $0.salts } ?? [:]
-            if commands.contains(where: { salts[SubjectID($0.subjectID)] == nil }) { salts = try store.readSubjectSalts() }
+            if commands.contains(where: { salts[SubjectID($0.subjectID)] == nil }) { salts = try subjectSalts() }
             var newSalts: [SubjectID: [UInt8]] = [:]
             var refs: [SubjectID: SubjectRef] = [:]
             for command in commands where refs[SubjectID(command.subjectID)] == nil {
                 let id = SubjectID(command.subjectID)
                 if salts[id] == nil {
-                    let salt = random(16)
+                    let salt = random(Pseudonym.saltLength)
                     salts[id] = salt
                     newSalts[id] = salt
                 }
@@ -446,7 +462,7 @@ public final class Ledger: Sendable {
             let number = seq + 1
             let record = try decode(try store.readLine(at: location), number: number)
             guard record.event.seq == UInt64(seq), record.event.payload.subject == subject else {
-                throw LedgerError.integrity(IntegrityFailure(line: number, seq: UInt64(seq), problem: "the line index points at another event (rebuild it by deleting lines.idx)"))
+                throw LedgerError.integrity(IntegrityFailure(line: number, seq: UInt64(seq), problem: "the line index points at another event (\(store.derivedRepair))"))
             }
             if let until, record.event.at > until { break }
             if verifySignatures { try checkSignature(record, line: number) }

@@ -51,6 +51,10 @@ extension Ledger {
         var from = LogCursor.start
         if trusted > 0 {
             let last = try store.readLineLocations((trusted - 1)..<trusted)[0]
+            // Checked before adding: a tampered offset must not trap.
+            guard last.offset < log.end.offset, UInt64(last.length) < log.end.offset - last.offset else {
+                throw LedgerError.integrity(IntegrityFailure(line: trusted, seq: UInt64(trusted - 1), problem: "the line index places this line at offset \(last.offset), length \(last.length), past the log's \(log.end.offset) bytes (\(store.derivedRepair))"))
+            }
             from = LogCursor(offset: last.offset + UInt64(last.length) + 1, lines: trusted)
         }
         var lines: [[UInt8]] = []
@@ -192,7 +196,7 @@ extension Ledger {
     public func exportSubject(_ subjectID: String) throws -> AuditExport {
         try Self.validateText(subjectID, what: "subject id", maxBytes: 256)
         let signer = try signingKey()
-        guard let salt = try store.readSubjectSalts()[SubjectID(subjectID)] else {
+        guard let salt = try subjectSalts()[SubjectID(subjectID)] else {
             throw LedgerError.invalidRequest("the ledger has no subject '\(subjectID)'")
         }
         let ref = subjectRef(id: subjectID, salt: salt)
@@ -214,7 +218,7 @@ extension Ledger {
                 let line = try store.readLine(at: location)
                 let record = try decode(line, number: seq + 1)
                 guard record.event.seq == UInt64(seq), record.event.payload.subject == ref else {
-                    throw LedgerError.integrity(IntegrityFailure(line: seq + 1, seq: UInt64(seq), problem: "the line index points at another event (rebuild it by deleting lines.idx)"))
+                    throw LedgerError.integrity(IntegrityFailure(line: seq + 1, seq: UInt64(seq), problem: "the line index points at another event (\(store.derivedRepair))"))
                 }
                 do throws(ReplayViolation) {
                     try state.apply(record.event, catalog: Self.catalog(in: versions, before: UInt64(seq)))

@@ -31,7 +31,8 @@ extension Ledger {
             // Derived data behind the log (a crash, an older version) is rebuilt by the next
             // write or export; when it is all there, it is checked in the same pass.
             let derivedComplete = counts.lines >= log.end.lines && counts.treeHashes >= MerkleTree.storedHashCount(Int64(log.end.lines))
-            let (replay, previous, headSeen) = try checkLines(to: log.end, head: log.recordedHead, derived: derivedComplete)
+            let recorded = try store.readCheckpoints()
+            let (replay, previous, headSeen, roots) = try checkLines(to: log.end, head: log.recordedHead, derived: derivedComplete, roots: Set(recorded.map(\.size)))
             let head = log.recordedHead
             guard headSeen, let lastSeq = replay.lastSeq else {
                 throw LedgerError.integrity(IntegrityFailure(line: replay.eventCount + 1, seq: replay.lastSeq.map { $0 + 1 }, problem: "the log ends at seq \(replay.lastSeq.map(String.init) ?? "none") but seq \(head.seq) was acknowledged: acknowledged events are missing (truncated log)"))
@@ -42,21 +43,70 @@ extension Ledger {
             guard replay.genesis == genesis else {
                 throw LedgerError.integrity(IntegrityFailure(line: 1, seq: 0, problem: "the genesis event differs from the one the ledger was opened with"))
             }
+            try checkRecordedCheckpoints(recorded, roots: roots, size: Int64(replay.eventCount))
+            try checkSubjectRecords(logSubjects: replay.subjects.keys)
             return VerificationReport(events: replay.eventCount, subjects: replay.subjects.count, head: ChainHead(seq: lastSeq, hash: previous), ledgerName: genesis.ledgerName, publicKey: publicKey, torn: log.torn)
         }
     }
 
     /// Scans to `end` only to find the first bad line; throws it if there is one.
     private func scanForFirstFailure(to end: LogCursor) throws {
-        _ = try checkLines(to: end, head: nil, derived: false)
+        _ = try checkLines(to: end, head: nil, derived: false, roots: [])
     }
 
     /// Checks every line up to `end`: encoding, key id, signature and hash on all cores; sequence,
-    /// links, rules and the recorded head in order.
-    private func checkLines(to end: LogCursor, head: ChainHead?, derived: Bool) throws -> (LedgerReplay, Digest, Bool) {
+    /// links, rules and the recorded head in order. Computes the tree's roots at `roots` sizes
+    /// from the lines.
+    private func checkLines(to end: LogCursor, head: ChainHead?, derived: Bool, roots: Set<Int64>) throws -> (LedgerReplay, Digest, Bool, [Int64: Digest]) {
         var checker = LogChecker(store: store, hasher: chain.hasher, signatures: (verifier, publicKey, keyID))
         checker.checkDerived = derived
+        checker.rootsWanted = roots
         let result = try checker.run(from: .start, to: end, head: head, progress: LogChecker.Progress(replay: LedgerReplay(catalog: catalog), previous: .zero))
-        return (result.replay, result.previous, result.headSeen)
+        return (result.replay, result.previous, result.headSeen, result.roots)
+    }
+
+    /// Every pseudonym in the log must have exactly one subject record whose id and salt hash to
+    /// it: swapped, altered or missing records would make `status` answer for the wrong patient
+    /// or for nobody. A record whose pseudonym has no events is allowed: its salt was saved by a
+    /// command that failed before its events were appended.
+    func checkSubjectRecords(logSubjects: some Collection<SubjectRef>) throws {
+        let place = "\(store.subjectsPlace) of \(store.location)"
+        var recorded: [SubjectRef: SubjectID] = [:]
+        for (id, salt) in try subjectSalts() {
+            let ref = subjectRef(id: id.text, salt: salt)
+            if let other = recorded.updateValue(id, forKey: ref) {
+                throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "two subject records in \(place) have the same pseudonym \(ref.value) (ids \(min(id, other).text.debugDescription) and \(max(id, other).text.debugDescription))"))
+            }
+        }
+        let missing = logSubjects.filter { recorded[$0] == nil }
+        if !missing.isEmpty {
+            let sample = missing.map(\.value).sorted().prefix(3).joined(separator: ", ")
+            throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "\(missing.count) pseudonym(s) in the log have no subject record in \(place) whose id and salt hash to them (\(sample)): subject records were altered, swapped or removed"))
+        }
+    }
+
+    /// Every checkpoint the ledger recorded must be signed by its key and commit to a prefix of
+    /// this log: a signed checkpoint larger than the log means acknowledged events were cut
+    /// off, even when the head was rewritten to match the shorter log.
+    func checkRecordedCheckpoints(_ recorded: [IssuedCheckpoint], roots: [Int64: Digest], size: Int64) throws {
+        let key = try verifierKey
+        let place = "\(store.checkpointsPlace) of \(store.location)"
+        for issued in recorded {
+            let checkpoint: Checkpoint
+            do {
+                checkpoint = try Checkpoint(text: SignedNote.open(issued.note, key: key, verifier: verifier))
+            } catch {
+                throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the recorded checkpoint of size \(issued.size) in \(place) does not verify with the ledger's key: \(error)"))
+            }
+            guard checkpoint.origin == genesis.ledgerName, checkpoint.size == issued.size else {
+                throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the recorded checkpoint of size \(issued.size) in \(place) is for '\(checkpoint.origin)' at size \(checkpoint.size)"))
+            }
+            guard checkpoint.size <= size else {
+                throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the ledger signed a checkpoint of \(checkpoint.size) records (in \(place)), but the log holds only \(size): signed events were removed from the end of the log"))
+            }
+            guard checkpoint.size == 0 || roots[checkpoint.size] == checkpoint.root else {
+                throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the signed checkpoint of size \(checkpoint.size) (in \(place)) commits to root \(checkpoint.root.hex), but the log's first \(checkpoint.size) records hash to another root: the log was changed after it was signed"))
+            }
+        }
     }
 }

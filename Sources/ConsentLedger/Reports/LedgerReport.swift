@@ -43,7 +43,7 @@ extension Ledger {
                 }
             }
             var ids: [SubjectRef: String] = [:]
-            for (id, salt) in try store.readSubjectSalts() { ids[subjectRef(id: id.text, salt: salt)] = id.text }
+            for (id, salt) in try subjectSalts() { ids[subjectRef(id: id.text, salt: salt)] = id.text }
             return LedgerReport(report: builder.finish(), checkpoint: checkpoint, ledgerName: genesis.ledgerName, subjectIDs: ids)
         }
     }

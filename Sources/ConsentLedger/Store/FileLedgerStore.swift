@@ -32,6 +32,12 @@ public struct FileLedgerStore: LedgerStore {
 
     public var location: String { directory }
 
+    public var checkpointsPlace: String { "checkpoints.jsonl" }
+
+    public var subjectsPlace: String { "subjects.jsonl" }
+
+    public var derivedRepair: String { "rebuild it: delete \(indexPath) and \(treePath), and the next write recomputes them from the log" }
+
     var logPath: String { directory + "/ledger.jsonl" }
     var headPath: String { directory + "/head" }
     var catalogPath: String { directory + "/catalog.json" }
@@ -50,15 +56,22 @@ public struct FileLedgerStore: LedgerStore {
 
     public func create(_ setup: LedgerSetup) throws {
         var intoExisting = false
-        switch PosixFile.kind(of: directory) {
+        switch PosixFile.ownKind(of: directory) {
+        case .symlink:
+            throw LedgerError.alreadyExists("\(directory) is a symbolic link; init does not follow links: name the real folder")
         case .file:
             throw LedgerError.alreadyExists("\(directory) exists and is a file, not a ledger folder")
         case .directory:
             let entries = PosixFile.directoryEntries(directory)
             if entries.contains("ledger.jsonl") { throw LedgerError.alreadyExists("a ledger already exists at \(directory)") }
-            // Empty, or left by an init that crashed before its last step: use it as it is
-            // (keeping its owner, mode and labels).
-            guard entries.allSatisfy({ Self.ledgerFiles.contains($0) || $0.hasPrefix(".init-") }) else {
+            // A staging folder of an init that never finished: it is not ours to delete.
+            if let staging = entries.sorted().first(where: { $0.hasPrefix(".init-") }) {
+                throw LedgerError.alreadyExists("\(directory)/\(staging) is left from an init that did not finish; remove it, then run init again")
+            }
+            // Empty, or left by an init that crashed while moving its files in: use it as it is
+            // (keeping its owner, mode and labels). Only regular files with a ledger file's name
+            // are replaced; a link or anything else stops init.
+            guard entries.allSatisfy({ Self.ledgerFiles.contains($0) && PosixFile.isRegularFile(directory + "/" + $0) }) else {
                 throw LedgerError.alreadyExists("\(directory) exists and is not empty; choose a new folder")
             }
             intoExisting = true
@@ -69,40 +82,55 @@ public struct FileLedgerStore: LedgerStore {
         guard PosixFile.kind(of: parent) == .directory else {
             throw LedgerError.notFound("cannot create \(directory): folder \(parent) does not exist")
         }
-        // Build the whole ledger under a temporary name, then move it into place with the log
-        // last: a crash during init leaves no ledger (no log) rather than half of one.
+        // Build the whole ledger under a fresh random name, then move it into place with the log
+        // last: a crash during init leaves no ledger (no log) rather than half of one. The staging
+        // folder is made with mkdir, which fails on anything already there (a planted link
+        // included), and every file in it is created through its descriptor: init never follows
+        // a link and never deletes what it did not create.
+        let suffix = "init-" + Hex.encode(Sodium().randomBytes(8))
         let staging = intoExisting
-            ? "\(directory)/.init-\(getpid())"
-            : "\(parent)/.\(directory.split(separator: "/").last ?? "ledger").init-\(getpid())"
-        let stagingStore = FileLedgerStore(directory: staging)
+            ? "\(directory)/.\(suffix)"
+            : "\(parent)/.\(directory.split(separator: "/").last ?? "ledger").\(suffix)"
+        guard mkdir(staging, 0o700) == 0 else { throw LedgerError.storage("cannot create \(staging): \(PosixFile.reason())") }
+        let stagingFD = open(staging, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard stagingFD >= 0 else {
+            let why = PosixFile.reason()
+            rmdir(staging)
+            throw LedgerError.storage("cannot open \(staging): \(why)")
+        }
+        defer { close(stagingFD) }
+        var created: [String] = []
         func removeStaging() {
-            for name in PosixFile.directoryEntries(staging) { unlink(staging + "/" + name) }
+            for name in created { unlinkat(stagingFD, name, 0) }
             rmdir(staging)
         }
-        if intoExisting {
-            for name in PosixFile.directoryEntries(directory) where name.hasPrefix(".init-") {
-                for inner in PosixFile.directoryEntries(directory + "/" + name) { unlink(directory + "/" + name + "/" + inner) }
-                rmdir(directory + "/" + name)
-            }
+        func writeNew(_ bytes: [UInt8], _ name: String, mode: mode_t = 0o644) throws {
+            let file = try PosixFile(in: stagingFD, name: name, displayPath: staging + "/" + name, flags: O_WRONLY | O_CREAT | O_EXCL, mode: mode)
+            created.append(name)
+            try file.write(bytes, at: 0)
+            try file.sync()
+            guard fchmod(file.fd, mode) == 0 else { throw LedgerError.storage("cannot set mode of \(staging)/\(name): \(PosixFile.reason())") }
         }
-        if PosixFile.kind(of: staging) == .directory { removeStaging() }
-        guard mkdir(staging, 0o700) == 0 else { throw LedgerError.storage("cannot create \(staging): \(PosixFile.reason())") }
         do {
-            try PosixFile.writeNew(setup.catalog, to: stagingStore.catalogPath)
-            try PosixFile.writeNew(Array((setup.publicKey.hex + "\n").utf8), to: stagingStore.publicKeyPath)
-            try PosixFile.writeNew(Array((Hex.encode(setup.secretSeed) + "\n").utf8), to: stagingStore.secretKeyPath, mode: 0o600)
-            try PosixFile.writeNew(setup.genesis.line, to: stagingStore.logPath)
-            try PosixFile.writeNew(Self.headBytes(setup.head), to: stagingStore.headPath)
-            try PosixFile.writeNew([], to: stagingStore.subjectsPath, mode: 0o600)
-            try PosixFile.writeNew([], to: stagingStore.lockPath)
-            try PosixFile.syncDirectory(staging)
+            try writeNew(setup.catalog, "catalog.json")
+            try writeNew(Array((setup.publicKey.hex + "\n").utf8), "public.key")
+            try writeNew(Array((Hex.encode(setup.secretSeed) + "\n").utf8), "secret.key", mode: 0o600)
+            try writeNew(setup.genesis.line, "ledger.jsonl")
+            try writeNew(Self.headBytes(setup.head), "head")
+            try writeNew([], "subjects.jsonl", mode: 0o600)
+            try writeNew([], "lock")
+            guard fsync(stagingFD) == 0 else { throw LedgerError.storage("cannot sync folder \(staging): \(PosixFile.reason())") }
             if intoExisting {
+                let target = open(directory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                guard target >= 0 else { throw LedgerError.storage("cannot open \(directory): \(PosixFile.reason())") }
+                defer { close(target) }
                 for name in ["catalog.json", "public.key", "secret.key", "head", "subjects.jsonl", "lock", "ledger.jsonl"] {
-                    guard rename(staging + "/" + name, directory + "/" + name) == 0 else {
+                    guard renameat(stagingFD, name, target, name) == 0 else {
                         throw LedgerError.storage("cannot move \(name) into \(directory): \(PosixFile.reason())")
                     }
+                    created.removeAll { $0 == name }
                 }
-                try PosixFile.syncDirectory(directory)
+                guard fsync(target) == 0 else { throw LedgerError.storage("cannot sync folder \(directory): \(PosixFile.reason())") }
                 rmdir(staging)
             } else {
                 guard rename(staging, directory) == 0 else {
@@ -498,8 +526,11 @@ public struct FileLedgerStore: LedgerStore {
 
     public func readLine(at location: LineLocation) throws -> [UInt8] {
         let file = try PosixFile(path: logPath, flags: O_RDONLY)
-        guard location.offset < (try file.size()), location.offset + UInt64(location.length) <= (try file.size()) else {
-            throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the line index points past the end of the log (rebuild it by deleting lines.idx)"))
+        // Subtraction, not addition: a tampered offset near 2^64 must be an integrity error, not
+        // an arithmetic trap.
+        let size = try file.size()
+        guard location.offset < size, UInt64(location.length) <= size - location.offset else {
+            throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the line index points past the end of the log (\(derivedRepair))"))
         }
         let bytes = try file.read(at: location.offset, count: Int(location.length))
         guard bytes.count == Int(location.length) else {

@@ -169,6 +169,16 @@ public protocol LedgerStore: Sendable {
     /// A human-readable name of where the ledger lives, for messages.
     var location: String { get }
 
+    /// How to rebuild this store's derived data (line index, tree hashes) from the log, in this
+    /// store's own terms, for integrity messages.
+    var derivedRepair: String { get }
+
+    /// Where this store records issued checkpoints (a file or table name), for messages.
+    var checkpointsPlace: String { get }
+
+    /// Where this store keeps subject records (a file or table name), for messages.
+    var subjectsPlace: String { get }
+
     /// Creates a ledger. Fails with ``LedgerError/alreadyExists(_:)`` when there is one; a crash
     /// part-way leaves no ledger at all.
     func create(_ setup: LedgerSetup) throws

@@ -21,6 +21,19 @@ final class PosixFile {
         self.fd = fd
     }
 
+    /// Opens `name` inside the open folder `directory`, never through a symlink: the folder is
+    /// pinned by its descriptor, so nobody can swap a path component under us.
+    init(in directory: Int32, name: String, displayPath: String, flags: Int32, mode: mode_t = 0o644) throws {
+        self.path = displayPath
+        let fd = openat(directory, name, flags | O_CLOEXEC | O_NOFOLLOW, mode)
+        guard fd >= 0 else {
+            let code = errno
+            if code == ENOENT { throw LedgerError.notFound("no such file: \(displayPath)") }
+            throw LedgerError.storage("cannot open \(displayPath): \(PosixFile.reason(code))")
+        }
+        self.fd = fd
+    }
+
     deinit { close(fd) }
 
     static func reason(_ code: Int32 = errno) -> String { String(cString: strerror(code)) }
@@ -137,12 +150,29 @@ final class PosixFile {
         return p.isEmpty ? "/" : p
     }
 
-    enum Kind { case missing, file, directory }
+    enum Kind { case missing, file, directory, symlink }
 
     static func kind(of path: String) -> Kind {
         var st = stat()
         guard stat(path, &st) == 0 else { return .missing }
         return (st.st_mode & S_IFMT) == S_IFDIR ? .directory : .file
+    }
+
+    /// What is at `path` itself, without following a symlink there.
+    static func ownKind(of path: String) -> Kind {
+        var st = stat()
+        guard lstat(path, &st) == 0 else { return .missing }
+        switch st.st_mode & S_IFMT {
+        case S_IFDIR: return .directory
+        case S_IFLNK: return .symlink
+        default: return .file
+        }
+    }
+
+    /// Whether `path` is a regular file (not a symlink, folder, FIFO or device).
+    static func isRegularFile(_ path: String) -> Bool {
+        var st = stat()
+        return lstat(path, &st) == 0 && (st.st_mode & S_IFMT) == S_IFREG
     }
 
     static func directoryEntries(_ path: String) -> [String] {

@@ -1,0 +1,203 @@
+import ConsentDomain
+import Testing
+@testable import ConsentLedger
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Derived and side files edited by someone without the key must give an integrity error, never
+/// a trap, a wrong answer or a passing `verify`.
+@Suite struct DerivedDataRegressionTests {
+    static func ledger(_ label: String) throws -> (String, Ledger) {
+        let path = LedgerPropertyTests.folder(label)
+        let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "test.example/\(label)", clock: SteppingClock().clock)
+        return (path, ledger)
+    }
+
+    /// An offset near 2^64 in `lines.idx` made `status` and `give` trap on arithmetic overflow.
+    @Test(arguments: [UInt64.max, UInt64.max - 10, UInt64(1) << 63])
+    func aHugeOffsetInTheLineIndexIsAnIntegrityErrorNotATrap(_ offset: UInt64) throws {
+        let (path, ledger) = try Self.ledger("huge-offset")
+        defer { removeFolder(path) }
+        try ledger.execute(LedgerCommand(subjectID: "p1", request: .give(feature: "timeline", consents: ["required", "optional-a"])))
+        var index = readBytes(path + "/lines.idx")
+        // Record 2 (p1's second event) and record 1: offset is the first 8 bytes, little-endian.
+        for record in [2, 1] {
+            for i in 0..<8 { index[record * 32 + i] = UInt8(truncatingIfNeeded: offset >> (8 * UInt64(i))) }
+            writeBytes(index, to: path + "/lines.idx")
+            let reopened = try Ledger.open(store: FileLedgerStore(directory: path))
+            #expect(throws: LedgerError.self) { try reopened.report(for: "p1") }
+            #expect(throws: LedgerError.self) { try reopened.execute(LedgerCommand(subjectID: "p1", request: .give(feature: "timeline", consents: ["optional-b"]))) }
+            if case .failed(let error) = verifyFolder(path) {
+                guard case .integrity = error else { Issue.record("not an integrity failure: \(error)"); continue }
+            } else {
+                Issue.record("verify passed with a tampered line index")
+            }
+        }
+    }
+
+    /// Cutting the last command and rewriting `head` passed `verify`, although
+    /// `checkpoints.jsonl` held a signed checkpoint of the longer log.
+    @Test func aCutLogFailsVerifyAgainstTheRecordedCheckpoints() throws {
+        let (path, ledger) = try Self.ledger("cut")
+        let before = path + "-before"
+        defer { removeFolder(path, before) }
+        try ledger.execute(LedgerCommand(subjectID: "p1", request: .give(feature: "timeline", consents: ["required"])))
+        _ = try ledger.signedCheckpoint()
+        copyFolder(path, to: before)
+        try ledger.execute(LedgerCommand(subjectID: "p1", request: .revoke(feature: "timeline", consent: "required")))
+        _ = try ledger.signedCheckpoint()
+        #expect(verifyFolder(path) == .ok(events: 3))
+        // The cut: the log, its head and derived files as they were one command ago; the
+        // recorded checkpoints stay.
+        for name in ["ledger.jsonl", "head", "lines.idx", "tree.hashes"] {
+            writeBytes(readBytes(before + "/" + name), to: path + "/" + name)
+        }
+        guard case .failed(.integrity(let failure)) = verifyFolder(path) else {
+            Issue.record("verify passed a log cut below a signed checkpoint")
+            return
+        }
+        #expect(failure.problem.contains("signed events were removed"), "\(failure.problem)")
+        #expect(failure.problem.contains("checkpoints.jsonl"), "names where the checkpoint is recorded")
+    }
+
+    /// A recorded checkpoint whose root is not the log's (the log was rewritten after signing)
+    /// fails verify, as does a recorded note whose signature does not verify.
+    @Test func aRecordedCheckpointThatDisagreesWithTheLogFailsVerify() throws {
+        let (path, ledger) = try Self.ledger("rewritten")
+        let other = path + "-other"
+        defer { removeFolder(path, other) }
+        try ledger.execute(LedgerCommand(subjectID: "p1", request: .give(feature: "timeline", consents: ["required"])))
+        _ = try ledger.signedCheckpoint()
+        let recorded = readBytes(path + "/checkpoints.jsonl")
+        // A note of the same size signed by the same key over another log cannot be made
+        // without the key; flipping a signature byte stands for a forged one.
+        var forged = recorded
+        let at = forged.lastIndex(of: UInt8(ascii: "\""))! - 8
+        forged[at] = forged[at] == UInt8(ascii: "A") ? UInt8(ascii: "B") : UInt8(ascii: "A")
+        writeBytes(forged, to: path + "/checkpoints.jsonl")
+        guard case .failed(.integrity) = verifyFolder(path) else {
+            Issue.record("verify passed a recorded checkpoint whose signature is broken")
+            return
+        }
+        writeBytes(recorded, to: path + "/checkpoints.jsonl")
+        #expect(verifyFolder(path) == .ok(events: 2))
+    }
+}
+
+/// Subject records bind an id to its pseudonym: swapped or removed records fail `verify`, and a
+/// bundle cannot be relabelled as another subject.
+@Suite struct SubjectBindingTests {
+    @Test func swappedSaltsInSubjectsJSONLFailVerify() throws {
+        let (path, ledger) = try DerivedDataRegressionTests.ledger("swap")
+        defer { removeFolder(path) }
+        for id in ["p1", "p2"] {
+            try ledger.execute(LedgerCommand(subjectID: id, request: .give(feature: "timeline", consents: ["required"])))
+        }
+        #expect(verifyFolder(path) == .ok(events: 3))
+        let original = readBytes(path + "/subjects.jsonl")
+        var records = lines(of: original).map { String(decoding: $0, as: UTF8.self) }
+        let salt = { (line: String) in line.split(separator: "\"").dropLast().last! }
+        let (s0, s1) = (salt(records[0]), salt(records[1]))
+        records[0] = records[0].replacingOccurrences(of: s0, with: s1)
+        records[1] = records[1].replacingOccurrences(of: s1, with: s0)
+        writeBytes(Array(records.joined().utf8), to: path + "/subjects.jsonl")
+        guard case .failed(.integrity(let failure)) = verifyFolder(path) else {
+            Issue.record("verify passed with two salts swapped")
+            return
+        }
+        #expect(failure.problem.contains("2 pseudonym(s) in the log have no subject record in subjects.jsonl"), "\(failure.problem)")
+        // One record removed fails too; a record with no events (a failed command's) does not.
+        writeBytes(Array(lines(of: original)[1]), to: path + "/subjects.jsonl")
+        guard case .failed(.integrity) = verifyFolder(path) else {
+            Issue.record("verify passed with a subject record removed")
+            return
+        }
+        writeBytes(original + Array(#"{"id":"nobody","salt":"07070707070707070707070707070707"}"#.utf8) + [0x0A], to: path + "/subjects.jsonl")
+        #expect(verifyFolder(path) == .ok(events: 3))
+    }
+
+    /// Moving bytes between the salt and the id kept the pseudonym, and `verify-export`
+    /// accepted the bundle for another id ("patient-1042" became "42").
+    @Test func aBundleCannotBeRelabelledAsAnotherSubject() throws {
+        let (path, ledger) = try DerivedDataRegressionTests.ledger("relabel")
+        defer { removeFolder(path) }
+        try ledger.execute(LedgerCommand(subjectID: "patient-1042", request: .give(feature: "timeline", consents: ["required"])))
+        let bundle = try ledger.exportSubject("patient-1042")
+        let key = try ledger.verifierKey
+        #expect(try ExportVerifier.verify(bundle.bytes, pinnedKey: key).subjectID == "patient-1042")
+        var object = bundle.json.objectValue!
+        let subject = object["subject"]!.objectValue!
+        let salt = subject["salt"]!.stringValue! + Hex.encode(Array("patient-10".utf8))
+        object["subject"] = .object(["id": .string("42"), "ref": subject["ref"]!, "salt": .string(salt)])
+        let relabelled = CanonicalJSON.serialize(.object(object))
+        #expect(throws: ExportVerificationError.self) { try ExportVerifier.verify(relabelled, pinnedKey: key) }
+        do {
+            _ = try ExportVerifier.verify(relabelled, pinnedKey: key)
+        } catch {
+            #expect(error.description.contains("26 bytes, not 16"), "\(error)")
+        }
+        // The statement now fixes the salt length it was made with.
+        let statement = try ExportStatement(text: SignedNote.open(bundle.statement!, key: key, verifier: Sodium()))
+        #expect(statement.saltLength == 16)
+    }
+}
+
+/// `init` must never follow a planted symlink, and never delete what it did not create.
+@Suite struct InitSymlinkTests {
+    static func victim() -> String {
+        let path = LedgerPropertyTests.folder("victim")
+        mkdir(path, 0o700)
+        writeBytes(Array("precious\n".utf8), to: path + "/data.txt")
+        return path
+    }
+
+    @Test func aStagingLinkInsideAnEmptyTargetIsRefusedAndFollowedNowhere() throws {
+        let victim = Self.victim()
+        let target = LedgerPropertyTests.folder("target")
+        defer { removeFolder(victim, target) }
+        mkdir(target, 0o700)
+        #expect(symlink(victim, target + "/.init-1") == 0)
+        #expect(throws: LedgerError.self) {
+            try Ledger.create(store: FileLedgerStore(directory: target), catalog: SeedCatalog.catalog, name: "t")
+        }
+        #expect(readBytes(victim + "/data.txt") == Array("precious\n".utf8), "the linked folder is untouched")
+        #expect(PosixFile.ownKind(of: target + "/.init-1") == .symlink, "the link is not removed either")
+    }
+
+    @Test func aLinkAtTheOldStagingNameBesideTheTargetIsLeftAlone() throws {
+        let victim = Self.victim()
+        let target = LedgerPropertyTests.folder("target")
+        let planted = PosixFile.parent(of: target) + "/.\(target.split(separator: "/").last!).init-\(getpid())"
+        defer { removeFolder(victim, target); unlink(planted) }
+        #expect(symlink(victim, planted) == 0)
+        _ = try Ledger.create(store: FileLedgerStore(directory: target), catalog: SeedCatalog.catalog, name: "t")
+        #expect(readBytes(victim + "/data.txt") == Array("precious\n".utf8))
+        #expect(PosixFile.directoryEntries(victim) == ["data.txt"])
+        #expect(verifyFolder(target) == .ok(events: 1))
+    }
+
+    @Test func aTargetThatIsALinkIsRefused() throws {
+        let victim = Self.victim()
+        let target = LedgerPropertyTests.folder("target")
+        defer { removeFolder(victim); unlink(target) }
+        #expect(symlink(victim, target) == 0)
+        #expect(throws: LedgerError.self) {
+            try Ledger.create(store: FileLedgerStore(directory: target), catalog: SeedCatalog.catalog, name: "t")
+        }
+        #expect(PosixFile.directoryEntries(victim) == ["data.txt"])
+    }
+
+    @Test func aLinkWithALedgerFileNameInTheTargetIsRefused() throws {
+        let victim = Self.victim()
+        let target = LedgerPropertyTests.folder("target")
+        defer { removeFolder(victim, target) }
+        mkdir(target, 0o700)
+        #expect(symlink(victim + "/data.txt", target + "/head") == 0)
+        #expect(throws: LedgerError.self) {
+            try Ledger.create(store: FileLedgerStore(directory: target), catalog: SeedCatalog.catalog, name: "t")
+        }
+        #expect(readBytes(victim + "/data.txt") == Array("precious\n".utf8))
+    }
+}
