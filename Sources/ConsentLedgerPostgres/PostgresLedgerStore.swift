@@ -136,7 +136,7 @@ public final class PostgresLedgerStore: LedgerStore {
                 try session.query("INSERT INTO \(s).ledger (catalog, public_key) VALUES ($1, $2)", PostgresBindings(setup.catalog.buffer, setup.publicKey.bytes.buffer))
                 try session.query("INSERT INTO \(s).signing_key (seed) VALUES ($1)", PostgresBindings(setup.secretSeed.buffer))
                 try session.query("INSERT INTO \(s).events (seq, byte_offset, line) VALUES (0, 0, $1)", PostgresBindings(setup.genesis.lineWithoutNewline.buffer))
-                try session.query("INSERT INTO \(s).head (seq, hash) VALUES ($1, $2)", PostgresBindings(Int64(setup.head.seq), setup.head.hash.bytes.buffer))
+                try session.query("INSERT INTO \(s).head (seq, hash, note) VALUES ($1, $2, $3)", PostgresBindings(Int64(setup.head.seq), setup.head.chainHash.bytes.buffer, setup.head.note))
             }
         }
         schemaReady.withLock { $0 = true }
@@ -202,12 +202,20 @@ public final class PostgresLedgerStore: LedgerStore {
 
     public func logState() throws -> LogState {
         try run { session in
-            guard let headRow = try session.query("SELECT seq, hash FROM \(s).head").first else {
+            guard let headRow = try session.query("SELECT seq, hash, note FROM \(s).head").first else {
                 throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "\(address): the head row is missing"))
             }
-            let (headSeq, headHash) = try headRow.decode((Int64, ByteBuffer).self)
+            let (headSeq, headHash, note) = try headRow.decode((Int64, ByteBuffer, String?).self)
             guard headSeq >= 0, let hash = Digest(bytes: headHash.bytes) else {
                 throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "\(address): the head row is not a sequence number and a 32-byte hash"))
+            }
+            // The note is the head; seq and hash are kept beside it for SQL and must agree.
+            var recorded = RecordedHead.unsigned(ChainHead(seq: UInt64(headSeq), hash: hash))
+            if let note {
+                guard case .signed(let signed)? = RecordedHead.parse(note), signed.chainHead == recorded.chainHead else {
+                    throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "\(address): the head row's note is not a signed head of seq \(headSeq)"))
+                }
+                recorded = .signed(signed)
             }
             let last = try lastRow(session)
             let record: EventRecord
@@ -216,11 +224,11 @@ public final class PostgresLedgerStore: LedgerStore {
             } catch let error as EventDecodingError {
                 throw LedgerError.integrity(IntegrityFailure(line: Int(last.seq) + 1, seq: UInt64(last.seq), problem: "malformed event: \(error.problem)"))
             }
-            let head = ChainHead(seq: UInt64(headSeq), hash: hash)
+            let head = recorded.chainHead
             guard record.event.seq >= head.seq else {
                 throw LedgerError.integrity(IntegrityFailure(line: Int(last.seq) + 1, seq: record.event.seq, problem: "the log ends at seq \(record.event.seq) but seq \(head.seq) was acknowledged: acknowledged events are missing"))
             }
-            return LogState(end: Self.end(of: last), last: record, recordedHead: head, torn: nil)
+            return LogState(end: Self.end(of: last), last: record, head: recorded, torn: nil)
         }
     }
 
@@ -298,11 +306,11 @@ public final class PostgresLedgerStore: LedgerStore {
     /// Nothing to do: rows are durable once their transaction commits, and invisible before.
     public func syncLog() throws {}
 
-    public func writeHead(_ head: ChainHead) throws {
+    public func writeHead(_ head: SignedHead) throws {
         try run { session in
             try session.query(
-                "INSERT INTO \(s).head (seq, hash) VALUES ($1, $2) ON CONFLICT (only_row) DO UPDATE SET seq = excluded.seq, hash = excluded.hash",
-                PostgresBindings(Int64(head.seq), head.hash.bytes.buffer))
+                "INSERT INTO \(s).head (seq, hash, note) VALUES ($1, $2, $3) ON CONFLICT (only_row) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, note = excluded.note",
+                PostgresBindings(Int64(head.seq), head.chainHash.bytes.buffer, head.note))
         }
     }
 

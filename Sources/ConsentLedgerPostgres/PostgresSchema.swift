@@ -15,7 +15,7 @@ import PostgresNIO
 /// | `ledger`       | one row: the catalogue's canonical bytes and the Ed25519 public key             |
 /// | `signing_key`  | one row: the Ed25519 seed (grant it to the writers' role only)                  |
 /// | `events`       | the log: one row per line (`seq` = position, `byte_offset` as in ledger.jsonl)  |
-/// | `head`         | one row: seq and hash of the newest acknowledged event                          |
+/// | `head`         | one row: the signed head (note), with the seq and hash it names                 |
 /// | `line_index`   | derived: per event, offset, length and subject reference (as lines.idx)        |
 /// | `tree_hashes`  | derived: the Merkle tree's stored hashes in tlog order (as tree.hashes)         |
 /// | `subjects`     | subject id → pseudonym salt (the only personal data)                            |
@@ -48,6 +48,11 @@ enum PostgresSchema {
                 """,
                 "CREATE TRIGGER events_append_only BEFORE UPDATE OR DELETE OR TRUNCATE ON \(s).events FOR EACH STATEMENT EXECUTE FUNCTION \(s).refuse_event_change()",
             ]
+        },
+        // The head becomes signed: a checkpoint note with a 'chain' line. Rows of version 1 keep
+        // a NULL note (an unsigned head) until the next write signs one.
+        Migration(version: 2, description: "signed head") { s in
+            ["ALTER TABLE \(s).head ADD COLUMN note text"]
         },
     ]
 

@@ -169,29 +169,24 @@ struct Apply: ParsableCommand {
                     throw bad("feature '\(feature.key)' has no consent '\(code)' (it has: \(feature.consents.map(\.code).joined(separator: ", ")))")
                 }
             }
+            func codes(_ items: [JSONValue], _ member: String) throws -> [String] {
+                var codes: [String] = []
+                for item in items {
+                    guard case .string(let code) = item else { throw bad("\"\(member)\" must list consent codes") }
+                    try checkConsent(code)
+                    codes.append(code)
+                }
+                guard !codes.isEmpty else { throw bad("\"\(member)\" names no consent") }
+                return codes
+            }
             let request: ConsentRequest
             switch (members["give"], members["revoke"]) {
             case (.array(let items)?, nil):
-                var codes: [String] = []
-                for item in items {
-                    guard case .string(let code) = item else { throw bad("\"give\" must be a list of consent codes") }
-                    try checkConsent(code)
-                    codes.append(code)
-                }
-                guard !codes.isEmpty else { throw bad("\"give\" names no consent") }
-                request = .give(feature: featureName, consents: codes)
+                request = .give(feature: featureName, consents: try codes(items, "give"))
             case (nil, .string(let code)?):
-                try checkConsent(code)
-                request = .revoke(feature: featureName, consent: code)
+                request = .revoke(feature: featureName, consents: try codes([.string(code)], "revoke"))
             case (nil, .array(let items)?):
-                var codes: [String] = []
-                for item in items {
-                    guard case .string(let code) = item else { throw bad("\"revoke\" must be a consent code or a list of them") }
-                    try checkConsent(code)
-                    codes.append(code)
-                }
-                guard !codes.isEmpty else { throw bad("\"revoke\" names no consent") }
-                request = .revoke(feature: featureName, consents: codes)
+                request = .revoke(feature: featureName, consents: try codes(items, "revoke"))
             default:
                 throw bad("give exactly one of \"give\": [consent codes] or \"revoke\": a consent code or [consent codes]")
             }

@@ -32,7 +32,7 @@ from verify_vectors import (  # noqa: E402
     LINE_PREFIX, SIG_PREFIX, SIGNING_CONTEXT, ZERO_HASH, CatalogError, Checks, DecodeError, Failure, Replay, SubjectState,
     Violation, catalog_hash, catalog_version, decode_catalog, decode_line, ed25519_public_key, ed25519_sign,
     ed25519_verify, hex_decode, key_id, notices_of, parse_canonical, problem_as_update, publish_body, read_file,
-    same_bytes, same_text, serialize, sha256, sign_log, subject_ref, trimmed_text, verify_folder, SALT_LENGTH,
+    same_bytes, same_text, serialize, sha256, sign_log, subject_ref, trimmed_text, tree_root, verify_folder, SALT_LENGTH,
 )
 
 BUNDLE_FORMAT = "consentledger-export-v1"
@@ -87,21 +87,6 @@ def max_pow2(n):
     while (1 << (level + 1)) < n:
         level += 1
     return 1 << level, level
-
-
-def tree_root(leaves):
-    """MTH of the leaves (a list of leaf hashes, at least one), from complete subtrees."""
-    frontier = []  # (size, hash) of complete subtrees, sizes strictly decreasing
-    for h in leaves:
-        size = 1
-        while frontier and frontier[-1][0] == size:
-            _, left = frontier.pop()
-            h, size = node_hash(left, h), size * 2
-        frontier.append((size, h))
-    root = frontier[-1][1]
-    for _, h in reversed(frontier[:-1]):
-        root = node_hash(h, root)
-    return root
 
 
 def _run_inclusion(proof, lo, hi, n, leaf):

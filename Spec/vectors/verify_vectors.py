@@ -16,6 +16,8 @@ Usage:
 Prints one line per check and ends with "N passed, M failed"; exits 0 only when M is 0.
 """
 
+import base64
+import binascii
 import functools
 import hashlib
 import json
@@ -1093,11 +1095,11 @@ def verify_folder(folder, log=None, head_text=None, derived=None, subjects=None)
     # Steps 3 and 4: the head file and the end of the log (torn tail). If either fails, an
     # earlier line may be bad too, and the first bad line of the whole file is named instead.
     if head_text is None:
-        head_text = trimmed_text(read_file(folder, "head"))
+        head_text = read_file(folder, "head").decode("utf-8", "replace")
     ends = [i + 1 for i, b in enumerate(log) if b == 0x0A]
     starts = [0] + ends[:-1]
     try:
-        head_seq, head_hash = parse_head(head_text)
+        head_seq, head_hash, head_root = parse_head(head_text, genesis.ledger, public_key)
         end, complete_lines, torn_lines = find_end(log, ends, starts)
     except Failure:
         check_lines(log, ends, starts, len(ends), public_key, kid, catalog, None)
@@ -1137,6 +1139,13 @@ def verify_folder(folder, log=None, head_text=None, derived=None, subjects=None)
         raise Failure(None, None, "%d pseudonym(s) in the log have no subject record in subjects.jsonl whose id and salt hash "
                       "to them (%s): subject records were altered, swapped or removed" % (len(missing), ", ".join(missing[:3])))
 
+    # Step 3, continued: a signed head's root is the root of the log's first SEQ + 1 lines.
+    if head_root is not None:
+        leaves = [leaf_hash(log[starts[i]:ends[i] - 1]) for i in range(head_seq + 1)]
+        if tree_root(leaves) != head_root:
+            raise Failure(None, None, "the signed head commits to root %s at size %d, but the log's first %d records hash to another root"
+                          % (head_root.hex(), head_seq + 1, head_seq + 1))
+
     report = Report()
     report.events, report.records, report.replay = replay.count, records, replay
     report.head = (replay.last_seq, previous_hash)
@@ -1148,13 +1157,65 @@ def verify_folder(folder, log=None, head_text=None, derived=None, subjects=None)
     return report
 
 
-def parse_head(text):
-    """Step 3: `SEQ HASH` -> (seq, hash hex)."""
-    parts = text.split(" ")
-    if (len(parts) != 2 or not parts[0].isascii() or not parts[0].isdigit() or str(int(parts[0])) != parts[0]
-            or int(parts[0]) >= 2**64 or hex_decode(parts[1], 32) is None):
-        raise Failure(None, None, "head is not 'SEQ HASH'")
-    return int(parts[0]), parts[1]
+def note_key_hash(name, public_key):
+    """C2SP signed-note key hash of an Ed25519 key: the first 4 bytes of SHA-256(name ‖ 0x0A ‖ 0x01 ‖ key)."""
+    return sha256(name.encode("utf-8") + b"\n\x01" + public_key)[:4]
+
+
+def parse_head(text, name, public_key):
+    """Step 3: the signed head (a checkpoint note with one 'chain HASH' extension line, signed by
+    the ledger's key) -> (seq, hash hex, root bytes); or the older unsigned `SEQ HASH` ->
+    (seq, hash hex, None)."""
+    split = text.rfind("\n\n")
+    if split < 0:
+        parts = text.rstrip("\n\r ").split(" ")
+        if (len(parts) != 2 or not parts[0].isascii() or not parts[0].isdigit() or str(int(parts[0])) != parts[0]
+                or int(parts[0]) >= 2**64 or hex_decode(parts[1], 32) is None):
+            raise Failure(None, None, "head is not a signed head or 'SEQ HASH'")
+        return int(parts[0]), parts[1], None
+    body, block = text[:split + 1], text[split + 2:]
+    lines = body[:-1].split("\n")
+    root = base64_decode(lines[2]) if len(lines) == 4 else None
+    if (len(lines) != 4 or lines[0] != name or not lines[1].isascii() or not lines[1].isdigit() or str(int(lines[1])) != lines[1]
+            or int(lines[1]) < 1 or root is None or len(root) != 32 or not lines[3].startswith("chain ")
+            or hex_decode(lines[3][6:], 32) is None):
+        raise Failure(None, None, "head is not a signed head of this ledger (ORIGIN, SIZE, ROOT, 'chain HASH')")
+    signed = False
+    for line in block.rstrip("\n").split("\n"):
+        fields = line[2:].split(" ") if line.startswith("\u2014 ") else []
+        raw = base64_decode(fields[1]) if len(fields) == 2 else None
+        if raw is None or len(raw) <= 4:
+            raise Failure(None, None, "the head's signature block is malformed")
+        if fields[0] == name and raw[:4] == note_key_hash(name, public_key):
+            if len(raw) != 68 or not ed25519_verify(public_key, body.encode("utf-8"), raw[4:]):
+                raise Failure(None, None, "the signed head does not verify with the ledger's key")
+            signed = True
+    if not signed:
+        raise Failure(None, None, "the head carries no signature by the ledger's key")
+    return int(lines[1]) - 1, lines[3][6:], root
+
+
+def base64_decode(text):
+    """Standard base64 with padding, canonical; None if not."""
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return raw if base64.b64encode(raw).decode() == text else None
+
+
+def tree_root(leaves):
+    """RFC 6962 root of the leaf hashes (at least one), folding the complete subtrees."""
+    frontier = []
+    for n, h in enumerate(leaves):
+        while n & 1:
+            h = node_hash(frontier.pop(), h)
+            n >>= 1
+        frontier.append(h)
+    root = frontier[-1]
+    for h in reversed(frontier[:-1]):
+        root = node_hash(h, root)
+    return root
 
 
 def find_end(log, ends, starts):
@@ -1521,10 +1582,34 @@ def check_vectors(checks, here):
             "line %d (seq %d, %s): bodySha256, signedMessageSha256, prev, seq, type" % (e.line, e.seq, e.type))
         checks.check(ed25519_sign(seed, message) == e.signature,
                      "line %d: signature is reproduced by signing with the test key" % e.line)
-    head_file = trimmed_text(read_file(folder, "head"))
-    checks.check(read_file(folder, "head") == b"%d %s\n" % (expected["head"]["seq"], expected["head"]["hash"].encode())
-                 and report.head == (expected["head"]["seq"], expected["head"]["hash"]),
-                 "head file and verified head match expected.json", head_file)
+    head_file = read_file(folder, "head").decode()
+    seed = hex_decode(trimmed_text(read_file(folder, "secret.key")), 32)
+
+    def signed_head(size, root, chain_hash):
+        text = "%s\n%d\n%s\nchain %s\n" % (report.ledger_name, size, base64.b64encode(root).decode(), chain_hash)
+        signature = note_key_hash(report.ledger_name, report.public_key) + ed25519_sign(seed, text.encode())
+        return text + "\n\u2014 %s %s\n" % (report.ledger_name, base64.b64encode(signature).decode())
+    leaves = [leaf_hash(line) for line in read_file(folder, "ledger.jsonl").split(b"\n")[:-1]]
+    checks.check(head_file == signed_head(len(leaves), tree_root(leaves), expected["head"]["hash"])
+                 and report.head == report.recorded_head == (expected["head"]["seq"], expected["head"]["hash"]),
+                 "head file is the signed head of the tiny ledger (reproduced with the test key) and matches expected.json",
+                 head_file.split("\n")[3])
+
+    def head_verdict(text, phrase):
+        def run():
+            try:
+                verify_folder(folder, head_text=text)
+            except Failure as f:
+                return phrase in f.reason, str(f)
+            return False, "verified"
+        return run
+    flipped = head_file[:-6] + ("A" if head_file[-6] != "A" else "B") + head_file[-5:]
+    checks.run("a signed head whose signature is changed fails (step 3)",
+               head_verdict(flipped, "the signed head does not verify with the ledger's key"))
+    checks.run("a signed head re-signed over another root fails (step 3)",
+               head_verdict(signed_head(len(leaves), tree_root(leaves[:-1]), expected["head"]["hash"]), "the signed head commits to root"))
+    checks.run("an older unsigned head 'SEQ HASH' still verifies",
+               lambda: (verify_folder(folder, head_text="%d %s\n" % (expected["head"]["seq"], expected["head"]["hash"])).events == len(leaves), "ok"))
 
     salts = read_subjects(folder)
     refs_in_log = set(report.replay.subjects)

@@ -229,11 +229,20 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
         let ledger = try Ledger.create(store: try PostgresLedgerStore(url: url), catalog: SeedCatalog.catalog, name: "pg.test/schema")
         try ledger.execute(LedgerCommand(subjectID: "alice", request: .give(feature: "timeline", consents: ["required"])))
         let versions = try TestDatabase.sql(url, "SELECT version FROM \(schema).schema_migrations ORDER BY version").map { try $0.decode(Int32.self) }
-        #expect(versions == [1])
+        #expect(versions == [1, 2])
+        // A head row from version 1 has no note (an unsigned head): it still opens and
+        // verifies, and the next write signs one.
+        try TestDatabase.sql(url, "UPDATE \(schema).head SET note = NULL")
+        #expect(try Ledger.open(store: PostgresLedgerStore(url: url)).verify().events == 2)
+        try Ledger.open(store: PostgresLedgerStore(url: url)).execute(LedgerCommand(subjectID: "bob", request: .give(feature: "timeline", consents: ["required"])))
+        let note = try TestDatabase.sql(url, "SELECT note FROM \(schema).head").map { try $0.decode(String?.self) }
+        let text = try #require(note.first ?? nil)
+        let signed = try #require(RecordedHead.parse(text)?.signed)
+        #expect(signed.checkpoint.size == 3)
         for statement in ["UPDATE \(schema).events SET line = line WHERE seq = 1", "DELETE FROM \(schema).events WHERE seq = 1", "TRUNCATE \(schema).events"] {
             #expect(throws: (any Error).self, "\(statement) must be refused") { try TestDatabase.sql(url, statement) }
         }
-        #expect(try Ledger.open(store: PostgresLedgerStore(url: url)).verify().events == 2)
+        #expect(try Ledger.open(store: PostgresLedgerStore(url: url)).verify().events == 3)
         // A schema from a newer version is refused, not guessed at.
         try TestDatabase.sql(url, "INSERT INTO \(schema).schema_migrations (version, description) VALUES (99, 'from the future')")
         #expect {

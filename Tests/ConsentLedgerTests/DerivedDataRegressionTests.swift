@@ -86,6 +86,115 @@ import Glibc
     }
 }
 
+/// The signed head: every commit ends with one, and nothing is signed from `tree.hashes` that
+/// the head's root does not vouch for.
+@Suite struct SignedHeadTests {
+    static func trueRoot(_ path: String, size: Int64) throws -> Digest {
+        let lines = lines(of: readBytes(path + "/ledger.jsonl")).prefix(Int(size)).map { Array($0.dropLast()) }
+        var frontier = MerkleFrontier()
+        for line in lines { frontier.append(MerkleTree.leafHash(line, hasher: OpenSSLSHA256()), hasher: OpenSSLSHA256()) }
+        return frontier.root(hasher: OpenSSLSHA256())
+    }
+
+    @Test func everyCommitEndsWithASignedHeadOfTheWholeLog() throws {
+        let (path, ledger) = try DerivedDataRegressionTests.ledger("head")
+        defer { removeFolder(path) }
+        for (i, command) in seedScenario.enumerated() {
+            try ledger.execute(command)
+            let head = try #require(RecordedHead.parse(String(decoding: readBytes(path + "/head"), as: UTF8.self))?.signed)
+            try head.verify(key: try ledger.verifierKey, verifier: Sodium())
+            let size = Int64(lines(of: readBytes(path + "/ledger.jsonl")).count)
+            #expect(head.checkpoint.size == size, "after command \(i)")
+            #expect(head.checkpoint.root == (try Self.trueRoot(path, size: size)))
+        }
+        // A publication goes through the same commit path.
+        _ = try ledger.publish(try CatalogCodec.decode(readBytes(packageRoot + "/Samples/catalog-v2.json")))
+        let head = try #require(RecordedHead.parse(String(decoding: readBytes(path + "/head"), as: UTF8.self))?.signed)
+        #expect(head.checkpoint.root == (try Self.trueRoot(path, size: head.checkpoint.size)))
+    }
+
+    /// A corrupted `tree.hashes` made the ledger sign a wrong root (equivocation).
+    @Test(arguments: [0, 1, 2])
+    func aCorruptedTreeHashIsNeverSigned(_ which: Int) throws {
+        let (path, ledger) = try DerivedDataRegressionTests.ledger("tree")
+        defer { removeFolder(path) }
+        for id in ["p1", "p2", "p3"] {
+            try ledger.execute(LedgerCommand(subjectID: id, request: .give(feature: "timeline", consents: ["required", "optional-a"])))
+        }
+        let size: Int64 = 7
+        var tree = readBytes(path + "/tree.hashes")
+        // 0: the last stored hash (a frontier node); 1: the first leaf; 2: every hash.
+        let positions = which == 0 ? [tree.count - 32] : which == 1 ? [0] : Array(stride(from: 0, to: tree.count, by: 32))
+        for p in positions { tree[p] ^= 0xFF }
+        writeBytes(tree, to: path + "/tree.hashes")
+        let reopened = try Ledger.open(store: FileLedgerStore(directory: path))
+        let truth = try Self.trueRoot(path, size: size)
+        // A checkpoint is the true root or an integrity error, never a root from the bad hashes.
+        do {
+            let (checkpoint, _) = try reopened.signedCheckpoint()
+            #expect(checkpoint.root == truth)
+        } catch let error as LedgerError {
+            guard case .integrity = error else { Issue.record("\(error)"); return }
+        }
+        // A write signs a new head only from a frontier the old head vouches for.
+        do {
+            try reopened.execute(LedgerCommand(subjectID: "p4", request: .give(feature: "timeline", consents: ["required"])))
+            let head = try #require(RecordedHead.parse(String(decoding: readBytes(path + "/head"), as: UTF8.self))?.signed)
+            #expect(head.checkpoint.root == (try Self.trueRoot(path, size: size + 1)), "a wrong root was signed")
+        } catch let error as LedgerError {
+            guard case .integrity(let failure) = error else { Issue.record("\(error)"); return }
+            #expect(failure.problem.contains("tree.hashes"), "names the repair: \(failure.problem)")
+        }
+        // An export never hands out a proof that does not lead to the signed root.
+        do {
+            let bundle = try reopened.exportSubject("p1")
+            _ = try ExportVerifier.verify(bundle.bytes, pinnedKey: try reopened.verifierKey)
+        } catch let error as LedgerError {
+            guard case .integrity = error else { Issue.record("\(error)"); return }
+        }
+        guard case .failed(.integrity) = verifyFolder(path) else {
+            Issue.record("verify passed with a corrupted tree.hashes")
+            return
+        }
+    }
+
+    @Test func aTamperedHeadIsAnIntegrityError() throws {
+        let (path, ledger) = try DerivedDataRegressionTests.ledger("badhead")
+        defer { removeFolder(path) }
+        try ledger.execute(LedgerCommand(subjectID: "p1", request: .give(feature: "timeline", consents: ["required"])))
+        var head = String(decoding: readBytes(path + "/head"), as: UTF8.self)
+        // Another root, same signature: the signature no longer verifies.
+        let lines = head.split(separator: "\n", omittingEmptySubsequences: false)
+        head = ([lines[0], lines[1], Substring(Base64.encode([UInt8](repeating: 7, count: 32)))] + lines.dropFirst(3)).joined(separator: "\n")
+        writeBytes(Array(head.utf8), to: path + "/head")
+        let reopened = try Ledger.open(store: FileLedgerStore(directory: path))
+        #expect(throws: LedgerError.self) { try reopened.report(for: "p1") }
+        #expect(throws: LedgerError.self) { try reopened.execute(LedgerCommand(subjectID: "p1", request: .give(feature: "timeline", consents: ["optional-a"]))) }
+        guard case .failed(.integrity(let failure)) = verifyFolder(path) else {
+            Issue.record("verify passed with a tampered head")
+            return
+        }
+        #expect(failure.problem.contains("does not verify with the ledger's key"), "\(failure.problem)")
+    }
+
+    /// A ledger whose head is of the older `SEQ HASH` form opens, verifies, and gets a signed
+    /// head at its next write.
+    @Test func anUnsignedHeadIsReplacedByTheNextWrite() throws {
+        let (path, ledger) = try DerivedDataRegressionTests.ledger("oldhead")
+        defer { removeFolder(path) }
+        try ledger.execute(LedgerCommand(subjectID: "p1", request: .give(feature: "timeline", consents: ["required"])))
+        let signed = try #require(RecordedHead.parse(String(decoding: readBytes(path + "/head"), as: UTF8.self))?.signed)
+        writeBytes(Array("\(signed.seq) \(signed.chainHash.hex)\n".utf8), to: path + "/head")
+        let reopened = try Ledger.open(store: FileLedgerStore(directory: path))
+        #expect(try reopened.verify().events == 2)
+        #expect(try reopened.signedCheckpoint().checkpoint.root == signed.checkpoint.root)
+        try reopened.execute(LedgerCommand(subjectID: "p2", request: .give(feature: "timeline", consents: ["required"])))
+        let next = try #require(RecordedHead.parse(String(decoding: readBytes(path + "/head"), as: UTF8.self))?.signed)
+        #expect(next.checkpoint.size == 3)
+        #expect(next.checkpoint.root == (try Self.trueRoot(path, size: 3)))
+    }
+}
+
 /// Subject records bind an id to its pseudonym: swapped or removed records fail `verify`, and a
 /// bundle cannot be relabelled as another subject.
 @Suite struct SubjectBindingTests {

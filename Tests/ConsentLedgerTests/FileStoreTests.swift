@@ -231,7 +231,9 @@ final class Counter: Sendable {
 }
 
 /// A crash after the log's sync but before the head's: the complete command is durable and
-/// valid. Reads accept it, the derived data is rebuilt for it, and the head is moved to it.
+/// valid. Reads accept it (they never sign, so the head stays), checkpoints and exports sign a
+/// root that includes it after checking its signatures, and the next write signs a head that
+/// covers it.
 @Suite struct LogAheadOfHeadTests {
     @Test func aCompleteCommandPastTheHeadIsAdopted() throws {
         let path = LedgerPropertyTests.folder("ahead")
@@ -246,7 +248,14 @@ final class Counter: Sendable {
         writeBytes(tree, to: path + "/tree.hashes")
         let reopened = try Ledger.open(store: FileLedgerStore(directory: path))
         #expect(try reopened.report(for: "bob").listing.activeFeatures.map(\.feature.key) == ["timeline"])
-        #expect(readBytes(path + "/head") != head, "the head now vouches for the adopted command")
+        #expect(readBytes(path + "/head") == head, "a read signs nothing")
         #expect(try reopened.verify().events == 10)
+        let (checkpoint, _) = try reopened.signedCheckpoint()
+        #expect(checkpoint.size == 10)
+        #expect(checkpoint.root == (try reopened.checkpoint(size: 10)).root, "the root includes the command past the head")
+        try reopened.execute(LedgerCommand(subjectID: "carol", request: .give(feature: "timeline", consents: ["required"])))
+        let signed = try #require(RecordedHead.parse(String(decoding: readBytes(path + "/head"), as: UTF8.self))?.signed)
+        #expect(signed.checkpoint.size == 11, "the next write's head covers both commands")
+        #expect(try reopened.verify().events == 11)
     }
 }

@@ -61,14 +61,7 @@ public enum ConsentRules {
         switch request {
         case .give(let featureName, let codes):
             let feature = try resolveFeature(featureName, catalog)
-            guard !codes.isEmpty else { throw .emptyRequest("give needs at least one consent") }
-            var requested: Set<String> = []
-            for code in codes {
-                guard feature.consent(code: code) != nil else {
-                    throw .unknownConsent(code, feature: feature.key, known: feature.consents.map(\.code))
-                }
-                requested.insert(code)
-            }
+            let requested = try consentCodes(codes, of: feature, verb: "give")
             // R2/R5: an inactive feature is activated only together with every required consent
             // still withheld. This also refuses an optional consent on its own (rules file: "what
             // the seed does not say", first point).
@@ -108,14 +101,7 @@ public enum ConsentRules {
 
         case .revoke(let featureName, let codes):
             let feature = try resolveFeature(featureName, catalog)
-            guard !codes.isEmpty else { throw .emptyRequest("revoke needs at least one consent") }
-            var requested: Set<String> = []
-            for code in codes {
-                guard feature.consent(code: code) != nil else {
-                    throw .unknownConsent(code, feature: feature.key, known: feature.consents.map(\.code))
-                }
-                requested.insert(code)
-            }
+            let requested = try consentCodes(codes, of: feature, verb: "revoke")
             // Optional consents first: each named one is the subject's own withdrawal, recorded as
             // such even when a required consent named in the same command would have cascaded
             // to it. Then the required ones, whose cascade covers the optional ones still given.
@@ -154,6 +140,15 @@ public enum ConsentRules {
             }
             return CommandOutcome(events: events, notes: notes)
         }
+    }
+
+    /// The named consents, each checked to belong to the feature; at least one.
+    private static func consentCodes(_ codes: [String], of feature: Feature, verb: String) throws(CommandRejection) -> Set<String> {
+        guard !codes.isEmpty else { throw .emptyRequest("\(verb) needs at least one consent") }
+        for code in codes where feature.consent(code: code) == nil {
+            throw .unknownConsent(code, feature: feature.key, known: feature.consents.map(\.code))
+        }
+        return Set(codes)
     }
 
     private static func resolveFeature(_ name: String, _ catalog: Catalog) throws(CommandRejection) -> Feature {

@@ -256,3 +256,56 @@ public struct ProofError: Error, Hashable, Sendable, CustomStringConvertible {
     public let description: String
     public init(_ description: String) { self.description = description }
 }
+
+/// The Merkle frontier: the roots of the complete subtrees that a tree of `size` records
+/// decomposes into, largest (leftmost) first, one per set bit of `size`. It is all that is
+/// needed to append records and to compute the root, so the one place that extends the tree
+/// (appends, verification, the signed head) works on it.
+public struct MerkleFrontier: Hashable, Sendable {
+    public private(set) var size: Int64
+    public private(set) var hashes: [Digest]
+
+    /// The frontier of the empty tree.
+    public init() {
+        size = 0
+        hashes = []
+    }
+
+    /// The frontier of a tree of `size` records, read from the stored hashes. The caller must
+    /// check its ``root(hasher:)`` against a signed root before trusting it.
+    public init(size: Int64, read: MerkleTree.HashReader) throws {
+        var indexes: [Int64] = []
+        var start: Int64 = 0
+        for level in stride(from: 62, through: 0, by: -1) where size & (Int64(1) << level) != 0 {
+            indexes.append(MerkleTree.storedHashIndex(level: level, n: start >> level))
+            start += Int64(1) << level
+        }
+        self.size = size
+        hashes = indexes.isEmpty ? [] : try read(indexes)
+    }
+
+    /// Appends the record with leaf hash `leaf`; returns the hashes stored for it: the leaf,
+    /// then each subtree it completes (``MerkleTree/storedHashes(forRecord:leaf:hasher:read:)``).
+    @discardableResult
+    public mutating func append(_ leaf: Digest, hasher: any SHA256Hasher) -> [Digest] {
+        var stored = [leaf]
+        var h = leaf
+        var n = size
+        while n & 1 == 1 {
+            h = MerkleTree.nodeHash(hashes.removeLast(), h, hasher: hasher)
+            stored.append(h)
+            n >>= 1
+        }
+        hashes.append(h)
+        size += 1
+        return stored
+    }
+
+    /// The RFC 6962 root: the complete subtrees folded from the right. The empty tree's root is
+    /// SHA-256 of nothing.
+    public func root(hasher: any SHA256Hasher) -> Digest {
+        guard var root = hashes.last else { return hasher.sha256([]) }
+        for left in hashes.dropLast().reversed() { root = MerkleTree.nodeHash(left, root, hasher: hasher) }
+        return root
+    }
+}

@@ -94,7 +94,7 @@ public final class Ledger: Sendable {
     let clock: LedgerClock
     let random: RandomSource
     private let memory: Mutex<Memory>
-    private let lastWarning = Mutex<String?>(nil)
+    let lastWarning = Mutex<String?>(nil)
     private let lastRecordedCheckpoint = Mutex<Int64?>(nil)
 
     private struct Memory: Sendable {
@@ -147,7 +147,16 @@ public final class Ledger: Sendable {
         let created = LedgerCreated(ledgerName: name, catalogHash: chain.hasher.sha256(catalogBytes).hex, publicKey: signer.publicKey.hex)
         let event = LedgerEvent(seq: 0, at: clock(), actor: actor, command: CommandSpan(first: 0, size: 1), payload: .ledgerCreated(created))
         let (records, head) = chain.seal([event], after: .zero, signer: signer)
-        try store.create(LedgerSetup(catalog: catalogBytes, publicKey: signer.publicKey, secretSeed: signer.seed, genesis: records[0], head: ChainHead(seq: 0, hash: head)))
+        let key: NoteVerifierKey
+        do {
+            key = try NoteVerifierKey(name: name, publicKey: signer.publicKey, hasher: chain.hasher)
+        } catch {
+            throw LedgerError.invalidRequest("ledger name: \(error)")
+        }
+        var frontier = MerkleFrontier()
+        frontier.append(MerkleTree.leafHash(records[0].lineWithoutNewline, hasher: chain.hasher), hasher: chain.hasher)
+        let signedHead = SignedHead.sign(Checkpoint(origin: name, size: 1, root: frontier.root(hasher: chain.hasher)), chainHash: head, key: key, signer: signer)
+        try store.create(LedgerSetup(catalog: catalogBytes, publicKey: signer.publicKey, secretSeed: signer.seed, genesis: records[0], head: signedHead))
         let ledger = Ledger(store: store, catalog: catalog, catalogBytes: catalogBytes, genesis: created, genesisTime: event.at, publicKey: signer.publicKey, chain: chain, verifier: Sodium(), clock: clock, random: random, signer: signer)
         try store.withLock(exclusive: true) { try ledger.updateDerived(try store.logState()) }
         return ledger
@@ -250,7 +259,6 @@ public final class Ledger: Sendable {
             let log = try store.logState()
             try checkHead(log)
             try updateDerived(log)
-            let headHash = chain.hash(ofBody: log.last.body)
             // Subject references; a new subject gets a salt that is saved only if it gets events.
             var salts = memory.withLock { $0.salts } ?? [:]
             if commands.contains(where: { salts[SubjectID($0.subjectID)] == nil }) { salts = try subjectSalts() }
@@ -296,23 +304,8 @@ public final class Ledger: Sendable {
             guard !events.isEmpty else { return ExecutionReport(results: results, recovered: nil) }
             let withEvents = Set(results.filter { !$0.events.isEmpty }.map { SubjectID($0.subjectID) })
             try store.saveSubjectSalts(newSalts.filter { withEvents.contains($0.key) }.sorted { $0.key < $1.key }.map { ($0.key, $0.value) })
-            let (records, newHead) = chain.seal(events, after: headHash, signer: signer)
-            var bytes: [UInt8] = []
-            bytes.reserveCapacity(records.count * 450)
-            for record in records { bytes += record.line }
-            let head = ChainHead(seq: events.last!.seq, hash: newHead)
-            // Durable in this order: the log, the derived data, then the head that vouches for both.
-            let cursor = try store.append(bytes, lineCount: records.count, at: log.end)
-            // From here the events are committed: a failure to write what follows them must not
-            // report the command as failed (the next read or write rebuilds it).
-            var warning: String?
-            do {
-                let derived = try derive(lines: records.map(\.lineWithoutNewline), subjects: records.map { Self.subjectBytes($0.event.payload) }, firstSeq: log.end.lines, offset: log.end.offset)
-                try store.writeDerived(locations: derived.locations, at: log.end.lines, treeHashes: derived.treeHashes, at: MerkleTree.storedHashCount(Int64(log.end.lines)))
-                try store.writeHead(head)
-            } catch {
-                warning = "events seq \(events.first!.seq)–\(head.seq) are durably appended, but writing the derived data or the head after them failed (\(error)); the next read or write repairs them"
-            }
+            let committed = try commit(events, after: log, signer: signer)
+            let (cursor, head, warning) = (committed.cursor, committed.head, committed.warning)
             // Cache only salts that are on disk: a new subject whose command appended nothing
             // gets a fresh salt next time, saved with its first events.
             // Remembered only once the store has committed (see ``writing(_:)``).
@@ -402,11 +395,26 @@ public final class Ledger: Sendable {
     /// log's sync and the head's), never behind.
     func checkHead(_ log: LogState) throws {
         let head = log.recordedHead
+        try checkSignedHead(log)
         if log.last.event.seq < head.seq {
             throw LedgerError.integrity(IntegrityFailure(line: Int(log.last.event.seq) + 2, seq: log.last.event.seq + 1, problem: "the log ends at seq \(log.last.event.seq) but seq \(head.seq) was acknowledged: acknowledged events are missing (truncated log)"))
         }
         if log.last.event.seq == head.seq, chain.hash(ofBody: log.last.body) != head.hash {
             throw LedgerError.integrity(IntegrityFailure(line: Int(head.seq) + 1, seq: head.seq, problem: "the newest event's hash differs from the recorded head \(head.hash.hex)"))
+        }
+    }
+
+    /// A signed head must carry the ledger's signature and name the ledger.
+    func checkSignedHead(_ log: LogState) throws {
+        if let signed = log.signedHead {
+            do {
+                try signed.verify(key: try verifierKey, verifier: verifier)
+            } catch {
+                throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the signed head of \(store.location) does not verify with the ledger's key: \(error)"))
+            }
+            guard signed.checkpoint.origin == genesis.ledgerName else {
+                throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the signed head of \(store.location) is for '\(signed.checkpoint.origin)', not '\(genesis.ledgerName)'"))
+            }
         }
     }
 

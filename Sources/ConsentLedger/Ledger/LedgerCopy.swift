@@ -18,7 +18,8 @@ public struct LedgerCopyReport: Hashable, Sendable {
 /// signatures and hash chain), catalogue, key, subject salts and issued checkpoints. Nothing is
 /// re-signed. `consentctl migrate` uses it to move a ledger between a folder and PostgreSQL.
 public enum LedgerCopy {
-    /// Verifies the source, copies it into `target` (which must hold no ledger yet), rebuilds
+    /// Verifies the source, copies it into `target` (which must hold no ledger yet; it is
+    /// created with the source's head, so an interrupted copy is a truncated ledger), rebuilds
     /// the target's derived data, then verifies the copy and compares its head, tree root and
     /// checkpoints with the source's. A copy that was interrupted leaves a target to delete
     /// before trying again. The source's log is only read (like any command, opening it may
@@ -26,16 +27,18 @@ public enum LedgerCopy {
     public static func copy(from source: any LedgerStore, to target: any LedgerStore, batchLines: Int = 4096) throws -> LedgerCopyReport {
         let original = try Ledger.open(store: source)
         let sourceReport = try original.verify()
-        let chain = HashChain()
         let (end, setup, checkpoints, salts) = try source.withLock(exclusive: false) {
             let log = try source.logState()
             guard log.last.event.seq == sourceReport.head.seq else {
                 throw LedgerError.invalidRequest("the source ledger changed while it was being copied; try again")
             }
             let genesis = try EventCodec.decode(line: try source.readFirstLine())
+            // The copy carries the source's signed head as it is; only a source whose head is
+            // of the older unsigned form, or behind its log, gets a head signed for it now.
+            let head = try log.signedHead.flatMap { $0.seq == log.last.event.seq ? $0 : nil } ?? original.signHead(for: log)
             let setup = LedgerSetup(
                 catalog: try source.readCatalog(), publicKey: try source.readPublicKey(), secretSeed: try source.readSecretSeed(),
-                genesis: genesis, head: ChainHead(seq: 0, hash: chain.hash(ofBody: genesis.body)))
+                genesis: genesis, head: head)
             return (log.end, setup, try source.readCheckpoints(), try source.readSubjectSalts())
         }
         try target.create(setup)
@@ -55,7 +58,6 @@ public enum LedgerCopy {
                     cursor = try target.append(bytes, lineCount: batch.count, at: cursor)
                 }
             }
-            try target.writeHead(sourceReport.head)
         }
         let copy = try Ledger.open(store: target)
         try target.withLock(exclusive: true) { try copy.updateDerived(try target.logState()) }

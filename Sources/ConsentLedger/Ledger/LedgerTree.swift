@@ -4,34 +4,6 @@ import ConsentDomain
 /// what it serves: checkpoints and proofs. All of it is rebuildable from the log; `verify`
 /// checks it against the log.
 extension Ledger {
-    /// Line locations and tree hashes for records appended after `existing`.
-    struct DerivedAppend {
-        var locations: [LineLocation] = []
-        var treeHashes: [Digest] = []
-    }
-
-    /// The derived data for `lines` (without newlines), records `firstSeq…`, starting at log
-    /// offset `offset`, given that everything before `firstSeq` is already stored.
-    func derive(lines: [[UInt8]], subjects: [[UInt8]], firstSeq: Int, offset: UInt64) throws -> DerivedAppend {
-        var result = DerivedAppend()
-        let stored = MerkleTree.storedHashCount(Int64(firstSeq))
-        var position = offset
-        let hasher = chain.hasher
-        for (i, line) in lines.enumerated() {
-            result.locations.append(LineLocation(offset: position, length: UInt32(line.count), subject: subjects[i]))
-            position += UInt64(line.count) + 1
-            let leaf = MerkleTree.leafHash(line, hasher: hasher)
-            let pending = result.treeHashes
-            let hashes = try MerkleTree.storedHashes(forRecord: Int64(firstSeq + i), leaf: leaf, hasher: hasher) { indexes in
-                try indexes.map { index in
-                    index < stored ? try store.readTreeHashes([index])[0] : pending[Int(index - stored)]
-                }
-            }
-            result.treeHashes += hashes
-        }
-        return result
-    }
-
     static func subjectBytes(_ payload: EventPayload) -> [UInt8] {
         payload.subject.flatMap { Hex.decode($0.value) } ?? LineLocation.noSubject
     }
@@ -57,20 +29,21 @@ extension Ledger {
             }
             from = LogCursor(offset: last.offset + UInt64(last.length) + 1, lines: trusted)
         }
-        var lines: [[UInt8]] = []
-        var subjects: [[UInt8]] = []
-        var firstOffset: UInt64?
+        // Rebuilt from the log's lines onto the stored frontier; before anything is signed from
+        // it, ``trustedFrontier(_:)`` checks that frontier against the signed head.
+        var frontier = try MerkleFrontier(size: Int64(trusted), read: readHashes)
+        var locations: [LineLocation] = []
+        var treeHashes: [Digest] = []
+        let hasher = chain.hasher
         try store.scan(from: from, to: log.end, batchSize: 4096, containing: nil) { batch in
             for i in 0..<batch.count {
-                if firstOffset == nil { firstOffset = batch.location(i, subject: []).offset }
                 let line = batch.line(i)
                 let record = try decode(line, number: batch.number(i))
-                lines.append(line)
-                subjects.append(Self.subjectBytes(record.event.payload))
+                locations.append(batch.location(i, subject: Self.subjectBytes(record.event.payload)))
+                treeHashes += frontier.append(MerkleTree.leafHash(line, hasher: hasher), hasher: hasher)
             }
         }
-        let derived = try derive(lines: lines, subjects: subjects, firstSeq: trusted, offset: firstOffset ?? from.offset)
-        try store.writeDerived(locations: derived.locations, at: trusted, treeHashes: derived.treeHashes, at: MerkleTree.storedHashCount(Int64(trusted)))
+        try store.writeDerived(locations: locations, at: trusted, treeHashes: treeHashes, at: MerkleTree.storedHashCount(Int64(trusted)))
     }
 
     /// Runs `body` under the shared lock with derived data that is current, repairing it under
@@ -91,10 +64,8 @@ extension Ledger {
             try checkHead(log)
             try updateDerived(log)
             // A complete command that reached the log but not the head (a crash between the two)
-            // is durable and valid: let the head vouch for it, so later reads need no repair.
-            if log.last.event.seq > log.recordedHead.seq {
-                try store.writeHead(ChainHead(seq: log.last.event.seq, hash: chain.hash(ofBody: log.last.body)))
-            }
+            // is durable; reads take it as it is, each checking the signatures it relies on, and
+            // the next write signs a head that covers it (reads never sign).
             return try body(log)
         }
     }
@@ -115,16 +86,32 @@ extension Ledger {
 
     func readHashes(_ indexes: [Int64]) throws -> [Digest] { try store.readTreeHashes(indexes) }
 
-    /// The current checkpoint (unsigned) of the log's `size` records.
+    /// The checkpoint (unsigned) of an older size, from the stored tree hashes: for comparing
+    /// with a signed checkpoint of that size, never for signing.
     func checkpoint(size: Int64) throws -> Checkpoint {
         Checkpoint(origin: genesis.ledgerName, size: size, root: try MerkleTree.treeHash(size: size, hasher: chain.hasher, read: readHashes))
+    }
+
+    /// The checkpoint of the whole log, its root from signed data only (``trustedRoot(_:)``).
+    func currentCheckpoint(_ log: LogState) throws -> Checkpoint {
+        Checkpoint(origin: genesis.ledgerName, size: Int64(log.end.lines), root: try trustedRoot(log))
+    }
+
+    /// An inclusion proof from the stored tree hashes, checked against the trusted root before
+    /// it is handed out: a corrupted `tree.hashes` gives an integrity error, not a bad proof.
+    func checkedInclusionProof(record: Int64, line: [UInt8], checkpoint: Checkpoint) throws -> [Digest] {
+        let proof = try MerkleTree.inclusionProof(record: record, size: checkpoint.size, hasher: chain.hasher, read: readHashes)
+        guard MerkleTree.checkInclusion(proof, record: record, leaf: MerkleTree.leafHash(line, hasher: chain.hasher), size: checkpoint.size, root: checkpoint.root, hasher: chain.hasher) else {
+            throw LedgerError.integrity(IntegrityFailure(line: Int(record) + 1, seq: UInt64(record), problem: "the stored tree hashes give an inclusion proof that does not lead to the signed root (\(store.derivedRepair))"))
+        }
+        return proof
     }
 
     /// The current signed checkpoint: a C2SP `tlog-checkpoint` signed as a `signed-note`.
     public func signedCheckpoint() throws -> (checkpoint: Checkpoint, note: String) {
         let signer = try signingKey()
         let issued = try withCurrentDerived { log in
-            let checkpoint = try checkpoint(size: Int64(log.end.lines))
+            let checkpoint = try currentCheckpoint(log)
             return (checkpoint, SignedNote.sign(checkpoint.text, key: try verifierKey, signer: signer))
         }
         recordIssued(IssuedCheckpoint(size: issued.0.size, note: issued.1))
@@ -140,7 +127,13 @@ extension Ledger {
     public func inclusionProof(seq: Int64, size: Int64) throws -> [Digest] {
         try withCurrentDerived { log in
             guard size <= Int64(log.end.lines) else { throw LedgerError.invalidRequest("the ledger has only \(log.end.lines) records, not \(size)") }
-            return try MerkleTree.inclusionProof(record: seq, size: size, hasher: chain.hasher, read: readHashes)
+            guard size == Int64(log.end.lines) else {
+                // An older tree's root is not kept signed here; the caller checks the proof
+                // against the checkpoint of that size it holds.
+                return try MerkleTree.inclusionProof(record: seq, size: size, hasher: chain.hasher, read: readHashes)
+            }
+            let location = try store.readLineLocations(Int(seq)..<Int(seq) + 1)[0]
+            return try checkedInclusionProof(record: seq, line: try store.readLine(at: location), checkpoint: try currentCheckpoint(log))
         }
     }
 
@@ -169,6 +162,9 @@ extension Ledger {
                 throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the old checkpoint's root differs from this ledger's tree at size \(old.size): the log was changed after that checkpoint was signed"))
             }
             let proof = try MerkleTree.consistencyProof(old: old.size, new: new.size, hasher: chain.hasher, read: readHashes)
+            guard MerkleTree.checkConsistency(proof, old: old.size, oldRoot: old.root, new: new.size, newRoot: new.root, hasher: chain.hasher) else {
+                throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the stored tree hashes give a consistency proof that does not lead to the signed root (\(store.derivedRepair))"))
+            }
             return ConsistencyProof(oldNote: oldNote, newNote: newNote, proof: proof)
         }
     }
@@ -202,15 +198,15 @@ extension Ledger {
         let ref = subjectRef(id: subjectID, salt: salt)
         return try withCurrentDerived { log in
             let size = Int64(log.end.lines)
-            let checkpoint = try checkpoint(size: size)
+            let checkpoint = try currentCheckpoint(log)
             let note = SignedNote.sign(checkpoint.text, key: try verifierKey, signer: signer)
-            let hasher = chain.hasher
             let versions = try catalogVersions(end: log.end)
             var catalogEvents: [ExportedEvent] = []
             for version in versions.dropFirst() {
                 let location = try store.readLineLocations(Int(version.seq)..<Int(version.seq) + 1)[0]
-                let proof = try MerkleTree.inclusionProof(record: Int64(version.seq), size: size, hasher: hasher, read: readHashes)
-                catalogEvents.append(ExportedEvent(seq: Int64(version.seq), line: String(decoding: try store.readLine(at: location), as: UTF8.self), proof: proof))
+                let line = try store.readLine(at: location)
+                let proof = try checkedInclusionProof(record: Int64(version.seq), line: line, checkpoint: checkpoint)
+                catalogEvents.append(ExportedEvent(seq: Int64(version.seq), line: String(decoding: line, as: UTF8.self), proof: proof))
             }
             var state = SubjectState()
             var events: [ExportedEvent] = []
@@ -225,11 +221,11 @@ extension Ledger {
                 } catch {
                     throw LedgerError.integrity(IntegrityFailure(line: seq + 1, seq: error.seq, problem: error.problem))
                 }
-                let proof = try MerkleTree.inclusionProof(record: Int64(seq), size: size, hasher: hasher, read: readHashes)
+                let proof = try checkedInclusionProof(record: Int64(seq), line: line, checkpoint: checkpoint)
                 events.append(ExportedEvent(seq: Int64(seq), line: String(decoding: line, as: UTF8.self), proof: proof))
             }
             let genesisLine = try store.readLine(at: try store.readLineLocations(0..<1)[0])
-            let genesisProof = try MerkleTree.inclusionProof(record: 0, size: size, hasher: hasher, read: readHashes)
+            let genesisProof = try checkedInclusionProof(record: 0, line: genesisLine, checkpoint: checkpoint)
             let statement = ExportStatement(origin: genesis.ledgerName, size: size, subject: ref.value, catalogVersions: catalogEvents.map(\.seq), events: events.map(\.seq))
             return AuditExport(
                 scope: .subject, ledger: genesis.ledgerName, verifierKey: try verifierKey.text, checkpoint: note,
@@ -247,8 +243,7 @@ extension Ledger {
     public func exportAll() throws -> AuditExport {
         let signer = try signingKey()
         return try withCurrentDerived { log in
-            let size = Int64(log.end.lines)
-            let checkpoint = try checkpoint(size: size)
+            let checkpoint = try currentCheckpoint(log)
             let note = SignedNote.sign(checkpoint.text, key: try verifierKey, signer: signer)
             var events: [ExportedEvent] = []
             try store.scan(from: .start, to: log.end, batchSize: 4096, containing: nil) { batch in
@@ -256,8 +251,8 @@ extension Ledger {
                     events.append(ExportedEvent(seq: Int64(batch.number(i) - 1), line: String(decoding: batch.line(i), as: UTF8.self), proof: []))
                 }
             }
-            let genesisProof = try MerkleTree.inclusionProof(record: 0, size: size, hasher: chain.hasher, read: readHashes)
             let first = events.removeFirst()
+            let genesisProof = try checkedInclusionProof(record: 0, line: Array(first.line.utf8), checkpoint: checkpoint)
             return AuditExport(
                 scope: .all, ledger: genesis.ledgerName, verifierKey: try verifierKey.text, checkpoint: note,
                 catalog: CatalogCodec.encode(catalog),
@@ -342,13 +337,9 @@ extension Ledger {
             let published = CatalogPublished(catalog: newCatalog, catalogHash: hasher.sha256(CatalogCodec.canonicalBytes(newCatalog)).hex, notices: notices)
             let seq = log.last.event.seq + 1
             let event = LedgerEvent(seq: seq, at: max(clock(), log.last.event.at), actor: actor, command: CommandSpan(first: seq, size: 1), payload: .catalogPublished(published))
-            let (records, newHead) = chain.seal([event], after: chain.hash(ofBody: log.last.body), signer: signer)
-            let cursor = try store.append(records[0].line, lineCount: 1, at: log.end)
-            let derived = try derive(lines: [records[0].lineWithoutNewline], subjects: [LineLocation.noSubject], firstSeq: log.end.lines, offset: log.end.offset)
-            try store.writeDerived(locations: derived.locations, at: log.end.lines, treeHashes: derived.treeHashes, at: MerkleTree.storedHashCount(Int64(log.end.lines)))
-            let head = ChainHead(seq: seq, hash: newHead)
-            try store.writeHead(head)
-            afterCommit.append { [self] in advanceMemory(from: log.end, to: cursor, events: [event], head: head) }
+            let committed = try commit([event], after: log, signer: signer)
+            if let warning = committed.warning { lastWarning.withLock { $0 = warning } }
+            afterCommit.append { [self] in advanceMemory(from: log.end, to: committed.cursor, events: [event], head: committed.head) }
             return event
         }
     }

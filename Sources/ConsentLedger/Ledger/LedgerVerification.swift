@@ -31,8 +31,11 @@ extension Ledger {
             // Derived data behind the log (a crash, an older version) is rebuilt by the next
             // write or export; when it is all there, it is checked in the same pass.
             let derivedComplete = counts.lines >= log.end.lines && counts.treeHashes >= MerkleTree.storedHashCount(Int64(log.end.lines))
+            try checkSignedHead(log)
             let recorded = try store.readCheckpoints()
-            let (replay, previous, headSeen, roots) = try checkLines(to: log.end, head: log.recordedHead, derived: derivedComplete, roots: Set(recorded.map(\.size)))
+            var wanted = Set(recorded.map(\.size))
+            if let signed = log.signedHead { wanted.insert(signed.checkpoint.size) }
+            let (replay, previous, headSeen, roots) = try checkLines(to: log.end, head: log.recordedHead, derived: derivedComplete, roots: wanted)
             let head = log.recordedHead
             guard headSeen, let lastSeq = replay.lastSeq else {
                 throw LedgerError.integrity(IntegrityFailure(line: replay.eventCount + 1, seq: replay.lastSeq.map { $0 + 1 }, problem: "the log ends at seq \(replay.lastSeq.map(String.init) ?? "none") but seq \(head.seq) was acknowledged: acknowledged events are missing (truncated log)"))
@@ -42,6 +45,9 @@ extension Ledger {
             }
             guard replay.genesis == genesis else {
                 throw LedgerError.integrity(IntegrityFailure(line: 1, seq: 0, problem: "the genesis event differs from the one the ledger was opened with"))
+            }
+            if let signed = log.signedHead, roots[signed.checkpoint.size] != signed.checkpoint.root {
+                throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the signed head commits to root \(signed.checkpoint.root.hex) at size \(signed.checkpoint.size), but the log's first \(signed.checkpoint.size) records hash to another root"))
             }
             try checkRecordedCheckpoints(recorded, roots: roots, size: Int64(replay.eventCount))
             try checkSubjectRecords(logSubjects: replay.subjects.keys)

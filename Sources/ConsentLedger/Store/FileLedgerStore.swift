@@ -9,7 +9,7 @@ import ConsentDomain
 ///
 /// ```
 /// DIR/ledger.jsonl    the log, one canonical JSON event per line (append-only)
-/// DIR/head            "SEQ HASH" of the newest acknowledged event (guards against truncation)
+/// DIR/head            the signed head: a checkpoint note of the log with a 'chain HASH' line
 /// DIR/catalog.json    the catalogue's canonical bytes, pinned by the genesis event
 /// DIR/public.key      the Ed25519 public key, hex
 /// DIR/secret.key      the Ed25519 seed, hex, mode 0600
@@ -116,7 +116,7 @@ public struct FileLedgerStore: LedgerStore {
             try writeNew(Array((setup.publicKey.hex + "\n").utf8), "public.key")
             try writeNew(Array((Hex.encode(setup.secretSeed) + "\n").utf8), "secret.key", mode: 0o600)
             try writeNew(setup.genesis.line, "ledger.jsonl")
-            try writeNew(Self.headBytes(setup.head), "head")
+            try writeNew(Array(setup.head.note.utf8), "head")
             try writeNew([], "subjects.jsonl", mode: 0o600)
             try writeNew([], "lock")
             guard fsync(stagingFD) == 0 else { throw LedgerError.storage("cannot sync folder \(staging): \(PosixFile.reason())") }
@@ -181,11 +181,7 @@ public struct FileLedgerStore: LedgerStore {
         return String(decoding: b, as: UTF8.self)
     }
 
-    static func headBytes(_ head: ChainHead) -> [UInt8] {
-        Array("\(head.seq) \(head.hash.hex)\n".utf8)
-    }
-
-    func readHead() throws -> ChainHead {
+    func readHead() throws -> RecordedHead {
         let file: PosixFile
         do {
             file = try PosixFile(path: headPath, flags: O_RDONLY)
@@ -193,12 +189,11 @@ public struct FileLedgerStore: LedgerStore {
             // The head is only ever replaced by rename, never removed: its absence is damage.
             throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "\(headPath) is missing"))
         }
-        let text = Self.trimmedText(try file.readAll())
-        let parts = text.split(separator: " ", omittingEmptySubsequences: false)
-        guard parts.count == 2, let seq = UInt64(parts[0]), String(seq) == parts[0], let hash = Digest(hex: String(parts[1])) else {
-            throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "\(headPath) is not 'SEQ HASH'"))
+        let bytes = try file.read(at: 0, count: 64 << 10)
+        guard let head = RecordedHead.parse(String(decoding: bytes, as: UTF8.self)) else {
+            throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "\(headPath) is not a signed head (a checkpoint note with a 'chain' line) or 'SEQ HASH'"))
         }
-        return ChainHead(seq: seq, hash: hash)
+        return head
     }
 
     // MARK: - Locking
@@ -292,7 +287,7 @@ public struct FileLedgerStore: LedgerStore {
 
     /// Works out the tail from the last `bytes` of the log. Returns nil when the window is too
     /// small to see the start of the last command.
-    private func tailState(bytes: [UInt8], windowStart: UInt64, fileSize: UInt64, recordedHead: ChainHead) throws -> LogState? {
+    private func tailState(bytes: [UInt8], windowStart: UInt64, fileSize: UInt64, recordedHead: RecordedHead) throws -> LogState? {
         // Line boundaries inside the window: ends[i] is the index just after a newline.
         var lineEnds: [Int] = []
         for (i, b) in bytes.enumerated() where b == Self.newline { lineEnds.append(i + 1) }
@@ -335,7 +330,7 @@ public struct FileLedgerStore: LedgerStore {
         let torn: TornTail? = (tornLines > 0 || partialBytes > 0)
             ? TornTail(offset: endOffset, byteCount: Int(fileSize - endOffset), completeLines: tornLines)
             : nil
-        return LogState(end: LogCursor(offset: endOffset, lines: Int(last.event.seq) + 1), last: last, recordedHead: recordedHead, torn: torn)
+        return LogState(end: LogCursor(offset: endOffset, lines: Int(last.event.seq) + 1), last: last, head: recordedHead, torn: torn)
     }
 
     public func scan(from cursor: LogCursor, to end: LogCursor, batchSize: Int, containing needle: [UInt8]?, _ visit: (LineBatch) throws -> Void) throws {
@@ -427,8 +422,8 @@ public struct FileLedgerStore: LedgerStore {
         try PosixFile(path: logPath, flags: O_RDONLY).sync()
     }
 
-    public func writeHead(_ head: ChainHead) throws {
-        try PosixFile.writeAtomically(Self.headBytes(head), to: headPath)
+    public func writeHead(_ head: SignedHead) throws {
+        try PosixFile.writeAtomically(Array(head.note.utf8), to: headPath)
     }
 
     // MARK: - Derived data

@@ -34,9 +34,10 @@ public struct LedgerSetup: Sendable {
     /// The 32-byte Ed25519 seed; stored only by stores that hold the signing key.
     public let secretSeed: [UInt8]
     public let genesis: EventRecord
-    public let head: ChainHead
+    /// The signed head of the log of one record, the genesis event.
+    public let head: SignedHead
 
-    public init(catalog: [UInt8], publicKey: PublicKey, secretSeed: [UInt8], genesis: EventRecord, head: ChainHead) {
+    public init(catalog: [UInt8], publicKey: PublicKey, secretSeed: [UInt8], genesis: EventRecord, head: SignedHead) {
         self.catalog = catalog
         self.publicKey = publicKey
         self.secretSeed = secretSeed
@@ -140,13 +141,44 @@ public struct LogState: Sendable {
     public let last: EventRecord
     /// The head recorded after the last acknowledged append.
     public let recordedHead: ChainHead
+    /// The signed head it was read from; nil for a head of the older, unsigned `SEQ HASH` form,
+    /// which the next write replaces with a signed one.
+    public let signedHead: SignedHead?
     public let torn: TornTail?
 
-    public init(end: LogCursor, last: EventRecord, recordedHead: ChainHead, torn: TornTail?) {
+    public init(end: LogCursor, last: EventRecord, head: RecordedHead, torn: TornTail?) {
         self.end = end
         self.last = last
-        self.recordedHead = recordedHead
+        self.recordedHead = head.chainHead
+        self.signedHead = head.signed
         self.torn = torn
+    }
+}
+
+/// A head as a store reads it: signed, or of the older unsigned form.
+public enum RecordedHead: Sendable {
+    case signed(SignedHead)
+    case unsigned(ChainHead)
+
+    public var chainHead: ChainHead {
+        switch self {
+        case .signed(let head): head.chainHead
+        case .unsigned(let head): head
+        }
+    }
+
+    public var signed: SignedHead? {
+        if case .signed(let head) = self { head } else { nil }
+    }
+
+    /// Parses a stored head: a signed note, or `SEQ HASH` (the older form). Nil if neither.
+    public static func parse(_ text: String) -> RecordedHead? {
+        if let head = try? SignedHead(note: text) { return .signed(head) }
+        var trimmed = Substring(text)
+        while let last = trimmed.last, last == "\n" || last == "\r" || last == " " { trimmed.removeLast() }
+        let parts = trimmed.split(separator: " ", omittingEmptySubsequences: false)
+        guard parts.count == 2, let seq = UInt64(parts[0]), String(seq) == parts[0], let hash = Digest(hex: String(parts[1])) else { return nil }
+        return .unsigned(ChainHead(seq: seq, hash: hash))
     }
 }
 
@@ -217,7 +249,7 @@ public protocol LedgerStore: Sendable {
 
     /// Durably records the newest acknowledged event. Everything before it, the derived data
     /// included, must already be durable.
-    func writeHead(_ head: ChainHead) throws
+    func writeHead(_ head: SignedHead) throws
 
     // MARK: Derived data: rebuildable from the log, checked by `verify`
 
