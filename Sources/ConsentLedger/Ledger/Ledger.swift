@@ -98,6 +98,10 @@ public final class Ledger: Sendable {
     private let lastRecordedCheckpoint = Mutex<Int64?>(nil)
 
     private struct Memory: Sendable {
+        /// The last signed head this process checked or signed, with the frontier at its size:
+        /// a writer that finds the same head again skips checking its signature and reading the
+        /// frontier back (both were computed here, from signed data).
+        var trustedHead: (note: String, frontier: MerkleFrontier)?
         var salts: [SubjectID: [UInt8]]?
         var signer: SodiumSigner?
         /// A full replay with the cursor it reached, when loaded.
@@ -311,6 +315,7 @@ public final class Ledger: Sendable {
             // Remembered only once the store has committed (see ``writing(_:)``).
             let persisted = salts.filter { newSalts[$0.key] == nil || withEvents.contains($0.key) }
             afterCommit.append { [self] in
+                if committed.warning == nil { remember(committed.signedHead, frontier: committed.frontier) }
                 memory.withLock { $0.salts = persisted }
                 advanceMemory(from: log.end, to: cursor, events: events, head: head)
             }
@@ -347,6 +352,7 @@ public final class Ledger: Sendable {
             result = try store.withLock(exclusive: true) { try body(&afterCommit) }
         } catch {
             memory.withLock { m in
+                m.trustedHead = nil
                 m.salts = nil
                 m.replay = nil
                 m.cursor = nil
@@ -368,6 +374,19 @@ public final class Ledger: Sendable {
         } catch {
             lastWarning.withLock { $0 = "the checkpoint of size \(checkpoint.size) is valid, but recording it in the store failed: \(error)" }
         }
+    }
+
+    /// The frontier at the signed head's size, if this process computed it for that very head.
+    func rememberedFrontier(for head: SignedHead) -> MerkleFrontier? {
+        memory.withLock { m in
+            guard let trusted = m.trustedHead, trusted.note == head.note, trusted.frontier.size == head.checkpoint.size else { return nil }
+            return trusted.frontier
+        }
+    }
+
+    /// Remembers a head this process signed, with its frontier (call once the store committed).
+    func remember(_ head: SignedHead, frontier: MerkleFrontier) {
+        memory.withLock { $0.trustedHead = (head.note, frontier) }
     }
 
     /// Applies appended events to the in-memory replay, if there is one and it had reached `from`.
@@ -406,7 +425,7 @@ public final class Ledger: Sendable {
 
     /// A signed head must carry the ledger's signature and name the ledger.
     func checkSignedHead(_ log: LogState) throws {
-        if let signed = log.signedHead {
+        if let signed = log.signedHead, memory.withLock({ $0.trustedHead?.note }) != signed.note {
             do {
                 try signed.verify(key: try verifierKey, verifier: verifier)
             } catch {

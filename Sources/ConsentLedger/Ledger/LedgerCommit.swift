@@ -7,6 +7,8 @@ extension Ledger {
         let cursor: LogCursor
         let head: ChainHead
         let signedHead: SignedHead
+        /// The frontier at the new head's size.
+        let frontier: MerkleFrontier
         /// Set when the events are durable but the derived data or the head after them could
         /// not be written; the command still succeeded (see ``ExecutionReport/warning``).
         let warning: String?
@@ -50,7 +52,7 @@ extension Ledger {
         } catch {
             warning = "events seq \(events.first!.seq)–\(head.seq) are durably appended, but writing the derived data or the head after them failed (\(error)); the next write repairs them"
         }
-        return Committed(cursor: cursor, head: head, signedHead: signedHead, warning: warning)
+        return Committed(cursor: cursor, head: head, signedHead: signedHead, frontier: frontier, warning: warning)
     }
 
     /// The Merkle frontier of the whole log (up to its last complete command), built only from
@@ -62,7 +64,10 @@ extension Ledger {
     func trustedFrontier(_ log: LogState) throws -> MerkleFrontier {
         let hasher = chain.hasher
         var anchor: (size: Int64, root: Digest, what: String)?
-        if let head = log.signedHead {
+        var remembered: MerkleFrontier?
+        if let head = log.signedHead, let frontier = rememberedFrontier(for: head) {
+            remembered = frontier
+        } else if let head = log.signedHead {
             anchor = (head.checkpoint.size, head.checkpoint.root, "the signed head")
         } else if let recorded = try store.readCheckpoints().last(where: { $0.size > 0 && $0.size <= Int64(log.end.lines) }) {
             let checkpoint: Checkpoint
@@ -73,8 +78,8 @@ extension Ledger {
             }
             anchor = (checkpoint.size, checkpoint.root, "the recorded checkpoint of size \(checkpoint.size)")
         }
-        var frontier = MerkleFrontier()
-        if let anchor {
+        var frontier = remembered ?? MerkleFrontier()
+        if remembered == nil, let anchor {
             frontier = try MerkleFrontier(size: anchor.size, read: readHashes)
             let root = frontier.root(hasher: hasher)
             guard root == anchor.root else {

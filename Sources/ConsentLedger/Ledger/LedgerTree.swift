@@ -339,7 +339,10 @@ extension Ledger {
             let event = LedgerEvent(seq: seq, at: max(clock(), log.last.event.at), actor: actor, command: CommandSpan(first: seq, size: 1), payload: .catalogPublished(published))
             let committed = try commit([event], after: log, signer: signer)
             if let warning = committed.warning { lastWarning.withLock { $0 = warning } }
-            afterCommit.append { [self] in advanceMemory(from: log.end, to: committed.cursor, events: [event], head: committed.head) }
+            afterCommit.append { [self] in
+                if committed.warning == nil { remember(committed.signedHead, frontier: committed.frontier) }
+                advanceMemory(from: log.end, to: committed.cursor, events: [event], head: committed.head)
+            }
             return event
         }
     }
