@@ -55,6 +55,7 @@ test-with-postgres:
 	swift test $(PG_BUILD) --skip-build
 	python3 Spec/vectors/verify_vectors.py
 	python3 Spec/vectors/verify_export.py
+	python3 Spec/vectors/verify_state.py
 	python3 Spec/scaling_sim.py --self-test
 	python3 Tests/external/check_outputs.py "$$(swift build $(PG_BUILD) --show-bin-path)/consentctl"
 	cd Samples/ConsentService && swift test --skip-build

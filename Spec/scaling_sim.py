@@ -704,15 +704,15 @@ def self_test(tally, args):
         t = Tree()
         for line in open(log, "rb").read().split(b"\n")[:-1]:
             t.append(line)
-        tally.check(b64(t.root(10)) == "yj6P9HV7feWzks88Bl6pRX6kqPPI4m1M//1ocvA7mPg=", "root(10) of the tiny ledger matches export-format.md")
-        tally.check(b64(t.root(6)) == "V4fnTyoUguzmTNUSw4jTR5tXRG/ByIWdGyeavZU28zQ=", "root(6) of the tiny ledger matches export-format.md")
+        tally.check(b64(t.root(10)) == "LlNLwHGnvzJy9lg3qy+uwL8yVJCQgn26F3wUx5JJ0qw=", "root(10) of the tiny ledger matches export-format.md")
+        tally.check(b64(t.root(6)) == "nBBZKWGGkFJXF157tR9DvHLapfI7CCYfRidxQ3OPunE=", "root(6) of the tiny ledger matches export-format.md")
         tally.check([b64(h) for h in t.path(1, 10)] == [
-            "EexPNvoCw8+j5PhsSJMCWZVr1OOcr72Ymjd0+qSR14I=", "hj71AU8srTH7wFbqHF/R0eHZpENK7YZ4qz+fgnn+bSQ=",
-            "wJvdoxNc2K5wgswUFrx94Ku7K0lxyexvER9Sk1YbaL4=", "z7kP9fb8B9cSIANkf09R2Jkm2wC2ckAti29jeGgATHc="],
+            "y2ltEUPWFf2L/oPM0O2xWsoMme0PNCH2mtmyW9cloak=", "SfptUzhnNn40mq8yB1qWLcOYPg0TMW67iN+BdpfkdPk=",
+            "tXThnzE4HSn9Pt94iRKWyA45W074lq3n0GBAPl7845s=", "+/3W5uEeckXfG8Ir0QrmpZtd40FSxqDaGWScuYbQkMA="],
             "inclusion proof of record 1 in the tree of 10 matches export-format.md")
         tally.check([b64(h) for h in t.consistency(6, 10)] == [
-            "EPJwXVY6fxtAbrPZNXYcxDfTZQ5VDV7qj0+DkAQnZ04=", "rMW6InZPffVy6iFURV3BnkXOWNgASAwdWuGKouFBrLo=",
-            "pSOy1TDrkzsP31ryuoJC5wPvqvQbp9SoZC+LTOcroTg=", "z7kP9fb8B9cSIANkf09R2Jkm2wC2ckAti29jeGgATHc="],
+            "qjD80juwZWCqWIahoXymAA36Jtwgs8yq636l664aCbo=", "4pkTPHZoGZRev4lGdCPNQBAw9L/STTRj3Zjpnlnvy8M=",
+            "RSgI93PYYBegPIwb3rGJ0uwXWwGx720CJpsJY2srbko=", "+/3W5uEeckXfG8Ir0QrmpZtd40FSxqDaGWScuYbQkMA="],
             "consistency proof from 6 to 10 matches export-format.md")
         if ED25519:
             key = ED25519.parse_verifier_key(open(os.path.join(HERE, "vectors", "export", "verifier-key.txt")).read().strip())

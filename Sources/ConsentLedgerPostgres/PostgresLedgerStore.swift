@@ -57,7 +57,7 @@ public final class PostgresLedgerStore: LedgerStore {
 
     public var subjectsPlace: String { "table \(address.schema).subjects" }
 
-    public var derivedRepair: String { "rebuild it: DELETE FROM \(address.schema).line_index and \(address.schema).tree_hashes, and the next write recomputes them from the events table" }
+    public var derivedRepair: String { "rebuild it: DELETE FROM \(address.schema).line_index, \(address.schema).tree_hashes and \(address.schema).subject_map, and the next write recomputes them from the events table" }
 
     /// The schema as SQL text (quoted).
     private var s: String { PostgresSchema.quoted(address.schema) }
@@ -371,8 +371,32 @@ public final class PostgresLedgerStore: LedgerStore {
         }
     }
 
-    public func writeDerived(locations: [LineLocation], at lineStart: Int, treeHashes: [Digest], at treeStart: Int64) throws {
+    public func subjectMapCount() throws -> Int64 {
         try run { session in
+            try session.query("SELECT coalesce(max(idx) + 1, 0)::bigint FROM \(s).subject_map").first!.decode(Int64.self)
+        }
+    }
+
+    public func readSubjectMap(_ index: Int64) throws -> [UInt8] {
+        try run { session in
+            guard let row = try session.query("SELECT record FROM \(s).subject_map WHERE idx = $1", PostgresBindings(index)).first else {
+                throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "\(address): table subject_map has no record \(index) (\(derivedRepair))"))
+            }
+            return try row.decode(ByteBuffer.self).bytes
+        }
+    }
+
+    public func writeDerived(locations: [LineLocation], at lineStart: Int, treeHashes: [Digest], at treeStart: Int64, subjectMap: (records: SubjectMapRecords, at: Int64)?) throws {
+        try run { session in
+            if let subjectMap {
+                try session.query("DELETE FROM \(s).subject_map WHERE idx >= $1", PostgresBindings(subjectMap.at))
+                for chunk in stride(from: 0, to: subjectMap.records.count, by: 5000) {
+                    let part = chunk..<min(subjectMap.records.count, chunk + 5000)
+                    try session.query(
+                        "INSERT INTO \(s).subject_map (idx, record) SELECT * FROM unnest($1::bigint[], $2::bytea[])",
+                        PostgresBindings(part.map { subjectMap.at + Int64($0) }, part.map { subjectMap.records[$0].buffer }))
+                }
+            }
             try session.query("DELETE FROM \(s).line_index WHERE seq >= $1", PostgresBindings(Int64(lineStart)))
             for chunk in stride(from: 0, to: locations.count, by: 5000) {
                 let part = locations[chunk..<min(locations.count, chunk + 5000)]
@@ -406,6 +430,12 @@ public final class PostgresLedgerStore: LedgerStore {
     }
 
     // MARK: - Subjects
+
+    public func readSubjectSalt(_ id: SubjectID) throws -> [UInt8]? {
+        try run { session in
+            try session.query("SELECT salt FROM \(s).subjects WHERE subject_id = $1", PostgresBindings(id.utf8.buffer)).first.map { try $0.decode(ByteBuffer.self).bytes }
+        }
+    }
 
     public func readSubjectSalts() throws -> [SubjectID: [UInt8]] {
         try run { session in

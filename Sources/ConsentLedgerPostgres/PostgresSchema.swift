@@ -54,6 +54,10 @@ enum PostgresSchema {
         Migration(version: 2, description: "signed head") { s in
             ["ALTER TABLE \(s).head ADD COLUMN note text"]
         },
+        // The subject map's nodes (derived data, like the line index): one row per record.
+        Migration(version: 3, description: "subject map") { s in
+            ["CREATE TABLE \(s).subject_map (idx bigint PRIMARY KEY CHECK (idx >= 0), record bytea NOT NULL CHECK (octet_length(record) = 88))"]
+        },
     ]
 
     static var latestVersion: Int { migrations.last!.version }

@@ -248,3 +248,95 @@ struct VerifyConsistency: ParsableCommand {
         }
     }
 }
+
+// MARK: - state proofs
+
+struct ProveState: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "prove-state",
+        abstract: "Write a proof of one subject's consent state that anyone can check offline.",
+        discussion: """
+            The proof holds the subject's events and the catalogue versions, each with its
+            inclusion proof against the ledger's signed head, and the subject-map proofs that
+            they are all of them. It needs no secret key. A processor that receives data because
+            a patient consented keeps it as evidence, and checks it with verify-state.
+
+            Example:
+              consentctl prove-state --subject alice --out alice-state.json
+              consentctl prove-state --subject alice --at 2026-11-01 --out alice-nov1.json
+              consentctl verify-state alice-state.json --key "$(consentctl key show)"
+            """
+    )
+
+    @ParentCommand var root: ConsentCtl
+
+    @Option(help: "The subject whose state to prove.")
+    var subject: String
+
+    @Option(help: ArgumentHelp("Prove the state as of this time (RFC 3339, or a date meaning the end of that day, UTC).", valueName: "TIME"))
+    var at: String?
+
+    @Option(help: ArgumentHelp("Where to write the proof.", valueName: "FILE"))
+    var out: String
+
+    func run() throws {
+        try reporting {
+            let asOf = try at.map { try parseTime($0, option: "--at") }
+            try checkOutputPath(out, ledger: root.ledgerDirectory)
+            let ledger = try root.openLedger()
+            let proof = try ledger.proveState(for: subject, at: asOf)
+            try LocalFile.write(proof.bytes, to: out)
+            print("Wrote the state of \(subject)\(asOf.map { " as of \($0.rfc3339)" } ?? "") (\(proof.events.count) event\(proof.events.count == 1 ? "" : "s"), \(proof.catalogEvents.count + 1) catalogue version\(proof.catalogEvents.isEmpty ? "" : "s")) with proofs against the signed head, to \(out)")
+        }
+    }
+}
+
+struct VerifyState: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "verify-state",
+        abstract: "Check a state proof offline against a pinned verifier key and print the state.",
+        discussion: """
+            Checks the signed head with the pinned key, every event's signature and inclusion
+            proof, that the subject map's proofs lead to the root the head's last event signs,
+            and that the events are exactly the subject's (none missing, added or out of order);
+            then replays them and prints the verified state. Any failure exits 2 with the reason.
+            No ledger is needed.
+            """
+    )
+
+    @Argument(help: ArgumentHelp("The proof written by prove-state.", valueName: "FILE"))
+    var file: String
+
+    @OptionGroup var options: PinnedKey
+
+    func run() throws {
+        try reporting(json: options.json) {
+            let pinned = try options.verifierKey()
+            let bytes = try LocalFile.read(file, limit: 1 << 28)
+            let report: StateProofReport
+            do throws(ExportVerificationError) {
+                report = try StateProofVerifier.verify(bytes, pinnedKey: pinned)
+            } catch {
+                throw LedgerError.integrity(IntegrityFailure(line: nil, seq: error.seq, problem: error.problem))
+            }
+            if options.json {
+                var members: [String: JSONValue] = [
+                    "ok": .bool(true), "subject": .string(report.subjectID), "events": .int(Int64(report.events.count)),
+                    "checkpoint": .object(["origin": .string(report.checkpoint.origin), "size": .int(report.checkpoint.size), "root": .string(Base64.encode(report.checkpoint.root.bytes))]),
+                    "features": ListingJSON.encode(report.listing),
+                ]
+                if let at = report.at { members["at"] = .string(at.rfc3339) }
+                members["recordedUntil"] = .string(report.recordedUntil.rfc3339)
+                printJSON(.object(members))
+            } else {
+                print("OK: the state of \(report.subjectID)\(report.at.map { " as of \($0.rfc3339)" } ?? ""), from \(report.events.count) events, verified against \(report.checkpoint.origin) size \(report.checkpoint.size) (events recorded up to \(report.recordedUntil.rfc3339))")
+                let active = report.listing.activeFeatures.map(\.feature.key)
+                print(active.isEmpty ? "No feature is active." : "Active features: \(active.joined(separator: ", "))")
+                for line in report.listing.features {
+                    let given = line.consents.filter(\.isGiven).map { $0.isOutdated ? "\($0.definition.code) (outdated)" : $0.definition.code }
+                    print("  \(line.feature.key)\(line.isActive ? " (active)" : ""): \(given.isEmpty ? "nothing given" : "given " + given.joined(separator: ", "))")
+                }
+            }
+        }
+    }
+}

@@ -1405,7 +1405,7 @@ def check_policy_versions(checks, v, key):
     bodies = [parse_canonical(line[len(LINE_PREFIX):-(len(SIG_PREFIX) + 130)]) for line in v.lines]
     kid = bodies[0]["kid"]
     v2 = catalog_version(catalog_value, {("timeline", "required"): "2.0"})
-    reconsent = {"v": 1, "seq": 11, "at": "2026-01-15T09:00:06.000Z", "actor": "self", "cmd": 11, "cmdSize": 1, "kid": kid,
+    reconsent = {"v": 2, "seq": 11, "at": "2026-01-15T09:00:06.000Z", "actor": "self", "cmd": 11, "cmdSize": 1, "kid": kid,
                  "type": "consent.given", "subject": bodies[1]["subject"], "feature": 2, "consent": "required", "version": "2.0",
                  "renews": 3}
 

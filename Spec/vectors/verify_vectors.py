@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""An independent verifier for the ConsentLedger format, version 1.
+"""An independent verifier for the ConsentLedger format, versions 1 and 2.
 
 Written from Spec/ledger-format.md alone, with the Python 3 standard library only: SHA-256 and
 SHA-512 come from hashlib, Ed25519 verification is implemented below from RFC 8032 (with the
@@ -11,7 +11,8 @@ Usage:
     python3 Spec/vectors/verify_vectors.py          check Spec/vectors (tiny-ledger, expected.json,
                                                     tampered/*.jsonl)
     python3 Spec/vectors/verify_vectors.py DIR      verify the ledger folder DIR (structure only;
-                                                    subjects.jsonl too, if present)
+                                                    its derived files and subjects.jsonl too, if
+                                                    present)
 
 Prints one line per check and ends with "N passed, M failed"; exits 0 only when M is 0.
 """
@@ -658,12 +659,18 @@ class DecodeError(Exception):
 
 LINE_PREFIX = b'{"body":'
 SIG_PREFIX = b',"sig":"'
-# Every member name of format version 1, in canonical (byte) order. The body reader refuses any
-# other name as soon as it meets it, and reports "first" extra or missing members in this order.
+# Every member name of format versions 1 and 2, in canonical (byte) order. The body reader refuses
+# any other name as soon as it meets it, and reports "first" extra or missing members in this order.
 BODY_NAMES = ["actor", "at", "catalog", "cause", "cmd", "cmdSize", "consent", "document", "feature", "kid", "ledger",
-              "notices", "prev", "publicKey", "reason", "renews", "seq", "subject", "type", "v", "version"]
+              "notices", "prev", "publicKey", "reason", "renews", "seq", "streamPrev", "streamRoot", "subject", "type",
+              "v", "version"]
 NAME_INDEX = {name.encode("ascii"): i for i, name in enumerate(BODY_NAMES)}
-INTEGER_MEMBERS = {"v", "seq", "cmd", "cmdSize", "feature", "cause", "renews"}
+INTEGER_MEMBERS = {"v", "seq", "cmd", "cmdSize", "feature", "cause", "renews", "streamPrev"}
+HEX64_MEMBERS = {"prev", "streamRoot"}  # strings of 64 lowercase hex digits
+# Format 2: every event's place in its stream (Spec/ledger-format.md, Streams and the subject map).
+# Allowed in format 2 only, on every type, each optional at the body level.
+STREAM_MEMBERS = {"streamPrev", "streamRoot"}
+FORMAT_VERSIONS = (1, 2)
 JSON_MEMBERS = {"document", "notices"}  # any canonical JSON value, checked after the scan
 COMMON = {"v", "seq", "at", "actor", "cmd", "cmdSize", "prev", "kid", "type"}
 TYPE_MEMBERS = {
@@ -723,11 +730,11 @@ def _scan_body(p, members):
             if text is None or parse_time(text) is None:
                 raise DecodeError("member 'at' is not a canonical UTC time like 2026-01-31T08:00:00.000Z")
             members[name] = text
-        elif name == "prev":
+        elif name in HEX64_MEMBERS:
             content = p.plain_ascii_string()
             text = b[content[0]:content[1]].decode("ascii") if content else None
             if text is None or hex_decode(text, 32) is None:
-                raise DecodeError("member 'prev' is not 64 lowercase hex digits")
+                raise DecodeError("member '%s' is not 64 lowercase hex digits" % name)
             members[name] = text
         else:
             if b[p.i] != 0x22:
@@ -764,18 +771,20 @@ def read_body(body):
     except JSONError as e:
         raise DecodeError("body is not canonical JSON: byte %d: %s" % (min(e.offset, len(body)) + len(LINE_PREFIX) + 1, e.message))
 
-    if m.get("v", -1) != 1:
-        raise DecodeError("member 'v' must be 1 (this reader knows format version 1)")
+    if m.get("v", -1) not in FORMAT_VERSIONS:
+        raise DecodeError("member 'v' must be 1 or 2 (this reader knows format versions 1 and 2)")
     if "type" not in m:
         raise DecodeError("member 'type' is missing")
     etype = m["type"]
     if etype not in TYPE_MEMBERS:
         raise DecodeError("unknown event type '%s'" % etype)
     allowed = COMMON | TYPE_MEMBERS[etype]
+    if m["v"] == 2:
+        allowed = allowed | STREAM_MEMBERS
     if etype == "consent.revoked" and m.get("reason") == "cascade":
         allowed = allowed | {"cause"}
-    optional = {"renews"} if etype == "consent.given" else set()
-    allowed = allowed | optional
+    optional = ({"renews"} if etype == "consent.given" else set()) | STREAM_MEMBERS
+    allowed = allowed | ({"renews"} if etype == "consent.given" else set())
     if set(m) - allowed:
         raise DecodeError("member '%s' does not belong to a '%s' event" % (_first(set(m) - allowed), etype))
     if allowed - optional - set(m):
@@ -818,6 +827,17 @@ def read_body(body):
         e.feature, e.consent = integer("feature"), m["consent"]
     e.at, e.actor, e.prev, e.kid = m["at"], m["actor"], m["prev"], m["kid"]
     e.at_ms = parse_time(e.at)
+    # The stream members: the stream's previous event is an earlier one, and the subject map's
+    # root is only ever on a command's last event.
+    e.stream_prev = None
+    if "streamPrev" in m:
+        if not 0 <= m["streamPrev"] < e.seq:
+            raise DecodeError("member 'streamPrev' must be an earlier sequence number than %d" % e.seq)
+        e.stream_prev = m["streamPrev"]
+    e.stream_root = m.get("streamRoot")
+    if e.stream_root is not None and e.seq != e.cmd + e.cmd_size - 1:
+        raise DecodeError("member 'streamRoot' belongs only on the last event of a command")
+    e.v = m["v"]
     # Belt and braces: what the reader accepted is what the serialiser writes.
     if serialize(m) != e.body:
         raise DecodeError("body is not canonical JSON (re-serialisation differs)")
@@ -1037,6 +1057,374 @@ class Replay:
 
 
 # ---------------------------------------------------------------------------------------------
+# Streams and the subject map (format 2; Spec/ledger-format.md, "Streams and the subject map")
+# ---------------------------------------------------------------------------------------------
+
+STREAM_KEY_LENGTH = 16
+LEDGER_STREAM = bytes(STREAM_KEY_LENGTH)  # the stream of ledger.created and catalog.published
+EMPTY_HASH = bytes(32)                    # the hash of an empty subtree, and of the empty map
+KEY_BITS = 8 * STREAM_KEY_LENGTH          # 128: no path is longer, no proof has more siblings
+
+
+def stream_key(subject):
+    """The stream of an event with this `subject` (None for ledger events): the reference's 16
+    bytes. (A subject that is not 32 lowercase hex digits never gets here: the reader refuses it.)"""
+    raw = hex_decode(subject, STREAM_KEY_LENGTH) if isinstance(subject, str) else None
+    return LEDGER_STREAM if raw is None else raw
+
+
+def map_leaf(key, seq):
+    """leaf(key, seq) = SHA-256(0x02 || key || seq as 8 bytes big-endian)."""
+    return sha256(b"\x02" + key + seq.to_bytes(8, "big"))
+
+
+def map_node(left, right):
+    """node(left, right) = SHA-256(0x03 || left || right)."""
+    return sha256(b"\x03" + left + right)
+
+
+def key_bit(key, depth):
+    """Bit `depth` of the key, the most significant bit of byte 0 first: 0 goes left, 1 right."""
+    return (key[depth >> 3] >> (7 - (depth & 7))) & 1
+
+
+def map_root(entries, depth=0):
+    """The root of the map {key: seq} by the definition: an empty subtree hashes to 32 zero bytes,
+    a subtree with one key to that key's leaf, any other to the node of its two halves."""
+    if not entries:
+        return EMPTY_HASH
+    if len(entries) == 1:
+        (key, seq), = entries.items()
+        return map_leaf(key, seq)
+    halves = ({}, {})
+    for key, seq in entries.items():
+        halves[key_bit(key, depth)][key] = seq
+    return map_node(map_root(halves[0], depth + 1), map_root(halves[1], depth + 1))
+
+
+class MapLeaf:
+    def __init__(self, key, seq):
+        self.key, self.seq, self.hash, self.index = key, seq, map_leaf(key, seq), None
+
+
+class MapInner:
+    def __init__(self, left, right):
+        self.left, self.right, self.index = left, right, None
+        self.hash = map_node(subtree_hash(left), subtree_hash(right))
+
+
+def subtree_hash(node):
+    return EMPTY_HASH if node is None else node.hash
+
+
+class SubjectMap:
+    """The subject map, built one update at a time (as verify and a writer build it): nodes are
+    never changed, a change copies its path, so that the nodes of the last stored map keep their
+    record index (`index`) and only new nodes are written as records."""
+
+    def __init__(self):
+        self.top = None
+        self.count = 0
+
+    @property
+    def root(self):
+        return subtree_hash(self.top)
+
+    def set(self, key, seq):
+        self.top = self._set(self.top, 0, key, seq)
+
+    def _set(self, node, depth, key, seq):
+        if node is None:
+            self.count += 1
+            return MapLeaf(key, seq)
+        if isinstance(node, MapLeaf):
+            if node.key == key:
+                return MapLeaf(key, seq)
+            self.count += 1
+            return self._split(depth, node, MapLeaf(key, seq))
+        if key_bit(key, depth) == 0:
+            return MapInner(self._set(node.left, depth + 1, key, seq), node.right)
+        return MapInner(node.left, self._set(node.right, depth + 1, key, seq))
+
+    def _split(self, depth, a, b):
+        """The subtree at `depth` that holds exactly the two leaves a and b."""
+        side_a, side_b = key_bit(a.key, depth), key_bit(b.key, depth)
+        if side_a != side_b:
+            return MapInner(a, b) if side_a == 0 else MapInner(b, a)
+        child = self._split(depth + 1, a, b)
+        return MapInner(child, None) if side_a == 0 else MapInner(None, child)
+
+    def lookup(self, key):
+        """(seq or None, proof) for `key`; the proof is (siblings from depth 0 down, end), the end
+        None (an empty subtree) or the (key, seq) of the leaf where the key's path ends."""
+        siblings, node, depth = [], self.top, 0
+        while isinstance(node, MapInner):
+            if key_bit(key, depth) == 0:
+                siblings.append(subtree_hash(node.right))
+                node = node.left
+            else:
+                siblings.append(subtree_hash(node.left))
+                node = node.right
+            depth += 1
+        if node is None:
+            return None, (siblings, None)
+        return (node.seq if node.key == key else None), (siblings, (node.key, node.seq))
+
+    def take_new_records(self, first_index, covered):
+        """The records of the nodes made since the last call, children before parents, numbered
+        from `first_index`, then a root record for a log of `covered` records (as a write appends
+        them to subjects.map)."""
+        records = []
+
+        def place(node):
+            if node is None or node.index is not None:
+                return
+            if isinstance(node, MapLeaf):
+                record = map_leaf_record(node.key, node.seq)
+            else:
+                place(node.left)
+                place(node.right)
+                record = map_inner_record(map_ref(node.left), map_ref(node.right), subtree_hash(node.left), subtree_hash(node.right))
+            node.index = first_index + len(records)
+            records.append(record)
+        place(self.top)
+        records.append(map_root_record(covered, map_ref(self.top), self.root, self.count))
+        return records
+
+
+def verify_map_proof(key, root, proof):
+    """What a proof shows for `key` against the map root `root`: ("present", seq), ("absent",),
+    or None when it does not lead to `root` (Spec/ledger-format.md, Proofs)."""
+    siblings, end = proof
+    if len(key) != STREAM_KEY_LENGTH or len(siblings) > KEY_BITS:
+        return None
+    if end is None:
+        h, found = EMPTY_HASH, ("absent",)
+    else:
+        other, seq = end
+        if len(other) != STREAM_KEY_LENGTH:
+            return None
+        if other == key:
+            found = ("present", seq)
+        elif any(key_bit(other, d) != key_bit(key, d) for d in range(len(siblings))):
+            return None  # another key's leaf shows absence only where the two paths agree
+        else:
+            found = ("absent",)
+        h = map_leaf(other, seq)
+    for depth in range(len(siblings) - 1, -1, -1):
+        h = map_node(h, siblings[depth]) if key_bit(key, depth) == 0 else map_node(siblings[depth], h)
+    return found if h == root else None
+
+
+class StreamCheck:
+    """Verifying, step 5, item 8: every event is of the genesis event's format version; in format 2
+    it names its stream's newest event so far; a command's last event records its seq for its
+    stream in the subject map, and an event that carries a root (the last event of a commit) signs
+    the map's root so far."""
+
+    def __init__(self, version):
+        self.version = version
+        self.newest = {}  # stream key -> seq of the stream's newest event
+        self.map = SubjectMap()
+        self.last_has_root = False  # whether the newest event checked carries a root
+
+    def check(self, e, number):
+        if e.v != self.version:
+            raise Failure(number, e.seq, "the event is of format version %d, but the ledger's genesis event is of version %d" % (e.v, self.version))
+        if self.version < 2:
+            return
+        key = stream_key(e.subject)
+        expected = self.newest.get(key)
+        if e.stream_prev != expected:
+            def name(seq, nothing):
+                return nothing if seq is None else "seq %d" % seq
+            raise Failure(number, e.seq, "the event names %s as its stream's previous event, but that is %s: an event of this stream "
+                          "was left out or added" % (name(e.stream_prev, "no event"), name(expected, "none")))
+        if e.seq == e.cmd + e.cmd_size - 1:
+            self.map.set(key, e.seq)
+        if e.stream_root is not None and e.stream_root != self.map.root.hex():
+            raise Failure(number, e.seq, "the event signs subject-map root %s, but the events so far give %s"
+                          % (e.stream_root, self.map.root.hex()))
+        self.newest[key] = e.seq
+        self.last_has_root = e.stream_root is not None
+
+
+class StreamLinker:
+    """For the derived test ledgers: a format-2 writer's stream members for each next event."""
+
+    def __init__(self):
+        self.newest = {}
+        self.map = SubjectMap()
+
+    def link(self, body, ends_commit):
+        """The stream members of `body` (a dict), before it is hashed; `ends_commit`: whether the
+        body is the last of a commit (then, if it ends a command, it carries the root)."""
+        seq, cmd, size = body.get("seq"), body.get("cmd"), body.get("cmdSize")
+        if not all(_is_int(x) and x >= 0 for x in (seq, cmd, size)):
+            return {}
+        key = stream_key(body.get("subject"))
+        members = {}
+        if key in self.newest:
+            members["streamPrev"] = self.newest[key]
+        if seq == cmd + size - 1:
+            self.map.set(key, seq)
+            if ends_commit:
+                members["streamRoot"] = self.map.root.hex()
+        return members
+
+    def sealed(self, body):
+        if _is_int(body.get("seq")):
+            self.newest[stream_key(body.get("subject"))] = body["seq"]
+
+
+# The stored subject map, subjects.map: fixed records of 88 bytes, appended only. Record i is
+# referred to as i + 1 (0 is the empty subtree). Bytes 1-7 of every record are zero.
+MAP_RECORD = 88
+MAP_ROOT_SEARCH = 1 << 20  # how many records from the end a reader looks back for a root record
+INT64_MAX = 2**63 - 1
+
+
+def map_ref(node):
+    return 0 if node is None else node.index + 1
+
+
+def map_leaf_record(key, seq):
+    """Tag 1: key at bytes 8-23, seq u64 big-endian at 24-31, the rest zero."""
+    return b"\x01" + bytes(7) + key + seq.to_bytes(8, "big") + bytes(56)
+
+
+def map_inner_record(left_ref, right_ref, left_hash, right_hash):
+    """Tag 2: left and right references u64 big-endian at 8 and 16, their hashes at 24 and 56."""
+    return b"\x02" + bytes(7) + left_ref.to_bytes(8, "big") + right_ref.to_bytes(8, "big") + left_hash + right_hash
+
+
+def map_root_record(covered, ref, root, keys):
+    """Tag 3: covered log size at 8, root reference at 16, root hash at 24-55, key count at 56,
+    the rest zero."""
+    return b"\x03" + bytes(7) + covered.to_bytes(8, "big") + ref.to_bytes(8, "big") + root + keys.to_bytes(8, "big") + bytes(24)
+
+
+def derive_subject_map(log, per="commit"):
+    """subjects.map for every line of `log`, as writers append it: one write (its new nodes, then
+    a root record) per commit, that is after each event that carries a root (per="commit"), or
+    for the whole log at once (per="log")."""
+    m, out = SubjectMap(), bytearray()
+    lines = log.split(b"\n")[:-1]
+    for n, raw in enumerate(lines, 1):
+        e = decode_line(raw)
+        if e.seq == e.cmd + e.cmd_size - 1:
+            m.set(stream_key(e.subject), e.seq)
+        if (per == "commit" and e.stream_root is not None) or n == len(lines):
+            out += b"".join(m.take_new_records(len(out) // MAP_RECORD, n))
+    return bytes(out)
+
+
+class MapDamaged(Exception):
+    pass
+
+
+def _u64(record, offset):
+    return int.from_bytes(record[offset:offset + 8], "big")
+
+
+def _map_ref(value):
+    if value > INT64_MAX:
+        raise MapDamaged("a record reference is out of range")
+    return value
+
+
+def stored_map_root(data):
+    """The newest root record of subjects.map (None if none in the last MAP_ROOT_SEARCH records):
+    (its index, covered size, root reference, root hash, key count). A partial record at the end
+    is ignored."""
+    count = len(data) // MAP_RECORD
+    for index in range(count - 1, max(-1, count - 1 - MAP_ROOT_SEARCH), -1):
+        record = data[index * MAP_RECORD:(index + 1) * MAP_RECORD]
+        if record[0] != 3:
+            continue
+        try:
+            if any(record[1:8]) or any(record[64:88]):
+                raise MapDamaged("not a root record")
+            covered, keys = _u64(record, 8), _u64(record, 56)
+            if covered > INT64_MAX or keys > INT64_MAX:
+                raise MapDamaged("a root record's counts are out of range")
+            ref, root = _map_ref(_u64(record, 16)), record[24:56]
+            if (ref == 0) != (root == EMPTY_HASH):
+                raise MapDamaged("a root record's reference and hash disagree")
+        except MapDamaged as damage:
+            raise MapDamaged("record %d: %s" % (index, damage))
+        return index, covered, ref, root, keys
+    return None
+
+
+def stored_map_entries(data, ref, expected):
+    """Every (key, seq) of the stored map whose root is record `ref` (0: empty) hashing to
+    `expected`, each node checked to hash to what its parent records."""
+    found = []
+
+    def walk(ref, expected, depth):
+        if ref == 0:
+            if expected != EMPTY_HASH:
+                raise MapDamaged("an empty subtree with a non-zero hash")
+            return
+        index = ref - 1
+        record = data[index * MAP_RECORD:(index + 1) * MAP_RECORD]
+        if len(record) != MAP_RECORD:
+            raise MapDamaged("record %d: there is no such record" % index)
+        if any(record[1:8]):
+            raise MapDamaged("record %d: not a node record" % index)
+        if record[0] == 1:
+            if any(record[32:88]):
+                raise MapDamaged("record %d: a leaf record's unused bytes are not zero" % index)
+            key, seq = record[8:24], _u64(record, 24)
+            if map_leaf(key, seq) != expected:
+                raise MapDamaged("record %d does not hash to the value its parent records" % index)
+            found.append((key, seq))
+        elif record[0] == 2:
+            try:
+                left, right = _map_ref(_u64(record, 8)), _map_ref(_u64(record, 16))
+            except MapDamaged as damage:
+                raise MapDamaged("record %d: %s" % (index, damage))
+            left_hash, right_hash = record[24:56], record[56:88]
+            if (left == 0) != (left_hash == EMPTY_HASH) or (right == 0) != (right_hash == EMPTY_HASH):
+                raise MapDamaged("record %d: an empty child with a non-zero hash, or the reverse" % index)
+            if map_node(left_hash, right_hash) != expected:
+                raise MapDamaged("record %d does not hash to the value its parent records" % index)
+            if depth >= KEY_BITS:
+                raise MapDamaged("the tree is deeper than a key has bits")
+            walk(left, left_hash, depth + 1)
+            walk(right, right_hash, depth + 1)
+        else:
+            raise MapDamaged("record %d: record tag %d is not a node" % (index, record[0]))
+    walk(ref, expected, 0)
+    return found
+
+
+DERIVED_REPAIR = "rebuild it: delete lines.idx, tree.hashes and subjects.map"
+
+
+def check_stored_map(data, size, streams):
+    """Verifying, step 9: the stored subject map, when its newest root record covers the whole
+    log (`size` records), holds what the log builds (`streams`, the StreamCheck after step 5).
+    Returns whether it was checked."""
+    def fail(problem):
+        return Failure(None, None, "the subject map disagrees with the log: %s (%s)" % (problem, DERIVED_REPAIR))
+    try:
+        newest = stored_map_root(data)
+        if newest is None or newest[1] != size:
+            return False
+        _, _, ref, root, _ = newest
+        if root != streams.map.root:
+            raise fail("its root %s differs from %s, the root the log's events build" % (root.hex(), streams.map.root.hex()))
+        entries = stored_map_entries(data, ref, root)
+    except MapDamaged as damage:
+        raise fail(str(damage))
+    if len(entries) != len(streams.newest) or any(streams.newest.get(key) != seq for key, seq in entries):
+        raise fail("its entries differ from each stream's newest event in the log")
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
 # Verifying a ledger folder (Spec/ledger-format.md, "Verifying, step by step")
 # ---------------------------------------------------------------------------------------------
 
@@ -1049,14 +1437,17 @@ def read_file(folder, name):
         return f.read()
 
 
-def verify_folder(folder, log=None, head_text=None, derived=None, subjects=None):
+def verify_folder(folder, log=None, head_text=None, derived=None, subjects=None, subject_map=None):
     """Verifies the ledger folder; `log` and `head_text` replace ledger.jsonl and head, `derived`
-    the bytes of (lines.idx, tree.hashes) (False: none; None: the folder's, if both exist),
-    `subjects` the bytes of subjects.jsonl. Returns a Report or raises Failure naming the first
-    bad entry. (Step 8, the recorded checkpoints, is in verify_export.py, which has signed notes.)"""
+    the bytes of (lines.idx, tree.hashes) (False: none; None: the folder's; an absent file is
+    empty), `subject_map` the bytes of subjects.map (False: none; None: the folder's, if there is
+    one), `subjects` the bytes of subjects.jsonl. Returns a Report or raises Failure naming the
+    first bad entry. (Step 8, the recorded checkpoints, is in verify_export.py, which has signed
+    notes.)"""
     if derived is None:
-        paths = [os.path.join(folder, n) for n in ("lines.idx", "tree.hashes")]
-        derived = tuple(read_file(folder, n) for n in ("lines.idx", "tree.hashes")) if all(map(os.path.isfile, paths)) else False
+        derived = tuple(read_file(folder, n) if os.path.isfile(os.path.join(folder, n)) else b"" for n in ("lines.idx", "tree.hashes"))
+    if subject_map is None:
+        subject_map = read_file(folder, "subjects.map") if os.path.isfile(os.path.join(folder, "subjects.map")) else False
     if log is None:
         if not os.path.isfile(os.path.join(folder, "ledger.jsonl")):
             raise Failure(None, None, "no ledger at %s (no ledger.jsonl)" % folder)
@@ -1102,16 +1493,18 @@ def verify_folder(folder, log=None, head_text=None, derived=None, subjects=None)
         head_seq, head_hash, head_root = parse_head(head_text, genesis.ledger, public_key)
         end, complete_lines, torn_lines = find_end(log, ends, starts)
     except Failure:
-        check_lines(log, ends, starts, len(ends), public_key, kid, catalog, None)
+        check_lines(log, ends, starts, len(ends), public_key, kid, catalog, None, genesis.v)
         raise
 
     # Step 5: every line up to the end of the last complete command, in order; the derived files
-    # in the same pass when both cover the whole log (otherwise they are left for a rebuild).
-    if derived and not (len(derived[0]) // INDEX_ENTRY >= complete_lines
-                        and len(derived[1]) // 32 >= stored_hash_count(complete_lines)):
-        derived = False
-    replay, previous_hash, head_seen, records = check_lines(
-        log, ends, starts, complete_lines, public_key, kid, catalog, (head_seq, head_hash), derived or None)
+    # in the same pass: lines.idx when it covers the whole log, tree.hashes when it does too
+    # (otherwise they are left for a rebuild).
+    if not derived or len(derived[0]) // INDEX_ENTRY < complete_lines:
+        derived = None
+    elif len(derived[1]) // 32 < stored_hash_count(complete_lines):
+        derived = (derived[0], None)
+    replay, previous_hash, head_seen, records, streams = check_lines(
+        log, ends, starts, complete_lines, public_key, kid, catalog, (head_seq, head_hash), genesis.v, derived)
 
     # Steps 6 and 7: the head was reached; no command is left open.
     if not head_seen or replay.last_seq is None:
@@ -1122,7 +1515,21 @@ def verify_folder(folder, log=None, head_text=None, derived=None, subjects=None)
         first = replay.open[0][0]
         raise Failure(first + 1, first, "the command starting here is incomplete")
 
-    # Step 9: every pseudonym in the log has exactly one subject record whose id and salt hash
+    # Step 3, continued: a signed head's root is the root of the log's first SEQ + 1 lines.
+    if head_root is not None:
+        leaves = [leaf_hash(log[starts[i]:ends[i] - 1]) for i in range(head_seq + 1)]
+        if tree_root(leaves) != head_root:
+            raise Failure(None, None, "the signed head commits to root %s at size %d, but the log's first %d records hash to another root"
+                          % (head_root.hex(), head_seq + 1, head_seq + 1))
+
+    # Step 9 (format 2): the log's last event carries the subject map's root; the stored subject
+    # map, when its newest root record covers the whole log, holds what the log builds (one that
+    # is behind is left for the next write).
+    if streams.version >= 2 and not streams.last_has_root:
+        raise Failure(replay.count, replay.count - 1, "the log's last event carries no subject-map root (every commit ends with one)")
+    map_checked = streams.version >= 2 and subject_map is not False and check_stored_map(subject_map, replay.count, streams)
+
+    # Step 10: every pseudonym in the log has exactly one subject record whose id and salt hash
     # to it (records without events are allowed: a command that failed after saving its salt).
     try:
         salts = read_subjects(folder, subjects)
@@ -1139,20 +1546,14 @@ def verify_folder(folder, log=None, head_text=None, derived=None, subjects=None)
         raise Failure(None, None, "%d pseudonym(s) in the log have no subject record in subjects.jsonl whose id and salt hash "
                       "to them (%s): subject records were altered, swapped or removed" % (len(missing), ", ".join(missing[:3])))
 
-    # Step 3, continued: a signed head's root is the root of the log's first SEQ + 1 lines.
-    if head_root is not None:
-        leaves = [leaf_hash(log[starts[i]:ends[i] - 1]) for i in range(head_seq + 1)]
-        if tree_root(leaves) != head_root:
-            raise Failure(None, None, "the signed head commits to root %s at size %d, but the log's first %d records hash to another root"
-                          % (head_root.hex(), head_seq + 1, head_seq + 1))
-
     report = Report()
     report.events, report.records, report.replay = replay.count, records, replay
     report.head = (replay.last_seq, previous_hash)
     report.recorded_head = (head_seq, head_hash)
     report.ledger_name, report.public_key, report.key_id = genesis.ledger, public_key, kid
     report.catalog, report.catalog_order = catalog, catalog_order
-    report.derived_checked = bool(derived)
+    report.derived_checked = None if derived is None else "lines.idx" if derived[1] is None else "lines.idx and tree.hashes"
+    report.map_checked, report.version, report.streams = map_checked, genesis.v, streams
     report.torn = None if end == len(log) else (end, len(log) - end, torn_lines)
     return report
 
@@ -1246,15 +1647,28 @@ def find_end(log, ends, starts):
         k -= 1
         if k < 0:
             raise Failure(1, 0, "the log holds no complete event")
-        tail_line(k)
+    # Step 4 (format 2): complete commands after the last event that carries streamRoot belong to
+    # a commit a crash cut short.
+    last = tail_line(k)
+    while last.v >= 2 and last.stream_root is None:
+        torn_lines = len(ends) - k
+        k -= 1
+        if k < 0:
+            raise Failure(1, 0, "the log holds no complete event")
+        before = tail_line(k)
+        if before.seq + 1 != last.seq:
+            raise Failure(k + 1, before.seq, "the last commit's events are not contiguous")
+        last = before
     return ends[k], k + 1, torn_lines
 
 
-def check_lines(log, ends, starts, count, public_key, kid, catalog, head, derived=None):
+def check_lines(log, ends, starts, count, public_key, kid, catalog, head, version, derived=None):
     """Step 5 over the first `count` lines; `head` is (seq, hash) or None (no head check);
-    `derived` is (lines.idx bytes, tree.hashes bytes) to check batch by batch, or None.
-    Returns (replay, hash of the last line, whether the head's seq was seen, records)."""
+    `version` the genesis event's format version; `derived` is (lines.idx bytes, tree.hashes
+    bytes or None) to check batch by batch, or None. Returns (replay, hash of the last line,
+    whether the head's seq was seen, records, the StreamCheck)."""
     replay = Replay(catalog)
+    streams = StreamCheck(version)
     previous_hash = ZERO_HASH
     head_seen = False
     records = []
@@ -1280,6 +1694,7 @@ def check_lines(log, ends, starts, count, public_key, kid, catalog, head, derive
         except Violation as v:
             raise Failure(number, v.seq, v.reason)
         body_hash = sha256(e.body).hex()
+        streams.check(e, number)
         if head is not None and e.seq == head[0]:
             if body_hash != head[1]:
                 raise Failure(number, e.seq, "hash differs from the recorded head %s" % head[1])
@@ -1292,7 +1707,7 @@ def check_lines(log, ends, starts, count, public_key, kid, catalog, head, derive
         # batch has passed (its batches also end at its 4 MiB reads; not part of the format).
         if derived is not None and (len(records) % DERIVED_BATCH == 0 or i == count - 1):
             tree.check(records[-(len(records) % DERIVED_BATCH or DERIVED_BATCH):], log, derived)
-    return replay, previous_hash, head_seen, records
+    return replay, previous_hash, head_seen, records, streams
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1365,12 +1780,14 @@ class DerivedTree:
             stored = index[(e.line - 1) * INDEX_ENTRY:e.line * INDEX_ENTRY]
             # The 4 reserved bytes are not compared (the reference decodes offset, length, subject).
             if stored[:12] + stored[16:] != index_entry(e.offset, e.length, subject_bytes(e))[:12] + subject_bytes(e):
-                raise Failure(e.line, e.seq, "the line index entry differs from the log (rebuild it: delete lines.idx and tree.hashes)")
+                raise Failure(e.line, e.seq, "the line index entry differs from the log (%s)" % DERIVED_REPAIR)
             expected += self.expected_hashes(e, log[e.offset:e.offset + e.length])
+        if tree is None:  # behind the log: only lines.idx is checked
+            return
         for k, h in enumerate(expected):
             i = self.tree_index + k
             if tree[32 * i:32 * i + 32] != h:
-                raise Failure(None, None, "tree hash %d differs from the log (rebuild it: delete lines.idx and tree.hashes)" % i)
+                raise Failure(None, None, "tree hash %d differs from the log (%s)" % (i, DERIVED_REPAIR))
         self.tree_index += len(expected)
 
 
@@ -1413,14 +1830,31 @@ def read_subjects(folder, data=None):
 # ---------------------------------------------------------------------------------------------
 
 def sign_log(bodies, seed):
-    """Chains and signs event bodies (dicts; their 'prev' is set here) into ledger.jsonl bytes.
-    Returns (log, head text)."""
+    """Chains, links and signs event bodies (dicts) into ledger.jsonl bytes: 'prev' is set here
+    and, in a body of format 2 ('v' 2), the stream members are what a writer writes (any it holds
+    are replaced; a format-1 body gets none). Commits: a body read from a ledger ends one where it
+    carried a root, a body made by a test (no 'prev') is a commit of its own, and the last body ends
+    one. A body's member '@streams', {name: value, or None to leave the member out}, then overrides
+    the stream members: for the derived cases that break a stream rule. Returns (log, head text)."""
     lines, prev = [], ZERO_HASH
-    for b in bodies:
-        b = dict(b, prev=prev)
+    linker = StreamLinker()
+    for n, b in enumerate(bodies):
+        ends_commit = n == len(bodies) - 1 or "streamRoot" in b or "prev" not in b
+        b = {k: v for k, v in b.items() if k not in STREAM_MEMBERS}
+        b["prev"] = prev
+        override = b.pop("@streams", {})
+        links = linker.link(b, ends_commit)
+        if b.get("v") == 2:
+            b.update(links)
+        for name, value in override.items():
+            if value is None:
+                b.pop(name, None)
+            else:
+                b[name] = value
         body = serialize(b)
         lines.append(LINE_PREFIX + body + SIG_PREFIX + ed25519_sign(seed, SIGNING_CONTEXT + body).hex().encode() + b'"}\n')
         prev = sha256(body).hex()
+        linker.sealed(b)
     return b"".join(lines), "%d %s" % (bodies[-1]["seq"], prev)
 
 
@@ -1445,10 +1879,11 @@ def notices_of(value):
             for f in catalog.ordered for c in f["consents"]]
 
 
-def publish_body(seq, value, at, kid, actor="vector-generator"):
-    """A catalog.published event body (without 'prev') for the catalogue `value`, as written."""
+def publish_body(seq, value, at, kid, actor="vector-generator", version=2):
+    """A catalog.published event body (without 'prev' and stream members) for the catalogue
+    `value`, as written."""
     catalog, _ = decode_catalog(value)
-    return {"v": 1, "seq": seq, "at": at, "actor": actor, "cmd": seq, "cmdSize": 1, "kid": kid, "type": "catalog.published",
+    return {"v": version, "seq": seq, "at": at, "actor": actor, "cmd": seq, "cmdSize": 1, "kid": kid, "type": "catalog.published",
             "catalog": catalog_hash(catalog), "document": catalog.value, "notices": notices_of(value)}
 
 
@@ -1639,7 +2074,7 @@ def check_vectors(checks, here):
         except Failure as f:
             return "subject records were altered, swapped or removed" in f.reason and f.line is None, str(f)
         return False, "verified"
-    checks.run("subjects.jsonl with two salts swapped fails verification (step 9)", swapped_salts)
+    checks.run("subjects.jsonl with two salts swapped fails verification (step 10)", swapped_salts)
 
     def removed_record():
         try:
@@ -1647,7 +2082,7 @@ def check_vectors(checks, here):
         except Failure as f:
             return "1 pseudonym(s) in the log have no subject record" in f.reason, str(f)
         return False, "verified"
-    checks.run("subjects.jsonl without one subject's record fails verification (step 9)", removed_record)
+    checks.run("subjects.jsonl without one subject's record fails verification (step 10)", removed_record)
 
     def unused_record():
         extra = serialize({"id": "nobody-yet", "salt": "07" * 16}) + b"\n"
@@ -1694,6 +2129,13 @@ def check_vectors(checks, here):
         r = verify_folder(folder, log=b"".join(lines[:7]), head_text="5 " + report.records[5].hash)
         return r.events == 6 and r.torn == (len(b"".join(lines[:6])), len(lines[6]), 1), describe_torn(r.torn)
     checks.run("complete lines of an unfinished command are a torn tail (head at seq 5)", torn_command)
+
+    def torn_commit():
+        # Lines 2-6 are one commit of two commands; only line 6 carries streamRoot. Keep the
+        # first command whole: it ends a command, not the commit.
+        r = verify_folder(folder, log=b"".join(lines[:3]), head_text="0 " + report.records[0].hash)
+        return r.events == 1 and r.torn == (len(lines[0]), len(lines[1]) + len(lines[2]), 2), describe_torn(r.torn)
+    checks.run("complete commands of an unfinished commit are a torn tail (format 2; head at seq 0)", torn_commit)
 
     def truncated():
         try:
@@ -1769,7 +2211,7 @@ def check_resigned(checks, here):
         def change(events):
             first = len(events)
             for i, (consent, reason, cause) in enumerate(revocations):
-                b = dict(v=1, seq=first + i, at="2026-01-15T09:00:05.000Z", actor="self", cmd=first, cmdSize=len(revocations),
+                b = dict(v=2, seq=first + i, at="2026-01-15T09:00:05.000Z", actor="self", cmd=first, cmdSize=len(revocations),
                          kid=bodies[0]["kid"], type="consent.revoked", subject=alice, feature=2, consent=consent, reason=reason)
                 if cause is not None:
                     b["cause"] = cause
@@ -1780,6 +2222,20 @@ def check_resigned(checks, here):
     def actors(first, second):
         def change(events):
             events[6]["actor"], events[7]["actor"] = first, second
+        return change
+
+    def streams(i, **members):
+        """Event i's stream members, as given, instead of what a writer writes (None: left out)."""
+        return edit(i, **{"@streams": members})
+
+    def format_1(*except_for, **members):
+        """The whole ledger in format 1 (v 1, no stream members), but for the events named: of
+        format 2; and `members` on the last event (stream members as given)."""
+        def change(events):
+            for n, b in enumerate(events):
+                b["v"] = 2 if n in except_for else 1
+            if members:
+                events[-1]["@streams"] = members
         return change
 
     cases = [
@@ -1823,9 +2279,50 @@ def check_resigned(checks, here):
         ("genesis pinning another catalogue", edit(0, catalog="00" * 32), 1, "catalogue's SHA-256 differs"),
         ("a second genesis event", second_genesis, 10, "genesis event can only be the first"),
         ("a command that does not start at its own seq", edit(9, cmd=8, cmdSize=2), 10, "must start at its own seq"),
+        # Streams and the subject map (format 2).
+        ("an event naming an earlier event of its stream than the newest", streams(6, streamPrev=4), 7,
+         "the event names seq 4 as its stream's previous event, but that is seq 5: an event of this stream was left out or added"),
+        ("an event naming another subject's event as its stream's previous one", streams(9, streamPrev=7), 10,
+         "the event names seq 7 as its stream's previous event, but that is seq 8"),
+        ("a subject's first event naming a previous event", streams(8, streamPrev=7), 9,
+         "the event names seq 7 as its stream's previous event, but that is none: an event of this stream was left out or added"),
+        ("an event without its stream link", streams(9, streamPrev=None), 10,
+         "the event names no event as its stream's previous event, but that is seq 8"),
+        ("a wrong subject-map root", streams(8, streamRoot="00" * 32), 9,
+         "the event signs subject-map root %s, but the events so far give %s" % ("00" * 32, bodies[8]["streamRoot"])),
+        ("a command's last event signing the root before the command", streams(9, streamRoot=bodies[8]["streamRoot"]), 10,
+         "the event signs subject-map root %s, but the events so far give %s" % (bodies[8]["streamRoot"], bodies[9]["streamRoot"])),
+        ("the subject-map root on a command's first event", streams(1, streamRoot="ab" * 32), 2,
+         "member 'streamRoot' belongs only on the last event of a command"),
+        ("a root on the last event of a command inside a commit, the map's root there (allowed)",
+         streams(2, streamRoot=map_node(map_node(map_leaf(LEDGER_STREAM, 0), map_leaf(bytes.fromhex(alice), 2)), EMPTY_HASH).hex()), None, None),
+        ("a wrong root on the last event of a command inside a commit", streams(2, streamRoot="00" * 32), 3,
+         "the event signs subject-map root %s, but the events so far give" % ("00" * 32)),
+        ("no root on a commit's last event inside the log (the next root covers both commits: allowed)",
+         streams(8, streamRoot=None), None, None),
+        # Recovery takes a last commit without its root for one a crash cut short (Torn tails,
+        # step 4): with the head at seq 9 the log then looks truncated.
+        ("no root on the log's last event", streams(9, streamRoot=None), 10,
+         "acknowledged events are missing (truncated log)"),
+        ("'streamPrev' naming the event itself", streams(9, streamPrev=9), 10, "member 'streamPrev' must be an earlier sequence number than 9"),
+        ("a negative 'streamPrev'", streams(9, streamPrev=-1), 10, "member 'streamPrev' must be an earlier sequence number than 9"),
+        ("'streamPrev' written as a string", streams(9, streamPrev="8"), 10, "member 'streamPrev' must be an integer"),
+        ("'streamRoot' in uppercase hex", streams(9, streamRoot=bodies[9]["streamRoot"].upper()), 10,
+         "member 'streamRoot' is not 64 lowercase hex digits"),
+        ("'streamRoot' of 62 hex digits", streams(9, streamRoot=bodies[9]["streamRoot"][:62]), 10,
+         "member 'streamRoot' is not 64 lowercase hex digits"),
+        ("'streamPrevHash', a member of no format", streams(9, streamPrevHash=bodies[9]["prev"]), 10,
+         "member 'streamPrevHash' is not part of the ledger format"),
+        ("a format-1 event in a format-2 ledger", edit(9, v=1), 10,
+         "the event is of format version 1, but the ledger's genesis event is of version 2"),
+        ("the tiny ledger in format 1 (no stream members; still read)", format_1(), None, None),
+        ("a format-2 event in a format-1 ledger", format_1(9), 10,
+         "the event is of format version 2, but the ledger's genesis event is of version 1"),
+        ("stream members in a format-1 event", format_1(streamPrev=8), 10,
+         "member 'streamPrev' does not belong to a 'consent.given' event"),
     ] + policy_cases(bodies, read_file(folder, "catalog.json")) + [
         ("malformed last line and a bad signature on line 3: the first bad line is named,", None, 3, "signature does not verify"),
-        ("malformed last line alone", None, 10, "member 'v' must be 1"),
+        ("malformed last line alone", None, 10, "member 'v' must be 1 or 2 (this reader knows format versions 1 and 2)"),
         ("malformed head file and a bad signature on line 3: the first bad line is named,", None, 3, "signature does not verify"),
     ]
     for name, change, line, reason in cases:
@@ -1836,7 +2333,7 @@ def check_resigned(checks, here):
                 if "line 3" in name:
                     lines[2] = lines[2][:-9] + (b"1" if lines[2][-9:-8] == b"0" else b"0") + lines[2][-8:]
                 if "last line" in name:
-                    lines[9] = lines[9].replace(b'"v":1', b'"v":2')
+                    lines[9] = lines[9].replace(b'"v":2', b'"v":3')
                 if "head" in name:
                     head = "9  " + head.split(" ")[1]
                 log = b"\n".join(lines)
@@ -1851,7 +2348,7 @@ def check_resigned(checks, here):
     # A torn tail whose lines are not one contiguous command. The tail check names the line of
     # the offending event's seq; verify names the first bad line of the whole file instead.
     log, _ = build(lambda events: events.append(dict(bodies[9], seq=10, cmd=9, cmdSize=3)))
-    head = "9 " + sha256(serialize(dict(bodies[9], prev=parse_canonical(log.split(b"\n")[9][len(LINE_PREFIX):-(len(SIG_PREFIX) + 130)])["prev"]))).hex()
+    head = "9 " + sha256(log.split(b"\n")[9][len(LINE_PREFIX):-(len(SIG_PREFIX) + 130)]).hex()
 
     def tail_not_contiguous():
         ends = [i + 1 for i, b in enumerate(log) if b == 0x0A]
@@ -1888,8 +2385,9 @@ def check_resigned(checks, here):
         (b"{}", "body is an empty object"),
         (b'{ ' + body[1:], "body is not canonical JSON: byte 10: expected a member name"),
         (body.replace(b'"seq":9', b'"seq":09'), "body is not canonical JSON: byte %d: integer has a leading zero" % at(b'"seq":9', 6)),
-        (body.replace(b'"v":1', b'"v":true'), "member 'v' must be an integer"),
-        (body.replace(b'"v":1', b'"v":2'), "member 'v' must be 1 (this reader knows format version 1)"),
+        (body.replace(b'"v":2', b'"v":true'), "member 'v' must be an integer"),
+        (body.replace(b'"v":2', b'"v":3'), "member 'v' must be 1 or 2 (this reader knows format versions 1 and 2)"),
+        (body.replace(b'"v":2', b'"v":0'), "member 'v' must be 1 or 2 (this reader knows format versions 1 and 2)"),
         (body.replace(b'"at":"2026-01-15T09:00:04.000Z"', b'"at":"2026-01-15T09:00:04Z"'),
          "member 'at' is not a canonical UTC time like 2026-01-31T08:00:00.000Z"),
         (body.replace(b'"seq":9', b'"seq":-9'), "member 'seq' is missing or negative"),
@@ -1922,7 +2420,7 @@ def policy_cases(bodies, catalog_bytes):
         return b
 
     def subject_event(kind, seq, subject, feature, consent, cmd=None, size=1, **members):
-        b = {"v": 1, "seq": seq, "at": at(seq if cmd is None else cmd), "actor": "self", "cmd": seq if cmd is None else cmd,
+        b = {"v": 2, "seq": seq, "at": at(seq if cmd is None else cmd), "actor": "self", "cmd": seq if cmd is None else cmd,
              "cmdSize": size, "kid": kid, "type": kind, "subject": subject, "feature": feature, "consent": consent}
         b.update(members)
         return b
@@ -2035,6 +2533,9 @@ def policy_cases(bodies, catalog_bytes):
         ("a publication whose document is not an object", then(publish(10, document=[])), 11, "member 'document' must be a catalogue object"),
         ("a publication whose document is not a valid catalogue", then(publish(10, document={"features": []})), 11,
          "member 'document' is not a valid catalogue"),
+        ("a publication without its link to the ledger stream's previous event (the genesis event)",
+         then(publish(10, **{"@streams": {"streamPrev": None}})), 11,
+         "the event names no event as its stream's previous event, but that is seq 0"),
         ("a publication whose notices are not an array", then(publish(10, notices={})), 11, "member 'notices' must be an array"),
         ("a notice whose sha256 is uppercase hex", then(publish(10, notices=[dict(notices[0], sha256="AB" * 32)] + notices[1:])), 11,
          "a notice must be {consent, feature, sha256 (64 hex digits), version}"),
@@ -2143,35 +2644,233 @@ def check_derived_files(checks, here):
     folder = os.path.join(here, "tiny-ledger")
     log = read_file(folder, "ledger.jsonl")
     index, tree = derive_files(log)
-    checks.check(index[:32] == bytes.fromhex("00000000000000003002000000000000") + bytes(16)
-                 and index[32:64] == bytes.fromhex("3102000000000000bc01000000000000" "4d0deb9245e18aa6cf570b7b4336ab00")
+    checks.check(index[:32] == bytes.fromhex("00000000000000008002000000000000") + bytes(16)
+                 and index[32:64] == bytes.fromhex("8102000000000000bc01000000000000" "4d0deb9245e18aa6cf570b7b4336ab00")
                  and len(index) == 320 and len(tree) == 576 == 32 * stored_hash_count(10),
                  "derived files of the tiny ledger: lines.idx records 0 and 1 as documented, 10 entries; tree.hashes 18 hashes")
 
-    def verdict(data, line=None, reason=None, checked=True):
+    def verdict(data, line=None, reason=None, checked="lines.idx and tree.hashes"):
         def run():
             try:
                 r = verify_folder(folder, derived=data)
             except Failure as f:
                 return reason is not None and f.line == line and reason in f.reason, str(f)
-            return reason is None and r.derived_checked == checked, "verified; derived files %s" % (
-                "checked" if r.derived_checked else "not checked")
+            return reason is None and r.derived_checked == checked, "verified; %s checked" % (r.derived_checked or "no derived file")
         return run
 
     def flip(data, i):
         return data[:i] + bytes([data[i] ^ 1]) + data[i + 1:]
     checks.run("derived files that match the log are checked and pass", verdict((index, tree)))
     checks.run("a lines.idx entry (line 3's offset) changed: fails at line 3",
-               verdict((flip(index, 64), tree), 3, "the line index entry differs from the log (rebuild it: delete lines.idx and tree.hashes)"))
+               verdict((flip(index, 64), tree), 3, "the line index entry differs from the log (rebuild it: delete lines.idx, tree.hashes and subjects.map)"))
     checks.run("a lines.idx entry's subject changed: fails at line 9",
                verdict((flip(index, 8 * 32 + 20), tree), 9, "the line index entry differs from the log"))
     checks.run("a lines.idx entry's 4 reserved bytes changed: not compared, verifies", verdict((flip(index, 2 * 32 + 13), tree)))
     checks.run("tree hash 5 changed: fails with no line",
-               verdict((index, flip(tree, 5 * 32)), None, "tree hash 5 differs from the log (rebuild it: delete lines.idx and tree.hashes)"))
-    checks.run("tree.hashes one hash short of the log: left for a rebuild, not checked",
-               verdict((index, tree[:-32]), checked=False))
-    checks.run("lines.idx one entry short of the log: left for a rebuild, not checked",
-               verdict((index[:-32], flip(tree, 0)), checked=False))
+               verdict((index, flip(tree, 5 * 32)), None, "tree hash 5 differs from the log (rebuild it: delete lines.idx, tree.hashes and subjects.map)"))
+    checks.run("tree.hashes one hash short of the log: left for a rebuild, not checked; lines.idx still checked",
+               verdict((index, tree[:-32]), checked="lines.idx"))
+    checks.run("tree.hashes one hash short of the log and a lines.idx entry's subject changed: fails at line 9",
+               verdict((flip(index, 8 * 32 + 20), tree[:-32]), 9, "the line index entry differs from the log"))
+    checks.run("lines.idx one entry short of the log: neither file checked (tree.hashes only with lines.idx)",
+               verdict((index[:-32], flip(tree, 0)), checked=None))
+    checks.run("no lines.idx and no tree.hashes: nothing checked", verdict((b"", b""), checked=None))
+
+
+def check_subject_map(checks, here):
+    """Streams and the subject map: the roots of the tiny ledger from the definition, the map
+    algorithm against the definition on random key sets, proofs, and verify checking a stored
+    subjects.map (Spec/ledger-format.md, Streams and the subject map; The ledger folder)."""
+    import random
+    folder = os.path.join(here, "tiny-ledger")
+    log = read_file(folder, "ledger.jsonl")
+    events = [decode_line(line) for line in log.split(b"\n")[:-1]]
+    alice, bob = bytes.fromhex(events[1].subject), bytes.fromhex(events[8].subject)
+
+    # The worked example: the genesis event's root is the leaf of the ledger stream at seq 0.
+    genesis_root = map_leaf(LEDGER_STREAM, 0)
+    checks.check(sha256(b"\x02" + bytes(16) + bytes(8)) == genesis_root and genesis_root.hex() == events[0].stream_root
+                 == "d3396282a06c23f48a71004c78b303313c88dbe217546ed7388710046bc74b43",
+                 "subject map: the genesis event's streamRoot is leaf(16 zero bytes, 0) = SHA-256(0x02 || 24 zero bytes)", genesis_root.hex())
+    checks.check(map_node(map_node(map_leaf(LEDGER_STREAM, 0), map_leaf(alice, 5)), EMPTY_HASH).hex() == events[5].stream_root
+                 and map_node(map_node(map_leaf(LEDGER_STREAM, 0), map_leaf(alice, 7)), map_leaf(bob, 9)).hex() == events[9].stream_root,
+                 "subject map: the roots at seq 5 (two keys, both left at depth 0, apart at depth 1) and seq 9 (bob's key goes right) "
+                 "are as documented")
+    newest, roots = {}, 0
+    ok = [e.seq for e in events if e.stream_root is not None] == [0, 5, 7, 8, 9]
+    for e in events:
+        if e.seq == e.cmd + e.cmd_size - 1:
+            newest[stream_key(e.subject)] = e.seq
+        if e.stream_root is not None:
+            roots += 1
+            ok = ok and map_root(newest).hex() == e.stream_root
+    checks.check(ok, "subject map: the tiny ledger's roots are on the last event of each commit (seq 0, 5, 7, 8, 9), each the root, by "
+                 "the definition, of each stream's newest seq so far", "%d roots" % roots)
+
+    # The incremental map (as verify and writers build it) against the definition.
+    rng = random.Random(20260115)
+
+    def random_keys(n):
+        keys = [bytes(rng.getrandbits(8) for _ in range(16)) for _ in range(n)]
+        # Keys that share long prefixes: a deep split, down to the last bit.
+        base = keys[0] if keys else bytes(16)
+        keys += [base[:15] + bytes([base[15] ^ 1]), base[:8] + bytes([base[8] ^ 0x80]) + base[9:], LEDGER_STREAM, bytes(15) + b"\x01"]
+        return keys
+
+    def agree():
+        for trial in range(40):
+            keys = random_keys(rng.randrange(0, 40))
+            m, entries = SubjectMap(), {}
+            for step in range(rng.randrange(1, 120)):
+                key, seq = rng.choice(keys), rng.randrange(0, 2**64)
+                m.set(key, seq)
+                entries[key] = seq
+                if m.root != map_root(entries) or m.count != len(entries):
+                    return False, "trial %d step %d: %s != %s" % (trial, step, m.root.hex(), map_root(entries).hex())
+        return True, "40 random key sets, every update"
+    checks.run("subject map: the incremental root equals the recursive definition after every update (random keys, "
+               "updates of present keys, keys differing only in their last bit)", agree)
+
+    def proofs():
+        checked = 0
+        for trial in range(30):
+            keys = random_keys(rng.randrange(1, 60))
+            m, entries = SubjectMap(), {}
+            for key in keys:
+                entries[key] = rng.randrange(0, 2**64)
+                m.set(key, entries[key])
+            root = m.root
+            for key in list(entries) + random_keys(10):
+                seq, proof = m.lookup(key)
+                want = ("present", entries[key]) if key in entries else ("absent",)
+                if seq != entries.get(key) or verify_map_proof(key, root, proof) != want:
+                    return False, "trial %d: key %s" % (trial, key.hex())
+                siblings, end = proof
+                # A proof with one sibling changed, or another seq, shows nothing.
+                if siblings:
+                    i = rng.randrange(len(siblings))
+                    changed = siblings[:i] + [bytes([siblings[i][0] ^ 1]) + siblings[i][1:]] + siblings[i + 1:]
+                    if verify_map_proof(key, root, (changed, end)) is not None:
+                        return False, "a changed sibling was accepted"
+                if end is not None and verify_map_proof(key, root, (siblings, (end[0], end[1] ^ 1))) is not None:
+                    return False, "another seq was accepted"
+                if verify_map_proof(key, root, (siblings + [EMPTY_HASH], end)) is not None:
+                    return False, "an extra sibling was accepted"
+                checked += 1
+        return True, "%d keys, present and absent" % checked
+    checks.run("subject map: proofs of present and absent keys verify against the root; a changed sibling, another seq or an "
+               "extra sibling does not", proofs)
+
+    def absence_elsewhere():
+        # Alice's leaf, at depth 2 of the tiny map, proves nothing about a key whose path leaves
+        # hers above it; the empty map proves every key absent; a one-key map proves every other
+        # key absent with no sibling.
+        m = SubjectMap()
+        for k, seq in ((LEDGER_STREAM, 0), (alice, 7), (bob, 9)):
+            m.set(k, seq)
+        _, proof = m.lookup(alice)
+        elsewhere = bytes([alice[0] ^ 0x40]) + alice[1:]  # bit 1 differs
+        one = SubjectMap()
+        one.set(bob, 9)
+        return (len(proof[0]) == 2 and verify_map_proof(alice, m.root, proof) == ("present", 7)
+                and verify_map_proof(elsewhere, m.root, proof) is None
+                and verify_map_proof(alice, EMPTY_HASH, ([], None)) == ("absent",)
+                and verify_map_proof(alice, one.root, ([], (bob, 9))) == ("absent",)
+                and verify_map_proof(alice, m.root, ([EMPTY_HASH] * 129, None)) is None), "ok"
+    checks.run("subject map: another key's leaf shows absence only where the paths agree; the empty map; a one-key map; "
+               "more than 128 siblings", absence_elsewhere)
+
+    def read_streams():
+        # Reading one stream: the newest seq from the map whose root the last event carries, then
+        # each streamPrev; the result is exactly the stream's events, for every stream.
+        m = SubjectMap()
+        for e in events:
+            if e.seq == e.cmd + e.cmd_size - 1:
+                m.set(stream_key(e.subject), e.seq)
+        if m.root.hex() != events[-1].stream_root:
+            return False, "the map is not the last event's"
+        for key in (LEDGER_STREAM, alice, bob, bytes(15) + b"\x07"):
+            seq, proof = m.lookup(key)
+            if verify_map_proof(key, m.root, proof) != (("absent",) if seq is None else ("present", seq)):
+                return False, "proof"
+            found = []
+            while seq is not None:
+                e = events[seq]
+                if e.seq != seq or stream_key(e.subject) != key:
+                    return False, "seq %d is not the stream's" % seq
+                found.append(seq)
+                seq = e.stream_prev
+            if found[::-1] != [e.seq for e in events if stream_key(e.subject) == key]:
+                return False, "stream %s: %s" % (key.hex(), found)
+        return True, "ledger stream [0], alice [1..7], bob [8, 9], an absent key []"
+    checks.run("subject map: reading one stream (the newest seq from the map, then each streamPrev) gives exactly the stream's "
+               "events, for each stream of the tiny ledger and an absent key", read_streams)
+
+    # subjects.map: its layout for the tiny ledger, and verify checking it.
+    data = derive_subject_map(log)
+    records = [data[i:i + MAP_RECORD] for i in range(0, len(data), MAP_RECORD)]
+    checks.check(records[0] == b"\x01" + bytes(87) and records[1] == b"\x03" + bytes(7) + (1).to_bytes(8, "big") + (1).to_bytes(8, "big")
+                 + genesis_root + (1).to_bytes(8, "big") + bytes(24) and len(data) % MAP_RECORD == 0
+                 and records[-1][24:56].hex() == events[9].stream_root and records[-1][8:16] == (10).to_bytes(8, "big"),
+                 "subjects.map of the tiny ledger, one write per commit: record 0 the genesis leaf (key and seq all zero), "
+                 "record 1 its root record (covers 1, refers to 1, one key); the last root record covers 10 with line 10's root",
+                 "%d records" % len(records))
+    compact = derive_subject_map(log, per="log")
+    checks.check(len(compact) == 6 * MAP_RECORD and compact[-MAP_RECORD:][24:56] == data[-MAP_RECORD:][24:56],
+                 "subjects.map written in one go: 5 node records (3 leaves, 2 inner) and a root record, the same root")
+
+    def verdict(data, reason=None, checked=True, log=None, head=None):
+        def run():
+            try:
+                r = verify_folder(folder, log=log, head_text=head, subject_map=data)
+            except Failure as f:
+                return reason is not None and f.line is None and reason in f.reason, str(f)
+            return reason is None and r.map_checked == checked, "verified; subjects.map %s" % ("checked" if r.map_checked else "not checked")
+        return run
+
+    def at(data, record, offset, value):
+        i = record * MAP_RECORD + offset
+        return data[:i] + value + data[i + len(value):]
+
+    def flip(data, record, offset):
+        i = record * MAP_RECORD + offset
+        return data[:i] + bytes([data[i] ^ 1]) + data[i + 1:]
+
+    roots = [i for i, r in enumerate(records) if r[0] == 3]
+    last_root = roots[-1]
+    # The newest leaf of alice's stream: the map's records of the last write to it.
+    alice_leaf = max(i for i, r in enumerate(records) if r[0] == 1 and r[8:24] == alice)
+    inner = max(i for i, r in enumerate(records[:last_root]) if r[0] == 2)
+    earlier = derive_subject_map(b"".join(line + b"\n" for line in log.split(b"\n")[:9]))
+    cases = [
+        ("one that matches the log is checked and passes", data, None, True),
+        ("one written in one go is checked and passes", compact, None, True),
+        ("its newest root record covering 9 of the 10 records: behind, not checked", data[:roots[-2] * MAP_RECORD + MAP_RECORD], None, False),
+        ("a partial record at the end (a torn write): ignored, checked", data + b"\x02" + bytes(40), None, True),
+        ("node records after its newest root record (an unfinished write): ignored, checked",
+         data + records[alice_leaf] + records[inner], None, True),
+        ("an empty file: not checked", b"", None, False),
+        ("alice's newest leaf naming an older seq",
+         at(data, alice_leaf, 24, (2).to_bytes(8, "big")), "does not hash to the value its parent records", None),
+        ("an inner record's hash of a child changed", flip(data, inner, 30), "does not hash to the value its parent records", None),
+        ("the newest root record with another root hash",
+         flip(data, last_root, 40), "its root %s differs from %s, the root the log's events build"
+         % (flip(records[last_root], 0, 40)[24:56].hex(), events[9].stream_root), None),
+        ("the map of the first 9 records, its root record claiming 10",
+         at(earlier, len(earlier) // MAP_RECORD - 1, 8, (10).to_bytes(8, "big")), "the root the log's events build", None),
+        ("the newest root record with a non-zero byte 1", at(data, last_root, 1, b"\x01"), "record %d: not a root record" % last_root, None),
+        ("the newest root record referring past the file's end",
+         at(data, last_root, 16, (len(records) + 5).to_bytes(8, "big")), "there is no such record", None),
+        ("the newest root record referring to the empty subtree with a non-zero hash",
+         at(data, last_root, 16, bytes(8)), "a root record's reference and hash disagree", None),
+        ("a leaf record with a non-zero unused byte", at(data, alice_leaf, 40, b"\x01"), "a leaf record's unused bytes are not zero", None),
+        ("an inner record naming an empty child with a non-zero hash",
+         at(data, inner, 8 if records[inner][8:16] != bytes(8) else 16, bytes(8)), "an empty child with a non-zero hash, or the reverse", None),
+    ]
+    for name, stored, reason, checked in cases:
+        checks.run("subjects.map: %s%s" % (name, "" if reason is None else ": fails, no line"), verdict(stored, reason, checked))
+    fmt1, head1 = sign_log([dict(parse_canonical(e.body), v=1) for e in events], bytes(range(32)))
+    checks.run("subjects.map beside a format-1 ledger is not read", verdict(b"\x03" + bytes(87), None, False, fmt1, head1))
 
 
 def check_folder(checks, folder):
@@ -2190,8 +2889,15 @@ def check_folder(checks, folder):
     print("      key       %s (kid %s)" % (r.public_key.hex(), r.key_id))
     print("      " + describe_torn(r.torn))
     print("      catalogue versions in force from seq %s" % ", ".join(str(seq) for seq, _, _ in r.replay.versions))
-    print("      derived   lines.idx and tree.hashes %s" % (
-        "checked" if r.derived_checked else "not checked (absent, or behind the log: the next write rebuilds them)"))
+    print("      derived   %s" % ("%s checked" % r.derived_checked if r.derived_checked == "lines.idx and tree.hashes" else
+                                 "lines.idx checked, tree.hashes not (absent, or behind the log: the next write rebuilds it)"
+                                 if r.derived_checked else "lines.idx and tree.hashes not checked (absent, or behind the log: the next write rebuilds them)"))
+    if r.version >= 2:
+        print("      map       subjects.map %s; root of the log %s, %d streams" % (
+            "checked" if r.map_checked else "not checked (absent, or behind the log: the next write brings it up to date)",
+            r.streams.map.root.hex(), len(r.streams.newest)))
+    else:
+        print("      format    1 (no streams, no subject map)")
     # Not needed to verify the log, but read by every operation that names a subject.
     if os.path.isfile(os.path.join(folder, "subjects.jsonl")):
         def subjects():
@@ -2214,6 +2920,7 @@ def main(argv):
         check_resigned(checks, here)
         check_policy_versions(checks, here)
         check_derived_files(checks, here)
+        check_subject_map(checks, here)
     return checks.finish()
 
 

@@ -221,6 +221,34 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
         #expect(throws: LedgerError.self) { try LedgerCopy.copy(from: original, to: PostgresLedgerStore(url: url)) }
     }
 
+    /// The PostgreSQL rows are caches like the files: `line_index` rows pointed at another
+    /// subject change no answer, and a changed `subject_map` row is an integrity error.
+    @Test func derivedRowsDecideNothing() throws {
+        let url = try TestDatabase.freshURL("derived_rows")
+        let schema = try PostgresLedgerAddress(url: url).schema
+        let ledger = try Ledger.create(store: try PostgresLedgerStore(url: url), catalog: SeedCatalog.catalog, name: "pg.test/derived")
+        try ledger.execute(LedgerCommand(subjectID: "p1", request: .give(feature: "timeline", consents: ["required", "optional-a"])))
+        try ledger.execute(LedgerCommand(subjectID: "p2", request: .give(feature: "timeline", consents: ["required"])))
+        try ledger.execute(LedgerCommand(subjectID: "p1", request: .revoke(feature: "timeline", consent: "required")))
+        let truth = try ledger.report(for: "p1")
+        #expect(truth.listing.activeFeatures.isEmpty)
+        try TestDatabase.sql(url, "UPDATE \(schema).line_index SET subject = (SELECT subject FROM \(schema).line_index WHERE seq = 3) WHERE seq IN (4, 5)")
+        let reopened = try Ledger.open(store: PostgresLedgerStore(url: url))
+        #expect(try reopened.report(for: "p1").listing == truth.listing)
+        #expect(throws: LedgerError.self) {
+            try reopened.execute(LedgerCommand(subjectID: "p1", request: .give(feature: "timeline", consents: ["optional-b"])))
+        }
+        // Every leaf of the map now claims seq 1.
+        try TestDatabase.sql(url, "UPDATE \(schema).subject_map SET record = overlay(record placing '\\x0000000000000001'::bytea from 25 for 8) WHERE get_byte(record, 0) = 1")
+        let tampered = try Ledger.open(store: PostgresLedgerStore(url: url))
+        #expect {
+            _ = try tampered.report(for: "p1")
+        } throws: { error in
+            guard case LedgerError.integrity(let failure) = error else { return false }
+            return failure.problem.contains("subject_map")
+        }
+    }
+
     // MARK: - Schema
 
     @Test func schemaIsVersionedAndEventsAreAppendOnly() throws {
@@ -229,7 +257,7 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
         let ledger = try Ledger.create(store: try PostgresLedgerStore(url: url), catalog: SeedCatalog.catalog, name: "pg.test/schema")
         try ledger.execute(LedgerCommand(subjectID: "alice", request: .give(feature: "timeline", consents: ["required"])))
         let versions = try TestDatabase.sql(url, "SELECT version FROM \(schema).schema_migrations ORDER BY version").map { try $0.decode(Int32.self) }
-        #expect(versions == [1, 2])
+        #expect(versions == [1, 2, 3])
         // A head row from version 1 has no note (an unsigned head): it still opens and
         // verifies, and the next write signs one.
         try TestDatabase.sql(url, "UPDATE \(schema).head SET note = NULL")

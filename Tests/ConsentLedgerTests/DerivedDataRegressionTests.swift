@@ -310,3 +310,74 @@ import Glibc
         #expect(readBytes(victim + "/data.txt") == Array("precious\n".utf8))
     }
 }
+
+/// A subject's event set is authenticated (streams and the subject map), so no derived file
+/// decides which events are a subject's.
+@Suite struct SubjectCompletenessTests {
+    /// Overwriting the subject bytes of a withdrawal's and its cascade's `lines.idx` records made
+    /// `status` and `history` report the feature active, `export` vouch for the shortened history,
+    /// and `give … optional-b` sign an event that breaks R2; shortening `tree.hashes` as well made
+    /// `verify` pass.
+    @Test func hidingAWithdrawalInTheLineIndexChangesNoAnswer() throws {
+        let (path, ledger) = try DerivedDataRegressionTests.ledger("hide-withdrawal")
+        defer { removeFolder(path) }
+        try ledger.execute(LedgerCommand(subjectID: "p1", request: .give(feature: "timeline", consents: ["required", "optional-a"])))
+        try ledger.execute(LedgerCommand(subjectID: "p2", request: .give(feature: "timeline", consents: ["required"])))
+        let revoke = try ledger.execute(LedgerCommand(subjectID: "p1", request: .revoke(feature: "timeline", consent: "required")))
+        #expect(revoke.result.events.count == 2, "the withdrawal and its cascade")
+        let truth = try ledger.report(for: "p1")
+        #expect(truth.listing.activeFeatures.isEmpty)
+        var index = readBytes(path + "/lines.idx")
+        let p2 = Array(index[(3 * 32 + 16)..<(3 * 32 + 32)])
+        for event in revoke.result.events {
+            let record = Int(event.seq)
+            index.replaceSubrange((record * 32 + 16)..<(record * 32 + 32), with: p2)
+        }
+        writeBytes(index, to: path + "/lines.idx")
+        let tree = readBytes(path + "/tree.hashes")
+        writeBytes(Array(tree.dropLast(32)), to: path + "/tree.hashes")
+        let reopened = try Ledger.open(store: FileLedgerStore(directory: path))
+        let after = try reopened.report(for: "p1")
+        #expect(after.listing == truth.listing, "status answers from the signed streams")
+        #expect(after.events == truth.events, "history holds every event")
+        let bundle = try reopened.exportSubject("p1")
+        #expect(bundle.events.map(\.seq) == truth.events.map { Int64($0.seq) })
+        #expect(throws: LedgerError.self, "R2: no optional consent without the required one") {
+            try reopened.execute(LedgerCommand(subjectID: "p1", request: .give(feature: "timeline", consents: ["optional-b"])))
+        }
+        guard case .failed(.integrity) = verifyFolder(path) else { Issue.record("verify passed with a tampered line index"); return }
+    }
+
+    /// A subject-map record changed on disk gives an integrity error that names the repair; it
+    /// never answers.
+    @Test func aTamperedSubjectMapIsAnIntegrityError() throws {
+        let (path, ledger) = try DerivedDataRegressionTests.ledger("map-tamper")
+        defer { removeFolder(path) }
+        for p in ["p1", "p2", "p3"] {
+            try ledger.execute(LedgerCommand(subjectID: p, request: .give(feature: "timeline", consents: ["required", "optional-a"])))
+        }
+        try ledger.execute(LedgerCommand(subjectID: "p1", request: .revoke(feature: "timeline", consent: "required")))
+        var map = readBytes(path + "/subjects.map")
+        // Point p1's newest event at its grant: change the seq of every leaf record of the last
+        // write's records to an earlier one.
+        let count = map.count / SubjectMapRecord.size
+        for r in 0..<count where map[r * SubjectMapRecord.size] == 1 { map[r * SubjectMapRecord.size + 31] = 1 }
+        writeBytes(map, to: path + "/subjects.map")
+        let reopened = try Ledger.open(store: FileLedgerStore(directory: path))
+        do {
+            let report = try reopened.report(for: "p1")
+            Issue.record("answered from a tampered map: \(report.listing)")
+        } catch LedgerError.integrity(let failure) {
+            #expect(failure.problem.contains("subjects.map"), "names the file and the repair: \(failure.problem)")
+        }
+        #expect(throws: LedgerError.self) {
+            try reopened.execute(LedgerCommand(subjectID: "p1", request: .give(feature: "timeline", consents: ["optional-b"])))
+        }
+        guard case .failed(.integrity) = verifyFolder(path) else { Issue.record("verify passed with a tampered subject map"); return }
+        // The repair the message names works.
+        removeFolder(path + "/subjects.map")
+        let repaired = try Ledger.open(store: FileLedgerStore(directory: path))
+        #expect(try repaired.report(for: "p1").listing.activeFeatures.isEmpty)
+        #expect(verifyFolder(path) == .ok(events: 9))
+    }
+}

@@ -80,7 +80,7 @@ import Testing
         let signer = SodiumSigner(seed: vectorSeed)!
         let event = LedgerEvent(seq: 3, at: Timestamp(canonical: "2026-01-15T09:00:00.000Z")!, actor: "dr \"house\"", command: CommandSpan(first: 2, size: 2),
                                 payload: .consentRevoked(ConsentRevoked(subject: SubjectRef("00112233445566778899aabbccddeeff"), feature: 2, consent: "optional-a", reason: .cascade(cause: 2))))
-        let (records, _) = HashChain().seal([event], after: .zero, signer: signer)
+        let (records, _) = try HashChain().seal([event], after: .zero, signer: signer, streams: emptyStreams())
         var line = records[0].line
         #expect(line.removeLast() == 0x0A)
         #expect(try EventCodec.decode(line: line) == records[0])
@@ -101,8 +101,24 @@ import Testing
         #expect(throws: EventDecodingError(problem: "member 'ledger' does not belong to a 'consent.given' event")) {
             try EventCodec.decode(line: Array(ordered.utf8))
         }
-        let future = line.replacingOccurrences(of: "\"v\":1,", with: "\"v\":2,")
-        #expect(throws: EventDecodingError.self) { try EventCodec.decode(line: Array(future.utf8)) }
+        let future = line.replacingOccurrences(of: "\"v\":2,", with: "\"v\":3,")
+        #expect(future != line)
+        #expect(throws: EventDecodingError(problem: "member 'v' must be 1 or 2 (this reader knows format versions 1 and 2)")) { try EventCodec.decode(line: Array(future.utf8)) }
+    }
+
+    /// Stream members: only in format 2, the previous event earlier, the subject map's root only
+    /// on a command's last event.
+    @Test(arguments: [
+        ("a root on a command's first of two events", #""seq":1,"#, #""seq":1,"streamRoot":"\#(String(repeating: "ab", count: 32))","#, "member 'streamRoot' belongs only on the last event of a command"),
+        ("a previous event that is not earlier", #""seq":1,"#, #""seq":1,"streamPrev":1,"#, "member 'streamPrev' must be an earlier sequence number than 1"),
+        ("a previous seq that is not an integer", #""seq":1,"#, #""seq":1,"streamPrev":"0","#, "member 'streamPrev' must be an integer"),
+        ("a stream member in format 1", #""seq":1,"#, #""seq":1,"streamPrev":0,"#, "member 'streamPrev' does not belong to a 'consent.given' event"),
+    ])
+    func streamMembersFollowTheirRules(_ case_: (String, String, String, String)) throws {
+        let tiny = lines(of: readBytes(packageRoot + "/Spec/vectors/tiny-ledger/ledger.jsonl"))
+        var line = String(decoding: tiny[1].dropLast(), as: UTF8.self).replacingOccurrences(of: case_.1, with: case_.2)
+        if case_.0.hasSuffix("format 1") { line = line.replacingOccurrences(of: "\"v\":2,", with: "\"v\":1,") }
+        #expect(throws: EventDecodingError(problem: case_.3), "\(case_.0)") { try EventCodec.decode(line: Array(line.utf8)) }
     }
 }
 
@@ -138,7 +154,10 @@ import Testing
             }
             let event = LedgerEvent(seq: UInt64(seq), at: at, actor: actor, command: CommandSpan(first: UInt64(seq / 2), size: seq - seq / 2 + 1), payload: payload)
             let prev = Sodium().sha256(Array(actor.utf8))
-            #expect(EventCodec.body(of: event, prev: prev, keyID: "0123456789abcdef") == EventCodec.bodyViaGenericSerialiser(of: event, prev: prev, keyID: "0123456789abcdef"))
+            #expect(EventCodec.body(of: event, prev: prev, keyID: "0123456789abcdef", version: 1) == EventCodec.bodyViaGenericSerialiser(of: event, prev: prev, keyID: "0123456789abcdef", version: 1))
+            // Format 2, with stream links of every shape.
+            let stream = StreamLink(previous: seq % 3 == 0 ? nil : UInt64(seq / 3), root: seq % 2 == 0 ? nil : Sodium().sha256(Array(String(seq).utf8)))
+            #expect(EventCodec.body(of: event, prev: prev, keyID: "0123456789abcdef", stream: stream) == EventCodec.bodyViaGenericSerialiser(of: event, prev: prev, keyID: "0123456789abcdef", stream: stream))
         }
     }
 }

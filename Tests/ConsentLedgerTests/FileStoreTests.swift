@@ -61,7 +61,7 @@ import Glibc
             LedgerEvent(seq: 9, at: at, actor: "self", command: span, payload: .consentRevoked(ConsentRevoked(subject: alice, feature: 2, consent: "optional-a", reason: .cascade(cause: 8)))),
         ]
         let signer = SodiumSigner(seed: try ledger.store.readSecretSeed())!
-        let (records, _) = ledger.chain.seal(events, after: ledger.chain.hash(ofBody: last.body), signer: signer)
+        let (records, _) = try ledger.chain.seal(events, after: ledger.chain.hash(ofBody: last.body), signer: signer, streams: ledger.streamStateForSealing(events))
         let tornBytes = records[0].line + records[1].line
         append(tornBytes, to: path + "/ledger.jsonl")
         let report = try ledger.verify()
@@ -257,5 +257,42 @@ final class Counter: Sendable {
         let signed = try #require(RecordedHead.parse(String(decoding: readBytes(path + "/head"), as: UTF8.self))?.signed)
         #expect(signed.checkpoint.size == 11, "the next write's head covers both commands")
         #expect(try reopened.verify().events == 11)
+    }
+}
+
+/// A batch of commands is one commit, ended by the event that carries the subject map's root.
+/// A crash that left some of its commands complete on disk, but not the last, used to leave a
+/// log ending without a root, which no read, write or verify accepted.
+@Suite struct CommitRecoveryTests {
+    @Test func completeCommandsOfAnUnfinishedCommitAreATornTail() throws {
+        let path = LedgerPropertyTests.folder("torn-commit")
+        defer { removeFolder(path) }
+        let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "torn-commit")
+        try ledger.execute(Array(seedScenario))
+        let before = readBytes(path + "/ledger.jsonl")
+        let last = try ledger.store.logState().last
+        // Three one-event commands for two new subjects, sealed as one commit; only the first two
+        // reach the disk.
+        let at = last.event.at
+        var events: [LedgerEvent] = []
+        for (i, subject) in ["0123456789abcdef0123456789abcdef", "fedcba9876543210fedcba9876543210", "0123456789abcdef0123456789abcdef"].enumerated() {
+            let seq = last.event.seq + 1 + UInt64(i)
+            let consent = i == 2 ? "optional-a" : "required"
+            events.append(LedgerEvent(seq: seq, at: at, actor: "self", command: CommandSpan(first: seq, size: 1), payload: .consentGiven(ConsentGiven(subject: SubjectRef(subject), feature: 2, consent: consent, version: "1.0"))))
+        }
+        let signer = SodiumSigner(seed: try ledger.store.readSecretSeed())!
+        let (records, _) = try ledger.chain.seal(events, after: ledger.chain.hash(ofBody: last.body), signer: signer, streams: ledger.streamStateForSealing(events))
+        #expect(records[0].stream.root == nil && records[1].stream.root == nil && records[2].stream.root != nil)
+        let cut = records[0].line + records[1].line
+        writeBytes(before + cut, to: path + "/ledger.jsonl")
+        let reopened = try Ledger.open(store: FileLedgerStore(directory: path))
+        let report = try reopened.verify()
+        #expect(report.events == 8, "the unfinished commit is not part of the ledger")
+        #expect(report.torn == TornTail(offset: UInt64(before.count), byteCount: cut.count, completeLines: 2))
+        #expect(try reopened.report(for: "alice").listing.activeFeatures.map(\.feature.key) == ["timeline"])
+        let (result, recovered) = try reopened.execute(LedgerCommand(subjectID: "bob", request: .give(feature: "timeline", consents: ["required"])))
+        #expect(recovered?.completeLines == 2)
+        #expect(result.events.first?.seq == 8, "the dropped events' sequence numbers are reused")
+        #expect(try reopened.verify().events == 9)
     }
 }

@@ -119,7 +119,7 @@ import Testing
         let forged = LedgerEvent(seq: record.event.seq, at: record.event.at, actor: record.event.actor, command: record.event.command,
                                  payload: .catalogPublished(CatalogPublished(catalog: published.catalog, catalogHash: String(repeating: "ab", count: 32), notices: published.notices)))
         let signer = SodiumSigner(seed: try ledger.store.readSecretSeed())!
-        let (sealed, newHead) = ledger.chain.seal([forged], after: record.prev, signer: signer)
+        let (sealed, newHead) = try ledger.chain.seal([forged], after: record.prev, signer: signer, streams: emptyStreams())
         writeBytes(Array(lines[0..<8].map { $0 + [0x0A] }.joined()) + sealed[0].line, to: path + "/ledger.jsonl")
         writeBytes(Array("8 \(newHead.hex)\n".utf8), to: path + "/head")
         removeFolder(path + "/tree.hashes", path + "/lines.idx")

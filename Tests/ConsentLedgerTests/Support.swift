@@ -123,3 +123,18 @@ func verifyFolder(_ path: String) -> VerifyOutcome {
 func removeFolder(_ paths: String...) {
     for path in paths { _ = system("rm -rf '\(path)'") }
 }
+
+extension Ledger {
+    /// The stream state a writer would seal `events` with after the log's end, for tests that
+    /// hand-craft lines.
+    func streamStateForSealing(_ events: [LedgerEvent]) throws -> StreamState {
+        try store.withLock(exclusive: true) {
+            let log = try store.logState()
+            try updateDerived(log)
+            return try streamState(for: Set(events.map { StreamKey.of($0.payload) }), log: log)!.state
+        }
+    }
+}
+
+/// An empty stream state: for sealing events whose links do not matter to the test.
+func emptyStreams() -> StreamState { StreamState(newest: [:], map: SubjectMap(hasher: OpenSSLSHA256())) }

@@ -15,6 +15,8 @@ struct LogChecker {
     let signatures: (verifier: any SignatureVerifier, publicKey: PublicKey, keyID: String)?
     /// Also check the derived data (line index and stored tree hashes) against the lines.
     var checkDerived = false
+    /// Check the line index only (the stored tree hashes are behind the log).
+    var checkIndexOnly = false
     /// Tree sizes whose RFC 6962 root to compute from the lines themselves (the sizes of
     /// recorded checkpoints, which `verify` checks against the log).
     var rootsWanted: Set<Int64> = []
@@ -28,6 +30,8 @@ struct LogChecker {
         /// Merkle leaf hash and line location, when derived data is checked.
         let leaf: Digest?
         let location: LineLocation?
+        let version: Int64
+        let stream: StreamLink
     }
 
     enum LineOutcome: Sendable {
@@ -46,6 +50,52 @@ struct LogChecker {
         var treeIndex: Int64 = 0
         /// Tree roots computed from the lines, at the sizes in ``LogChecker/rootsWanted``.
         var roots: [Int64: Digest] = [:]
+        /// Set to check every event's format version and stream links (verify, from the start).
+        var streams: StreamCheck?
+    }
+
+    /// The streams as the log builds them: each stream's newest event and the subject map.
+    struct StreamCheck: Sendable {
+        /// The ledger's format version (the genesis event's); every event must be of it.
+        let version: Int64
+        var newest: [[UInt8]: UInt64] = [:]
+        var map: SubjectMap
+        /// Whether the newest event checked carries the subject map's root: the last event of the
+        /// log must (every commit ends with one).
+        var lastHasRoot = false
+
+        init(version: Int64, hasher: any SHA256Hasher) {
+            self.version = version
+            self.map = SubjectMap(hasher: hasher)
+        }
+
+        /// Checks one event's version and stream members against the events before it.
+        mutating func check(_ line: CheckedLine) throws(LedgerError) {
+            let event = line.event
+            func fail(_ problem: String) -> LedgerError { .integrity(IntegrityFailure(line: line.number, seq: event.seq, problem: problem)) }
+            guard line.version == version else { throw fail("the event is of format version \(line.version), but the ledger's genesis event is of version \(version)") }
+            guard version >= 2 else { return }
+            let key = StreamKey.of(event.payload)
+            let expected = newest[key]
+            guard line.stream.previous == expected else {
+                throw fail("the event names \(line.stream.previous.map { "seq \($0)" } ?? "no event") as its stream's previous event, but that is \(expected.map { "seq \($0)" } ?? "none"): an event of this stream was left out or added")
+            }
+            if event.seq == event.command.last {
+                do {
+                    try map.set(key, seq: event.seq)
+                } catch {
+                    throw fail("\(error)")
+                }
+            }
+            if let root = line.stream.root {
+                let built = map.computeRoot()
+                guard root == built else {
+                    throw fail("the event signs subject-map root \(root.hex), but the events so far give \(built.hex)")
+                }
+            }
+            newest[key] = event.seq
+            lastHasRoot = line.stream.root != nil
+        }
     }
 
     /// The ordered stage's state; touched only on the `ordered` queue, then read after it drained.
@@ -63,7 +113,8 @@ struct LogChecker {
         let slots = DispatchSemaphore(value: 2)
         let signatures = self.signatures
         let hasher = self.hasher
-        let checkDerived = self.checkDerived
+        let checkDerived = self.checkDerived || self.checkIndexOnly
+        let checkIndexOnly = self.checkIndexOnly
         let rootsWanted = self.rootsWanted
         let hashLeaves = checkDerived || !rootsWanted.isEmpty
         let store = self.store
@@ -90,7 +141,7 @@ struct LogChecker {
                     if hashLeaves {
                         do {
                             let expected = Self.extendTree(outcomes, hasher: hasher, rootsWanted: rootsWanted, progress: &box.progress)
-                            if checkDerived { try Self.checkDerived(outcomes, expected: expected, store: store, progress: &box.progress) }
+                            if checkDerived { try Self.checkDerived(outcomes, expected: expected, store: store, tree: !checkIndexOnly, progress: &box.progress) }
                         } catch let error as LedgerError {
                             failure.withLock { $0 = error }
                         } catch {
@@ -113,7 +164,8 @@ struct LogChecker {
     private static func check(_ line: UnsafeBufferPointer<UInt8>, number: Int, hasher: any SHA256Hasher, signatures: (verifier: any SignatureVerifier, publicKey: PublicKey, keyID: String)?, hashLeaf: Bool, location: (([UInt8]) -> LineLocation)?) -> LineOutcome {
         do throws(EventDecodingError) {
             let (body, signature) = try EventCodec.splitLine(line, decodeSignature: signatures != nil)
-            let (event, prev, keyID) = try EventBodyReader.read(body)
+            let read = try EventBodyReader.read(body)
+            let (event, prev, keyID) = (read.event, read.prev, read.keyID)
             if let signatures {
                 guard keyID == signatures.keyID else {
                     return .failed(IntegrityFailure(line: number, seq: event.seq, problem: "signed with key id \(keyID), not the ledger's key \(signatures.keyID)"))
@@ -136,8 +188,8 @@ struct LogChecker {
             var leaf: Digest?
             var where_: LineLocation?
             if hashLeaf { leaf = MerkleTree.leafHash(UnsafeRawBufferPointer(line), hasher: hasher) }
-            if let location { where_ = location(Ledger.subjectBytes(event.payload)) }
-            return .checked(CheckedLine(number: number, event: event, prev: prev, hash: hasher.sha256(UnsafeRawBufferPointer(body)), leaf: leaf, location: where_))
+            if let location { where_ = location(StreamKey.of(event.payload)) }
+            return .checked(CheckedLine(number: number, event: event, prev: prev, hash: hasher.sha256(UnsafeRawBufferPointer(body)), leaf: leaf, location: where_, version: read.version, stream: read.stream))
         } catch {
             return .failed(IntegrityFailure(line: number, seq: nil, problem: error.problem))
         }
@@ -170,7 +222,7 @@ struct LogChecker {
     }
 
     /// Compares a batch's line locations and Merkle tree hashes with the stored ones.
-    private static func checkDerived(_ outcomes: [LineOutcome], expected: [Digest], store: any LedgerStore, progress: inout Progress) throws {
+    private static func checkDerived(_ outcomes: [LineOutcome], expected: [Digest], store: any LedgerStore, tree: Bool, progress: inout Progress) throws {
         var lines: [CheckedLine] = []
         for case .checked(let line) in outcomes { lines.append(line) }
         guard let first = lines.first else { return }
@@ -180,6 +232,7 @@ struct LogChecker {
                 throw LedgerError.integrity(IntegrityFailure(line: line.number, seq: line.event.seq, problem: "the line index entry differs from the log (\(store.derivedRepair))"))
             }
         }
+        guard tree else { return }
         let storedHashes = try store.readTreeHashes(Array(progress.treeIndex..<(progress.treeIndex + Int64(expected.count))))
         if let bad = zip(storedHashes, expected).enumerated().first(where: { $0.element.0 != $0.element.1 }) {
             throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "tree hash \(progress.treeIndex + Int64(bad.offset)) differs from the log (\(store.derivedRepair))"))
@@ -205,6 +258,7 @@ struct LogChecker {
         } catch {
             throw .integrity(IntegrityFailure(line: line.number, seq: error.seq, problem: error.problem))
         }
+        try progress.streams?.check(line)
         if let head, seq == head.seq {
             guard line.hash == head.hash else {
                 throw .integrity(IntegrityFailure(line: line.number, seq: seq, problem: "hash differs from the recorded head \(head.hash.hex)"))

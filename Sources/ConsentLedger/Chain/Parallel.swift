@@ -25,7 +25,7 @@ func parallelMap<T: Sendable>(_ count: Int, minimumForParallel: Int = 64, _ tran
 /// Write-once slots shared by the workers of `parallelMap`; each slot is written by exactly one
 /// worker. The storage is a raw allocation made once: an Array's `withUnsafeMutableBufferPointer`
 /// must not be entered from several threads at once.
-private final class ResultSlots<T>: @unchecked Sendable {
+final class ResultSlots<T>: @unchecked Sendable {
     private let slots: UnsafeMutablePointer<T>
     private let count: Int
 
@@ -36,6 +36,14 @@ private final class ResultSlots<T>: @unchecked Sendable {
 
     func set(_ i: Int, _ value: T) {
         (slots + i).initialize(to: value)
+    }
+
+    /// Slot `i`, which must be set (and the set must happen before this read).
+    func get(_ i: Int) -> T { slots[i] }
+
+    /// Destroys slots `0..<n` (all set): for giving up part-way.
+    func discard(_ n: Int) {
+        slots.deinitialize(count: n)
     }
 
     /// Moves every slot out; call once, after all are set.
@@ -55,4 +63,49 @@ enum ProcessInfoCores {
         let n = Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))
         return max(1, n)
     }()
+}
+
+/// Computes `transform(i)` for `0..<count` on other threads while the caller is still producing
+/// the inputs: the caller calls ``ready(_:)`` as inputs become available, in order, and chunks
+/// of them are handed to worker threads at once, so the caller's serial work and the workers'
+/// overlap. ``finish()`` waits and returns the results in index order.
+final class OverlappedMap<T: Sendable>: @unchecked Sendable {
+    private let results: ResultSlots<T>
+    private let count: Int
+    private let chunk: Int
+    private let transform: @Sendable (Int) -> T
+    private let group = DispatchGroup()
+    private var submitted = 0
+
+    init(count: Int, chunk: Int = 64, _ transform: @escaping @Sendable (Int) -> T) {
+        self.count = count
+        self.chunk = chunk
+        self.transform = transform
+        results = ResultSlots(count: count)
+    }
+
+    /// Inputs `0..<available` are ready: whole chunks of them go to the workers.
+    func ready(_ available: Int) {
+        while available - submitted >= chunk || (available == count && submitted < count) {
+            let range = submitted..<min(available, submitted + chunk)
+            let (results, transform) = (self.results, self.transform)
+            DispatchQueue.global().async(group: group) {
+                for i in range { results.set(i, transform(i)) }
+            }
+            submitted = range.upperBound
+        }
+    }
+
+    /// Waits for the chunks handed out and drops their results: for giving up part-way.
+    func abandon() {
+        group.wait()
+        results.discard(submitted)
+    }
+
+    /// Waits for every result (call after `ready(count)`).
+    func finish() -> [T] {
+        ready(count)
+        group.wait()
+        return results.take()
+    }
 }

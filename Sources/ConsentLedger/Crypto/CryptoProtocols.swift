@@ -41,6 +41,16 @@ public struct Digest: Hashable, Sendable, CustomStringConvertible {
 
     public var bytes: [UInt8] { withUnsafeBytes(of: words) { Array($0) } }
 
+    /// Appends the 64 lowercase hex digits to `out`.
+    func appendHex(to out: inout [UInt8]) {
+        withUnsafeBytes(of: words) { Hex.append($0, to: &out) }
+    }
+
+    /// Writes the 32 bytes at `pointer`, without allocating.
+    func copyBytes(to pointer: UnsafeMutableRawPointer) {
+        withUnsafeBytes(of: words) { pointer.copyMemory(from: $0.baseAddress!, byteCount: 32) }
+    }
+
     public static func == (a: Digest, b: Digest) -> Bool {
         a.words.0 == b.words.0 && a.words.1 == b.words.1 && a.words.2 == b.words.2 && a.words.3 == b.words.3
     }

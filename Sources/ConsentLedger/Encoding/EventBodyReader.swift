@@ -6,15 +6,15 @@ import Musl
 import ConsentDomain
 
 /// Reads an event body in one pass over its bytes, checking that it is canonical JSON with only
-/// the members of format version 1, without building a generic JSON tree. Replay and verify
+/// the members of format version 1 or 2, without building a generic JSON tree. Replay and verify
 /// read every event, so this is the hot path of both.
 struct EventBodyReader {
-    /// Every member name of format version 1, in canonical (sorted) order; a member's bit is
+    /// Every member name of format versions 1 and 2, in canonical (sorted) order; a member's bit is
     /// 1 << its index here.
-    static let names: [[UInt8]] = ["actor", "at", "catalog", "cause", "cmd", "cmdSize", "consent", "document", "feature", "kid", "ledger", "notices", "prev", "publicKey", "reason", "renews", "seq", "subject", "type", "v", "version"].map { Array($0.utf8) }
+    static let names: [[UInt8]] = ["actor", "at", "catalog", "cause", "cmd", "cmdSize", "consent", "document", "feature", "kid", "ledger", "notices", "prev", "publicKey", "reason", "renews", "seq", "streamPrev", "streamRoot", "subject", "type", "v", "version"].map { Array($0.utf8) }
 
     enum Name: Int {
-        case actor, at, catalog, cause, cmd, cmdSize, consent, document, feature, kid, ledger, notices, prev, publicKey, reason, renews, seq, subject, type, v, version
+        case actor, at, catalog, cause, cmd, cmdSize, consent, document, feature, kid, ledger, notices, prev, publicKey, reason, renews, seq, streamPrev, streamRoot, subject, type, v, version
         var bit: UInt32 { 1 << UInt32(rawValue) }
         var text: String { String(decoding: EventBodyReader.names[rawValue], as: UTF8.self) }
     }
@@ -30,14 +30,23 @@ struct EventBodyReader {
 
     // What was read (plain fields, not arrays: a reader is made for every event).
     var present: UInt32 = 0
-    var v: Int64 = -1, seq: Int64 = -1, cmd: Int64 = -1, cmdSize: Int64 = -1, feature: Int64 = -1, cause: Int64 = -1, renews: Int64 = -1
+    var v: Int64 = -1, seq: Int64 = -1, cmd: Int64 = -1, cmdSize: Int64 = -1, feature: Int64 = -1, cause: Int64 = -1, renews: Int64 = -1, streamPrev: Int64 = -1
     var document: JSONValue?, notices: JSONValue?
     var actor: String?, catalog: String?, consent: String?, kid: String?, ledger: String?
     var publicKey: String?, reason: String?, subject: String?, type: String?, version: String?
     var at: Timestamp?
-    var prev: Digest?
+    var prev: Digest?, streamRoot: Digest?
 
-    static func read(_ body: UnsafeBufferPointer<UInt8>) throws(EventDecodingError) -> (LedgerEvent, Digest, String) {
+    /// What one body holds besides the domain event.
+    struct Read {
+        let event: LedgerEvent
+        let prev: Digest
+        let keyID: String
+        let version: Int64
+        let stream: StreamLink
+    }
+
+    static func read(_ body: UnsafeBufferPointer<UInt8>) throws(EventDecodingError) -> Read {
         var reader = EventBodyReader()
         do {
             try reader.scan(body)
@@ -51,7 +60,7 @@ struct EventBodyReader {
         return try reader.event()
     }
 
-    private static let staticNames: [StaticString] = ["actor", "at", "catalog", "cause", "cmd", "cmdSize", "consent", "document", "feature", "kid", "ledger", "notices", "prev", "publicKey", "reason", "renews", "seq", "subject", "type", "v", "version"]
+    private static let staticNames: [StaticString] = ["actor", "at", "catalog", "cause", "cmd", "cmdSize", "consent", "document", "feature", "kid", "ledger", "notices", "prev", "publicKey", "reason", "renews", "seq", "streamPrev", "streamRoot", "subject", "type", "v", "version"]
 
     /// Which member name the bytes spell: a guess from length and first letter, then an exact
     /// comparison.
@@ -74,6 +83,7 @@ struct EventBodyReader {
         case (7, 0x6E): guess = .notices
         case (3, 0x73): guess = .seq
         case (7, 0x73): guess = .subject
+        case (10, 0x73): guess = bytes[range.lowerBound + 6] == 0x50 ? .streamPrev : .streamRoot
         case (4, 0x74): guess = .type
         case (1, 0x76): guess = .v
         case (7, 0x76): guess = .version
@@ -114,7 +124,7 @@ struct EventBodyReader {
             case .document, .notices:
                 let value = try p.parseValue(depth: 1)
                 if name == .document { document = value } else { notices = value }
-            case .v, .seq, .cmd, .cmdSize, .feature, .cause, .renews:
+            case .v, .seq, .cmd, .cmdSize, .feature, .cause, .renews, .streamPrev:
                 let c = bytes[p.index]
                 guard c == UInt8(ascii: "-") || (c >= 0x30 && c <= 0x39) else {
                     throw EventDecodingError(problem: "member '\(name.text)' must be an integer")
@@ -127,6 +137,7 @@ struct EventBodyReader {
                 case .cmdSize: cmdSize = value
                 case .feature: feature = value
                 case .renews: renews = value
+                case .streamPrev: streamPrev = value
                 default: cause = value
                 }
             case .at:
@@ -134,11 +145,11 @@ struct EventBodyReader {
                     throw EventDecodingError(problem: "member 'at' is not a canonical UTC time like 2026-01-31T08:00:00.000Z")
                 }
                 at = t
-            case .prev:
+            case .prev, .streamRoot:
                 guard let r = p.plainASCIIString(), let d = Digest(hexBytes: UnsafeBufferPointer(rebasing: bytes[r])) else {
-                    throw EventDecodingError(problem: "member 'prev' is not 64 lowercase hex digits")
+                    throw EventDecodingError(problem: "member '\(name.text)' is not 64 lowercase hex digits")
                 }
-                prev = d
+                if name == .prev { prev = d } else { streamRoot = d }
             default:
                 guard bytes[p.index] == 0x22 else { throw EventDecodingError(problem: "member '\(name.text)' must be a string") }
                 let value = try p.parseString()
@@ -177,19 +188,20 @@ struct EventBodyReader {
         return value
     }
 
-    private func event() throws(EventDecodingError) -> (LedgerEvent, Digest, String) {
-        guard v == EventCodec.formatVersion else {
-            throw EventDecodingError(problem: "member 'v' must be \(EventCodec.formatVersion) (this reader knows format version 1)")
+    private func event() throws(EventDecodingError) -> Read {
+        guard v == 1 || v == 2 else {
+            throw EventDecodingError(problem: "member 'v' must be 1 or 2 (this reader knows format versions 1 and 2)")
         }
         let type = try string(self.type, .type)
         guard var allowed = Self.typeBits[type] else { throw EventDecodingError(problem: "unknown event type '\(type)'") }
         allowed |= Self.commonBits
+        if v == 2 { allowed |= Self.bits([.streamPrev, .streamRoot]) }
         if type == "consent.revoked", reason == "cascade" { allowed |= Name.cause.bit }
         if type == "consent.given" { allowed |= Name.renews.bit }
         if present & ~allowed != 0, let extra = (0..<Self.names.count).first(where: { present & ~allowed & (1 << UInt32($0)) != 0 }) {
             throw EventDecodingError(problem: "member '\(Name(rawValue: extra)!.text)' does not belong to a '\(type)' event")
         }
-        let optional: UInt32 = type == "consent.given" ? Name.renews.bit : 0
+        let optional: UInt32 = (type == "consent.given" ? Name.renews.bit : 0) | Self.bits([.streamPrev, .streamRoot])
         if allowed & ~optional & ~present != 0, let missing = (0..<Self.names.count).first(where: { allowed & ~optional & ~present & (1 << UInt32($0)) != 0 }) {
             throw EventDecodingError(problem: "member '\(Name(rawValue: missing)!.text)' is missing from a '\(type)' event")
         }
@@ -218,7 +230,20 @@ struct EventBodyReader {
             payload = .consentRevoked(ConsentRevoked(subject: try subjectRef(), feature: Int(try integer(feature, .feature)), consent: try string(consent, .consent), reason: why))
         }
         let event = LedgerEvent(seq: seq, at: at!, actor: try string(actor, .actor), command: CommandSpan(first: cmd, size: Int(cmdSize)), payload: payload)
-        return (event, prev!, try string(kid, .kid))
+        // The stream's previous event is an earlier one, and the subject map's root is only ever
+        // on a command's last event (the last of a commit).
+        var stream = StreamLink()
+        if present & Name.streamPrev.bit != 0 {
+            guard streamPrev >= 0, UInt64(streamPrev) < seq else {
+                throw EventDecodingError(problem: "member 'streamPrev' must be an earlier sequence number than \(seq)")
+            }
+            stream.previous = UInt64(streamPrev)
+        }
+        stream.root = streamRoot
+        if streamRoot != nil, seq != event.command.last {
+            throw EventDecodingError(problem: "member 'streamRoot' belongs only on the last event of a command")
+        }
+        return Read(event: event, prev: prev!, keyID: try string(kid, .kid), version: v, stream: stream)
     }
 
     /// A published catalogue version: the catalogue itself (validated as any catalogue), its

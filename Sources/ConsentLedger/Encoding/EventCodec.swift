@@ -11,13 +11,19 @@ public struct EventRecord: Hashable, Sendable {
     /// The body's RFC 8785 canonical JSON: what is hashed into the chain and what is signed.
     public let body: [UInt8]
     public let signature: Signature
+    /// The format version (`v`): 1, or 2 with the stream members.
+    public let version: Int64
+    /// Format 2: the event's place in its stream (``StreamLink``).
+    public let stream: StreamLink
 
-    public init(event: LedgerEvent, prev: Digest, keyID: String, body: [UInt8], signature: Signature) {
+    public init(event: LedgerEvent, prev: Digest, keyID: String, body: [UInt8], signature: Signature, version: Int64 = EventCodec.formatVersion, stream: StreamLink = StreamLink()) {
         self.event = event
         self.prev = prev
         self.keyID = keyID
         self.body = body
         self.signature = signature
+        self.version = version
+        self.stream = stream
     }
 
     /// The line without its newline: the Merkle tree's entry for this event.
@@ -27,12 +33,34 @@ public struct EventRecord: Hashable, Sendable {
     public var line: [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(body.count + 150)
+        appendLine(to: &out)
+        return out
+    }
+
+    /// Appends the line, newline included, to `out`.
+    func appendLine(to out: inout [UInt8]) {
         out.append(contentsOf: EventCodec.linePrefix)
         out.append(contentsOf: body)
         out.append(contentsOf: EventCodec.signaturePrefix)
-        out.append(contentsOf: signature.hex.utf8)
+        signature.bytes.withUnsafeBytes { Hex.append($0, to: &out) }
         out.append(contentsOf: EventCodec.lineSuffix)
-        return out
+    }
+}
+
+/// Where a format-2 event sits in its stream. Every event belongs to one stream: a subject's
+/// events to the subject's (keyed by its pseudonym), the genesis event and published catalogues
+/// to the ledger's (keyed by 16 zero bytes). See `Spec/ledger-format.md`, "Streams".
+public struct StreamLink: Hashable, Sendable {
+    /// The sequence number of the stream's previous event; nil for a stream's first event. (The
+    /// event itself is authenticated by the Merkle tree: an inclusion proof at that position.)
+    public var previous: UInt64?
+    /// On the last event of every commit (a command's last event; never elsewhere): the root of
+    /// the subject map (``SubjectMap``) after it.
+    public var root: Digest?
+
+    public init(previous: UInt64? = nil, root: Digest? = nil) {
+        self.previous = previous
+        self.root = root
     }
 }
 
@@ -42,9 +70,10 @@ public struct EventDecodingError: Error, Hashable, Sendable, CustomStringConvert
     public var description: String { problem }
 }
 
-/// Translates between events and the bytes of the ledger format, version 1.
+/// Translates between events and the bytes of the ledger format, versions 1 and 2.
 public enum EventCodec {
-    public static let formatVersion: Int64 = 1
+    /// The version new ledgers are written in. Version 1 (no stream members) is still read.
+    public static let formatVersion: Int64 = 2
     static let linePrefix = Array(#"{"body":"#.utf8)
     static let signaturePrefix = Array(#","sig":""#.utf8)
     static let lineSuffix = Array("\"}\n".utf8)
@@ -54,7 +83,8 @@ public enum EventCodec {
 
     /// The canonical body of an event, written member by member in RFC 8785 order (the names are
     /// ASCII, so byte order is UTF-16 order). A test checks it against the generic serialiser.
-    public static func body(of event: LedgerEvent, prev: Digest, keyID: String) -> [UInt8] {
+    public static func body(of event: LedgerEvent, prev: Digest, keyID: String, version: Int64 = formatVersion, stream: StreamLink = StreamLink()) -> [UInt8] {
+        precondition(version == 2 || (version == 1 && stream == StreamLink()), "format 1 has no stream members")
         var out: [UInt8] = []
         out.reserveCapacity(360)
         var first = true
@@ -73,6 +103,13 @@ public enum EventCodec {
             name(key)
             out.append(contentsOf: String(value).utf8)
         }
+        // Hex needs no escaping: written straight into the body.
+        func digest(_ key: StaticString, _ value: Digest) {
+            name(key)
+            out.append(UInt8(ascii: "\""))
+            value.appendHex(to: &out)
+            out.append(UInt8(ascii: "\""))
+        }
         func json(_ key: StaticString, _ value: JSONValue) {
             name(key)
             CanonicalJSON.serialize(value, into: &out)
@@ -87,14 +124,14 @@ public enum EventCodec {
             json("document", CatalogCodec.encode(e.catalog))
             string("kid", keyID)
             json("notices", noticesJSON(e.notices))
-            string("prev", prev.hex)
+            digest("prev", prev)
         case .ledgerCreated(let e):
             string("catalog", e.catalogHash)
             integer("cmd", event.command.first)
             integer("cmdSize", event.command.size)
             string("kid", keyID)
             string("ledger", e.ledgerName)
-            string("prev", prev.hex)
+            digest("prev", prev)
             string("publicKey", e.publicKey)
         case .consentGiven(let e):
             integer("cmd", event.command.first)
@@ -102,7 +139,7 @@ public enum EventCodec {
             string("consent", e.consent)
             integer("feature", e.feature)
             string("kid", keyID)
-            string("prev", prev.hex)
+            digest("prev", prev)
             if let renews = e.renews { integer("renews", renews) }
         case .consentRevoked(let e):
             if case .cascade(let cause) = e.reason { integer("cause", cause) }
@@ -111,13 +148,15 @@ public enum EventCodec {
             string("consent", e.consent)
             integer("feature", e.feature)
             string("kid", keyID)
-            string("prev", prev.hex)
+            digest("prev", prev)
             if case .cascade = e.reason { string("reason", "cascade") } else { string("reason", "withdrawn") }
         }
         integer("seq", event.seq)
+        if let previous = stream.previous { integer("streamPrev", previous) }
+        if let root = stream.root { digest("streamRoot", root) }
         if let subject = event.payload.subject { string("subject", subject.value) }
         string("type", event.payload.typeName)
-        integer("v", formatVersion)
+        integer("v", version)
         if case .consentGiven(let e) = event.payload { string("version", e.version) }
         out.append(UInt8(ascii: "}"))
         return out
@@ -131,9 +170,9 @@ public enum EventCodec {
 
     /// The same body through the generic serialiser: the reference the direct writer is tested
     /// against.
-    static func bodyViaGenericSerialiser(of event: LedgerEvent, prev: Digest, keyID: String) -> [UInt8] {
+    static func bodyViaGenericSerialiser(of event: LedgerEvent, prev: Digest, keyID: String, version: Int64 = formatVersion, stream: StreamLink = StreamLink()) -> [UInt8] {
         var members: [String: JSONValue] = [
-            "v": .int(formatVersion),
+            "v": .int(version),
             "seq": .int(Int64(event.seq)),
             "at": .string(event.at.rfc3339),
             "actor": .string(event.actor),
@@ -143,6 +182,8 @@ public enum EventCodec {
             "kid": .string(keyID),
             "type": .string(event.payload.typeName),
         ]
+        if let previous = stream.previous { members["streamPrev"] = .int(Int64(previous)) }
+        if let root = stream.root { members["streamRoot"] = .string(root.hex) }
         switch event.payload {
         case .ledgerCreated(let e):
             members["ledger"] = .string(e.ledgerName)
@@ -213,8 +254,8 @@ public enum EventCodec {
     /// members its type defines.
     public static func decode(line: UnsafeBufferPointer<UInt8>) throws(EventDecodingError) -> EventRecord {
         let (bodyBytes, signature) = try splitLine(line)
-        let (event, prev, keyID) = try EventBodyReader.read(bodyBytes)
-        return EventRecord(event: event, prev: prev, keyID: keyID, body: Array(bodyBytes), signature: signature)
+        let read = try EventBodyReader.read(bodyBytes)
+        return EventRecord(event: read.event, prev: read.prev, keyID: read.keyID, body: Array(bodyBytes), signature: signature, version: read.version, stream: read.stream)
     }
 
     public static func decode(line: [UInt8]) throws(EventDecodingError) -> EventRecord {

@@ -11,6 +11,14 @@ public enum Hex {
         return String(decoding: out, as: UTF8.self)
     }
 
+    /// Appends the lowercase hex of `bytes` to `out`, without building a String.
+    static func append(_ bytes: UnsafeRawBufferPointer, to out: inout [UInt8]) {
+        for b in bytes {
+            out.append(digits[Int(b >> 4)])
+            out.append(digits[Int(b & 0x0F)])
+        }
+    }
+
     /// Decodes lowercase hex; uppercase or odd length is `nil`, so each value has one spelling.
     public static func decode(_ text: String) -> [UInt8]? {
         decode(bytes: text.utf8)

@@ -267,7 +267,7 @@ public enum ExportVerifier {
         }
     }
 
-    private static func check(_ e: ExportedEvent, checkpoint: Checkpoint, publicKey: PublicKey, keyID: String, hasher: any SHA256Hasher, verifier: any SignatureVerifier, proofRequired: Bool) throws(ExportVerificationError) -> EventRecord {
+    static func check(_ e: ExportedEvent, checkpoint: Checkpoint, publicKey: PublicKey, keyID: String, hasher: any SHA256Hasher, verifier: any SignatureVerifier, proofRequired: Bool) throws(ExportVerificationError) -> EventRecord {
         let seq = UInt64(max(0, e.seq))
         let line = Array(e.line.utf8)
         let record: EventRecord

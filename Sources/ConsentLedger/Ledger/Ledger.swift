@@ -87,6 +87,9 @@ public final class Ledger: Sendable {
     public let genesis: LedgerCreated
     /// When the ledger was created (the genesis event's time).
     public let genesisTime: Timestamp
+    /// The ledger format version of its events (the genesis event's `v`): 2 for ledgers created
+    /// now, 1 for older ones, whose events carry no stream links.
+    public let version: Int64
     public let publicKey: PublicKey
     public let keyID: String
     public let chain: HashChain
@@ -108,10 +111,15 @@ public final class Ledger: Sendable {
         var replay: LedgerReplay?
         var cursor: LogCursor?
         var head: ChainHead?
+        /// The streams as this process last committed them (the subject map with its node
+        /// cache, and the newest event of each stream it wrote), with the index of the map's
+        /// next record: reused while the stored map is still the one committed here.
+        var streams: (state: StreamState, nextIndex: Int64)?
     }
 
-    private init(store: any LedgerStore, catalog: Catalog, catalogBytes: [UInt8], genesis: LedgerCreated, genesisTime: Timestamp, publicKey: PublicKey, chain: HashChain, verifier: any SignatureVerifier, clock: @escaping LedgerClock, random: @escaping RandomSource, signer: SodiumSigner?) {
+    private init(store: any LedgerStore, catalog: Catalog, catalogBytes: [UInt8], genesis: LedgerCreated, genesisTime: Timestamp, version: Int64, publicKey: PublicKey, chain: HashChain, verifier: any SignatureVerifier, clock: @escaping LedgerClock, random: @escaping RandomSource, signer: SodiumSigner?) {
         self.store = store
+        self.version = version
         self.catalog = catalog
         self.catalogBytes = catalogBytes
         self.genesis = genesis
@@ -150,7 +158,7 @@ public final class Ledger: Sendable {
         let catalogBytes = CatalogCodec.canonicalBytes(catalog)
         let created = LedgerCreated(ledgerName: name, catalogHash: chain.hasher.sha256(catalogBytes).hex, publicKey: signer.publicKey.hex)
         let event = LedgerEvent(seq: 0, at: clock(), actor: actor, command: CommandSpan(first: 0, size: 1), payload: .ledgerCreated(created))
-        let (records, head) = chain.seal([event], after: .zero, signer: signer)
+        let (records, head) = try chain.seal([event], after: .zero, signer: signer, streams: StreamState(newest: [:], map: SubjectMap(hasher: chain.hasher)))
         let key: NoteVerifierKey
         do {
             key = try NoteVerifierKey(name: name, publicKey: signer.publicKey, hasher: chain.hasher)
@@ -161,7 +169,7 @@ public final class Ledger: Sendable {
         frontier.append(MerkleTree.leafHash(records[0].lineWithoutNewline, hasher: chain.hasher), hasher: chain.hasher)
         let signedHead = SignedHead.sign(Checkpoint(origin: name, size: 1, root: frontier.root(hasher: chain.hasher)), chainHash: head, key: key, signer: signer)
         try store.create(LedgerSetup(catalog: catalogBytes, publicKey: signer.publicKey, secretSeed: signer.seed, genesis: records[0], head: signedHead))
-        let ledger = Ledger(store: store, catalog: catalog, catalogBytes: catalogBytes, genesis: created, genesisTime: event.at, publicKey: signer.publicKey, chain: chain, verifier: Sodium(), clock: clock, random: random, signer: signer)
+        let ledger = Ledger(store: store, catalog: catalog, catalogBytes: catalogBytes, genesis: created, genesisTime: event.at, version: records[0].version, publicKey: signer.publicKey, chain: chain, verifier: Sodium(), clock: clock, random: random, signer: signer)
         try store.withLock(exclusive: true) { try ledger.updateDerived(try store.logState()) }
         return ledger
     }
@@ -203,7 +211,7 @@ public final class Ledger: Sendable {
         } catch {
             throw fail("stored catalogue: \(error)")
         }
-        return Ledger(store: store, catalog: catalog, catalogBytes: catalogBytes, genesis: created, genesisTime: record.event.at, publicKey: publicKey, chain: chain, verifier: verifier, clock: clock, random: random, signer: nil)
+        return Ledger(store: store, catalog: catalog, catalogBytes: catalogBytes, genesis: created, genesisTime: record.event.at, version: record.version, publicKey: publicKey, chain: chain, verifier: verifier, clock: clock, random: random, signer: nil)
     }
 
     // MARK: - Subjects
@@ -227,15 +235,18 @@ public final class Ledger: Sendable {
 
     /// The known subject's reference, or nil for a subject the ledger has never seen.
     public func subjectRef(for subjectID: String) throws -> SubjectRef? {
-        if let salt = try salts(refreshingFor: SubjectID(subjectID))[SubjectID(subjectID)] { return subjectRef(id: subjectID, salt: salt) }
-        return nil
+        try salt(of: subjectID).map { subjectRef(id: subjectID, salt: $0) }
     }
 
-    private func salts(refreshingFor subjectID: SubjectID) throws -> [SubjectID: [UInt8]] {
-        if let cached = memory.withLock({ $0.salts }), cached[subjectID] != nil { return cached }
-        let loaded = try subjectSalts()
-        memory.withLock { $0.salts = loaded }
-        return loaded
+    /// One subject's salt: remembered, or read alone from the store (not every record).
+    func salt(of subjectID: String) throws -> [UInt8]? {
+        let id = SubjectID(subjectID)
+        if let cached = memory.withLock({ $0.salts?[id] }) { return cached }
+        guard let salt = try store.readSubjectSalt(id) else { return nil }
+        guard salt.count == Pseudonym.saltLength else {
+            throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the subject record of '\(subjectID)' in \(store.subjectsPlace) of \(store.location) has a salt of \(salt.count) bytes, not \(Pseudonym.saltLength)"))
+        }
+        return salt
     }
 
     /// Every subject record of the store, each salt checked to be ``Pseudonym/saltLength`` bytes.
@@ -277,9 +288,10 @@ public final class Ledger: Sendable {
                 }
                 refs[id] = subjectRef(id: command.subjectID, salt: salts[id]!)
             }
-            let versions = try catalogVersions(end: log.end)
+            let versions = try catalogVersions(log)
             let catalog = versions.last!.catalog
             var states = try currentStates(of: Set(refs.values), log: log, versions: versions)
+            let streams = try streamState(for: Set(refs.values.map { StreamKey.of(subject: $0) }), log: log)
             let at = max(clock(), log.last.event.at)
             var nextSeq = log.last.event.seq + 1
             var results: [CommandResult] = []
@@ -308,7 +320,7 @@ public final class Ledger: Sendable {
             guard !events.isEmpty else { return ExecutionReport(results: results, recovered: nil) }
             let withEvents = Set(results.filter { !$0.events.isEmpty }.map { SubjectID($0.subjectID) })
             try store.saveSubjectSalts(newSalts.filter { withEvents.contains($0.key) }.sorted { $0.key < $1.key }.map { ($0.key, $0.value) })
-            let committed = try commit(events, after: log, signer: signer)
+            let committed = try commit(events, after: log, signer: signer, streams: streams)
             let (cursor, head, warning) = (committed.cursor, committed.head, committed.warning)
             // Cache only salts that are on disk: a new subject whose command appended nothing
             // gets a fresh salt next time, saved with its first events.
@@ -316,7 +328,7 @@ public final class Ledger: Sendable {
             let persisted = salts.filter { newSalts[$0.key] == nil || withEvents.contains($0.key) }
             afterCommit.append { [self] in
                 if committed.warning == nil { remember(committed.signedHead, frontier: committed.frontier) }
-                memory.withLock { $0.salts = persisted }
+                memory.withLock { $0.salts = persisted; $0.streams = committed.streams }
                 advanceMemory(from: log.end, to: cursor, events: events, head: head)
             }
             return ExecutionReport(results: results, recovered: log.torn, warning: warning)
@@ -357,6 +369,7 @@ public final class Ledger: Sendable {
                 m.replay = nil
                 m.cursor = nil
                 m.head = nil
+                m.streams = nil
             }
             throw error
         }
@@ -373,6 +386,18 @@ public final class Ledger: Sendable {
             lastRecordedCheckpoint.withLock { $0 = checkpoint.size }
         } catch {
             lastWarning.withLock { $0 = "the checkpoint of size \(checkpoint.size) is valid, but recording it in the store failed: \(error)" }
+        }
+    }
+
+    func memory(streams: (state: StreamState, nextIndex: Int64)?) {
+        memory.withLock { $0.streams = streams }
+    }
+
+    /// The streams this process last committed, if the stored map is still theirs.
+    func rememberedStreams(nextIndex: Int64, root: Digest) -> StreamState? {
+        memory.withLock { m in
+            guard let streams = m.streams, streams.nextIndex == nextIndex, streams.state.map.rootHash == root else { return nil }
+            return streams.state
         }
     }
 
@@ -455,7 +480,7 @@ public final class Ledger: Sendable {
         }
         var states: [SubjectRef: SubjectState] = [:]
         for subject in subjects {
-            states[subject] = try subjectEvents(subject, end: log.end, until: nil, verifySignatures: false, versions: versions).state
+            states[subject] = try subjectEvents(subject, log: log, until: nil, versions: versions).state
         }
         return states
     }
@@ -468,35 +493,31 @@ public final class Ledger: Sendable {
     public func report(for subjectID: String, asOf: Timestamp? = nil) throws -> SubjectReport {
         try Self.validateText(subjectID, what: "subject id", maxBytes: 256)
         return try withCurrentDerived { log in
-            let versions = try catalogVersions(end: log.end)
+            let versions = try catalogVersions(log)
             let catalog = Self.catalog(in: versions, at: asOf)
             guard let ref = try subjectRef(for: subjectID) else {
                 let empty = SubjectState()
                 return SubjectReport(subjectID: subjectID, subject: nil, state: empty, events: [], listing: ConsentListing(state: empty, catalog: catalog), torn: log.torn)
             }
-            let (state, events) = try subjectEvents(ref, end: log.end, until: asOf, verifySignatures: true, versions: versions)
+            let (state, events) = try subjectEvents(ref, log: log, until: asOf, versions: versions)
             return SubjectReport(subjectID: subjectID, subject: ref, state: state, events: events, listing: ConsentListing(state: state, catalog: catalog), torn: log.torn)
         }
     }
 
-    /// A subject's events, found through the line index (call with derived data current), each
-    /// checked to be the event the index says, replayed under the catalogue in force before it.
-    private func subjectEvents(_ subject: SubjectRef, end: LogCursor, until: Timestamp?, verifySignatures: Bool, versions: [CatalogVersion]) throws -> (state: SubjectState, events: [LedgerEvent]) {
+    /// A subject's events (``streamEntries(_:log:)``), replayed under the catalogue in force
+    /// before each.
+    private func subjectEvents(_ subject: SubjectRef, log: LogState, until: Timestamp?, versions: [CatalogVersion]) throws -> (state: SubjectState, events: [LedgerEvent]) {
         var state = SubjectState()
         var events: [LedgerEvent] = []
-        guard let subjectBytes = Hex.decode(subject.value), subjectBytes.count == 16 else { return (state, events) }
-        for (seq, location) in try store.findLineLocations(subject: subjectBytes) where seq < end.lines {
-            let number = seq + 1
-            let record = try decode(try store.readLine(at: location), number: number)
-            guard record.event.seq == UInt64(seq), record.event.payload.subject == subject else {
-                throw LedgerError.integrity(IntegrityFailure(line: number, seq: UInt64(seq), problem: "the line index points at another event (\(store.derivedRepair))"))
-            }
+        guard Hex.decode(subject.value)?.count == 16 else { return (state, events) }
+        for entry in try streamEntries(StreamKey.of(subject: subject), log: log) {
+            let record = entry.record
             if let until, record.event.at > until { break }
-            if verifySignatures { try checkSignature(record, line: number) }
+            if version < 2 { try checkSignature(record, line: entry.seq + 1) }
             do throws(ReplayViolation) {
                 try state.apply(record.event, catalog: Self.catalog(in: versions, before: record.event.seq))
             } catch {
-                throw LedgerError.integrity(IntegrityFailure(line: number, seq: error.seq, problem: error.problem))
+                throw LedgerError.integrity(IntegrityFailure(line: entry.seq + 1, seq: error.seq, problem: error.problem))
             }
             events.append(record.event)
         }
@@ -558,3 +579,4 @@ public final class Ledger: Sendable {
         return result.previous
     }
 }
+

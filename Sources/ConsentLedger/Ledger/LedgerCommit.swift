@@ -12,6 +12,8 @@ extension Ledger {
         /// Set when the events are durable but the derived data or the head after them could
         /// not be written; the command still succeeded (see ``ExecutionReport/warning``).
         let warning: String?
+        /// The streams after the commit, with the index of the subject map's next record.
+        let streams: (state: StreamState, nextIndex: Int64)?
     }
 
     /// Appends `events` after the log's last complete command. Call under the exclusive lock,
@@ -20,24 +22,41 @@ extension Ledger {
     /// The new root extends the frontier that the previous signed head vouches for
     /// (``trustedFrontier(_:)``), never a root read from derived data, so a corrupted
     /// `tree.hashes` is found here rather than signed.
-    func commit(_ events: [LedgerEvent], after log: LogState, signer: SodiumSigner) throws -> Committed {
+    ///
+    /// `streams` (format 2, from ``streamState(for:log:)``) links the events into their streams
+    /// and gives the subject map whose new records are written with the derived data.
+    func commit(_ events: [LedgerEvent], after log: LogState, signer: SodiumSigner, streams: (state: StreamState, nextIndex: Int64)?) throws -> Committed {
         var frontier = try trustedFrontier(log)
         let hasher = chain.hasher
-        let (records, newHash) = chain.seal(events, after: chain.hash(ofBody: log.last.body), signer: signer)
+        var state = streams?.state
+        let (records, newHash): ([EventRecord], Digest)
+        do {
+            (records, newHash) = try chain.seal(events, after: chain.hash(ofBody: log.last.body), signer: signer, streams: &state)
+        } catch {
+            throw mapFailure("\(error)")
+        }
         var bytes: [UInt8] = []
-        bytes.reserveCapacity(records.count * 450)
-        for record in records { bytes += record.line }
+        bytes.reserveCapacity(records.count * 520)
+        var ends: [Int] = []
+        ends.reserveCapacity(records.count)
+        for record in records {
+            record.appendLine(to: &bytes)
+            ends.append(bytes.count)
+        }
         let head = ChainHead(seq: events.last!.seq, hash: newHash)
         // Durable in this order: the log, the derived data, then the head that vouches for both.
         let cursor = try store.append(bytes, lineCount: records.count, at: log.end)
         var locations: [LineLocation] = []
         var treeHashes: [Digest] = []
-        var offset = log.end.offset
-        for record in records {
-            let line = record.lineWithoutNewline
-            locations.append(LineLocation(offset: offset, length: UInt32(line.count), subject: Self.subjectBytes(record.event.payload)))
-            offset += UInt64(line.count) + 1
-            treeHashes += frontier.append(MerkleTree.leafHash(line, hasher: hasher), hasher: hasher)
+        bytes.withUnsafeBytes { all in
+            var start = 0
+            for (record, end) in zip(records, ends) {
+                // The line without its newline is the Merkle tree's entry.
+                let line = UnsafeRawBufferPointer(rebasing: all[start..<(end - 1)])
+                locations.append(LineLocation(offset: log.end.offset + UInt64(start), length: UInt32(line.count), subject: StreamKey.of(record.event.payload)))
+                treeHashes += frontier.append(MerkleTree.leafHash(line, hasher: hasher), hasher: hasher)
+                start = end
+            }
         }
         let signedHead = SignedHead.sign(
             Checkpoint(origin: genesis.ledgerName, size: frontier.size, root: frontier.root(hasher: hasher)),
@@ -45,14 +64,19 @@ extension Ledger {
         // From here the events are committed: a failure to write what follows them must not
         // report the command as failed (the next write rebuilds the derived data and signs a
         // head that covers these events).
+        var mapRecords: (records: SubjectMapRecords, at: Int64)?
+        if state != nil, let first = streams?.nextIndex {
+            mapRecords = (state!.map.takeNewRecords(firstIndex: first, coveringSize: frontier.size), first)
+        }
         var warning: String?
         do {
-            try store.writeDerived(locations: locations, at: log.end.lines, treeHashes: treeHashes, at: MerkleTree.storedHashCount(Int64(log.end.lines)))
+            try store.writeDerived(locations: locations, at: log.end.lines, treeHashes: treeHashes, at: MerkleTree.storedHashCount(Int64(log.end.lines)), subjectMap: mapRecords)
             try store.writeHead(signedHead)
         } catch {
             warning = "events seq \(events.first!.seq)–\(head.seq) are durably appended, but writing the derived data or the head after them failed (\(error)); the next write repairs them"
         }
-        return Committed(cursor: cursor, head: head, signedHead: signedHead, frontier: frontier, warning: warning)
+        let after = warning == nil ? state.map { ($0, (streams?.nextIndex ?? 0) + Int64(mapRecords?.records.count ?? 0)) } : nil
+        return Committed(cursor: cursor, head: head, signedHead: signedHead, frontier: frontier, warning: warning, streams: after)
     }
 
     /// The Merkle frontier of the whole log (up to its last complete command), built only from

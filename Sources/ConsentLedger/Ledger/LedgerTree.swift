@@ -4,14 +4,15 @@ import ConsentDomain
 /// what it serves: checkpoints and proofs. All of it is rebuildable from the log; `verify`
 /// checks it against the log.
 extension Ledger {
-    static func subjectBytes(_ payload: EventPayload) -> [UInt8] {
-        payload.subject.flatMap { Hex.decode($0.value) } ?? LineLocation.noSubject
-    }
-
     /// Brings the derived data up to the end of the log. Entries after the recorded head are not
     /// trusted (a crash may have cut their write short) and are computed again. Call with the
     /// exclusive lock held.
     func updateDerived(_ log: LogState) throws {
+        try updateIndexAndTree(log)
+        try updateMap(log)
+    }
+
+    private func updateIndexAndTree(_ log: LogState) throws {
         let counts = try store.derivedCounts()
         let acknowledged = Int(log.recordedHead.seq) + 1
         var trusted = min(counts.lines, acknowledged, log.end.lines)
@@ -39,11 +40,11 @@ extension Ledger {
             for i in 0..<batch.count {
                 let line = batch.line(i)
                 let record = try decode(line, number: batch.number(i))
-                locations.append(batch.location(i, subject: Self.subjectBytes(record.event.payload)))
+                locations.append(batch.location(i, subject: StreamKey.of(record.event.payload)))
                 treeHashes += frontier.append(MerkleTree.leafHash(line, hasher: hasher), hasher: hasher)
             }
         }
-        try store.writeDerived(locations: locations, at: trusted, treeHashes: treeHashes, at: MerkleTree.storedHashCount(Int64(trusted)))
+        try store.writeDerived(locations: locations, at: trusted, treeHashes: treeHashes, at: MerkleTree.storedHashCount(Int64(trusted)), subjectMap: nil)
     }
 
     /// Runs `body` under the shared lock with derived data that is current, repairing it under
@@ -54,7 +55,8 @@ extension Ledger {
             try checkHead(log)
             let counts = try store.derivedCounts()
             guard log.last.event.seq == log.recordedHead.seq, counts.lines == log.end.lines,
-                counts.treeHashes == MerkleTree.storedHashCount(Int64(log.end.lines))
+                counts.treeHashes == MerkleTree.storedHashCount(Int64(log.end.lines)),
+                try version < 2 || storedMap()?.coveredSize == Int64(log.end.lines)
             else { return nil }
             return try body(log)
         }
@@ -192,7 +194,7 @@ extension Ledger {
     public func exportSubject(_ subjectID: String) throws -> AuditExport {
         try Self.validateText(subjectID, what: "subject id", maxBytes: 256)
         let signer = try signingKey()
-        guard let salt = try subjectSalts()[SubjectID(subjectID)] else {
+        guard let salt = try salt(of: subjectID) else {
             throw LedgerError.invalidRequest("the ledger has no subject '\(subjectID)'")
         }
         let ref = subjectRef(id: subjectID, salt: salt)
@@ -200,22 +202,18 @@ extension Ledger {
             let size = Int64(log.end.lines)
             let checkpoint = try currentCheckpoint(log)
             let note = SignedNote.sign(checkpoint.text, key: try verifierKey, signer: signer)
-            let versions = try catalogVersions(end: log.end)
+            let ledgerStream = try streamEntries(SubjectMap.ledgerStream, log: log)
+            let versions = try catalogVersions(ledgerStream)
             var catalogEvents: [ExportedEvent] = []
-            for version in versions.dropFirst() {
-                let location = try store.readLineLocations(Int(version.seq)..<Int(version.seq) + 1)[0]
-                let line = try store.readLine(at: location)
-                let proof = try checkedInclusionProof(record: Int64(version.seq), line: line, checkpoint: checkpoint)
-                catalogEvents.append(ExportedEvent(seq: Int64(version.seq), line: String(decoding: line, as: UTF8.self), proof: proof))
+            for entry in ledgerStream.dropFirst() {
+                let proof = try checkedInclusionProof(record: Int64(entry.seq), line: entry.line, checkpoint: checkpoint)
+                catalogEvents.append(ExportedEvent(seq: Int64(entry.seq), line: String(decoding: entry.line, as: UTF8.self), proof: proof))
             }
             var state = SubjectState()
             var events: [ExportedEvent] = []
-            for (seq, location) in try store.findLineLocations(subject: Hex.decode(ref.value)!) where Int64(seq) < size {
-                let line = try store.readLine(at: location)
-                let record = try decode(line, number: seq + 1)
-                guard record.event.seq == UInt64(seq), record.event.payload.subject == ref else {
-                    throw LedgerError.integrity(IntegrityFailure(line: seq + 1, seq: UInt64(seq), problem: "the line index points at another event (\(store.derivedRepair))"))
-                }
+            for entry in try streamEntries(StreamKey.of(subject: ref), log: log) {
+                let (seq, line, record) = (entry.seq, entry.line, entry.record)
+                if version < 2 { try checkSignature(record, line: seq + 1) }
                 do throws(ReplayViolation) {
                     try state.apply(record.event, catalog: Self.catalog(in: versions, before: UInt64(seq)))
                 } catch {
@@ -275,18 +273,22 @@ public struct CatalogVersion: Sendable {
 }
 
 extension Ledger {
-    /// Every catalogue version up to `end`: the genesis catalogue, then each published one, found
-    /// through the line index (ledger-level events have no subject). Call with derived data
-    /// current.
-    func catalogVersions(end: LogCursor) throws -> [CatalogVersion] {
+    /// Every catalogue version of the log: the genesis catalogue, then each published one, from
+    /// the ledger's own stream. Call with derived data current.
+    func catalogVersions(_ log: LogState) throws -> [CatalogVersion] {
+        try catalogVersions(try streamEntries(SubjectMap.ledgerStream, log: log))
+    }
+
+    /// The catalogue versions of the ledger stream's events.
+    func catalogVersions(_ ledgerStream: [StreamEntry]) throws -> [CatalogVersion] {
         var versions = [CatalogVersion(seq: 0, at: genesisTime, catalog: catalog, published: nil)]
-        for (seq, location) in try store.findLineLocations(subject: LineLocation.noSubject) where seq > 0 && seq < end.lines {
-            let record = try decode(try store.readLine(at: location), number: seq + 1)
-            guard case .catalogPublished(let published) = record.event.payload, record.event.seq == UInt64(seq) else {
-                throw LedgerError.integrity(IntegrityFailure(line: seq + 1, seq: UInt64(seq), problem: "the line index marks a ledger event here, but the line is not a published catalogue"))
+        for entry in ledgerStream where entry.seq > 0 {
+            guard case .catalogPublished(let published) = entry.record.event.payload else {
+                throw LedgerError.integrity(IntegrityFailure(line: entry.seq + 1, seq: UInt64(entry.seq), problem: "a ledger event after the genesis event is not a published catalogue"))
             }
-            try checkCatalogHash(published, seq: UInt64(seq))
-            versions.append(CatalogVersion(seq: record.event.seq, at: record.event.at, catalog: published.catalog, published: published))
+            if version < 2 { try checkSignature(entry.record, line: entry.seq + 1) }
+            try checkCatalogHash(published, seq: UInt64(entry.seq))
+            versions.append(CatalogVersion(seq: entry.record.event.seq, at: entry.record.event.at, catalog: published.catalog, published: published))
         }
         return versions
     }
@@ -311,7 +313,7 @@ extension Ledger {
 
     /// The catalogue versions of the ledger, oldest first.
     public func catalogHistory() throws -> [CatalogVersion] {
-        try withCurrentDerived { log in try catalogVersions(end: log.end) }
+        try withCurrentDerived { log in try catalogVersions(log) }
     }
 
     /// Publishes a new catalogue version as a signed event: from now on grants record its policy
@@ -326,7 +328,7 @@ extension Ledger {
             let log = try store.logState()
             try checkHead(log)
             try updateDerived(log)
-            let current = try catalogVersions(end: log.end).last!.catalog
+            let current = try catalogVersions(log).last!.catalog
             if let problem = newCatalog.problemAsUpdate(of: current) {
                 throw LedgerError.invalidRequest("cannot publish this catalogue: \(problem)")
             }
@@ -337,10 +339,11 @@ extension Ledger {
             let published = CatalogPublished(catalog: newCatalog, catalogHash: hasher.sha256(CatalogCodec.canonicalBytes(newCatalog)).hex, notices: notices)
             let seq = log.last.event.seq + 1
             let event = LedgerEvent(seq: seq, at: max(clock(), log.last.event.at), actor: actor, command: CommandSpan(first: seq, size: 1), payload: .catalogPublished(published))
-            let committed = try commit([event], after: log, signer: signer)
+            let committed = try commit([event], after: log, signer: signer, streams: try streamState(for: [SubjectMap.ledgerStream], log: log))
             if let warning = committed.warning { lastWarning.withLock { $0 = warning } }
             afterCommit.append { [self] in
                 if committed.warning == nil { remember(committed.signedHead, frontier: committed.frontier) }
+                memory(streams: committed.streams)
                 advanceMemory(from: log.end, to: committed.cursor, events: [event], head: committed.head)
             }
             return event

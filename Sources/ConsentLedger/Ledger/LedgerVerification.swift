@@ -30,12 +30,15 @@ extension Ledger {
             let counts = try store.derivedCounts()
             // Derived data behind the log (a crash, an older version) is rebuilt by the next
             // write or export; when it is all there, it is checked in the same pass.
-            let derivedComplete = counts.lines >= log.end.lines && counts.treeHashes >= MerkleTree.storedHashCount(Int64(log.end.lines))
+            // Each is checked when it covers the log: a line index that is complete is checked
+            // even when the tree hashes are behind.
+            let derivedComplete: DerivedCheck = counts.lines < log.end.lines ? .none
+                : counts.treeHashes >= MerkleTree.storedHashCount(Int64(log.end.lines)) ? .all : .indexOnly
             try checkSignedHead(log)
             let recorded = try store.readCheckpoints()
             var wanted = Set(recorded.map(\.size))
             if let signed = log.signedHead { wanted.insert(signed.checkpoint.size) }
-            let (replay, previous, headSeen, roots) = try checkLines(to: log.end, head: log.recordedHead, derived: derivedComplete, roots: wanted)
+            let (replay, previous, headSeen, roots, streams) = try checkLines(to: log.end, head: log.recordedHead, derived: derivedComplete, roots: wanted)
             let head = log.recordedHead
             guard headSeen, let lastSeq = replay.lastSeq else {
                 throw LedgerError.integrity(IntegrityFailure(line: replay.eventCount + 1, seq: replay.lastSeq.map { $0 + 1 }, problem: "the log ends at seq \(replay.lastSeq.map(String.init) ?? "none") but seq \(head.seq) was acknowledged: acknowledged events are missing (truncated log)"))
@@ -50,6 +53,7 @@ extension Ledger {
                 throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the signed head commits to root \(signed.checkpoint.root.hex) at size \(signed.checkpoint.size), but the log's first \(signed.checkpoint.size) records hash to another root"))
             }
             try checkRecordedCheckpoints(recorded, roots: roots, size: Int64(replay.eventCount))
+            try checkStoredMap(streams, size: Int64(replay.eventCount))
             try checkSubjectRecords(logSubjects: replay.subjects.keys)
             return VerificationReport(events: replay.eventCount, subjects: replay.subjects.count, head: ChainHead(seq: lastSeq, hash: previous), ledgerName: genesis.ledgerName, publicKey: publicKey, torn: log.torn)
         }
@@ -57,18 +61,48 @@ extension Ledger {
 
     /// Scans to `end` only to find the first bad line; throws it if there is one.
     private func scanForFirstFailure(to end: LogCursor) throws {
-        _ = try checkLines(to: end, head: nil, derived: false, roots: [])
+        _ = try checkLines(to: end, head: nil, derived: .none, roots: [])
+    }
+
+    /// The stored subject map, when it covers the whole log, must hold exactly what the log
+    /// builds: the same root. (One that is behind is brought up to date by the next write.)
+    private func checkStoredMap(_ streams: LogChecker.StreamCheck?, size: Int64) throws {
+        var streams = streams
+        streams?.map.computeRoot()
+        guard let streams, streams.version >= 2 else { return }
+        guard streams.lastHasRoot else {
+            throw LedgerError.integrity(IntegrityFailure(line: Int(size), seq: UInt64(size - 1), problem: "the log's last event carries no subject-map root (every commit ends with one)"))
+        }
+        guard let stored = try storedMap(), stored.coveredSize == size else { return }
+        guard stored.map.rootHash == streams.map.rootHash else {
+            throw mapFailure("its root \(stored.map.rootHash.hex) differs from \(streams.map.rootHash.hex), the root the log's events build")
+        }
+        // Every stored node, not only the root record: a node no read has reached yet is checked too.
+        let entries: [(key: [UInt8], seq: UInt64)]
+        do {
+            entries = try stored.map.entries()
+        } catch {
+            throw mapFailure("\(error)")
+        }
+        guard entries.count == streams.newest.count, entries.allSatisfy({ streams.newest[$0.key] == $0.seq }) else {
+            throw mapFailure("its entries differ from each stream's newest event in the log")
+        }
     }
 
     /// Checks every line up to `end`: encoding, key id, signature and hash on all cores; sequence,
     /// links, rules and the recorded head in order. Computes the tree's roots at `roots` sizes
     /// from the lines.
-    private func checkLines(to end: LogCursor, head: ChainHead?, derived: Bool, roots: Set<Int64>) throws -> (LedgerReplay, Digest, Bool, [Int64: Digest]) {
+    enum DerivedCheck { case none, indexOnly, all }
+
+    private func checkLines(to end: LogCursor, head: ChainHead?, derived: DerivedCheck, roots: Set<Int64>) throws -> (LedgerReplay, Digest, Bool, [Int64: Digest], LogChecker.StreamCheck?) {
         var checker = LogChecker(store: store, hasher: chain.hasher, signatures: (verifier, publicKey, keyID))
-        checker.checkDerived = derived
+        checker.checkDerived = derived == .all
+        checker.checkIndexOnly = derived == .indexOnly
         checker.rootsWanted = roots
-        let result = try checker.run(from: .start, to: end, head: head, progress: LogChecker.Progress(replay: LedgerReplay(catalog: catalog), previous: .zero))
-        return (result.replay, result.previous, result.headSeen, result.roots)
+        var progress = LogChecker.Progress(replay: LedgerReplay(catalog: catalog), previous: .zero)
+        progress.streams = LogChecker.StreamCheck(version: version, hasher: chain.hasher)
+        let result = try checker.run(from: .start, to: end, head: head, progress: progress)
+        return (result.replay, result.previous, result.headSeen, result.roots, result.streams)
     }
 
     /// Every pseudonym in the log must have exactly one subject record whose id and salt hash to

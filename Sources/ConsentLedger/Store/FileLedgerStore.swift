@@ -36,7 +36,7 @@ public struct FileLedgerStore: LedgerStore {
 
     public var subjectsPlace: String { "subjects.jsonl" }
 
-    public var derivedRepair: String { "rebuild it: delete \(indexPath) and \(treePath), and the next write recomputes them from the log" }
+    public var derivedRepair: String { "rebuild it: delete \(indexPath), \(treePath) and \(subjectMapPath), and the next write recomputes them from the log" }
 
     var logPath: String { directory + "/ledger.jsonl" }
     var headPath: String { directory + "/head" }
@@ -47,6 +47,7 @@ public struct FileLedgerStore: LedgerStore {
     var lockPath: String { directory + "/lock" }
     var indexPath: String { directory + "/lines.idx" }
     var treePath: String { directory + "/tree.hashes" }
+    var subjectMapPath: String { directory + "/subjects.map" }
     var checkpointsPath: String { directory + "/checkpoints.jsonl" }
 
     // MARK: - Creating
@@ -326,6 +327,18 @@ public struct FileLedgerStore: LedgerStore {
             guard k >= 0, let before = try decodeLine(k) else { return nil }
             last = before
         }
+        // Format 2: a commit (a batch of commands) is atomic too, and ends with the event that
+        // carries the subject map's root. Complete commands after the last such event belong to
+        // a commit a crash cut short: they were never acknowledged.
+        while last.version >= 2, last.stream.root == nil {
+            tornLines = lineEnds.count - k
+            k -= 1
+            guard k >= 0, let before = try decodeLine(k) else { return nil }
+            guard before.event.seq + 1 == last.event.seq else {
+                throw LedgerError.integrity(IntegrityFailure(line: lineNumber(atOffset: windowStart + UInt64(lineStart(k) ?? 0)), seq: before.event.seq, problem: "the last commit's events are not contiguous"))
+            }
+            last = before
+        }
         let endOffset = windowStart + UInt64(lineEnds[k])
         let torn: TornTail? = (tornLines > 0 || partialBytes > 0)
             ? TornTail(offset: endOffset, byteCount: Int(fileSize - endOffset), completeLines: tornLines)
@@ -500,7 +513,24 @@ public struct FileLedgerStore: LedgerStore {
         }
     }
 
-    public func writeDerived(locations: [LineLocation], at lineStart: Int, treeHashes: [Digest], at treeStart: Int64) throws {
+    public func subjectMapCount() throws -> Int64 {
+        try requireLedger()
+        return Int64(try openDerived(subjectMapPath).size() / UInt64(SubjectMapRecord.size))
+    }
+
+    public func readSubjectMap(_ index: Int64) throws -> [UInt8] {
+        let size = SubjectMapRecord.size
+        guard index >= 0, index < Int64.max / Int64(size) else {
+            throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "\(subjectMapPath) refers to record \(index), which cannot exist (\(derivedRepair))"))
+        }
+        let bytes = try openDerived(subjectMapPath).read(at: UInt64(index) * UInt64(size), count: size)
+        guard bytes.count == size else {
+            throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "\(subjectMapPath) has no record \(index) (\(derivedRepair))"))
+        }
+        return bytes
+    }
+
+    public func writeDerived(locations: [LineLocation], at lineStart: Int, treeHashes: [Digest], at treeStart: Int64, subjectMap: (records: SubjectMapRecords, at: Int64)?) throws {
         let index = try openDerived(indexPath, write: true)
         var bytes: [UInt8] = []
         bytes.reserveCapacity(locations.count * Self.locationSize)
@@ -517,6 +547,14 @@ public struct FileLedgerStore: LedgerStore {
         try tree.write(hashes, at: UInt64(treeStart) * 32)
         if try tree.size() > treeEnd { try tree.truncate(to: treeEnd) }
         try tree.sync()
+        if let subjectMap {
+            let map = try openDerived(subjectMapPath, write: true)
+            let start = UInt64(subjectMap.at) * UInt64(SubjectMapRecord.size)
+            let bytes = subjectMap.records.bytes
+            try map.write(bytes, at: start)
+            if try map.size() > start + UInt64(bytes.count) { try map.truncate(to: start + UInt64(bytes.count)) }
+            try map.sync()
+        }
     }
 
     public func readLine(at location: LineLocation) throws -> [UInt8] {
@@ -568,6 +606,37 @@ public struct FileLedgerStore: LedgerStore {
             }
         }
         return salts
+    }
+
+    public func readSubjectSalt(_ id: SubjectID) throws -> [UInt8]? {
+        try requireLedger()
+        let bytes = try PosixFile(path: subjectsPath, flags: O_RDONLY).readAll()
+        // The line of `id` starts with exactly these bytes (canonical JSON): compared at each
+        // line start, without parsing the other lines.
+        var needle = Array(#"{"id":"#.utf8)
+        CanonicalJSON.writeString(id.text, into: &needle)
+        needle += Array(#","salt":""#.utf8)
+        // Complete lines only: a partial last line was never acknowledged.
+        let end = (bytes.lastIndex(of: Self.newline) ?? -1) + 1
+        var found: [UInt8]?
+        var lineStart = 0
+        while lineStart < end {
+            let lineEnd = bytes[lineStart..<end].firstIndex(of: Self.newline)!
+            let matches = lineEnd - lineStart > needle.count && bytes.withUnsafeBytes { all in
+                needle.withUnsafeBytes { n in memcmp(all.baseAddress! + lineStart, n.baseAddress!, n.count) == 0 }
+            }
+            if matches {
+                guard let (lineID, salt) = Self.decodeSubjectLine(Array(bytes[lineStart..<lineEnd])), SubjectID(lineID) == id else {
+                    throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "\(subjectsPath) has a malformed line for subject id '\(id.text)'"))
+                }
+                guard found == nil else {
+                    throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "\(subjectsPath) repeats subject id '\(id.text)'"))
+                }
+                found = salt
+            }
+            lineStart = lineEnd + 1
+        }
+        return found
     }
 
     /// One line of subjects.jsonl: canonical `{"id":ID,"salt":"<32 hex>"}`. The shape is fixed,

@@ -121,7 +121,8 @@ public struct LineBatch: Sendable {
 }
 
 /// Bytes at the end of the log that a crash left behind: a partial line, or the complete lines of
-/// a command whose other events never reached the disk. They were never acknowledged.
+/// a command (or, in format 2, of a commit: a batch of commands) whose other events never
+/// reached the disk. They were never acknowledged.
 public struct TornTail: Hashable, Sendable, CustomStringConvertible {
     public let offset: UInt64
     public let byteCount: Int
@@ -129,7 +130,7 @@ public struct TornTail: Hashable, Sendable, CustomStringConvertible {
     public let completeLines: Int
 
     public var description: String {
-        "\(byteCount) bytes at offset \(offset) (\(completeLines) complete line(s) of an unfinished command"
+        "\(byteCount) bytes at offset \(offset) (\(completeLines) complete line(s) of an unfinished command or commit"
             + (completeLines == 0 ? ", a partial line)" : " and any partial line)")
     }
 }
@@ -261,14 +262,22 @@ public protocol LedgerStore: Sendable {
     func findLineLocations(subject: [UInt8]) throws -> [(seq: Int, location: LineLocation)]
     /// Merkle tree hashes by storage index (``MerkleTree/storedHashIndex(level:n:)``).
     func readTreeHashes(_ indexes: [Int64]) throws -> [Digest]
-    /// Writes line locations from sequence number `lineStart` and tree hashes from storage index
-    /// `treeStart`, cutting off anything stored after them, and syncs both.
-    func writeDerived(locations: [LineLocation], at lineStart: Int, treeHashes: [Digest], at treeStart: Int64) throws
+    /// Writes line locations from sequence number `lineStart`, tree hashes from storage index
+    /// `treeStart` and, when given, subject-map records from record index `subjectMap.at`,
+    /// cutting off anything stored after each, and syncs them.
+    func writeDerived(locations: [LineLocation], at lineStart: Int, treeHashes: [Digest], at treeStart: Int64, subjectMap: (records: SubjectMapRecords, at: Int64)?) throws
+    /// How many complete subject-map records (``SubjectMapRecord``) are stored.
+    func subjectMapCount() throws -> Int64
+    /// One subject-map record by index, ``SubjectMapRecord/size`` bytes.
+    func readSubjectMap(_ index: Int64) throws -> [UInt8]
     /// The bytes of one line, without its newline.
     func readLine(at location: LineLocation) throws -> [UInt8]
 
     /// Every known subject id with the random salt that pseudonymises it.
     func readSubjectSalts() throws -> [SubjectID: [UInt8]]
+    /// One subject's salt, or nil for an id the store does not know (a read of one subject need
+    /// not read them all).
+    func readSubjectSalt(_ id: SubjectID) throws -> [UInt8]?
     /// Durably records new subjects' salts, in one write and one sync. Call with the exclusive
     /// lock held, before appending the subjects' first events.
     func saveSubjectSalts(_ salts: [(subjectID: SubjectID, salt: [UInt8])]) throws
