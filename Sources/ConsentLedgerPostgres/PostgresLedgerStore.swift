@@ -431,34 +431,45 @@ public final class PostgresLedgerStore: LedgerStore {
 
     // MARK: - Subjects
 
-    public func readSubjectSalt(_ id: SubjectID) throws -> [UInt8]? {
+    private func record(salt: ByteBuffer, sig: ByteBuffer?) throws -> SubjectRecord {
+        guard let sig else { return SubjectRecord(salt: salt.bytes, signature: nil) }
+        guard let signature = Signature(bytes: sig.bytes) else {
+            throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "\(address): a subject record's signature in table \(address.schema).subjects is not 64 bytes"))
+        }
+        return SubjectRecord(salt: salt.bytes, signature: signature)
+    }
+
+    public func readSubjectRecord(_ id: SubjectID) throws -> SubjectRecord? {
         try run { session in
-            try session.query("SELECT salt FROM \(s).subjects WHERE subject_id = $1", PostgresBindings(id.utf8.buffer)).first.map { try $0.decode(ByteBuffer.self).bytes }
+            guard let row = try session.query("SELECT salt, sig FROM \(s).subjects WHERE subject_id = $1", PostgresBindings(id.utf8.buffer)).first else { return nil }
+            let (salt, sig) = try row.decode((ByteBuffer, ByteBuffer?).self)
+            return try record(salt: salt, sig: sig)
         }
     }
 
-    public func readSubjectSalts() throws -> [SubjectID: [UInt8]] {
+    public func readSubjectRecords() throws -> [SubjectID: SubjectRecord] {
         try run { session in
-            var salts: [SubjectID: [UInt8]] = [:]
-            for row in try session.query("SELECT subject_id, salt FROM \(s).subjects") {
-                let (id, salt) = try row.decode((ByteBuffer, ByteBuffer).self)
+            var records: [SubjectID: SubjectRecord] = [:]
+            for row in try session.query("SELECT subject_id, salt, sig FROM \(s).subjects") {
+                let (id, salt, sig) = try row.decode((ByteBuffer, ByteBuffer, ByteBuffer?).self)
                 guard let text = String(validating: id.readableBytesView, as: UTF8.self) else {
                     throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "\(address): a subject id in table subjects is not UTF-8"))
                 }
-                salts[SubjectID(text)] = salt.bytes
+                records[SubjectID(text)] = try record(salt: salt, sig: sig)
             }
-            return salts
+            return records
         }
     }
 
-    public func saveSubjectSalts(_ salts: [(subjectID: SubjectID, salt: [UInt8])]) throws {
-        guard !salts.isEmpty else { return }
+    public func saveSubjectRecords(_ records: [(subjectID: SubjectID, record: SubjectRecord)]) throws {
+        guard !records.isEmpty else { return }
         try run { session in
-            for chunk in stride(from: 0, to: salts.count, by: 5000) {
-                let part = salts[chunk..<min(salts.count, chunk + 5000)]
+            for chunk in stride(from: 0, to: records.count, by: 5000) {
+                let part = records[chunk..<min(records.count, chunk + 5000)]
+                // An unsigned record (a format-1 ledger) is an empty array here and NULL in the row.
                 try session.query(
-                    "INSERT INTO \(s).subjects (subject_id, salt) SELECT * FROM unnest($1::bytea[], $2::bytea[])",
-                    PostgresBindings(part.map { $0.subjectID.utf8.buffer }, part.map { $0.salt.buffer }))
+                    "INSERT INTO \(s).subjects (subject_id, salt, sig) SELECT id, salt, NULLIF(sig, ''::bytea) FROM unnest($1::bytea[], $2::bytea[], $3::bytea[]) AS t(id, salt, sig)",
+                    PostgresBindings(part.map { $0.subjectID.utf8.buffer }, part.map { $0.record.salt.buffer }, part.map { ($0.record.signature?.bytes ?? []).buffer }))
             }
         }
     }

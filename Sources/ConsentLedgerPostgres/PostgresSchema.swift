@@ -58,6 +58,10 @@ enum PostgresSchema {
         Migration(version: 3, description: "subject map") { s in
             ["CREATE TABLE \(s).subject_map (idx bigint PRIMARY KEY CHECK (idx >= 0), record bytea NOT NULL CHECK (octet_length(record) = 88))"]
         },
+        // Subject records are signed by the ledger's key (NULL in rows of a format-1 ledger).
+        Migration(version: 4, description: "signed subject records") { s in
+            ["ALTER TABLE \(s).subjects ADD COLUMN sig bytea CHECK (sig IS NULL OR octet_length(sig) = 64)"]
+        },
     ]
 
     static var latestVersion: Int { migrations.last!.version }

@@ -120,6 +120,23 @@ struct PinnedKey: ParsableArguments {
     var json = false
 
     func verifierKey() throws -> NoteVerifierKey { try readVerifierKey(key) }
+
+    /// Reads `file` (at most `limit` bytes) and checks it against the pinned key with `verify`;
+    /// a file that does not verify is an integrity failure (exit 2) that names the reason.
+    func check<Report>(_ file: String, limit: Int, _ verify: ([UInt8], NoteVerifierKey) throws(ExportVerificationError) -> Report) throws -> Report {
+        let pinned = try verifierKey()
+        let bytes = try LocalFile.read(file, limit: limit)
+        do throws(ExportVerificationError) {
+            return try verify(bytes, pinned)
+        } catch {
+            throw LedgerError.integrity(IntegrityFailure(line: nil, seq: error.seq, problem: error.problem))
+        }
+    }
+}
+
+/// A checkpoint in JSON output: origin, size, base64 root.
+func checkpointJSON(_ checkpoint: Checkpoint) -> JSONValue {
+    .object(["origin": .string(checkpoint.origin), "size": .int(checkpoint.size), "root": .string(Base64.encode(checkpoint.root.bytes))])
 }
 
 /// A verifier key given as text, or as a file that holds it.
@@ -155,18 +172,11 @@ struct VerifyExport: ParsableCommand {
 
     func run() throws {
         try reporting(json: options.json) {
-            let pinned = try options.verifierKey()
-            let bytes = try LocalFile.read(file, limit: 1 << 30)
-            let report: ExportVerificationReport
-            do throws(ExportVerificationError) {
-                report = try ExportVerifier.verify(bytes, pinnedKey: pinned)
-            } catch {
-                throw LedgerError.integrity(IntegrityFailure(line: nil, seq: error.seq, problem: error.problem))
-            }
+            let report = try options.check(file, limit: 1 << 30) { (bytes, pinned) throws(ExportVerificationError) in try ExportVerifier.verify(bytes, pinnedKey: pinned) }
             if options.json {
                 var members: [String: JSONValue] = [
                     "ok": .bool(true), "scope": .string(report.scope.rawValue), "events": .int(Int64(report.events)),
-                    "checkpoint": .object(["origin": .string(report.checkpoint.origin), "size": .int(report.checkpoint.size), "root": .string(Base64.encode(report.checkpoint.root.bytes))]),
+                    "checkpoint": checkpointJSON(report.checkpoint),
                 ]
                 if let s = report.subjectID { members["subject"] = .string(s) }
                 printJSON(.object(members))
@@ -311,18 +321,11 @@ struct VerifyState: ParsableCommand {
 
     func run() throws {
         try reporting(json: options.json) {
-            let pinned = try options.verifierKey()
-            let bytes = try LocalFile.read(file, limit: 1 << 28)
-            let report: StateProofReport
-            do throws(ExportVerificationError) {
-                report = try StateProofVerifier.verify(bytes, pinnedKey: pinned)
-            } catch {
-                throw LedgerError.integrity(IntegrityFailure(line: nil, seq: error.seq, problem: error.problem))
-            }
+            let report = try options.check(file, limit: 1 << 28) { (bytes, pinned) throws(ExportVerificationError) in try StateProofVerifier.verify(bytes, pinnedKey: pinned) }
             if options.json {
                 var members: [String: JSONValue] = [
                     "ok": .bool(true), "subject": .string(report.subjectID), "events": .int(Int64(report.events.count)),
-                    "checkpoint": .object(["origin": .string(report.checkpoint.origin), "size": .int(report.checkpoint.size), "root": .string(Base64.encode(report.checkpoint.root.bytes))]),
+                    "checkpoint": checkpointJSON(report.checkpoint),
                     "features": ListingJSON.encode(report.listing),
                 ]
                 if let at = report.at { members["at"] = .string(at.rfc3339) }

@@ -453,6 +453,54 @@ def subject_ref(subject_id, salt):
 
 SIGNING_CONTEXT = b"consentledger-event-v1\n"
 ZERO_HASH = "0" * 64
+# What a subject record's signature covers (format 2): this context and the canonical JSON of the
+# record's id and salt, without its signature (Spec/ledger-format.md, subjects.jsonl).
+SUBJECT_RECORD_CONTEXT = b"consentledger-subject-record-v1\n"
+
+
+def subject_record_message(subject_id, salt):
+    return SUBJECT_RECORD_CONTEXT + serialize({"id": subject_id, "salt": salt.hex()})
+
+
+# Scalars that join the character before them (grapheme cluster break Extend, SpacingMark, ZWJ),
+# approximated from the general category; Swift escapes them where they would join the opening
+# quote or an escape. And Prepend scalars, which would join the closing quote.
+_PREPEND = set(range(0x0600, 0x0606)) | {0x06DD, 0x070F, 0x0890, 0x0891, 0x08E2, 0x110BD, 0x110CD}
+
+
+def _joins_previous(c):
+    cp = ord(c)
+    return (unicodedata.category(c) in ("Mn", "Me", "Mc") or cp == 0x200D or 0x1F3FB <= cp <= 0x1F3FF
+            or 0xE0020 <= cp <= 0xE007F)
+
+
+def _swift_escape(cp):
+    return "\\u{%s}" % ("%02X" % cp if cp <= 0xFF else "%04X" % cp if cp <= 0xFFFF else "%08X" % cp)
+
+
+def swift_quoted(text):
+    """`text` as Swift's String.debugDescription writes it (the reference names a subject record's
+    id so): in double quotes; \\, " and ' after a backslash; \\0 \\t \\n \\r; other ASCII controls
+    as \\u{XX}; a joining scalar right after the opening quote or an escape as \\u{XXXX}, and a
+    Prepend scalar at the end likewise (the joining classes approximated, see above)."""
+    short = {"\\": "\\\\", '"': '\\"', "'": "\\'", "\0": "\\0", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
+    out, want_break = [], True
+    for c in text:
+        cp = ord(c)
+        if c in short:
+            out.append(short[c])
+            want_break = True
+        elif cp < 0x20 or cp == 0x7F:
+            out.append(_swift_escape(cp))
+            want_break = True
+        elif want_break and _joins_previous(c):
+            out.append(_swift_escape(cp))
+        else:
+            out.append(c)
+            want_break = False
+    if out and len(out[-1]) == 1 and ord(out[-1]) in _PREPEND:
+        out[-1] = _swift_escape(ord(out[-1]))
+    return '"%s"' % "".join(out)
 
 
 def _days_from_civil(y, m, d):
@@ -1529,15 +1577,20 @@ def verify_folder(folder, log=None, head_text=None, derived=None, subjects=None,
         raise Failure(replay.count, replay.count - 1, "the log's last event carries no subject-map root (every commit ends with one)")
     map_checked = streams.version >= 2 and subject_map is not False and check_stored_map(subject_map, replay.count, streams)
 
-    # Step 10: every pseudonym in the log has exactly one subject record whose id and salt hash
-    # to it (records without events are allowed: a command that failed after saving its salt).
+    # Step 10: in format 2 every subject record carries the ledger key's signature over its id
+    # and salt (checked in file order; the reference names one of the failing records, which one
+    # is not part of the format); then every pseudonym in the log has exactly one subject record
+    # whose id and salt hash to it (records without events are allowed: a command that failed
+    # after saving its salt).
     try:
-        salts = read_subjects(folder, subjects)
+        subject_records = read_subject_records(folder, subjects)
+        for record in subject_records.values():
+            check_subject_record(record, public_key, genesis.v, "subjects.jsonl of %s" % folder)
     except ValueError as e:
         raise Failure(None, None, str(e))
     recorded = {}
-    for subject_id, salt in salts.items():
-        ref = subject_ref(subject_id, salt)
+    for subject_id, record in subject_records.items():
+        ref = subject_ref(subject_id, record.salt)
         if ref in recorded:
             raise Failure(None, None, "two subject records in subjects.jsonl have the same pseudonym %s" % ref)
         recorded[ref] = subject_id
@@ -1804,25 +1857,95 @@ def derive_files(log):
     return bytes(index), bytes(tree)
 
 
-def read_subjects(folder, data=None):
-    """subjects.jsonl -> {id: salt}; a final line without a newline is ignored. Ids are compared
-    byte for byte (Python compares str by code points, which for UTF-8 is the same), so
-    canonically equivalent spellings are different ids; an id that appears twice is refused."""
+class SubjectRecord:
+    """One line of subjects.jsonl: the id, the salt and the signature (None in the unsigned form)."""
+
+    def __init__(self, subject_id, salt, sig, line):
+        self.id, self.salt, self.sig, self.line = subject_id, salt, sig, line
+
+
+SUBJECT_LINE_FORM = '{"id":…,"salt":…[,"sig":…]}'
+
+
+def decode_subject_line(line):
+    """A subject record: canonical {"id":ID,"salt":HEX} or {"id":ID,"salt":HEX,"sig":SIG}, ID a
+    string, HEX 32 and SIG 128 lowercase hex digits; None for anything else."""
+    try:
+        v = parse_canonical(line)
+    except JSONError:
+        return None
+    if not isinstance(v, dict) or set(v) not in ({"id", "salt"}, {"id", "salt", "sig"}) or not isinstance(v["id"], str):
+        return None
+    salt = hex_decode(v["salt"], SALT_LENGTH)
+    sig = hex_decode(v["sig"], 64) if "sig" in v else b""
+    if salt is None or sig is None:
+        return None
+    return v["id"], salt, sig or None
+
+
+def read_subject_records(folder, data=None):
+    """subjects.jsonl -> {id: SubjectRecord}, in file order; a final line without a newline is
+    ignored. Ids are compared byte for byte (Python compares str by code points, which for UTF-8
+    is the same), so canonically equivalent spellings are different ids; an id that appears twice
+    is refused. Signatures are not checked here (check_subject_record)."""
     if data is None:
         data = read_file(folder, "subjects.jsonl")
-    salts = {}
+    records = {}
     for n, line in enumerate(data.split(b"\n")[:-1], 1):
-        try:
-            v = parse_canonical(line)
-        except JSONError:
-            v = None
-        salt = hex_decode(v.get("salt"), 16) if isinstance(v, dict) else None
-        if not isinstance(v, dict) or set(v) != {"id", "salt"} or not isinstance(v["id"], str) or salt is None:
-            raise ValueError('subjects.jsonl line %d is not {"id":…,"salt":…}' % n)
-        if v["id"] in salts:
-            raise ValueError("subjects.jsonl line %d repeats subject id '%s'" % (n, v["id"]))
-        salts[v["id"]] = salt
-    return salts
+        decoded = decode_subject_line(line)
+        if decoded is None:
+            raise ValueError("subjects.jsonl line %d is not %s" % (n, SUBJECT_LINE_FORM))
+        if decoded[0] in records:
+            raise ValueError("subjects.jsonl line %d repeats subject id '%s'" % (n, decoded[0]))
+        records[decoded[0]] = SubjectRecord(decoded[0], decoded[1], decoded[2], n)
+    return records
+
+
+def read_subjects(folder, data=None):
+    """subjects.jsonl -> {id: salt} (read_subject_records, signatures not checked)."""
+    return {i: r.salt for i, r in read_subject_records(folder, data).items()}
+
+
+def check_subject_record(record, public_key, version, place="subjects.jsonl"):
+    """A record may be used only if its salt is 16 bytes and, in a format-2 ledger, its signature
+    verifies with the ledger's key over its id and salt (a format-1 ledger's records are not
+    signed, and a 'sig' there is not checked). Raises ValueError with the reference's text."""
+    if len(record.salt) != SALT_LENGTH:
+        raise ValueError("the subject record of %s in %s has a salt of %d bytes, not %d"
+                         % (swift_quoted(record.id), place, len(record.salt), SALT_LENGTH))
+    if version >= 2 and (record.sig is None
+                         or not ed25519_verify(public_key, subject_record_message(record.id, record.salt), record.sig)):
+        raise ValueError("the subject record of %s in %s does not carry the ledger key's signature over its id and salt: "
+                         "it was altered, swapped or made up" % (swift_quoted(record.id), place))
+
+
+SUBJECT_SHAPE_START, SUBJECT_SHAPE_END = b'{"id":"', b'"}'
+
+
+def read_subject_record(data, subject_id):
+    """One subject's record as a read of one subject finds it, without reading the others
+    (Spec/ledger-format.md, subjects.jsonl, Reading one subject's record): the lines that start
+    with {"id":ID,"salt":" (ID the id's canonical JSON string). None when no line does and every
+    line is shaped like a record. Raises ValueError with the reference's text. The record is not
+    checked here (check_subject_record)."""
+    needle = b'{"id":' + serialize(subject_id) + b',"salt":"'
+    found, malformed = None, None
+    for n, line in enumerate(data.split(b"\n")[:-1], 1):
+        shaped = (line.startswith(SUBJECT_SHAPE_START) and line.endswith(SUBJECT_SHAPE_END)
+                  and len(line) >= len(SUBJECT_SHAPE_START) + len(SUBJECT_SHAPE_END) + 1)
+        if malformed is None and not shaped:
+            malformed = n
+        if len(line) > len(needle) and line.startswith(needle):
+            decoded = decode_subject_line(line)
+            if decoded is None or decoded[0] != subject_id:
+                raise ValueError("subjects.jsonl has a malformed line for subject id '%s'" % subject_id)
+            if found is not None:
+                raise ValueError("subjects.jsonl repeats subject id '%s'" % subject_id)
+            found = SubjectRecord(decoded[0], decoded[1], decoded[2], n)
+    if found is None and malformed is not None:
+        raise ValueError("subjects.jsonl line %d is not a subject record, and subject id '%s' has none: it may have been that line"
+                         % (malformed, subject_id))
+    return found
 
 
 # ---------------------------------------------------------------------------------------------
@@ -2057,38 +2180,130 @@ def check_vectors(checks, here):
                      "subject %s: ref from id and salt matches, salt in subjects.jsonl, ref in the log" % s["id"], ref)
 
     subjects_bytes = read_file(folder, "subjects.jsonl")
+    subject_lines = subjects_bytes.split(b"\n")[:-1]
+
+    def signed_record(subject_id, salt):
+        """The line a format-2 writer writes for a new subject."""
+        sig = ed25519_sign(seed, subject_record_message(subject_id, salt))
+        return serialize({"id": subject_id, "salt": salt.hex(), "sig": sig.hex()}) + b"\n"
+
+    def unsigned(line):
+        v = parse_canonical(line)
+        del v["sig"]
+        return serialize(v)
+
+    def records_signed():
+        records = read_subject_records(folder)
+        lines_again = b"".join(signed_record(i, r.salt) for i, r in records.items())
+        message = subject_record_message("alice", records["alice"].salt)
+        return (lines_again == subjects_bytes and all(r.sig is not None for r in records.values())
+                and subject_lines[0][:-len(b',"sig":"') - 130] + b"}" == unsigned(subject_lines[0]) == message[len(SUBJECT_RECORD_CONTEXT):]
+                and sha256(message).hex() == "223e3fd3c324b1195363f6192c8506e973fbf294d3d10c9b4000f1ca0f914e1f"), sha256(message).hex()
+    checks.run("subjects.jsonl: every record is signed with the test key over \"consentledger-subject-record-v1\\n\" || "
+               "{\"id\":ID,\"salt\":HEX} (the line without its sig), reproduced byte for byte", records_signed)
 
     def repeated_id():
         try:
-            read_subjects(folder, subjects_bytes + subjects_bytes.split(b"\n")[0] + b"\n")
+            read_subjects(folder, subjects_bytes + subject_lines[0] + b"\n")
         except ValueError as e:
             return str(e) == "subjects.jsonl line 3 repeats subject id 'alice'", str(e)
         return False, "accepted"
     checks.run("subjects.jsonl with a repeated id is refused", repeated_id)
 
-    def swapped_salts():
-        records = [parse_canonical(line) for line in subjects_bytes.split(b"\n")[:-1]]
+    def salts_swapped(lines):
+        records = [parse_canonical(line) for line in lines]
         records[0]["salt"], records[1]["salt"] = records[1]["salt"], records[0]["salt"]
-        try:
-            verify_folder(folder, subjects=b"".join(serialize(r) + b"\n" for r in records))
-        except Failure as f:
-            return "subject records were altered, swapped or removed" in f.reason and f.line is None, str(f)
-        return False, "verified"
-    checks.run("subjects.jsonl with two salts swapped fails verification (step 10)", swapped_salts)
+        return b"".join(serialize(r) + b"\n" for r in records)
 
-    def removed_record():
-        try:
-            verify_folder(folder, subjects=b"\n".join(subjects_bytes.split(b"\n")[1:]))
-        except Failure as f:
-            return "1 pseudonym(s) in the log have no subject record" in f.reason, str(f)
-        return False, "verified"
-    checks.run("subjects.jsonl without one subject's record fails verification (step 10)", removed_record)
+    no_signature = "does not carry the ledger key's signature over its id and salt: it was altered, swapped or made up"
 
-    def unused_record():
-        extra = serialize({"id": "nobody-yet", "salt": "07" * 16}) + b"\n"
-        r = verify_folder(folder, subjects=subjects_bytes + extra)
-        return r.events == report.events, "verified"
-    checks.run("a subject record with no events (a command that failed after saving its salt) verifies", unused_record)
+    def step_10(data, expect, log=None, head=None):
+        """Verification with subjects.jsonl `data`: `expect` None to verify, else the reason it
+        must end with (no line, no seq)."""
+        def run():
+            try:
+                r = verify_folder(folder, log=log, head_text=head, subjects=data)
+            except Failure as f:
+                return expect is not None and f.reason.endswith(expect) and f.line is None and f.seq is None, str(f)
+            return expect is None, "verified, %d events, format %d" % (r.events, r.version)
+        return run
+
+    place = "subjects.jsonl of %s" % folder
+    checks.run("subjects.jsonl with two salts swapped fails verification (step 10: alice's record is not signed over its id and salt)",
+               step_10(salts_swapped(subject_lines), 'the subject record of "alice" in %s %s' % (place, no_signature)))
+    checks.run("subjects.jsonl with alice's record without its sig fails verification (step 10, format 2)",
+               step_10(unsigned(subject_lines[0]) + b"\n" + subject_lines[1] + b"\n", 'the subject record of "alice" in %s %s' % (place, no_signature)))
+    checks.run("subjects.jsonl with bob's sig on alice's record fails verification (step 10)",
+               step_10(subject_lines[0][:-130] + subject_lines[1][-130:] + b"\n" + subject_lines[1] + b"\n", no_signature))
+    checks.run("subjects.jsonl with an id changed (alice to alicf, sig kept) fails verification (step 10)",
+               step_10(subjects_bytes.replace(b'"alice"', b'"alicf"'), 'the subject record of "alicf" in %s %s' % (place, no_signature)))
+    checks.run("subjects.jsonl without one subject's record fails verification (step 10: the pseudonym in the log has no record)",
+               step_10(subject_lines[1] + b"\n", "1 pseudonym(s) in the log have no subject record in subjects.jsonl whose id and salt hash "
+                       "to them (%s): subject records were altered, swapped or removed" % subject_ref("alice", salts["alice"])))
+    checks.run("a signed subject record with no events (a command that failed after saving its salt) verifies",
+               step_10(subjects_bytes + signed_record("nobody-yet", b"\x07" * 16), None))
+    checks.run("an unsigned subject record with no events, made up, fails verification (step 10, format 2)",
+               step_10(subjects_bytes + serialize({"id": "nobody-yet", "salt": "07" * 16}) + b"\n",
+                       'the subject record of "nobody-yet" in %s %s' % (place, no_signature)))
+    checks.run("a subject record whose sig is uppercase hex is a malformed line",
+               step_10(subject_lines[0][:-6] + subject_lines[0][-6:-5].upper() + subject_lines[0][-5:] + b"\n" + subject_lines[1] + b"\n",
+                       'subjects.jsonl line 1 is not {"id":…,"salt":…[,"sig":…]}'))
+
+    # Format 1: records are unsigned, and a 'sig' is not checked.
+    fmt1, head1 = sign_log([dict(parse_canonical(e.body), v=1) for e in report.records], seed)
+    unsigned_lines = b"".join(unsigned(line) + b"\n" for line in subject_lines)
+    checks.run("format 1: the tiny ledger with unsigned subject records verifies",
+               step_10(unsigned_lines, None, fmt1, head1))
+    checks.run("format 1: the tiny ledger with the signed subject records verifies (a sig is not checked)",
+               step_10(subjects_bytes, None, fmt1, head1))
+    checks.run("format 1: a record with a sig that is not the key's verifies (a sig is not checked)",
+               step_10(subject_lines[0][:-130] + subject_lines[1][-130:] + b"\n" + subject_lines[1] + b"\n", None, fmt1, head1))
+    checks.run("format 1: two salts swapped fail verification only at the pseudonyms (step 10)",
+               step_10(salts_swapped([unsigned(line) for line in subject_lines]),
+                       "2 pseudonym(s) in the log have no subject record in subjects.jsonl whose id and salt hash to them (%s): "
+                       "subject records were altered, swapped or removed" % ", ".join(sorted(refs_in_log)), fmt1, head1))
+
+    # Reading one subject's record, as status, history, export and prove-state do.
+    def one(data, subject_id, expect):
+        """read_subject_record then check_subject_record (format 2): `expect` the salt's owner (an
+        id of the vectors), None for no record, or the text of the failure."""
+        def run():
+            try:
+                record = read_subject_record(data, subject_id)
+                if record is not None:
+                    check_subject_record(record, report.public_key, 2)
+            except ValueError as e:
+                return str(e) == expect, str(e)
+            got = None if record is None else next((i for i in salts if salts[i] == record.salt), record.salt.hex())
+            return got == expect, "salt of %s" % got if record else "no record"
+        return run
+
+    record_of = 'the subject record of "%s" in subjects.jsonl ' + no_signature
+    cut = subject_lines[0] + b"\n" + subject_lines[1][:-1] + b"\n"
+    garbled = subject_lines[0] + b"\n" + subject_lines[1][1:] + b"\n"
+    for name, data, subject_id, expect in [
+        ("alice's record is found and its signature verifies", subjects_bytes, "alice", "alice"),
+        ("with two salts swapped, alice's record is refused", salts_swapped(subject_lines), "alice", record_of % "alice"),
+        ("with two salts swapped, bob's record is refused", salts_swapped(subject_lines), "bob", record_of % "bob"),
+        ("with alice's line repeated, a read of alice fails", subjects_bytes + subject_lines[0] + b"\n", "alice",
+         "subjects.jsonl repeats subject id 'alice'"),
+        ("alice's line repeated is not seen by a read of bob", subjects_bytes + subject_lines[0] + b"\n", "bob", "bob"),
+        ("alice's line with a salt of 30 hex digits: a malformed line for alice",
+         subject_lines[0].replace(b'01"', b'"') + b"\n", "alice", "subjects.jsonl has a malformed line for subject id 'alice'"),
+        ("bob's line without its last byte: a malformed line for bob", cut, "bob",
+         "subjects.jsonl has a malformed line for subject id 'bob'"),
+        ("bob's line without its first byte: a read of alice reads only alice's", garbled, "alice", "alice"),
+        ("bob's line without its first byte: a read of bob names the line that may have been his", garbled, "bob",
+         "subjects.jsonl line 2 is not a subject record, and subject id 'bob' has none: it may have been that line"),
+        ("alice's record removed: a read of alice finds none (an unknown subject; only verify notices)",
+         subject_lines[1] + b"\n", "alice", None),
+        ("alice's id changed to alicf: a read of alice finds none (an unknown subject; only verify notices)",
+         subjects_bytes.replace(b'"alice"', b'"alicf"'), "alice", None),
+        ("alice's id changed to alicf: a read of alicf refuses the record",
+         subjects_bytes.replace(b'"alice"', b'"alicf"'), "alicf", record_of % "alicf"),
+        ("a partial last line is ignored", subjects_bytes + b'{"id":"carol","salt":"', "carol", None),
+    ]:
+        checks.run("one subject's record: %s" % name, one(data, subject_id, expect))
 
     def equivalent_spellings():
         composed, decomposed = "Jos\u00e9", "Jose\u0301"
@@ -2098,6 +2313,14 @@ def check_vectors(checks, here):
         return len(got) == 2 and len(refs) == 2, ", ".join(sorted(refs))
     checks.run("subjects.jsonl: NFC and NFD spellings of one name are two ids, two references; a partial last line is ignored",
                equivalent_spellings)
+
+    def quoted_ids():
+        # The reference names a record's id as Swift's String.debugDescription writes it.
+        cases = {"it's \"q\" \\": '"it\\\'s \\"q\\" \\\\"', "bell\x07": '"bell\\u{07}"', "\u0301x": '"\\u{0301}x"',
+                 "e\u0301": '"e\u0301"', "\u540d\u524d": '"\u540d\u524d"'}
+        got = {i: swift_quoted(i) for i in cases}
+        return got == cases, " ".join(got.values())
+    checks.run("a subject record's id in a failure is quoted as the reference quotes it", quoted_ids)
 
     for subject in ("alice", "bob"):
         state = report.replay.subjects.get(subject_ref(subject, salts[subject]), SubjectState())
@@ -2902,7 +3125,8 @@ def check_folder(checks, folder):
     if os.path.isfile(os.path.join(folder, "subjects.jsonl")):
         def subjects():
             salts = read_subjects(folder)
-            return True, "%d subject ids, each once" % len(salts)
+            # Verify (step 10) has checked each record's signature in format 2.
+            return True, "%d subject ids, each once%s" % (len(salts), ", each signed by the ledger's key" if r.version >= 2 else "")
         checks.run("subjects.jsonl is well formed", subjects)
 
 

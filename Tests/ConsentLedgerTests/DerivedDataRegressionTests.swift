@@ -206,25 +206,57 @@ import Glibc
         }
         #expect(verifyFolder(path) == .ok(events: 3))
         let original = readBytes(path + "/subjects.jsonl")
-        var records = lines(of: original).map { String(decoding: $0, as: UTF8.self) }
-        let salt = { (line: String) in line.split(separator: "\"").dropLast().last! }
-        let (s0, s1) = (salt(records[0]), salt(records[1]))
-        records[0] = records[0].replacingOccurrences(of: s0, with: s1)
-        records[1] = records[1].replacingOccurrences(of: s1, with: s0)
-        writeBytes(Array(records.joined().utf8), to: path + "/subjects.jsonl")
+        writeBytes(Self.swappingSalts(original), to: path + "/subjects.jsonl")
         guard case .failed(.integrity(let failure)) = verifyFolder(path) else {
             Issue.record("verify passed with two salts swapped")
             return
         }
-        #expect(failure.problem.contains("2 pseudonym(s) in the log have no subject record in subjects.jsonl"), "\(failure.problem)")
-        // One record removed fails too; a record with no events (a failed command's) does not.
+        #expect(failure.problem.contains("does not carry the ledger key's signature over its id and salt"), "\(failure.problem)")
+        // One record removed fails too; a signed record with no events (a failed command's) does not.
         writeBytes(Array(lines(of: original)[1]), to: path + "/subjects.jsonl")
         guard case .failed(.integrity) = verifyFolder(path) else {
             Issue.record("verify passed with a subject record removed")
             return
         }
-        writeBytes(original + Array(#"{"id":"nobody","salt":"07070707070707070707070707070707"}"#.utf8) + [0x0A], to: path + "/subjects.jsonl")
+        let salt = [UInt8](repeating: 7, count: 16)
+        let signer = SodiumSigner(seed: try ledger.store.readSecretSeed())!
+        let signature = Pseudonym.recordMessage(id: SubjectID("nobody"), salt: salt).withUnsafeBytes { signer.sign($0) }
+        writeBytes(original + Array(#"{"id":"nobody","salt":"07070707070707070707070707070707","sig":"\#(signature.hex)"}"#.utf8) + [0x0A], to: path + "/subjects.jsonl")
         #expect(verifyFolder(path) == .ok(events: 3))
+    }
+
+    /// subjects.jsonl with the salts of its first two records swapped (signatures kept).
+    static func swappingSalts(_ bytes: [UInt8]) -> [UInt8] {
+        var records = lines(of: bytes).map { String(decoding: $0, as: UTF8.self) }
+        func salt(_ line: String) -> String {
+            let start = line.range(of: #""salt":""#)!.upperBound
+            return String(line[start..<line.index(start, offsetBy: 32)])
+        }
+        let (s0, s1) = (salt(records[0]), salt(records[1]))
+        records[0] = records[0].replacingOccurrences(of: s0, with: s1)
+        records[1] = records[1].replacingOccurrences(of: s1, with: s0)
+        return Array(records.joined().utf8)
+    }
+
+    /// With two salts swapped, `status` found none of the patient's events and answered "no
+    /// consents", and a write filed the patient's choices under another pseudonym: the record is
+    /// signed, so a read or a write that uses it refuses it.
+    @Test func aReadRefusesASwappedSubjectRecord() throws {
+        let (path, ledger) = try DerivedDataRegressionTests.ledger("swap-read")
+        defer { removeFolder(path) }
+        try ledger.execute(LedgerCommand(subjectID: "p1", request: .give(feature: "timeline", consents: ["required"])))
+        try ledger.execute(LedgerCommand(subjectID: "p2", request: .give(feature: "medication-management", consents: ["required"])))
+        writeBytes(Self.swappingSalts(readBytes(path + "/subjects.jsonl")), to: path + "/subjects.jsonl")
+        let reopened = try Ledger.open(store: FileLedgerStore(directory: path))
+        for id in ["p1", "p2"] {
+            do {
+                let report = try reopened.report(for: id)
+                Issue.record("\(id): answered from a swapped record: \(report.listing.activeFeatures.map(\.feature.key))")
+            } catch LedgerError.integrity(let failure) {
+                #expect(failure.problem.contains("subjects.jsonl") && failure.problem.contains("signature"), "\(failure.problem)")
+            }
+            #expect(throws: LedgerError.self) { try reopened.execute(LedgerCommand(subjectID: id, request: .give(feature: "timeline", consents: ["optional-a"]))) }
+        }
     }
 
     /// Moving bytes between the salt and the id kept the pseudonym, and `verify-export`

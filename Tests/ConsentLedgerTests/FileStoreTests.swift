@@ -205,7 +205,7 @@ final class Counter: Sendable {
         try ledger.execute(LedgerCommand(subjectID: composed, request: .give(feature: "timeline", consents: ["required"])))
         #expect(try ledger.report(for: decomposed).listing.isEmpty, "the other spelling is another subject")
         try ledger.execute(LedgerCommand(subjectID: decomposed, request: .give(feature: "medication-management", consents: ["required"])))
-        let salts = try FileLedgerStore(directory: path).readSubjectSalts()
+        let salts = try FileLedgerStore(directory: path).readSubjectRecords().mapValues(\.salt)
         #expect(salts.count == 2)
         for id in [composed, decomposed] {
             let ref = try #require(try ledger.subjectRef(for: id))
@@ -223,8 +223,9 @@ final class Counter: Sendable {
         let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "ids")
         let ids = ["a\"b", "back\\slash", "x\u{2028}y", "名前", "\"salt\":\"00\""]
         for id in ids { try ledger.execute(LedgerCommand(subjectID: id, request: .give(feature: "timeline", consents: ["required"]))) }
-        let salts = try FileLedgerStore(directory: path).readSubjectSalts()
+        let salts = try FileLedgerStore(directory: path).readSubjectRecords()
         #expect(Set(salts.keys) == Set(ids.map(SubjectID.init)))
+        #expect(salts.values.allSatisfy { $0.signature != nil }, "a format-2 ledger signs every record")
         for id in ids { #expect(try ledger.report(for: id).events.count == 1, "\(id)") }
         #expect(FileLedgerStore.decodeSubjectLine(Array(#"{"id":"a","salt":"0011"}"#.utf8)) == nil)
     }

@@ -118,7 +118,7 @@ import Glibc
                 "signedMessageSha256": .string(hasher.sha256(EventCodec.signedMessage(body: record.body)).hex),
             ]))
         }
-        let salts = try FileLedgerStore(directory: path).readSubjectSalts()
+        let salts = try FileLedgerStore(directory: path).readSubjectRecords().mapValues(\.salt)
         let subjects: [JSONValue] = salts.keys.sorted().map { id in
             .object(["id": .string(id.text), "salt": .string(Hex.encode(salts[id]!)), "ref": .string(ledger.subjectRef(id: id.text, salt: salts[id]!).value)])
         }

@@ -36,7 +36,7 @@ import Testing
             let counts = try store.derivedCounts()
             parts.append("\(try store.readLineLocations(0..<counts.lines))")
             parts.append("\(try store.readTreeHashes(Array(0..<counts.treeHashes)).map(\.hex))")
-            parts.append("\(try store.readSubjectSalts().sorted { $0.key < $1.key }.map { "\($0.key.text)=\($0.value)" })")
+            parts.append("\(try store.readSubjectRecords().sorted { $0.key < $1.key }.map { "\($0.key.text)=\($0.value)" })")
             parts.append("\(try store.readCheckpoints())")
             return parts
         }

@@ -9,6 +9,15 @@ import ConsentDomain
 public enum Pseudonym {
     public static let saltLength = 16
     static let context = Array("consentledger-subject-v1\n".utf8)
+    /// Prepended to a subject record before it is signed, so the signature can be taken for no
+    /// other message of the same key.
+    static let recordContext = Array("consentledger-subject-record-v1\n".utf8)
+
+    /// What a subject record's signature covers: the context and the canonical JSON
+    /// `{"id":ID,"salt":HEX}`.
+    public static func recordMessage(id: SubjectID, salt: [UInt8]) -> [UInt8] {
+        recordContext + CanonicalJSON.serialize(.object(["id": .string(id.text), "salt": .string(Hex.encode(salt))]))
+    }
 
     /// The pseudonym of `id` under `salt`; nil when the salt is not ``saltLength`` bytes.
     public static func ref(id: [UInt8], salt: [UInt8], hasher: any SHA256Hasher) -> SubjectRef? {

@@ -238,24 +238,50 @@ public final class Ledger: Sendable {
         try salt(of: subjectID).map { subjectRef(id: subjectID, salt: $0) }
     }
 
-    /// One subject's salt: remembered, or read alone from the store (not every record).
+    /// One subject's salt: remembered, or read alone from the store (not every record) and
+    /// checked (``checkRecord(_:_:)``).
     func salt(of subjectID: String) throws -> [UInt8]? {
         let id = SubjectID(subjectID)
         if let cached = memory.withLock({ $0.salts?[id] }) { return cached }
-        guard let salt = try store.readSubjectSalt(id) else { return nil }
-        guard salt.count == Pseudonym.saltLength else {
-            throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the subject record of '\(subjectID)' in \(store.subjectsPlace) of \(store.location) has a salt of \(salt.count) bytes, not \(Pseudonym.saltLength)"))
-        }
-        return salt
+        guard let record = try store.readSubjectRecord(id) else { return nil }
+        try checkRecord(id, record)
+        return record.salt
     }
 
-    /// Every subject record of the store, each salt checked to be ``Pseudonym/saltLength`` bytes.
-    func subjectSalts() throws -> [SubjectID: [UInt8]] {
-        let salts = try store.readSubjectSalts()
-        if let bad = salts.first(where: { $0.value.count != Pseudonym.saltLength }) {
-            throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "a subject record in \(store.subjectsPlace) of \(store.location) has a salt of \(bad.value.count) bytes, not \(Pseudonym.saltLength)"))
+    /// A subject record may be used only if its salt has ``Pseudonym/saltLength`` bytes and, in
+    /// a format-2 ledger, the ledger's key signed it: with a salt swapped between two records, or
+    /// a record altered or made up, a read would find none of the patient's events and answer
+    /// "no consents", and a write would file the patient's choices under another pseudonym.
+    func checkRecord(_ id: SubjectID, _ record: SubjectRecord) throws {
+        let place = "\(store.subjectsPlace) of \(store.location)"
+        guard record.salt.count == Pseudonym.saltLength else {
+            throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the subject record of \(id.text.debugDescription) in \(place) has a salt of \(record.salt.count) bytes, not \(Pseudonym.saltLength)"))
         }
-        return salts
+        guard version >= 2 else { return }
+        let valid = record.signature.map { signature in
+            Pseudonym.recordMessage(id: id, salt: record.salt).withUnsafeBytes { verifier.isValid(signature, of: $0, by: publicKey) }
+        } ?? false
+        guard valid else {
+            throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the subject record of \(id.text.debugDescription) in \(place) does not carry the ledger key's signature over its id and salt: it was altered, swapped or made up"))
+        }
+    }
+
+    /// Every subject record of the store, each checked (``checkRecord(_:_:)``), on all cores; the
+    /// failure reported is that of the first failing id in byte order.
+    func subjectSalts() throws -> [SubjectID: [UInt8]] {
+        let records = try store.readSubjectRecords().sorted { $0.key < $1.key }
+        let failures = parallelMap(records.count) { [self] i -> LedgerError? in
+            do {
+                try checkRecord(records[i].key, records[i].value)
+                return nil
+            } catch let error as LedgerError {
+                return error
+            } catch {
+                return .storage("\(error)")
+            }
+        }
+        if let failure = failures.compactMap({ $0 }).first { throw failure }
+        return Dictionary(uniqueKeysWithValues: records.map { ($0.key, $0.value.salt) })
     }
 
     // MARK: - Writing
@@ -275,8 +301,16 @@ public final class Ledger: Sendable {
             try checkHead(log)
             try updateDerived(log)
             // Subject references; a new subject gets a salt that is saved only if it gets events.
+            // Remembered salts were checked; a record read now is checked before it is used.
             var salts = memory.withLock { $0.salts } ?? [:]
-            if commands.contains(where: { salts[SubjectID($0.subjectID)] == nil }) { salts = try subjectSalts() }
+            if commands.contains(where: { salts[SubjectID($0.subjectID)] == nil }) {
+                let records = try store.readSubjectRecords()
+                for id in Set(commands.map { SubjectID($0.subjectID) }) where salts[id] == nil {
+                    guard let record = records[id] else { continue }
+                    try checkRecord(id, record)
+                    salts[id] = record.salt
+                }
+            }
             var newSalts: [SubjectID: [UInt8]] = [:]
             var refs: [SubjectID: SubjectRef] = [:]
             for command in commands where refs[SubjectID(command.subjectID)] == nil {
@@ -319,7 +353,11 @@ public final class Ledger: Sendable {
             }
             guard !events.isEmpty else { return ExecutionReport(results: results, recovered: nil) }
             let withEvents = Set(results.filter { !$0.events.isEmpty }.map { SubjectID($0.subjectID) })
-            try store.saveSubjectSalts(newSalts.filter { withEvents.contains($0.key) }.sorted { $0.key < $1.key }.map { ($0.key, $0.value) })
+            try store.saveSubjectRecords(newSalts.filter { withEvents.contains($0.key) }.sorted { $0.key < $1.key }.map { id, salt in
+                // A format-2 ledger signs each record, so reads can tell it from an altered one.
+                let signature = version >= 2 ? Pseudonym.recordMessage(id: id, salt: salt).withUnsafeBytes { signer.sign($0) } : nil
+                return (id, SubjectRecord(salt: salt, signature: signature))
+            })
             let committed = try commit(events, after: log, signer: signer, streams: streams)
             let (cursor, head, warning) = (committed.cursor, committed.head, committed.warning)
             // Cache only salts that are on disk: a new subject whose command appended nothing

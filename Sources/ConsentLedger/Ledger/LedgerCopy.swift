@@ -39,12 +39,12 @@ public enum LedgerCopy {
             let setup = LedgerSetup(
                 catalog: try source.readCatalog(), publicKey: try source.readPublicKey(), secretSeed: try source.readSecretSeed(),
                 genesis: genesis, head: head)
-            return (log.end, setup, try source.readCheckpoints(), try source.readSubjectSalts())
+            return (log.end, setup, try source.readCheckpoints(), try source.readSubjectRecords())
         }
         try target.create(setup)
         let genesisEnd = LogCursor(offset: UInt64(setup.genesis.line.count), lines: 1)
         try target.withLock(exclusive: true) {
-            try target.saveSubjectSalts(salts.sorted { $0.key < $1.key }.map { ($0.key, $0.value) })
+            try target.saveSubjectRecords(salts.sorted { $0.key < $1.key }.map { ($0.key, $0.value) })
             var cursor = genesisEnd
             // The source is read under its shared lock, so the lines are those of a complete
             // ledger; a writer there waits until the copy has read them.

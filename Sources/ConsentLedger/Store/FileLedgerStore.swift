@@ -590,25 +590,25 @@ public struct FileLedgerStore: LedgerStore {
 
     // MARK: - Subjects
 
-    public func readSubjectSalts() throws -> [SubjectID: [UInt8]] {
+    public func readSubjectRecords() throws -> [SubjectID: SubjectRecord] {
         try requireLedger()
         let bytes = try PosixFile(path: subjectsPath, flags: O_RDONLY).readAll()
-        var salts: [SubjectID: [UInt8]] = [:]
+        var records: [SubjectID: SubjectRecord] = [:]
         var lineNumber = 0
         // A trailing line without a newline was never acknowledged (a crash mid-write): ignored.
         for line in bytes.split(separator: Self.newline, omittingEmptySubsequences: false).dropLast() {
             lineNumber += 1
-            guard let (id, salt) = Self.decodeSubjectLine(Array(line)) else {
-                throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "\(subjectsPath) line \(lineNumber) is not {\"id\":…,\"salt\":…}"))
+            guard let (id, record) = Self.decodeSubjectLine(Array(line)) else {
+                throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "\(subjectsPath) line \(lineNumber) is not {\"id\":…,\"salt\":…[,\"sig\":…]}"))
             }
-            guard salts.updateValue(salt, forKey: SubjectID(id)) == nil else {
+            guard records.updateValue(record, forKey: SubjectID(id)) == nil else {
                 throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "\(subjectsPath) line \(lineNumber) repeats subject id '\(id)'"))
             }
         }
-        return salts
+        return records
     }
 
-    public func readSubjectSalt(_ id: SubjectID) throws -> [UInt8]? {
+    public func readSubjectRecord(_ id: SubjectID) throws -> SubjectRecord? {
         try requireLedger()
         let bytes = try PosixFile(path: subjectsPath, flags: O_RDONLY).readAll()
         // The line of `id` starts with exactly these bytes (canonical JSON): compared at each
@@ -618,49 +618,75 @@ public struct FileLedgerStore: LedgerStore {
         needle += Array(#","salt":""#.utf8)
         // Complete lines only: a partial last line was never acknowledged.
         let end = (bytes.lastIndex(of: Self.newline) ?? -1) + 1
-        var found: [UInt8]?
+        var found: SubjectRecord?
+        var malformed: Int?
         var lineStart = 0
+        var lineNumber = 0
+        let shape = Array(#"{"id":""#.utf8)
         while lineStart < end {
             let lineEnd = bytes[lineStart..<end].firstIndex(of: Self.newline)!
+            lineNumber += 1
+            // A line not even shaped like a record might have been this subject's.
+            if malformed == nil, !(bytes[lineStart..<lineEnd].starts(with: shape) && lineEnd - lineStart > shape.count + 2 && bytes[lineEnd - 2] == 0x22 && bytes[lineEnd - 1] == 0x7D) {
+                malformed = lineNumber
+            }
             let matches = lineEnd - lineStart > needle.count && bytes.withUnsafeBytes { all in
                 needle.withUnsafeBytes { n in memcmp(all.baseAddress! + lineStart, n.baseAddress!, n.count) == 0 }
             }
             if matches {
-                guard let (lineID, salt) = Self.decodeSubjectLine(Array(bytes[lineStart..<lineEnd])), SubjectID(lineID) == id else {
+                guard let (lineID, record) = Self.decodeSubjectLine(Array(bytes[lineStart..<lineEnd])), SubjectID(lineID) == id else {
                     throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "\(subjectsPath) has a malformed line for subject id '\(id.text)'"))
                 }
                 guard found == nil else {
                     throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "\(subjectsPath) repeats subject id '\(id.text)'"))
                 }
-                found = salt
+                found = record
             }
             lineStart = lineEnd + 1
+        }
+        if found == nil, let malformed {
+            throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "\(subjectsPath) line \(malformed) is not a subject record, and subject id '\(id.text)' has none: it may have been that line"))
         }
         return found
     }
 
-    /// One line of subjects.jsonl: canonical `{"id":ID,"salt":"<32 hex>"}`. The shape is fixed,
-    /// so the salt is read from the end and only the id is parsed as a JSON string.
-    static func decodeSubjectLine(_ line: [UInt8]) -> (String, [UInt8])? {
-        let prefix = Array(#"{"id":"#.utf8), middle = Array(#","salt":""#.utf8)
+    /// One line of subjects.jsonl: canonical `{"id":ID,"salt":"<32 hex>"}`, or with
+    /// `,"sig":"<128 hex>"` before the `}`. The shape is fixed, so the salt and signature are
+    /// read from the end and only the id is parsed as a JSON string.
+    static func decodeSubjectLine(_ line: [UInt8]) -> (String, SubjectRecord)? {
+        let prefix = Array(#"{"id":"#.utf8), middle = Array(#","salt":""#.utf8), sigMiddle = Array(#"","sig":""#.utf8)
+        var body = line[...]
+        var signature: Signature?
+        // ,"sig":"<128 hex>"} at the end: split it off, leaving ..."<salt>"}.
+        let signedTail = sigMiddle.count + 128 + 2
+        if body.count > signedTail, body[(body.endIndex - signedTail)..<(body.endIndex - 130)].elementsEqual(sigMiddle),
+            body[body.endIndex - 2] == 0x22, body[body.endIndex - 1] == 0x7D
+        {
+            guard let bytes = Hex.decode(bytes: body[(body.endIndex - 130)..<(body.endIndex - 2)]), let sig = Signature(bytes: bytes) else { return nil }
+            signature = sig
+            body = body[body.startIndex..<(body.endIndex - signedTail + 1)] + [0x7D]
+        }
+        let plain = Array(body)
         let tail = middle.count + 32 + 2
-        guard line.count >= prefix.count + 2 + tail, line.starts(with: prefix),
-            line[(line.count - tail)..<(line.count - 34)].elementsEqual(middle), line[line.count - 2] == 0x22, line[line.count - 1] == 0x7D,
-            let salt = Hex.decode(bytes: line[(line.count - 34)..<(line.count - 2)]), salt.count == 16
+        guard plain.count >= prefix.count + 2 + tail, plain.starts(with: prefix),
+            plain[(plain.count - tail)..<(plain.count - 34)].elementsEqual(middle), plain[plain.count - 2] == 0x22, plain[plain.count - 1] == 0x7D,
+            let salt = Hex.decode(bytes: plain[(plain.count - 34)..<(plain.count - 2)]), salt.count == 16
         else { return nil }
-        let idBytes = Array(line[prefix.count..<(line.count - tail)])
-        return idBytes.withUnsafeBufferPointer { buffer -> (String, [UInt8])? in
+        let idBytes = Array(plain[prefix.count..<(plain.count - tail)])
+        return idBytes.withUnsafeBufferPointer { buffer -> (String, SubjectRecord)? in
             var parser = CanonicalJSON.Parser(bytes: buffer, canonical: true)
             guard let id = try? parser.parseString(), parser.index == buffer.count else { return nil }
-            return (id, salt)
+            return (id, SubjectRecord(salt: salt, signature: signature))
         }
     }
 
-    public func saveSubjectSalts(_ salts: [(subjectID: SubjectID, salt: [UInt8])]) throws {
-        guard !salts.isEmpty else { return }
+    public func saveSubjectRecords(_ records: [(subjectID: SubjectID, record: SubjectRecord)]) throws {
+        guard !records.isEmpty else { return }
         var lines: [UInt8] = []
-        for (id, salt) in salts {
-            CanonicalJSON.serialize(.object(["id": .string(id.text), "salt": .string(Hex.encode(salt))]), into: &lines)
+        for (id, record) in records {
+            var members: [String: JSONValue] = ["id": .string(id.text), "salt": .string(Hex.encode(record.salt))]
+            if let signature = record.signature { members["sig"] = .string(signature.hex) }
+            CanonicalJSON.serialize(.object(members), into: &lines)
             lines.append(Self.newline)
         }
         _ = try appendLines(lines, to: subjectsPath, create: false)

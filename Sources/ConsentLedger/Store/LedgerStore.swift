@@ -13,6 +13,20 @@ public struct SubjectID: Hashable, Sendable, Comparable {
     public static func < (a: SubjectID, b: SubjectID) -> Bool { a.utf8.lexicographicallyPrecedes(b.utf8) }
 }
 
+/// A subject's record: the random salt that pseudonymises its id and, in a format-2 ledger, the
+/// ledger key's signature over the id and salt (``Pseudonym/recordMessage(id:salt:)``), so that
+/// a salt swapped between two records, or a record altered or made up, is refused by the reads
+/// that use it.
+public struct SubjectRecord: Hashable, Sendable {
+    public let salt: [UInt8]
+    public let signature: Signature?
+
+    public init(salt: [UInt8], signature: Signature?) {
+        self.salt = salt
+        self.signature = signature
+    }
+}
+
 /// The hash of the newest acknowledged event and its sequence number.
 public struct ChainHead: Hashable, Sendable, CustomStringConvertible {
     public let seq: UInt64
@@ -273,14 +287,14 @@ public protocol LedgerStore: Sendable {
     /// The bytes of one line, without its newline.
     func readLine(at location: LineLocation) throws -> [UInt8]
 
-    /// Every known subject id with the random salt that pseudonymises it.
-    func readSubjectSalts() throws -> [SubjectID: [UInt8]]
-    /// One subject's salt, or nil for an id the store does not know (a read of one subject need
-    /// not read them all).
-    func readSubjectSalt(_ id: SubjectID) throws -> [UInt8]?
-    /// Durably records new subjects' salts, in one write and one sync. Call with the exclusive
-    /// lock held, before appending the subjects' first events.
-    func saveSubjectSalts(_ salts: [(subjectID: SubjectID, salt: [UInt8])]) throws
+    /// Every known subject id with its record.
+    func readSubjectRecords() throws -> [SubjectID: SubjectRecord]
+    /// One subject's record, or nil for an id the store does not know (a read of one subject
+    /// need not read them all).
+    func readSubjectRecord(_ id: SubjectID) throws -> SubjectRecord?
+    /// Durably records new subjects, in one write and one sync. Call with the exclusive lock
+    /// held, before appending the subjects' first events.
+    func saveSubjectRecords(_ records: [(subjectID: SubjectID, record: SubjectRecord)]) throws
 
     // MARK: Issued checkpoints
 
