@@ -88,6 +88,10 @@ import Testing
             }
             let command = LedgerPropertyTests.command(write)
             let allowed = model.apply(command)
+            // A subject whose record was removed or renamed is, to a write as to a read, a
+            // subject the ledger does not know (see above; verify has failed already): its
+            // write is judged as a new subject's, so it is not compared with the model.
+            if refs[command.subjectID] != nil, (try? reopened.subjectRef(for: command.subjectID)) == .some(nil) { return }
             do {
                 let (result, _) = try reopened.execute(command)
                 #expect(allowed || result.events.isEmpty, "\(edit): a write the rules refuse was appended: \(command)")

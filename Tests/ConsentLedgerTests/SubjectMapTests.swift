@@ -111,3 +111,32 @@ import Testing
         #expect(failures >= 1)
     }
 }
+
+/// `subjects.map` only grows (records are appended, never rewritten); when it holds far more
+/// records than the map needs, a commit writes the map afresh and replaces the file at once.
+@Suite struct SubjectMapCompactionTests {
+    @Test func aGrownMapIsReplacedByACompactCopyAndStillAnswers() throws {
+        let path = LedgerPropertyTests.folder("compact")
+        defer { removeFolder(path) }
+        let saved = SubjectMap.compactionSlack
+        SubjectMap.compactionSlack = 0
+        defer { SubjectMap.compactionSlack = saved }
+        let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "compact")
+        var largest = 0
+        for round in 0..<30 {
+            for subject in ["p1", "p2", "p3"] {
+                let request: ConsentRequest = round % 2 == 0 ? .give(feature: "timeline", consents: ["required", "optional-a"]) : .revoke(feature: "timeline", consent: "required")
+                try ledger.execute(LedgerCommand(subjectID: subject, request: request))
+                largest = max(largest, readBytes(path + "/subjects.map").count / SubjectMapRecord.size)
+            }
+        }
+        // Four streams (three subjects and the ledger's own): at most 8 records each before a
+        // compaction, plus one commit's worth.
+        #expect(largest <= 8 * 4 + 16, "the map grew to \(largest) records")
+        let reopened = try Ledger.open(store: FileLedgerStore(directory: path))
+        #expect(try reopened.report(for: "p2").listing.activeFeatures.isEmpty)
+        // 15 grants of two consents and 15 withdrawals with their cascade.
+        #expect(try reopened.report(for: "p2").events.count == 60)
+        guard case .ok = verifyFolder(path) else { Issue.record("verify failed after compactions"); return }
+    }
+}

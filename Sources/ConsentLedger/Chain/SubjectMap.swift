@@ -304,6 +304,32 @@ public struct SubjectMap: @unchecked Sendable {
         return hash
     }
 
+    /// Every node of the map as new records from index 0, and a root record: a compact copy of
+    /// a map whose appended records have grown far beyond the nodes still in use. Reads (and
+    /// checks) every stored node first.
+    public mutating func allRecords(coveringSize: Int64) throws -> SubjectMapRecords {
+        computeRoot()
+        func unstore(_ child: inout Child) throws {
+            guard let node = try resolve(&child) else { return }
+            node.stored = nil
+            if node.key == nil {
+                try unstore(&node.left)
+                try unstore(&node.right)
+            }
+        }
+        try unstore(&tree.root)
+        return takeNewRecords(firstIndex: 0, coveringSize: coveringSize)
+    }
+
+    /// Whether `recordCount` stored records are so many more than the map needs (about two per
+    /// key) that a compact copy should replace them.
+    public func wantsCompaction(recordCount: Int64) -> Bool {
+        recordCount > 8 * tree.keyCount + Self.compactionSlack
+    }
+
+    /// Records allowed beyond 8 per key before compacting (small in tests, to exercise it).
+    nonisolated(unsafe) static var compactionSlack: Int64 = 65_536
+
     /// The records of the nodes changed since they were last stored, children before parents,
     /// numbered from `firstIndex`, followed by a root record for a log of `coveringSize`
     /// records. Afterwards the nodes count as stored there.

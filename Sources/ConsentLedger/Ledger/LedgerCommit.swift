@@ -66,7 +66,15 @@ extension Ledger {
         // head that covers these events).
         var mapRecords: (records: SubjectMapRecords, at: Int64)?
         if state != nil, let first = streams?.nextIndex {
-            mapRecords = (state!.map.takeNewRecords(firstIndex: first, coveringSize: frontier.size), first)
+            let appended = state!.map.takeNewRecords(firstIndex: first, coveringSize: frontier.size)
+            mapRecords = (appended, first)
+            // Records are appended, never rewritten: when they have grown far beyond the nodes
+            // in use, the whole map is written afresh instead (and replaces the file at once).
+            // The events are durable by now, so a map that cannot be read whole (damaged derived
+            // data, found by the next read) is simply not compacted.
+            if state!.map.wantsCompaction(recordCount: first + Int64(appended.count)), let all = try? state!.map.allRecords(coveringSize: frontier.size) {
+                mapRecords = (all, 0)
+            }
         }
         var warning: String?
         do {
@@ -75,7 +83,7 @@ extension Ledger {
         } catch {
             warning = "events seq \(events.first!.seq)–\(head.seq) are durably appended, but writing the derived data or the head after them failed (\(error)); the next write repairs them"
         }
-        let after = warning == nil ? state.map { ($0, (streams?.nextIndex ?? 0) + Int64(mapRecords?.records.count ?? 0)) } : nil
+        let after = warning == nil ? state.map { ($0, (mapRecords?.at ?? 0) + Int64(mapRecords?.records.count ?? 0)) } : nil
         return Committed(cursor: cursor, head: head, signedHead: signedHead, frontier: frontier, warning: warning, streams: after)
     }
 

@@ -547,7 +547,11 @@ public struct FileLedgerStore: LedgerStore {
         try tree.write(hashes, at: UInt64(treeStart) * 32)
         if try tree.size() > treeEnd { try tree.truncate(to: treeEnd) }
         try tree.sync()
-        if let subjectMap {
+        if let subjectMap, subjectMap.at == 0 {
+            // A whole map (a rebuild, or a compaction): written aside and renamed over the old
+            // one, so a crash leaves one or the other, never a mixture.
+            try PosixFile.writeAtomically(subjectMap.records.bytes, to: subjectMapPath)
+        } else if let subjectMap {
             let map = try openDerived(subjectMapPath, write: true)
             let start = UInt64(subjectMap.at) * UInt64(SubjectMapRecord.size)
             let bytes = subjectMap.records.bytes
