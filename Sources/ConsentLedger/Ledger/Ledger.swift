@@ -105,7 +105,11 @@ public final class Ledger: Sendable {
         /// a writer that finds the same head again skips checking its signature and reading the
         /// frontier back (both were computed here, from signed data).
         var trustedHead: (note: String, frontier: MerkleFrontier)?
+        /// Salts of records this process checked (or wrote).
         var salts: [SubjectID: [UInt8]]?
+        /// Every subject record as last read from the store, not yet checked: a write checks a
+        /// record when it first uses it, without reading the whole file each time.
+        var records: [SubjectID: SubjectRecord]?
         var signer: SodiumSigner?
         /// A full replay with the cursor it reached, when loaded.
         var replay: LedgerReplay?
@@ -303,10 +307,14 @@ public final class Ledger: Sendable {
             // Subject references; a new subject gets a salt that is saved only if it gets events.
             // Remembered salts were checked; a record read now is checked before it is used.
             var salts = memory.withLock { $0.salts } ?? [:]
-            if commands.contains(where: { salts[SubjectID($0.subjectID)] == nil }) {
-                let records = try store.readSubjectRecords()
-                for id in Set(commands.map { SubjectID($0.subjectID) }) where salts[id] == nil {
-                    guard let record = records[id] else { continue }
+            var records = memory.withLock { $0.records }
+            let unchecked = Set(commands.map { SubjectID($0.subjectID) }).filter { salts[$0] == nil }
+            if !unchecked.isEmpty {
+                // The file is read again only for an id the last reading did not have (a new
+                // subject, or one another writer added).
+                if records == nil || unchecked.contains(where: { records?[$0] == nil }) { records = try store.readSubjectRecords() }
+                for id in unchecked {
+                    guard let record = records?[id] else { continue }
                     try checkRecord(id, record)
                     salts[id] = record.salt
                 }
@@ -353,11 +361,17 @@ public final class Ledger: Sendable {
             }
             guard !events.isEmpty else { return ExecutionReport(results: results, recovered: nil) }
             let withEvents = Set(results.filter { !$0.events.isEmpty }.map { SubjectID($0.subjectID) })
-            try store.saveSubjectRecords(newSalts.filter { withEvents.contains($0.key) }.sorted { $0.key < $1.key }.map { id, salt in
-                // A format-2 ledger signs each record, so reads can tell it from an altered one.
-                let signature = version >= 2 ? Pseudonym.recordMessage(id: id, salt: salt).withUnsafeBytes { signer.sign($0) } : nil
+            // A format-2 ledger signs each record (on all cores), so reads can tell it from an
+            // altered one.
+            let saved = newSalts.filter { withEvents.contains($0.key) }.sorted { $0.key < $1.key }
+            let signed = version >= 2
+            let newRecords = parallelMap(saved.count) { i -> (subjectID: SubjectID, record: SubjectRecord) in
+                let (id, salt) = saved[i]
+                let signature = signed ? Pseudonym.recordMessage(id: id, salt: salt).withUnsafeBytes { signer.sign($0) } : nil
                 return (id, SubjectRecord(salt: salt, signature: signature))
-            })
+            }
+            try store.saveSubjectRecords(newRecords)
+            if records != nil { for new in newRecords { records![new.subjectID] = new.record } }
             let committed = try commit(events, after: log, signer: signer, streams: streams)
             let (cursor, head, warning) = (committed.cursor, committed.head, committed.warning)
             // Cache only salts that are on disk: a new subject whose command appended nothing
@@ -366,7 +380,7 @@ public final class Ledger: Sendable {
             let persisted = salts.filter { newSalts[$0.key] == nil || withEvents.contains($0.key) }
             afterCommit.append { [self] in
                 if committed.warning == nil { remember(committed.signedHead, frontier: committed.frontier) }
-                memory.withLock { $0.salts = persisted; $0.streams = committed.streams }
+                memory.withLock { $0.salts = persisted; $0.records = records; $0.streams = committed.streams }
                 advanceMemory(from: log.end, to: cursor, events: events, head: head)
             }
             return ExecutionReport(results: results, recovered: log.torn, warning: warning)
@@ -404,6 +418,7 @@ public final class Ledger: Sendable {
             memory.withLock { m in
                 m.trustedHead = nil
                 m.salts = nil
+                m.records = nil
                 m.replay = nil
                 m.cursor = nil
                 m.head = nil
