@@ -8,15 +8,16 @@ import PostgresNIO
 /// migration runs in the transaction that holds the ledger's advisory lock, so two processes
 /// never apply one twice, and a database migrated by a newer version is refused, not guessed at.
 ///
-/// Version 1:
+/// The tables (version 1, as later versions changed them: 2 added `head.note`, 3 the table
+/// `subject_map`, 4 `subjects.sig`, 5 dropped the byte offsets of `events` and `line_index`):
 ///
 /// | table          | what it holds                                                                    |
 /// |----------------|----------------------------------------------------------------------------------|
 /// | `ledger`       | one row: the catalogue's canonical bytes and the Ed25519 public key             |
 /// | `signing_key`  | one row: the Ed25519 seed (grant it to the writers' role only)                  |
-/// | `events`       | the log: one row per line (`seq` = position, `byte_offset` as in ledger.jsonl)  |
+/// | `events`       | the log: one row per entry (`seq` = position, `line` = the entry's bytes)        |
 /// | `head`         | one row: the signed head (note), with the seq and hash it names                 |
-/// | `line_index`   | derived: per event, offset, length and subject reference (as lines.idx)        |
+/// | `line_index`   | derived: per entry, its stream key (`subject`, 16 bytes)                         |
 /// | `tree_hashes`  | derived: the Merkle tree's stored hashes in tlog order (as tree.hashes)         |
 /// | `subjects`     | subject id → pseudonym salt (the only personal data)                            |
 /// | `checkpoints`  | signed checkpoints the ledger issued, by tree size                              |
@@ -61,6 +62,14 @@ enum PostgresSchema {
         // Subject records are signed by the ledger's key (NULL in rows of a format-1 ledger).
         Migration(version: 4, description: "signed subject records") { s in
             ["ALTER TABLE \(s).subjects ADD COLUMN sig bytea CHECK (sig IS NULL OR octet_length(sig) = 64)"]
+        },
+        // Rows by sequence number, nothing of a file: the byte offsets that imitated
+        // ledger.jsonl go.
+        Migration(version: 5, description: "entries by sequence number only") { s in
+            [
+                "ALTER TABLE \(s).events DROP COLUMN byte_offset",
+                "ALTER TABLE \(s).line_index DROP COLUMN byte_offset, DROP COLUMN length",
+            ]
         },
     ]
 

@@ -46,7 +46,7 @@ struct Init: ParsableCommand {
             let ledgerName = name ?? "consentledger.local/" + Hex.encode(Sodium().randomBytes(6))
             let store = try root.ledgerStore()
             let ledger = try Ledger.create(store: store, catalog: catalogValue, name: ledgerName, actor: actor)
-            print("Created ledger '\(ledgerName)' at \(store.location)")
+            print("Created ledger '\(ledgerName)' at \(store.names.location)")
             print("  features:   \(catalogValue.features.map(\.key).joined(separator: ", "))")
             print("  public key: \(ledger.publicKey.hex)")
             print("  key id:     \(ledger.keyID)")

@@ -42,20 +42,20 @@ struct Migrate: ParsableCommand {
         try reporting(json: json) {
             let source = try root.ledgerStore()
             let target = try StoreSelection.store(to)
-            guard source.location != target.location else {
-                throw LedgerError.invalidRequest("the source and the target are the same store (\(source.location))")
+            guard source.names.location != target.names.location else {
+                throw LedgerError.invalidRequest("the source and the target are the same store (\(source.names.location))")
             }
             let report = try LedgerCopy.copy(from: source, to: target)
             if json {
                 printJSON(.object([
-                    "ok": .bool(true), "from": .string(source.location), "to": .string(target.location),
+                    "ok": .bool(true), "from": .string(source.names.location), "to": .string(target.names.location),
                     "events": .int(Int64(report.events)), "subjects": .int(Int64(report.subjects)), "checkpoints": .int(Int64(report.checkpoints)),
                     "headSeq": .int(Int64(report.head.seq)), "headHash": .string(report.head.hash.hex), "root": .string(report.root.hex),
                 ]))
             } else {
                 print("Copied \(report.events) events, \(report.subjects) subjects and \(report.checkpoints) checkpoint(s)")
-                print("  from \(source.location)")
-                print("  to   \(target.location)")
+                print("  from \(source.names.location)")
+                print("  to   \(target.names.location)")
                 print("  head: seq \(report.head.seq) \(report.head.hash.hex)")
                 print("  tree root: \(report.root.hex) (verified equal in both)")
             }

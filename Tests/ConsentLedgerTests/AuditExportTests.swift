@@ -122,7 +122,7 @@ import Testing
             try ExportVerifier.verifyConsistency(ConsistencyProof(oldNote: proof.oldNote, newNote: proof.newNote, proof: bad), pinnedKey: try ledger.verifierKey)
         }
         // An old checkpoint whose root is not this log's prefix (a rewritten history) is refused.
-        let signer = SodiumSigner(seed: try ledger.store.readSecretSeed())!
+        let signer = SodiumSigner(seed: try ledger.keys.loadSeed())!
         let forged = SignedNote.sign(Checkpoint(origin: ledger.genesis.ledgerName, size: 5, root: Digest.zero).text, key: try ledger.verifierKey, signer: signer)
         #expect(throws: LedgerError.self) { try ledger.proveConsistency(from: forged) }
     }
@@ -132,10 +132,13 @@ import Testing
         defer { removeFolder(path) }
         let tree = readBytes(path + "/tree.hashes"), index = readBytes(path + "/lines.idx")
         let (before, _) = try ledger.signedCheckpoint()
-        // Deleted (as by an older version or by hand): rebuilt, identical.
+        // Deleted (as by an older version or by hand): computed again by reads, which write
+        // nothing, and made durable, identical, by the next write.
         removeFolder(path + "/tree.hashes", path + "/lines.idx")
         let (after, _) = try ledger.signedCheckpoint()
         #expect(after == before)
+        #expect(!FileManager.default.fileExists(atPath: path + "/tree.hashes") && !FileManager.default.fileExists(atPath: path + "/lines.idx"))
+        try ledger.storeDerivedData()
         #expect(readBytes(path + "/tree.hashes") == tree && readBytes(path + "/lines.idx") == index)
         // Corrupted: verify says so.
         var bad = tree
@@ -163,7 +166,11 @@ import Testing
         writeBytes(garbled, to: path + "/tree.hashes")
         writeBytes(head, to: path + "/head")
         let reopened = try Ledger.open(store: FileLedgerStore(directory: path))
-        _ = try reopened.signedCheckpoint()
-        #expect(readBytes(path + "/tree.hashes") == good)
+        let (checkpoint, _) = try reopened.signedCheckpoint()
+        #expect(checkpoint.size == 13, "the command past the head is read, its tree hashes computed again")
+        #expect(readBytes(path + "/tree.hashes") == garbled, "a read writes nothing")
+        try reopened.execute(LedgerCommand(subjectID: "zoe", request: .give(feature: "timeline", consents: ["required"])))
+        #expect(readBytes(path + "/tree.hashes").prefix(good.count) == good[...], "the next write replaces the untrusted hashes")
+        #expect(try reopened.verify().events == 14)
     }
 }

@@ -128,13 +128,57 @@ extension Ledger {
     /// The stream state a writer would seal `events` with after the log's end, for tests that
     /// hand-craft lines.
     func streamStateForSealing(_ events: [LedgerEvent]) throws -> StreamState {
-        try store.withLock(exclusive: true) {
-            let log = try store.logState()
-            try updateDerived(log)
-            return try streamState(for: Set(events.map { StreamKey.of($0.payload) }), log: log)!.state
-        }
+        try reading { view in try streamState(for: Set(events.map { StreamKey.of($0.payload) }), view)!.state }
     }
 }
 
 /// An empty stream state: for sealing events whose links do not matter to the test.
 func emptyStreams() -> StreamState { StreamState(newest: [:], map: SubjectMap(hasher: OpenSSLSHA256())) }
+
+extension LedgerStore {
+    /// The log's state, read in a transaction of its own.
+    func logState() throws -> LogState { try read { try $0.logState() } }
+
+    /// Every subject record, read in a transaction of its own.
+    func readSubjectRecords() throws -> [SubjectID: SubjectRecord] { try read { try $0.subjectRecords() } }
+}
+
+/// Everything a storage holds besides the log, read through the storage: to compare two
+/// storages, or one before and after a refused command.
+struct StorageSnapshot: Equatable, CustomStringConvertible {
+    var head: ChainHead
+    var size: Int
+    var entries: [[UInt8]]
+    var counts: DerivedCounts
+    var streamKeys: [[UInt8]]
+    var treeHashes: [Digest]
+    var subjectMap: [[UInt8]]
+    var subjects: [SubjectID: SubjectRecord]
+    var checkpoints: [IssuedCheckpoint]
+
+    var description: String { "head \(head), \(size) entries, \(counts), \(subjects.count) subjects, \(checkpoints.count) checkpoints" }
+}
+
+extension LedgerStore {
+    func snapshot() throws -> StorageSnapshot {
+        try read { tx in
+            let log = try tx.logState()
+            var entries: [[UInt8]] = []
+            var keys: [[UInt8]] = []
+            let counts = try tx.derivedCounts()
+            try tx.entries(0..<log.size, batchSize: 100, indexedKeys: false) { batch in
+                for i in 0..<batch.count { entries.append(batch.entry(i)) }
+            }
+            try tx.entries(0..<min(log.size, counts.indexed), batchSize: 100, indexedKeys: true) { batch in
+                keys += batch.indexedKeys ?? []
+            }
+            return StorageSnapshot(
+                head: log.recordedHead, size: log.size, entries: entries, counts: counts, streamKeys: keys,
+                treeHashes: try tx.treeHashes(Array(0..<counts.treeHashes)),
+                subjectMap: try (0..<counts.subjectMapRecords).map { try tx.subjectMapRecord($0) },
+                subjects: try tx.subjectRecords(), checkpoints: try tx.checkpoints())
+        }
+    }
+
+    func readCheckpoints() throws -> [IssuedCheckpoint] { try read { try $0.checkpoints() } }
+}

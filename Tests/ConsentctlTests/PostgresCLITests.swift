@@ -26,18 +26,18 @@ import Testing
     /// Everything the store holds, read through the store: to show that a refused command
     /// changed nothing.
     static func fingerprint(_ url: String) throws -> [String] {
-        let store = try PostgresLedgerStore(url: url)
-        return try store.withLock(exclusive: false) {
-            let log = try store.logState()
-            var parts = ["head \(log.recordedHead)", "end \(log.end)"]
-            try store.scan(from: .start, to: log.end, batchSize: 500, containing: nil) { batch in
-                for i in 0..<batch.count { parts.append(String(decoding: batch.line(i), as: UTF8.self)) }
+        try PostgresLedgerStore(url: url).read { tx in
+            let log = try tx.logState()
+            let counts = try tx.derivedCounts()
+            var parts = ["head \(log.recordedHead)", "size \(log.size)", "\(counts)"]
+            try tx.entries(0..<log.size, batchSize: 500, indexedKeys: false) { batch in
+                for i in 0..<batch.count { parts.append(String(decoding: batch.entry(i), as: UTF8.self)) }
             }
-            let counts = try store.derivedCounts()
-            parts.append("\(try store.readLineLocations(0..<counts.lines))")
-            parts.append("\(try store.readTreeHashes(Array(0..<counts.treeHashes)).map(\.hex))")
-            parts.append("\(try store.readSubjectRecords().sorted { $0.key < $1.key }.map { "\($0.key.text)=\($0.value)" })")
-            parts.append("\(try store.readCheckpoints())")
+            try tx.entries(0..<min(log.size, counts.indexed), batchSize: 500, indexedKeys: true) { batch in parts.append("\(batch.indexedKeys ?? [])") }
+            parts.append("\(try tx.treeHashes(Array(0..<counts.treeHashes)).map(\.hex))")
+            parts.append("\(try (0..<counts.subjectMapRecords).map { try tx.subjectMapRecord($0) })")
+            parts.append("\(try tx.subjectRecords().sorted { $0.key < $1.key }.map { "\($0.key.text)=\($0.value)" })")
+            parts.append("\(try tx.checkpoints())")
             return parts
         }
     }

@@ -9,11 +9,13 @@ import Synchronization
 /// cores; what must run in order (sequence numbers, links, rules) runs on a serial queue while
 /// the next batch is decoded, so neither stage waits for the other.
 struct LogChecker {
-    let store: any LedgerStore
+    let tx: any LedgerReadTransaction
+    /// The storage's names, for messages.
+    let names: StorageNames
     let hasher: any SHA256Hasher
     /// Check key ids and signatures (verify), or only links and rules (replay).
     let signatures: (verifier: any SignatureVerifier, publicKey: PublicKey, keyID: String)?
-    /// Also check the derived data (line index and stored tree hashes) against the lines.
+    /// Also check the derived data (per-subject index and stored tree hashes) against the entries.
     var checkDerived = false
     /// Check the line index only (the stored tree hashes are behind the log).
     var checkIndexOnly = false
@@ -27,9 +29,10 @@ struct LogChecker {
         let event: LedgerEvent
         let prev: Digest
         let hash: Digest
-        /// Merkle leaf hash and line location, when derived data is checked.
+        /// Merkle leaf hash, when the tree is hashed.
         let leaf: Digest?
-        let location: LineLocation?
+        /// The stream key the storage's index holds for this entry, when the index is checked.
+        let indexedKey: [UInt8]?
         let version: Int64
         let stream: StreamLink
     }
@@ -104,8 +107,10 @@ struct LogChecker {
         init(_ progress: Progress) { self.progress = progress }
     }
 
-    /// Checks lines `from` up to `end`, continuing `progress`. Throws the first failure in log order.
-    func run(from: LogCursor, to end: LogCursor, head: ChainHead?, progress start: Progress) throws -> Progress {
+    /// Checks entries `from` up to `end`, continuing `progress`. Throws the first failure in log
+    /// order. With `end` past the log's complete commits, checks whatever complete entries
+    /// follow them (to name the first bad entry of a damaged tail).
+    func run(from: Int, to end: Int, head: ChainHead?, progress start: Progress) throws -> Progress {
         let box = ProgressBox(start)
         let failure = Mutex<LedgerError?>(nil)
         let ordered = DispatchQueue(label: "consentledger.log-checker")
@@ -117,15 +122,21 @@ struct LogChecker {
         let checkIndexOnly = self.checkIndexOnly
         let rootsWanted = self.rootsWanted
         let hashLeaves = checkDerived || !rootsWanted.isEmpty
-        let store = self.store
+        let tx = self.tx
+        let names = self.names
         do {
-            try store.scan(from: from, to: end, batchSize: 4096, containing: nil) { batch in
+            try tx.entries(from..<end, batchSize: 4096, indexedKeys: checkDerived) { batch in
                 if let failed = failure.withLock({ $0 }) { throw failed }
                 let outcomes = parallelMap(batch.count, minimumForParallel: 256) { i in
-                    batch.withLine(i) { line in
-                        Self.check(line, number: batch.number(i), hasher: hasher, signatures: signatures, hashLeaf: hashLeaves, location: checkDerived ? { batch.location(i, subject: $0) } : nil)
+                    batch.withEntry(i) { line in
+                        Self.check(line, number: batch.seq(i) + 1, hasher: hasher, signatures: signatures, hashLeaf: hashLeaves, indexedKey: batch.indexedKeys?[i])
                     }
                 }
+                // The stored hashes of a batch's entries are those between the stored counts of
+                // the tree before and after it.
+                let storedHashes = checkDerived && !checkIndexOnly
+                    ? try tx.treeHashes(Array(MerkleTree.storedHashCount(Int64(batch.firstSeq))..<MerkleTree.storedHashCount(Int64(batch.firstSeq + batch.count))))
+                    : []
                 slots.wait()
                 ordered.async {
                     defer { slots.signal() }
@@ -139,13 +150,11 @@ struct LogChecker {
                         }
                     }
                     if hashLeaves {
-                        do {
+                        do throws(LedgerError) {
                             let expected = Self.extendTree(outcomes, hasher: hasher, rootsWanted: rootsWanted, progress: &box.progress)
-                            if checkDerived { try Self.checkDerived(outcomes, expected: expected, store: store, tree: !checkIndexOnly, progress: &box.progress) }
-                        } catch let error as LedgerError {
-                            failure.withLock { $0 = error }
+                            if checkDerived && !checkIndexOnly { try Self.checkTree(expected: expected, stored: storedHashes, names: names, progress: &box.progress) }
                         } catch {
-                            failure.withLock { $0 = .storage("\(error)") }
+                            failure.withLock { $0 = error }
                         }
                     }
                 }
@@ -161,7 +170,7 @@ struct LogChecker {
         return box.progress
     }
 
-    private static func check(_ line: UnsafeBufferPointer<UInt8>, number: Int, hasher: any SHA256Hasher, signatures: (verifier: any SignatureVerifier, publicKey: PublicKey, keyID: String)?, hashLeaf: Bool, location: (([UInt8]) -> LineLocation)?) -> LineOutcome {
+    private static func check(_ line: UnsafeBufferPointer<UInt8>, number: Int, hasher: any SHA256Hasher, signatures: (verifier: any SignatureVerifier, publicKey: PublicKey, keyID: String)?, hashLeaf: Bool, indexedKey: [UInt8]?) -> LineOutcome {
         do throws(EventDecodingError) {
             let (body, signature) = try EventCodec.splitLine(line, decodeSignature: signatures != nil)
             let read = try EventBodyReader.read(body)
@@ -186,10 +195,11 @@ struct LogChecker {
                 return .failed(IntegrityFailure(line: number, seq: event.seq, problem: "the published catalogue's SHA-256 differs from its 'catalog' member"))
             }
             var leaf: Digest?
-            var where_: LineLocation?
             if hashLeaf { leaf = MerkleTree.leafHash(UnsafeRawBufferPointer(line), hasher: hasher) }
-            if let location { where_ = location(StreamKey.of(event.payload)) }
-            return .checked(CheckedLine(number: number, event: event, prev: prev, hash: hasher.sha256(UnsafeRawBufferPointer(body)), leaf: leaf, location: where_, version: read.version, stream: read.stream))
+            if let indexedKey, indexedKey != StreamKey.of(event.payload) {
+                return .failed(IntegrityFailure(line: number, seq: event.seq, problem: "the per-subject index gives this entry another stream than its event's"))
+            }
+            return .checked(CheckedLine(number: number, event: event, prev: prev, hash: hasher.sha256(UnsafeRawBufferPointer(body)), leaf: leaf, indexedKey: indexedKey, version: read.version, stream: read.stream))
         } catch {
             return .failed(IntegrityFailure(line: number, seq: nil, problem: error.problem))
         }
@@ -221,21 +231,11 @@ struct LogChecker {
         return expected
     }
 
-    /// Compares a batch's line locations and Merkle tree hashes with the stored ones.
-    private static func checkDerived(_ outcomes: [LineOutcome], expected: [Digest], store: any LedgerStore, tree: Bool, progress: inout Progress) throws {
-        var lines: [CheckedLine] = []
-        for case .checked(let line) in outcomes { lines.append(line) }
-        guard let first = lines.first else { return }
-        let stored = try store.readLineLocations((first.number - 1)..<(first.number - 1 + lines.count))
-        for (i, line) in lines.enumerated() {
-            guard stored[i] == line.location else {
-                throw LedgerError.integrity(IntegrityFailure(line: line.number, seq: line.event.seq, problem: "the line index entry differs from the log (\(store.derivedRepair))"))
-            }
-        }
-        guard tree else { return }
-        let storedHashes = try store.readTreeHashes(Array(progress.treeIndex..<(progress.treeIndex + Int64(expected.count))))
-        if let bad = zip(storedHashes, expected).enumerated().first(where: { $0.element.0 != $0.element.1 }) {
-            throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "tree hash \(progress.treeIndex + Int64(bad.offset)) differs from the log (\(store.derivedRepair))"))
+    /// Compares a batch's Merkle tree hashes with the stored ones. (Each entry's index key was
+    /// compared in the parallel stage; the storage checked the rest of its index.)
+    private static func checkTree(expected: [Digest], stored: [Digest], names: StorageNames, progress: inout Progress) throws(LedgerError) {
+        if let bad = zip(stored, expected).enumerated().first(where: { $0.element.0 != $0.element.1 }) ?? (stored.count == expected.count ? nil : (min(stored.count, expected.count), (Digest.zero, Digest.zero))) {
+            throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "tree hash \(progress.treeIndex + Int64(bad.offset)) differs from the log (\(names.derivedRepair))"))
         }
         progress.treeIndex += Int64(expected.count)
     }

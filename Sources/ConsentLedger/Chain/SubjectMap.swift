@@ -79,7 +79,8 @@ public struct SubjectMap: @unchecked Sendable {
     }
 
     let hasher: any SHA256Hasher
-    private let read: (Int64) throws -> [UInt8]
+    /// Reads a stored record by index: through the transaction the map is used in.
+    var reader: (Int64) throws -> [UInt8]
     private let tree: Tree
 
     /// The root; call ``computeRoot()`` first after changes.
@@ -94,14 +95,14 @@ public struct SubjectMap: @unchecked Sendable {
     /// An empty map, with nothing stored.
     public init(hasher: any SHA256Hasher) {
         self.hasher = hasher
-        self.read = { throw Damaged(problem: "no stored record \($0)") }
+        self.reader = { throw Damaged(problem: "no stored record \($0)") }
         self.tree = Tree(root: .empty, rootHash: .zero, keyCount: 0)
     }
 
     /// The map whose root record is `root`, its nodes read from a store by record index.
     init(hasher: any SHA256Hasher, root: SubjectMapRecord.Root, read: @escaping (Int64) throws -> [UInt8]) {
         self.hasher = hasher
-        self.read = read
+        self.reader = read
         self.tree = Tree(root: root.node.map { .unread($0, root.hash) } ?? .empty, rootHash: root.hash, keyCount: root.keyCount)
     }
 
@@ -161,7 +162,7 @@ public struct SubjectMap: @unchecked Sendable {
     private func load(_ index: Int64, expected: Digest) throws -> Node {
         let decoded: SubjectMapRecord.Decoded
         do {
-            decoded = try SubjectMapRecord.decodeNode(try read(index))
+            decoded = try SubjectMapRecord.decodeNode(try reader(index))
         } catch let error as Damaged {
             throw error
         } catch {

@@ -75,13 +75,15 @@ public let systemClock: LedgerClock = {
     return Timestamp(millisecondsSinceEpoch: Int64(ts.tv_sec) * 1000 + Int64(ts.tv_nsec) / 1_000_000)
 }
 
-/// A consent ledger: the rules, the chain and a store put together.
+/// A consent ledger: the rules, the chain, a storage and a signing key put together.
 ///
 /// State is always what replaying the log gives. A ledger opened for many commands keeps a
 /// replay in memory (``loadAll()``) and checks before each write that the log has not moved
 /// on; otherwise it replays just the subjects a command touches.
 public final class Ledger: Sendable {
     public let store: any LedgerStore
+    /// Where the signing key is; only writes load it.
+    public let keys: any KeyStore
     public let catalog: Catalog
     public let catalogBytes: [UInt8]
     public let genesis: LedgerCreated
@@ -111,9 +113,9 @@ public final class Ledger: Sendable {
         /// record when it first uses it, without reading the whole file each time.
         var records: [SubjectID: SubjectRecord]?
         var signer: SodiumSigner?
-        /// A full replay with the cursor it reached, when loaded.
+        /// A full replay with the log size it reached, when loaded.
         var replay: LedgerReplay?
-        var cursor: LogCursor?
+        var size: Int?
         var head: ChainHead?
         /// The streams as this process last committed them (the subject map with its node
         /// cache, and the newest event of each stream it wrote), with the index of the map's
@@ -121,8 +123,9 @@ public final class Ledger: Sendable {
         var streams: (state: StreamState, nextIndex: Int64)?
     }
 
-    private init(store: any LedgerStore, catalog: Catalog, catalogBytes: [UInt8], genesis: LedgerCreated, genesisTime: Timestamp, version: Int64, publicKey: PublicKey, chain: HashChain, verifier: any SignatureVerifier, clock: @escaping LedgerClock, random: @escaping RandomSource, signer: SodiumSigner?) {
+    private init(store: any LedgerStore, keys: any KeyStore, catalog: Catalog, catalogBytes: [UInt8], genesis: LedgerCreated, genesisTime: Timestamp, version: Int64, publicKey: PublicKey, chain: HashChain, verifier: any SignatureVerifier, clock: @escaping LedgerClock, random: @escaping RandomSource, signer: SodiumSigner?) {
         self.store = store
+        self.keys = keys
         self.version = version
         self.catalog = catalog
         self.catalogBytes = catalogBytes
@@ -140,9 +143,11 @@ public final class Ledger: Sendable {
     // MARK: - Creating and opening
 
     /// Creates a ledger: a fresh key pair unless `signer` is given, the catalogue, and the genesis
-    /// event that pins both.
+    /// event that pins both. The key goes to `keys` (by default the storage's own place for it),
+    /// after the ledger exists, so a key is never written over another ledger's.
     public static func create(
         store: any LedgerStore,
+        keys: (any KeyStore)? = nil,
         catalog: Catalog,
         name: String,
         actor: String = "consentctl",
@@ -162,7 +167,8 @@ public final class Ledger: Sendable {
         let catalogBytes = CatalogCodec.canonicalBytes(catalog)
         let created = LedgerCreated(ledgerName: name, catalogHash: chain.hasher.sha256(catalogBytes).hex, publicKey: signer.publicKey.hex)
         let event = LedgerEvent(seq: 0, at: clock(), actor: actor, command: CommandSpan(first: 0, size: 1), payload: .ledgerCreated(created))
-        let (records, head) = try chain.seal([event], after: .zero, signer: signer, streams: StreamState(newest: [:], map: SubjectMap(hasher: chain.hasher)))
+        var streams: StreamState? = StreamState(newest: [:], map: SubjectMap(hasher: chain.hasher))
+        let (records, head) = try chain.seal([event], after: .zero, signer: signer, streams: &streams)
         let key: NoteVerifierKey
         do {
             key = try NoteVerifierKey(name: name, publicKey: signer.publicKey, hasher: chain.hasher)
@@ -170,22 +176,24 @@ public final class Ledger: Sendable {
             throw LedgerError.invalidRequest("ledger name: \(error)")
         }
         var frontier = MerkleFrontier()
-        frontier.append(MerkleTree.leafHash(records[0].lineWithoutNewline, hasher: chain.hasher), hasher: chain.hasher)
+        let hashes = frontier.append(MerkleTree.leafHash(records[0].lineWithoutNewline, hasher: chain.hasher), hasher: chain.hasher)
         let signedHead = SignedHead.sign(Checkpoint(origin: name, size: 1, root: frontier.root(hasher: chain.hasher)), chainHash: head, key: key, signer: signer)
-        try store.create(LedgerSetup(catalog: catalogBytes, publicKey: signer.publicKey, secretSeed: signer.seed, genesis: records[0], head: signedHead))
-        let ledger = Ledger(store: store, catalog: catalog, catalogBytes: catalogBytes, genesis: created, genesisTime: event.at, version: records[0].version, publicKey: signer.publicKey, chain: chain, verifier: Sodium(), clock: clock, random: random, signer: signer)
-        try store.withLock(exclusive: true) { try ledger.updateDerived(try store.logState()) }
-        return ledger
+        let derived = DerivedUpdate(indexFrom: 0, streamKeys: [SubjectMap.ledgerStream], treeFrom: 0, treeHashes: hashes, subjectMap: (streams!.map.takeNewRecords(firstIndex: 0, coveringSize: 1), 0))
+        try store.create(LedgerSetup(catalog: catalogBytes, publicKey: signer.publicKey, genesis: records[0], derived: derived, head: signedHead))
+        let keys = keys ?? store.keyStore
+        try keys.saveSeed(signer.seed)
+        return Ledger(store: store, keys: keys, catalog: catalog, catalogBytes: catalogBytes, genesis: created, genesisTime: event.at, version: records[0].version, publicKey: signer.publicKey, chain: chain, verifier: Sodium(), clock: clock, random: random, signer: signer)
     }
 
     /// Opens a ledger. Checks that the genesis event is signed by the stored public key and pins
     /// the stored catalogue; anything else is an integrity failure.
-    public static func open(store: any LedgerStore, clock: @escaping LedgerClock = systemClock, random: @escaping RandomSource = systemRandom) throws -> Ledger {
+    public static func open(store: any LedgerStore, keys: (any KeyStore)? = nil, clock: @escaping LedgerClock = systemClock, random: @escaping RandomSource = systemRandom) throws -> Ledger {
         let chain = HashChain()
         let verifier = Sodium()
-        let publicKey = try store.readPublicKey()
-        let catalogBytes = try store.readCatalog()
-        let firstLine = try store.readFirstLine()
+        let (catalogBytes, publicKey, firstLine) = try store.read { tx in
+            let (catalog, key) = try tx.metadata()
+            return (catalog, key, try tx.entry(0))
+        }
         let record: EventRecord
         do {
             record = try EventCodec.decode(line: firstLine)
@@ -215,7 +223,7 @@ public final class Ledger: Sendable {
         } catch {
             throw fail("stored catalogue: \(error)")
         }
-        return Ledger(store: store, catalog: catalog, catalogBytes: catalogBytes, genesis: created, genesisTime: record.event.at, version: record.version, publicKey: publicKey, chain: chain, verifier: verifier, clock: clock, random: random, signer: nil)
+        return Ledger(store: store, keys: keys ?? store.keyStore, catalog: catalog, catalogBytes: catalogBytes, genesis: created, genesisTime: record.event.at, version: record.version, publicKey: publicKey, chain: chain, verifier: verifier, clock: clock, random: random, signer: nil)
     }
 
     // MARK: - Subjects
@@ -247,7 +255,7 @@ public final class Ledger: Sendable {
     func salt(of subjectID: String) throws -> [UInt8]? {
         let id = SubjectID(subjectID)
         if let cached = memory.withLock({ $0.salts?[id] }) { return cached }
-        guard let record = try store.readSubjectRecord(id) else { return nil }
+        guard let record = try store.read({ tx in try tx.subjectRecord(id) }) else { return nil }
         try checkRecord(id, record)
         return record.salt
     }
@@ -257,7 +265,7 @@ public final class Ledger: Sendable {
     /// a record altered or made up, a read would find none of the patient's events and answer
     /// "no consents", and a write would file the patient's choices under another pseudonym.
     func checkRecord(_ id: SubjectID, _ record: SubjectRecord) throws {
-        let place = "\(store.subjectsPlace) of \(store.location)"
+        let place = "\(store.names.subjects) of \(store.names.location)"
         guard record.salt.count == Pseudonym.saltLength else {
             throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the subject record of \(id.text.debugDescription) in \(place) has a salt of \(record.salt.count) bytes, not \(Pseudonym.saltLength)"))
         }
@@ -272,8 +280,8 @@ public final class Ledger: Sendable {
 
     /// Every subject record of the store, each checked (``checkRecord(_:_:)``), on all cores; the
     /// failure reported is that of the first failing id in byte order.
-    func subjectSalts() throws -> [SubjectID: [UInt8]] {
-        let records = try store.readSubjectRecords().sorted { $0.key < $1.key }
+    func subjectSalts(_ tx: any LedgerReadTransaction) throws -> [SubjectID: [UInt8]] {
+        let records = try tx.subjectRecords().sorted { $0.key < $1.key }
         let failures = parallelMap(records.count) { [self] i -> LedgerError? in
             do {
                 try checkRecord(records[i].key, records[i].value)
@@ -300,10 +308,8 @@ public final class Ledger: Sendable {
             try LedgerCommand.validate(subjectID: command.subjectID, actor: command.actor)
         }
         let signer = try signingKey()
-        return try writing { afterCommit in
-            let log = try store.logState()
-            try checkHead(log)
-            try updateDerived(log)
+        return try writing { tx, view, afterCommit in
+            let log = view.log
             // Subject references; a new subject gets a salt that is saved only if it gets events.
             // Remembered salts were checked; a record read now is checked before it is used.
             var salts = memory.withLock { $0.salts } ?? [:]
@@ -312,7 +318,7 @@ public final class Ledger: Sendable {
             if !unchecked.isEmpty {
                 // The file is read again only for an id the last reading did not have (a new
                 // subject, or one another writer added).
-                if records == nil || unchecked.contains(where: { records?[$0] == nil }) { records = try store.readSubjectRecords() }
+                if records == nil || unchecked.contains(where: { records?[$0] == nil }) { records = try tx.subjectRecords() }
                 for id in unchecked {
                     guard let record = records?[id] else { continue }
                     try checkRecord(id, record)
@@ -330,10 +336,10 @@ public final class Ledger: Sendable {
                 }
                 refs[id] = subjectRef(id: command.subjectID, salt: salts[id]!)
             }
-            let versions = try catalogVersions(log)
+            let versions = try catalogVersions(view)
             let catalog = versions.last!.catalog
-            var states = try currentStates(of: Set(refs.values), log: log, versions: versions)
-            let streams = try streamState(for: Set(refs.values.map { StreamKey.of(subject: $0) }), log: log)
+            var states = try currentStates(of: Set(refs.values), view, versions: versions)
+            let streams = try streamState(for: Set(refs.values.map { StreamKey.of(subject: $0) }), view)
             let at = max(clock(), log.last.event.at)
             var nextSeq = log.last.event.seq + 1
             var results: [CommandResult] = []
@@ -370,10 +376,9 @@ public final class Ledger: Sendable {
                 let signature = signed ? Pseudonym.recordMessage(id: id, salt: salt).withUnsafeBytes { signer.sign($0) } : nil
                 return (id, SubjectRecord(salt: salt, signature: signature))
             }
-            try store.saveSubjectRecords(newRecords)
             if records != nil { for new in newRecords { records![new.subjectID] = new.record } }
-            let committed = try commit(events, after: log, signer: signer, streams: streams)
-            let (cursor, head, warning) = (committed.cursor, committed.head, committed.warning)
+            let committed = try commit(events, view, tx, signer: signer, streams: streams, subjects: newRecords)
+            let (size, head, warning) = (committed.size, committed.head, committed.warning)
             // Cache only salts that are on disk: a new subject whose command appended nothing
             // gets a fresh salt next time, saved with its first events.
             // Remembered only once the store has committed (see ``writing(_:)``).
@@ -381,7 +386,7 @@ public final class Ledger: Sendable {
             afterCommit.append { [self] in
                 if committed.warning == nil { remember(committed.signedHead, frontier: committed.frontier) }
                 memory.withLock { $0.salts = persisted; $0.records = records; $0.streams = committed.streams }
-                advanceMemory(from: log.end, to: cursor, events: events, head: head)
+                advanceMemory(from: log.size, to: size, events: events, head: head)
             }
             return ExecutionReport(results: results, recovered: log.torn, warning: warning)
         }
@@ -404,23 +409,24 @@ public final class Ledger: Sendable {
         }
     }
 
-    /// Runs a write under the exclusive lock. The body does not touch what the ledger remembers
-    /// about the log (replay, cursor, salts): it lists those updates in `afterCommit`, and they
-    /// are applied only once the store has committed, so that no other writer of this process
-    /// ever sees state a PostgreSQL transaction rolled back. When the write fails, everything
-    /// remembered is dropped and read again next time.
-    func writing<T>(_ body: (_ afterCommit: inout [() -> Void]) throws -> T) throws -> T {
+    /// Runs a write in the storage's write transaction, with the view of the log in it. The body
+    /// does not touch what the ledger remembers about the log (replay, size, salts): it lists
+    /// those updates in `afterCommit`, and they are applied only once the storage has
+    /// committed, so that no other writer of this process ever sees state a PostgreSQL
+    /// transaction rolled back. When the write fails, everything remembered is dropped and read
+    /// again next time.
+    func writing<T>(_ body: (any LedgerWriteTransaction, LogView, _ afterCommit: inout [() -> Void]) throws -> T) throws -> T {
         var afterCommit: [() -> Void] = []
         let result: T
         do {
-            result = try store.withLock(exclusive: true) { try body(&afterCommit) }
+            result = try store.write { tx in try body(tx, try view(tx), &afterCommit) }
         } catch {
             memory.withLock { m in
                 m.trustedHead = nil
                 m.salts = nil
                 m.records = nil
                 m.replay = nil
-                m.cursor = nil
+                m.size = nil
                 m.head = nil
                 m.streams = nil
             }
@@ -435,7 +441,7 @@ public final class Ledger: Sendable {
     func recordIssued(_ checkpoint: IssuedCheckpoint) {
         guard lastRecordedCheckpoint.withLock({ $0 }) != checkpoint.size else { return }
         do {
-            try store.withLock(exclusive: true) { try store.recordCheckpoint(checkpoint) }
+            try store.write { tx in try tx.recordCheckpoint(checkpoint) }
             lastRecordedCheckpoint.withLock { $0 = checkpoint.size }
         } catch {
             lastWarning.withLock { $0 = "the checkpoint of size \(checkpoint.size) is valid, but recording it in the store failed: \(error)" }
@@ -468,11 +474,11 @@ public final class Ledger: Sendable {
     }
 
     /// Applies appended events to the in-memory replay, if there is one and it had reached `from`.
-    func advanceMemory(from: LogCursor, to cursor: LogCursor, events: [LedgerEvent], head: ChainHead) {
+    func advanceMemory(from: Int, to size: Int, events: [LedgerEvent], head: ChainHead) {
         memory.withLock { memory in
-            if memory.replay != nil, memory.cursor == from {
+            if memory.replay != nil, memory.size == from {
                 for event in events { try? memory.replay!.apply(event) }
-                memory.cursor = cursor
+                memory.size = size
                 memory.head = head
             }
         }
@@ -480,7 +486,7 @@ public final class Ledger: Sendable {
 
     func signingKey() throws -> SodiumSigner {
         if let signer = memory.withLock({ $0.signer }) { return signer }
-        let seed = try store.readSecretSeed()
+        let seed = try keys.loadSeed()
         guard let signer = SodiumSigner(seed: seed), signer.publicKey == publicKey else {
             throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the secret key does not belong to the ledger's public key"))
         }
@@ -507,33 +513,34 @@ public final class Ledger: Sendable {
             do {
                 try signed.verify(key: try verifierKey, verifier: verifier)
             } catch {
-                throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the signed head of \(store.location) does not verify with the ledger's key: \(error)"))
+                throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the signed head of \(store.names.location) does not verify with the ledger's key: \(error)"))
             }
             guard signed.checkpoint.origin == genesis.ledgerName else {
-                throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the signed head of \(store.location) is for '\(signed.checkpoint.origin)', not '\(genesis.ledgerName)'"))
+                throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the signed head of \(store.names.location) is for '\(signed.checkpoint.origin)', not '\(genesis.ledgerName)'"))
             }
         }
     }
 
     /// States of some subjects at the end of the log: from the in-memory replay when it is
     /// current (catching up if the log moved on), otherwise by replaying those subjects' events.
-    private func currentStates(of subjects: Set<SubjectRef>, log: LogState, versions: [CatalogVersion]) throws -> [SubjectRef: SubjectState] {
-        let warm = memory.withLock { m -> (LedgerReplay, LogCursor, Digest)? in
-            guard let replay = m.replay, let cursor = m.cursor, let head = m.head else { return nil }
-            return (replay, cursor, head.hash)
+    private func currentStates(of subjects: Set<SubjectRef>, _ view: LogView, versions: [CatalogVersion]) throws -> [SubjectRef: SubjectState] {
+        let log = view.log
+        let warm = memory.withLock { m -> (LedgerReplay, Int, Digest)? in
+            guard let replay = m.replay, let size = m.size, let head = m.head else { return nil }
+            return (replay, size, head.hash)
         }
-        if var (replay, cursor, hash) = warm {
-            if cursor != log.end {
-                hash = try replayLines(from: cursor, to: log.end, into: &replay, after: hash)
-                cursor = log.end
-                let (r, c, h) = (replay, cursor, ChainHead(seq: log.last.event.seq, hash: hash))
-                memory.withLock { $0.replay = r; $0.cursor = c; $0.head = h }
+        if var (replay, size, hash) = warm, size <= log.size {
+            if size != log.size {
+                hash = try replayLines(view.tx, from: size, to: log.size, into: &replay, after: hash)
+                size = log.size
+                let (r, c, h) = (replay, size, ChainHead(seq: log.last.event.seq, hash: hash))
+                memory.withLock { $0.replay = r; $0.size = c; $0.head = h }
             }
             return Dictionary(uniqueKeysWithValues: subjects.map { ($0, replay.state(of: $0)) })
         }
         var states: [SubjectRef: SubjectState] = [:]
         for subject in subjects {
-            states[subject] = try subjectEvents(subject, log: log, until: nil, versions: versions).state
+            states[subject] = try subjectEvents(subject, view, until: nil, versions: versions).state
         }
         return states
     }
@@ -545,25 +552,26 @@ public final class Ledger: Sendable {
     /// `verify`'s job.
     public func report(for subjectID: String, asOf: Timestamp? = nil) throws -> SubjectReport {
         try Self.validateText(subjectID, what: "subject id", maxBytes: 256)
-        return try withCurrentDerived { log in
-            let versions = try catalogVersions(log)
+        return try reading { view in
+            let log = view.log
+            let versions = try catalogVersions(view)
             let catalog = Self.catalog(in: versions, at: asOf)
             guard let ref = try subjectRef(for: subjectID) else {
                 let empty = SubjectState()
                 return SubjectReport(subjectID: subjectID, subject: nil, state: empty, events: [], listing: ConsentListing(state: empty, catalog: catalog), torn: log.torn)
             }
-            let (state, events) = try subjectEvents(ref, log: log, until: asOf, versions: versions)
+            let (state, events) = try subjectEvents(ref, view, until: asOf, versions: versions)
             return SubjectReport(subjectID: subjectID, subject: ref, state: state, events: events, listing: ConsentListing(state: state, catalog: catalog), torn: log.torn)
         }
     }
 
     /// A subject's events (``streamEntries(_:log:)``), replayed under the catalogue in force
     /// before each.
-    private func subjectEvents(_ subject: SubjectRef, log: LogState, until: Timestamp?, versions: [CatalogVersion]) throws -> (state: SubjectState, events: [LedgerEvent]) {
+    private func subjectEvents(_ subject: SubjectRef, _ view: LogView, until: Timestamp?, versions: [CatalogVersion]) throws -> (state: SubjectState, events: [LedgerEvent]) {
         var state = SubjectState()
         var events: [LedgerEvent] = []
         guard Hex.decode(subject.value)?.count == 16 else { return (state, events) }
-        for entry in try streamEntries(StreamKey.of(subject: subject), log: log) {
+        for entry in try streamEntries(StreamKey.of(subject: subject), view) {
             let record = entry.record
             if let until, record.event.at > until { break }
             if version < 2 { try checkSignature(record, line: entry.seq + 1) }
@@ -599,34 +607,34 @@ public final class Ledger: Sendable {
     /// not scan the log. Returns the replay.
     @discardableResult
     public func loadAll() throws -> LedgerReplay {
-        try store.withLock(exclusive: false) {
-            let log = try store.logState()
+        try store.read { tx in
+            let log = try tx.logState()
             try checkHead(log)
             var replay = LedgerReplay(catalog: catalog)
-            let hash = try replayLines(from: .start, to: log.end, into: &replay, after: .zero)
+            let hash = try replayLines(tx, from: 0, to: log.size, into: &replay, after: .zero)
             let (result, head) = (replay, ChainHead(seq: log.last.event.seq, hash: hash))
-            memory.withLock { $0.replay = result; $0.cursor = log.end; $0.head = head }
+            memory.withLock { $0.replay = result; $0.size = log.size; $0.head = head }
             return result
         }
     }
 
-    /// The in-memory replay and the log position it reached, if ``loadAll()`` made one.
-    func warmReplay() -> (LedgerReplay, LogCursor)? {
+    /// The in-memory replay and the log size it reached, if ``loadAll()`` made one.
+    func warmReplay() -> (LedgerReplay, Int)? {
         memory.withLock { m in
-            guard let replay = m.replay, let cursor = m.cursor else { return nil }
-            return (replay, cursor)
+            guard let replay = m.replay, let size = m.size else { return nil }
+            return (replay, size)
         }
     }
 
     /// Drops the in-memory replay; later calls read the log again.
     public func unload() {
-        memory.withLock { $0.replay = nil; $0.cursor = nil; $0.head = nil }
+        memory.withLock { $0.replay = nil; $0.size = nil; $0.head = nil }
     }
 
     /// Replays lines into `replay`, checking each event's hash link (the chain, not the
     /// signatures: that is `verify`'s work). Returns the hash of the last event replayed.
-    func replayLines(from: LogCursor, to end: LogCursor, into replay: inout LedgerReplay, after start: Digest) throws -> Digest {
-        let checker = LogChecker(store: store, hasher: chain.hasher, signatures: nil)
+    func replayLines(_ tx: any LedgerReadTransaction, from: Int, to end: Int, into replay: inout LedgerReplay, after start: Digest) throws -> Digest {
+        let checker = LogChecker(tx: tx, names: store.names, hasher: chain.hasher, signatures: nil)
         let result = try checker.run(from: from, to: end, head: nil, progress: LogChecker.Progress(replay: replay, previous: start))
         replay = result.replay
         return result.previous

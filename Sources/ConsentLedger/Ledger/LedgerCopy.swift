@@ -27,50 +27,83 @@ public enum LedgerCopy {
     public static func copy(from source: any LedgerStore, to target: any LedgerStore, batchLines: Int = 4096) throws -> LedgerCopyReport {
         let original = try Ledger.open(store: source)
         let sourceReport = try original.verify()
-        let (end, setup, checkpoints, salts) = try source.withLock(exclusive: false) {
-            let log = try source.logState()
+        let signer = try original.signingKey()
+        let (size, setup, head, checkpoints, salts) = try source.read { tx in
+            let view = try original.view(tx)
+            let log = view.log
             guard log.last.event.seq == sourceReport.head.seq else {
                 throw LedgerError.invalidRequest("the source ledger changed while it was being copied; try again")
             }
-            let genesis = try EventCodec.decode(line: try source.readFirstLine())
+            let (catalog, publicKey) = try tx.metadata()
+            let genesisLine = try tx.entry(0)
+            let genesis = try EventCodec.decode(line: genesisLine)
             // The copy carries the source's signed head as it is; only a source whose head is
             // of the older unsigned form, or behind its log, gets a head signed for it now.
-            let head = try log.signedHead.flatMap { $0.seq == log.last.event.seq ? $0 : nil } ?? original.signHead(for: log)
+            let head = try log.signedHead.flatMap { $0.seq == log.last.event.seq ? $0 : nil } ?? original.signHead(for: view)
+            // The copy starts as a ledger of its genesis event alone (its head signed again: the
+            // same bytes as the source's first head, signatures being deterministic), grows
+            // ahead of that head, and gets the source's head with its last entries.
+            var frontier = MerkleFrontier()
+            let hasher = original.chain.hasher
+            let hashes = frontier.append(MerkleTree.leafHash(genesisLine, hasher: hasher), hasher: hasher)
+            var map: SubjectMapRecords?
+            if original.version >= 2 {
+                var genesisMap = SubjectMap(hasher: hasher)
+                try genesisMap.set(SubjectMap.ledgerStream, seq: 0)
+                map = genesisMap.takeNewRecords(firstIndex: 0, coveringSize: 1)
+            }
+            let first = SignedHead.sign(Checkpoint(origin: original.genesis.ledgerName, size: 1, root: frontier.root(hasher: hasher)),
+                                        chainHash: original.chain.hash(ofBody: genesis.body), key: try original.verifierKey, signer: signer)
             let setup = LedgerSetup(
-                catalog: try source.readCatalog(), publicKey: try source.readPublicKey(), secretSeed: try source.readSecretSeed(),
-                genesis: genesis, head: head)
-            return (log.end, setup, try source.readCheckpoints(), try source.readSubjectRecords())
+                catalog: catalog, publicKey: publicKey, genesis: genesis,
+                derived: DerivedUpdate(indexFrom: 0, streamKeys: [SubjectMap.ledgerStream], treeFrom: 0, treeHashes: hashes, subjectMap: map.map { ($0, 0) }),
+                head: first)
+            return (log.size, setup, head, try tx.checkpoints(), try tx.subjectRecords())
         }
         try target.create(setup)
-        let genesisEnd = LogCursor(offset: UInt64(setup.genesis.line.count), lines: 1)
-        try target.withLock(exclusive: true) {
-            try target.saveSubjectRecords(salts.sorted { $0.key < $1.key }.map { ($0.key, $0.value) })
-            var cursor = genesisEnd
-            // The source is read under its shared lock, so the lines are those of a complete
-            // ledger; a writer there waits until the copy has read them.
-            try source.withLock(exclusive: false) {
-                try source.scan(from: genesisEnd, to: end, batchSize: batchLines, containing: nil) { batch in
-                    var bytes: [UInt8] = []
-                    for i in 0..<batch.count {
-                        bytes += batch.line(i)
-                        bytes.append(0x0A)
-                    }
-                    cursor = try target.append(bytes, lineCount: batch.count, at: cursor)
+        try target.keyStore.saveSeed(signer.seed)
+        var next = 1
+        var subjects = salts.sorted { $0.key < $1.key }.map { (subjectID: $0.key, record: $0.value) }
+        // The source is read in one transaction per part; the parts are its lines up to the
+        // size verified above, which no later write changes.
+        while next < size {
+            let upper = min(size, next + max(1, batchLines))
+            var entries: [[UInt8]] = []
+            try source.read { tx in
+                try tx.entries(next..<upper, batchSize: batchLines, indexedKeys: false) { batch in
+                    for i in 0..<batch.count { entries.append(batch.entry(i)) }
                 }
+            }
+            let first = next
+            let pending = subjects
+            try target.write { tx in
+                let counts = try tx.derivedCounts()
+                let unchanged = DerivedUpdate(indexFrom: counts.indexed, streamKeys: [], treeFrom: counts.treeHashes, treeHashes: [], subjectMap: nil)
+                if let warning = try tx.commit(LedgerCommit(firstSeq: first, entries: entries, derived: unchanged, subjects: pending, head: upper == size ? head : nil)) {
+                    throw LedgerError.storage("copying entries \(first)–\(upper - 1): \(warning)")
+                }
+            }
+            subjects = []
+            next = upper
+        }
+        if size == 1 {
+            try target.write { tx in
+                let counts = try tx.derivedCounts()
+                _ = try tx.commit(LedgerCommit(firstSeq: 1, entries: [], derived: DerivedUpdate(indexFrom: counts.indexed, streamKeys: [], treeFrom: counts.treeHashes, treeHashes: [], subjectMap: nil), subjects: subjects, head: head))
             }
         }
         let copy = try Ledger.open(store: target)
-        try target.withLock(exclusive: true) { try copy.updateDerived(try target.logState()) }
-        try target.withLock(exclusive: true) {
-            for checkpoint in checkpoints { try target.recordCheckpoint(checkpoint) }
+        try copy.storeDerivedData()
+        try target.write { tx in
+            for checkpoint in checkpoints { try tx.recordCheckpoint(checkpoint) }
         }
         let copyReport = try copy.verify()
         guard copyReport.head == sourceReport.head, copyReport.events == sourceReport.events else {
             throw LedgerError.storage("the copy's head \(copyReport.head) differs from the source's \(sourceReport.head)")
         }
-        let size = Int64(sourceReport.events)
-        let sourceRoot = try original.withCurrentDerived { _ in try original.checkpoint(size: size).root }
-        let copyRoot = try copy.withCurrentDerived { _ in try copy.checkpoint(size: size).root }
+        let total = Int64(sourceReport.events)
+        let sourceRoot = try original.reading { view in try original.checkpoint(size: total, view).root }
+        let copyRoot = try copy.reading { view in try copy.checkpoint(size: total, view).root }
         guard sourceRoot == copyRoot else {
             throw LedgerError.storage("the copy's Merkle root \(copyRoot.hex) differs from the source's \(sourceRoot.hex)")
         }
@@ -78,5 +111,26 @@ public enum LedgerCopy {
             throw LedgerError.storage("the copy's recorded checkpoints differ from the source's")
         }
         return LedgerCopyReport(events: copyReport.events, subjects: copyReport.subjects, checkpoints: checkpoints.count, head: copyReport.head, root: copyRoot)
+    }
+}
+
+extension Ledger {
+    /// Makes the derived data that the storage lacks durable (computed from the log, as every
+    /// read computes it in memory): a commit of no entries. Nothing is signed.
+    public func storeDerivedData() throws {
+        try store.write { tx in
+            var view = try view(tx)
+            var derived = view.pendingDerived(newKeys: [], newHashes: [])
+            if var map = view.map {
+                let records = map.map.takeNewRecords(firstIndex: map.nextIndex, coveringSize: Int64(view.size))
+                derived.subjectMap = (records, map.nextIndex)
+                view.map = map
+            }
+            guard !derived.streamKeys.isEmpty || !derived.treeHashes.isEmpty || (derived.subjectMap?.records.count ?? 0) > 1 else { return }
+            if let warning = try tx.commit(LedgerCommit(firstSeq: view.size, entries: [], derived: derived, subjects: [], head: nil)) {
+                throw LedgerError.storage(warning)
+            }
+        }
+        memory(streams: nil)
     }
 }

@@ -3,73 +3,111 @@ import ConsentDomain
 /// The derived data beside the log (line locations and the Merkle tree's stored hashes) and
 /// what it serves: checkpoints and proofs. All of it is rebuildable from the log; `verify`
 /// checks it against the log.
+/// One transaction's view of the log, with the derived data caught up in memory: what a
+/// storage holds may lack the newest commits (a crash before it was synced, an older version
+/// that did not write it), and a read never writes, so what is missing is computed from the log
+/// here, for this transaction only. The next commit makes it durable
+/// (``pendingDerived(newKeys:newHashes:)``).
+struct LogView {
+    let tx: any LedgerReadTransaction
+    let log: LogState
+    /// Stored per-subject index entries trusted (below the head and the log's end), and the
+    /// stream keys of the entries after them.
+    let indexTrusted: Int
+    let pendingKeys: [[UInt8]]
+    /// Stored tree hashes trusted, and the hashes after them, from the entries.
+    let treeTrusted: Int64
+    let pendingTree: [Digest]
+    /// Format 2: the subject map of the whole log, checked against the root its last event
+    /// signs, with the index of the next stored record.
+    var map: Ledger.StoredMap?
+
+    var size: Int { log.size }
+
+    /// Tree hashes by storage index: stored ones below ``treeTrusted``, computed ones above.
+    func treeHashes(_ indexes: [Int64]) throws -> [Digest] {
+        if indexes.allSatisfy({ $0 < treeTrusted }) { return try tx.treeHashes(indexes) }
+        return try indexes.map { index in
+            if index < treeTrusted { return try tx.treeHashes([index])[0] }
+            let i = index - treeTrusted
+            guard i < Int64(pendingTree.count) else {
+                throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the tree has no hash at index \(index)"))
+            }
+            return pendingTree[Int(i)]
+        }
+    }
+
+    /// The derived data a commit of new entries (with these stream keys and tree hashes) writes:
+    /// what the storage lacks, then the new entries'.
+    func pendingDerived(newKeys: [[UInt8]], newHashes: [Digest]) -> DerivedUpdate {
+        DerivedUpdate(indexFrom: indexTrusted, streamKeys: pendingKeys + newKeys, treeFrom: treeTrusted, treeHashes: pendingTree + newHashes, subjectMap: nil)
+    }
+}
+
 extension Ledger {
-    /// Brings the derived data up to the end of the log. Entries after the recorded head are not
-    /// trusted (a crash may have cut their write short) and are computed again. Call with the
-    /// exclusive lock held.
-    func updateDerived(_ log: LogState) throws {
-        try updateIndexAndTree(log)
-        try updateMap(log)
-    }
-
-    private func updateIndexAndTree(_ log: LogState) throws {
-        let counts = try store.derivedCounts()
+    /// The view of the log in `tx`: its state, checked against the recorded head, and derived
+    /// data caught up in memory.
+    func view(_ tx: any LedgerReadTransaction) throws -> LogView {
+        let log = try tx.logState()
+        try checkHead(log)
+        let counts = try tx.derivedCounts()
         let acknowledged = Int(log.recordedHead.seq) + 1
-        var trusted = min(counts.lines, acknowledged, log.end.lines)
-        while trusted > 0, counts.treeHashes < MerkleTree.storedHashCount(Int64(trusted)) { trusted -= 1 }
-        if trusted == log.end.lines, counts.lines == trusted, counts.treeHashes == MerkleTree.storedHashCount(Int64(trusted)) { return }
-        // Lines past the head may have been left unsynced by a writer that died: make them
-        // durable before the derived data (and anything signed from it) vouches for them.
-        if log.end.lines > acknowledged { try store.syncLog() }
-        var from = LogCursor.start
-        if trusted > 0 {
-            let last = try store.readLineLocations((trusted - 1)..<trusted)[0]
-            // Checked before adding: a tampered offset must not trap.
-            guard last.offset < log.end.offset, UInt64(last.length) < log.end.offset - last.offset else {
-                throw LedgerError.integrity(IntegrityFailure(line: trusted, seq: UInt64(trusted - 1), problem: "the line index places this line at offset \(last.offset), length \(last.length), past the log's \(log.end.offset) bytes (\(store.derivedRepair))"))
-            }
-            from = LogCursor(offset: last.offset + UInt64(last.length) + 1, lines: trusted)
+        // Derived entries past the head may be from a write a crash cut short: not trusted.
+        let indexTrusted = min(counts.indexed, acknowledged, log.size)
+        var trustedTreeSize = min(acknowledged, log.size)
+        while trustedTreeSize > 0, counts.treeHashes < MerkleTree.storedHashCount(Int64(trustedTreeSize)) { trustedTreeSize -= 1 }
+        var stored: StoredMap?
+        if version >= 2 {
+            stored = try storedMap(tx)
+            if let s = stored, s.coveredSize > Int64(log.size) || s.coveredSize < 1 { stored = nil }
         }
-        // Rebuilt from the log's lines onto the stored frontier; before anything is signed from
-        // it, ``trustedFrontier(_:)`` checks that frontier against the signed head.
-        var frontier = try MerkleFrontier(size: Int64(trusted), read: readHashes)
-        var locations: [LineLocation] = []
-        var treeHashes: [Digest] = []
-        let hasher = chain.hasher
-        try store.scan(from: from, to: log.end, batchSize: 4096, containing: nil) { batch in
-            for i in 0..<batch.count {
-                let line = batch.line(i)
-                let record = try decode(line, number: batch.number(i))
-                locations.append(batch.location(i, subject: StreamKey.of(record.event.payload)))
-                treeHashes += frontier.append(MerkleTree.leafHash(line, hasher: hasher), hasher: hasher)
+        let mapCovered = version >= 2 ? Int(stored?.coveredSize ?? 0) : log.size
+        let from = min(indexTrusted, trustedTreeSize, mapCovered)
+        var pendingKeys: [[UInt8]] = []
+        var pendingTree: [Digest] = []
+        var map = stored?.map ?? SubjectMap(hasher: chain.hasher)
+        if from < log.size {
+            // Rebuilt from the log's entries onto the stored frontier; before anything is signed
+            // from it, ``trustedFrontier(_:)`` checks that frontier against the signed head.
+            var frontier = try MerkleFrontier(size: Int64(trustedTreeSize), read: tx.treeHashes)
+            let hasher = chain.hasher
+            do {
+                try tx.entries(from..<log.size, batchSize: 4096, indexedKeys: false) { batch in
+                    for i in 0..<batch.count {
+                        let seq = batch.seq(i)
+                        let line = batch.entry(i)
+                        let record = try decode(line, number: seq + 1)
+                        guard record.event.seq == UInt64(seq) else {
+                            throw LedgerError.integrity(IntegrityFailure(line: seq + 1, seq: record.event.seq, problem: "line \(seq + 1) holds seq \(record.event.seq), expected seq \(seq) (\(store.names.derivedRepair))"))
+                        }
+                        let key = StreamKey.of(record.event.payload)
+                        if seq >= indexTrusted { pendingKeys.append(key) }
+                        if seq >= trustedTreeSize { pendingTree += frontier.append(MerkleTree.leafHash(line, hasher: hasher), hasher: hasher) }
+                        if seq >= mapCovered, version >= 2, record.event.seq == record.event.command.last {
+                            try map.set(key, seq: record.event.seq)
+                            if let root = record.stream.root {
+                                let built = map.computeRoot()
+                                guard built == root else {
+                                    throw mapFailure("after seq \(record.event.seq) it gives root \(built.hex), but the event signs \(root.hex)", seq: record.event.seq)
+                                }
+                            }
+                        }
+                    }
+                }
+            } catch let damaged as SubjectMap.Damaged {
+                throw mapFailure("\(damaged)")
             }
         }
-        try store.writeDerived(locations: locations, at: trusted, treeHashes: treeHashes, at: MerkleTree.storedHashCount(Int64(trusted)), subjectMap: nil)
+        var view = LogView(tx: tx, log: log, indexTrusted: indexTrusted, pendingKeys: pendingKeys, treeTrusted: MerkleTree.storedHashCount(Int64(trustedTreeSize)), pendingTree: pendingTree, map: nil)
+        if version >= 2 {
+            view.map = try checkedMap(StoredMap(map: map, nextIndex: stored?.nextIndex ?? 0, coveredSize: Int64(log.size)), log: log)
+        }
+        return view
     }
 
-    /// Runs `body` under the shared lock with derived data that is current, repairing it under
-    /// the exclusive lock first if a crash or an older version left it behind.
-    func withCurrentDerived<T>(_ body: (LogState) throws -> T) throws -> T {
-        let current = try store.withLock(exclusive: false) { () throws -> T? in
-            let log = try store.logState()
-            try checkHead(log)
-            let counts = try store.derivedCounts()
-            guard log.last.event.seq == log.recordedHead.seq, counts.lines == log.end.lines,
-                counts.treeHashes == MerkleTree.storedHashCount(Int64(log.end.lines)),
-                try version < 2 || storedMap()?.coveredSize == Int64(log.end.lines)
-            else { return nil }
-            return try body(log)
-        }
-        if let current { return current }
-        return try store.withLock(exclusive: true) {
-            let log = try store.logState()
-            try checkHead(log)
-            try updateDerived(log)
-            // A complete command that reached the log but not the head (a crash between the two)
-            // is durable; reads take it as it is, each checking the signatures it relies on, and
-            // the next write signs a head that covers it (reads never sign).
-            return try body(log)
-        }
+    /// Runs `body` in a read transaction, with the view of the log in it.
+    func reading<T>(_ body: (LogView) throws -> T) throws -> T {
+        try store.read { tx in try body(try view(tx)) }
     }
 
     // MARK: - Keys and checkpoints
@@ -86,25 +124,28 @@ extension Ledger {
         }
     }
 
-    func readHashes(_ indexes: [Int64]) throws -> [Digest] { try store.readTreeHashes(indexes) }
-
     /// The checkpoint (unsigned) of an older size, from the stored tree hashes: for comparing
     /// with a signed checkpoint of that size, never for signing.
+    func checkpoint(size: Int64, _ view: LogView) throws -> Checkpoint {
+        Checkpoint(origin: genesis.ledgerName, size: size, root: try MerkleTree.treeHash(size: size, hasher: chain.hasher, read: view.treeHashes))
+    }
+
+    /// The checkpoint (unsigned) of an older size, read in a transaction of its own.
     func checkpoint(size: Int64) throws -> Checkpoint {
-        Checkpoint(origin: genesis.ledgerName, size: size, root: try MerkleTree.treeHash(size: size, hasher: chain.hasher, read: readHashes))
+        try reading { view in try checkpoint(size: size, view) }
     }
 
     /// The checkpoint of the whole log, its root from signed data only (``trustedRoot(_:)``).
-    func currentCheckpoint(_ log: LogState) throws -> Checkpoint {
-        Checkpoint(origin: genesis.ledgerName, size: Int64(log.end.lines), root: try trustedRoot(log))
+    func currentCheckpoint(_ view: LogView) throws -> Checkpoint {
+        Checkpoint(origin: genesis.ledgerName, size: Int64(view.size), root: try trustedRoot(view))
     }
 
     /// An inclusion proof from the stored tree hashes, checked against the trusted root before
     /// it is handed out: a corrupted `tree.hashes` gives an integrity error, not a bad proof.
-    func checkedInclusionProof(record: Int64, line: [UInt8], checkpoint: Checkpoint) throws -> [Digest] {
-        let proof = try MerkleTree.inclusionProof(record: record, size: checkpoint.size, hasher: chain.hasher, read: readHashes)
+    func checkedInclusionProof(record: Int64, line: [UInt8], checkpoint: Checkpoint, _ view: LogView) throws -> [Digest] {
+        let proof = try MerkleTree.inclusionProof(record: record, size: checkpoint.size, hasher: chain.hasher, read: view.treeHashes)
         guard MerkleTree.checkInclusion(proof, record: record, leaf: MerkleTree.leafHash(line, hasher: chain.hasher), size: checkpoint.size, root: checkpoint.root, hasher: chain.hasher) else {
-            throw LedgerError.integrity(IntegrityFailure(line: Int(record) + 1, seq: UInt64(record), problem: "the stored tree hashes give an inclusion proof that does not lead to the signed root (\(store.derivedRepair))"))
+            throw LedgerError.integrity(IntegrityFailure(line: Int(record) + 1, seq: UInt64(record), problem: "the stored tree hashes give an inclusion proof that does not lead to the signed root (\(store.names.derivedRepair))"))
         }
         return proof
     }
@@ -112,8 +153,8 @@ extension Ledger {
     /// The current signed checkpoint: a C2SP `tlog-checkpoint` signed as a `signed-note`.
     public func signedCheckpoint() throws -> (checkpoint: Checkpoint, note: String) {
         let signer = try signingKey()
-        let issued = try withCurrentDerived { log in
-            let checkpoint = try currentCheckpoint(log)
+        let issued = try reading { view in
+            let checkpoint = try currentCheckpoint(view)
             return (checkpoint, SignedNote.sign(checkpoint.text, key: try verifierKey, signer: signer))
         }
         recordIssued(IssuedCheckpoint(size: issued.0.size, note: issued.1))
@@ -122,20 +163,20 @@ extension Ledger {
 
     /// The signed checkpoints this ledger issued and recorded, by tree size.
     public func issuedCheckpoints() throws -> [IssuedCheckpoint] {
-        try store.withLock(exclusive: false) { try store.readCheckpoints() }
+        try store.read { tx in try tx.checkpoints() }
     }
 
     /// The inclusion proof of record `seq` in the tree of `size` records.
     public func inclusionProof(seq: Int64, size: Int64) throws -> [Digest] {
-        try withCurrentDerived { log in
-            guard size <= Int64(log.end.lines) else { throw LedgerError.invalidRequest("the ledger has only \(log.end.lines) records, not \(size)") }
-            guard size == Int64(log.end.lines) else {
+        try reading { view in
+            guard seq >= 0, seq < size else { throw LedgerError.invalidRequest("record \(seq) is not in a tree of \(size) records") }
+            guard size <= Int64(view.size) else { throw LedgerError.invalidRequest("the ledger has only \(view.size) records, not \(size)") }
+            guard size == Int64(view.size) else {
                 // An older tree's root is not kept signed here; the caller checks the proof
                 // against the checkpoint of that size it holds.
-                return try MerkleTree.inclusionProof(record: seq, size: size, hasher: chain.hasher, read: readHashes)
+                return try MerkleTree.inclusionProof(record: seq, size: size, hasher: chain.hasher, read: view.treeHashes)
             }
-            let location = try store.readLineLocations(Int(seq)..<Int(seq) + 1)[0]
-            return try checkedInclusionProof(record: seq, line: try store.readLine(at: location), checkpoint: try currentCheckpoint(log))
+            return try checkedInclusionProof(record: seq, line: try view.tx.entry(Int(seq)), checkpoint: try currentCheckpoint(view), view)
         }
     }
 
@@ -158,14 +199,14 @@ extension Ledger {
         guard old.size <= new.size else {
             throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the ledger holds \(new.size) records but a checkpoint it signed covers \(old.size): signed events were removed"))
         }
-        return try withCurrentDerived { _ in
-            let rootThen = try MerkleTree.treeHash(size: old.size, hasher: chain.hasher, read: readHashes)
+        return try reading { view in
+            let rootThen = try MerkleTree.treeHash(size: old.size, hasher: chain.hasher, read: view.treeHashes)
             guard rootThen == old.root else {
                 throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the old checkpoint's root differs from this ledger's tree at size \(old.size): the log was changed after that checkpoint was signed"))
             }
-            let proof = try MerkleTree.consistencyProof(old: old.size, new: new.size, hasher: chain.hasher, read: readHashes)
+            let proof = try MerkleTree.consistencyProof(old: old.size, new: new.size, hasher: chain.hasher, read: view.treeHashes)
             guard MerkleTree.checkConsistency(proof, old: old.size, oldRoot: old.root, new: new.size, newRoot: new.root, hasher: chain.hasher) else {
-                throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the stored tree hashes give a consistency proof that does not lead to the signed root (\(store.derivedRepair))"))
+                throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the stored tree hashes give a consistency proof that does not lead to the signed root (\(store.names.derivedRepair))"))
             }
             return ConsistencyProof(oldNote: oldNote, newNote: newNote, proof: proof)
         }
@@ -198,20 +239,20 @@ extension Ledger {
             throw LedgerError.invalidRequest("the ledger has no subject '\(subjectID)'")
         }
         let ref = subjectRef(id: subjectID, salt: salt)
-        return try withCurrentDerived { log in
-            let size = Int64(log.end.lines)
-            let checkpoint = try currentCheckpoint(log)
+        return try reading { view in
+            let size = Int64(view.size)
+            let checkpoint = try currentCheckpoint(view)
             let note = SignedNote.sign(checkpoint.text, key: try verifierKey, signer: signer)
-            let ledgerStream = try streamEntries(SubjectMap.ledgerStream, log: log)
+            let ledgerStream = try streamEntries(SubjectMap.ledgerStream, view)
             let versions = try catalogVersions(ledgerStream)
             var catalogEvents: [ExportedEvent] = []
             for entry in ledgerStream.dropFirst() {
-                let proof = try checkedInclusionProof(record: Int64(entry.seq), line: entry.line, checkpoint: checkpoint)
+                let proof = try checkedInclusionProof(record: Int64(entry.seq), line: entry.line, checkpoint: checkpoint, view)
                 catalogEvents.append(ExportedEvent(seq: Int64(entry.seq), line: String(decoding: entry.line, as: UTF8.self), proof: proof))
             }
             var state = SubjectState()
             var events: [ExportedEvent] = []
-            for entry in try streamEntries(StreamKey.of(subject: ref), log: log) {
+            for entry in try streamEntries(StreamKey.of(subject: ref), view) {
                 let (seq, line, record) = (entry.seq, entry.line, entry.record)
                 if version < 2 { try checkSignature(record, line: seq + 1) }
                 do throws(ReplayViolation) {
@@ -219,11 +260,11 @@ extension Ledger {
                 } catch {
                     throw LedgerError.integrity(IntegrityFailure(line: seq + 1, seq: error.seq, problem: error.problem))
                 }
-                let proof = try checkedInclusionProof(record: Int64(seq), line: line, checkpoint: checkpoint)
+                let proof = try checkedInclusionProof(record: Int64(seq), line: line, checkpoint: checkpoint, view)
                 events.append(ExportedEvent(seq: Int64(seq), line: String(decoding: line, as: UTF8.self), proof: proof))
             }
-            let genesisLine = try store.readLine(at: try store.readLineLocations(0..<1)[0])
-            let genesisProof = try checkedInclusionProof(record: 0, line: genesisLine, checkpoint: checkpoint)
+            let genesisLine = try view.tx.entry(0)
+            let genesisProof = try checkedInclusionProof(record: 0, line: genesisLine, checkpoint: checkpoint, view)
             let statement = ExportStatement(origin: genesis.ledgerName, size: size, subject: ref.value, catalogVersions: catalogEvents.map(\.seq), events: events.map(\.seq))
             return AuditExport(
                 scope: .subject, ledger: genesis.ledgerName, verifierKey: try verifierKey.text, checkpoint: note,
@@ -240,17 +281,17 @@ extension Ledger {
     /// The whole ledger with one signed checkpoint; the verifier rebuilds the tree.
     public func exportAll() throws -> AuditExport {
         let signer = try signingKey()
-        return try withCurrentDerived { log in
-            let checkpoint = try currentCheckpoint(log)
+        return try reading { view in
+            let checkpoint = try currentCheckpoint(view)
             let note = SignedNote.sign(checkpoint.text, key: try verifierKey, signer: signer)
             var events: [ExportedEvent] = []
-            try store.scan(from: .start, to: log.end, batchSize: 4096, containing: nil) { batch in
+            try view.tx.entries(0..<view.size, batchSize: 4096, indexedKeys: false) { batch in
                 for i in 0..<batch.count {
-                    events.append(ExportedEvent(seq: Int64(batch.number(i) - 1), line: String(decoding: batch.line(i), as: UTF8.self), proof: []))
+                    events.append(ExportedEvent(seq: Int64(batch.seq(i)), line: String(decoding: batch.entry(i), as: UTF8.self), proof: []))
                 }
             }
             let first = events.removeFirst()
-            let genesisProof = try checkedInclusionProof(record: 0, line: Array(first.line.utf8), checkpoint: checkpoint)
+            let genesisProof = try checkedInclusionProof(record: 0, line: Array(first.line.utf8), checkpoint: checkpoint, view)
             return AuditExport(
                 scope: .all, ledger: genesis.ledgerName, verifierKey: try verifierKey.text, checkpoint: note,
                 catalog: CatalogCodec.encode(catalog),
@@ -275,8 +316,8 @@ public struct CatalogVersion: Sendable {
 extension Ledger {
     /// Every catalogue version of the log: the genesis catalogue, then each published one, from
     /// the ledger's own stream. Call with derived data current.
-    func catalogVersions(_ log: LogState) throws -> [CatalogVersion] {
-        try catalogVersions(try streamEntries(SubjectMap.ledgerStream, log: log))
+    func catalogVersions(_ view: LogView) throws -> [CatalogVersion] {
+        try catalogVersions(try streamEntries(SubjectMap.ledgerStream, view))
     }
 
     /// The catalogue versions of the ledger stream's events.
@@ -313,7 +354,7 @@ extension Ledger {
 
     /// The catalogue versions of the ledger, oldest first.
     public func catalogHistory() throws -> [CatalogVersion] {
-        try withCurrentDerived { log in try catalogVersions(log) }
+        try reading { view in try catalogVersions(view) }
     }
 
     /// Publishes a new catalogue version as a signed event: from now on grants record its policy
@@ -324,11 +365,9 @@ extension Ledger {
     public func publish(_ newCatalog: Catalog, actor: String = "consentctl") throws -> LedgerEvent {
         try Self.validateText(actor, what: "actor", maxBytes: 128)
         let signer = try signingKey()
-        return try writing { afterCommit in
-            let log = try store.logState()
-            try checkHead(log)
-            try updateDerived(log)
-            let current = try catalogVersions(log).last!.catalog
+        return try writing { tx, view, afterCommit in
+            let log = view.log
+            let current = try catalogVersions(view).last!.catalog
             if let problem = newCatalog.problemAsUpdate(of: current) {
                 throw LedgerError.invalidRequest("cannot publish this catalogue: \(problem)")
             }
@@ -339,12 +378,12 @@ extension Ledger {
             let published = CatalogPublished(catalog: newCatalog, catalogHash: hasher.sha256(CatalogCodec.canonicalBytes(newCatalog)).hex, notices: notices)
             let seq = log.last.event.seq + 1
             let event = LedgerEvent(seq: seq, at: max(clock(), log.last.event.at), actor: actor, command: CommandSpan(first: seq, size: 1), payload: .catalogPublished(published))
-            let committed = try commit([event], after: log, signer: signer, streams: try streamState(for: [SubjectMap.ledgerStream], log: log))
+            let committed = try commit([event], view, tx, signer: signer, streams: try streamState(for: [SubjectMap.ledgerStream], view), subjects: [])
             if let warning = committed.warning { lastWarning.withLock { $0 = warning } }
             afterCommit.append { [self] in
                 if committed.warning == nil { remember(committed.signedHead, frontier: committed.frontier) }
                 memory(streams: committed.streams)
-                advanceMemory(from: log.end, to: committed.cursor, events: [event], head: committed.head)
+                advanceMemory(from: log.size, to: committed.size, events: [event], head: committed.head)
             }
             return event
         }
@@ -359,9 +398,9 @@ extension Ledger {
     /// built from checked lines); otherwise from ``report(for:asOf:)``.
     public func currentListing(for subjectID: String) throws -> ConsentListing {
         try Self.validateText(subjectID, what: "subject id", maxBytes: 256)
-        if let listing = try store.withLock(exclusive: false, { () throws -> ConsentListing? in
-            let log = try store.logState()
-            guard let (replay, cursor) = warmReplay(), cursor == log.end else { return nil }
+        if let listing = try store.read({ tx throws -> ConsentListing? in
+            let log = try tx.logState()
+            guard let (replay, size) = warmReplay(), size == log.size else { return nil }
             guard let ref = try subjectRef(for: subjectID) else { return ConsentListing(state: SubjectState(), catalog: replay.catalog) }
             return ConsentListing(state: replay.state(of: ref), catalog: replay.catalog)
         }) {

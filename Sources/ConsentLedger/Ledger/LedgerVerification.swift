@@ -18,27 +18,27 @@ extension Ledger {
     /// are checked on all cores; the links and the replay in order. Throws
     /// ``LedgerError/integrity(_:)`` naming the first bad entry.
     public func verify() throws -> VerificationReport {
-        try store.withLock(exclusive: false) {
+        try store.read { tx in
             let log: LogState
             do {
-                log = try store.logState()
+                log = try tx.logState()
             } catch LedgerError.integrity(let tailFailure) {
-                // The tail is damaged; an earlier line may be too. Report the first bad entry.
-                try scanForFirstFailure(to: try store.completeLinesExtent())
+                // The tail is damaged; an earlier entry may be too. Report the first bad one.
+                try scanForFirstFailure(tx)
                 throw LedgerError.integrity(tailFailure)
             }
-            let counts = try store.derivedCounts()
+            let counts = try tx.derivedCounts()
             // Derived data behind the log (a crash, an older version) is rebuilt by the next
             // write or export; when it is all there, it is checked in the same pass.
             // Each is checked when it covers the log: a line index that is complete is checked
             // even when the tree hashes are behind.
-            let derivedComplete: DerivedCheck = counts.lines < log.end.lines ? .none
-                : counts.treeHashes >= MerkleTree.storedHashCount(Int64(log.end.lines)) ? .all : .indexOnly
+            let derivedComplete: DerivedCheck = counts.indexed < log.size ? .none
+                : counts.treeHashes >= MerkleTree.storedHashCount(Int64(log.size)) ? .all : .indexOnly
             try checkSignedHead(log)
-            let recorded = try store.readCheckpoints()
+            let recorded = try tx.checkpoints()
             var wanted = Set(recorded.map(\.size))
             if let signed = log.signedHead { wanted.insert(signed.checkpoint.size) }
-            let (replay, previous, headSeen, roots, streams) = try checkLines(to: log.end, head: log.recordedHead, derived: derivedComplete, roots: wanted)
+            let (replay, previous, headSeen, roots, streams) = try checkLines(tx, to: log.size, head: log.recordedHead, derived: derivedComplete, roots: wanted)
             let head = log.recordedHead
             guard headSeen, let lastSeq = replay.lastSeq else {
                 throw LedgerError.integrity(IntegrityFailure(line: replay.eventCount + 1, seq: replay.lastSeq.map { $0 + 1 }, problem: "the log ends at seq \(replay.lastSeq.map(String.init) ?? "none") but seq \(head.seq) was acknowledged: acknowledged events are missing (truncated log)"))
@@ -53,27 +53,27 @@ extension Ledger {
                 throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the signed head commits to root \(signed.checkpoint.root.hex) at size \(signed.checkpoint.size), but the log's first \(signed.checkpoint.size) records hash to another root"))
             }
             try checkRecordedCheckpoints(recorded, roots: roots, size: Int64(replay.eventCount))
-            try checkStoredMap(streams, size: Int64(replay.eventCount))
-            try checkSubjectRecords(logSubjects: replay.subjects.keys)
+            try checkStoredMap(tx, streams, size: Int64(replay.eventCount))
+            try checkSubjectRecords(tx, logSubjects: replay.subjects.keys)
             return VerificationReport(events: replay.eventCount, subjects: replay.subjects.count, head: ChainHead(seq: lastSeq, hash: previous), ledgerName: genesis.ledgerName, publicKey: publicKey, torn: log.torn)
         }
     }
 
     /// Scans to `end` only to find the first bad line; throws it if there is one.
-    private func scanForFirstFailure(to end: LogCursor) throws {
-        _ = try checkLines(to: end, head: nil, derived: .none, roots: [])
+    private func scanForFirstFailure(_ tx: any LedgerReadTransaction) throws {
+        _ = try checkLines(tx, to: Int.max, head: nil, derived: .none, roots: [])
     }
 
     /// The stored subject map, when it covers the whole log, must hold exactly what the log
     /// builds: the same root. (One that is behind is brought up to date by the next write.)
-    private func checkStoredMap(_ streams: LogChecker.StreamCheck?, size: Int64) throws {
+    private func checkStoredMap(_ tx: any LedgerReadTransaction, _ streams: LogChecker.StreamCheck?, size: Int64) throws {
         var streams = streams
         streams?.map.computeRoot()
         guard let streams, streams.version >= 2 else { return }
         guard streams.lastHasRoot else {
             throw LedgerError.integrity(IntegrityFailure(line: Int(size), seq: UInt64(size - 1), problem: "the log's last event carries no subject-map root (every commit ends with one)"))
         }
-        guard let stored = try storedMap(), stored.coveredSize == size else { return }
+        guard let stored = try storedMap(tx), stored.coveredSize == size else { return }
         guard stored.map.rootHash == streams.map.rootHash else {
             throw mapFailure("its root \(stored.map.rootHash.hex) differs from \(streams.map.rootHash.hex), the root the log's events build")
         }
@@ -94,14 +94,14 @@ extension Ledger {
     /// from the lines.
     enum DerivedCheck { case none, indexOnly, all }
 
-    private func checkLines(to end: LogCursor, head: ChainHead?, derived: DerivedCheck, roots: Set<Int64>) throws -> (LedgerReplay, Digest, Bool, [Int64: Digest], LogChecker.StreamCheck?) {
-        var checker = LogChecker(store: store, hasher: chain.hasher, signatures: (verifier, publicKey, keyID))
+    private func checkLines(_ tx: any LedgerReadTransaction, to end: Int, head: ChainHead?, derived: DerivedCheck, roots: Set<Int64>) throws -> (LedgerReplay, Digest, Bool, [Int64: Digest], LogChecker.StreamCheck?) {
+        var checker = LogChecker(tx: tx, names: store.names, hasher: chain.hasher, signatures: (verifier, publicKey, keyID))
         checker.checkDerived = derived == .all
         checker.checkIndexOnly = derived == .indexOnly
         checker.rootsWanted = roots
         var progress = LogChecker.Progress(replay: LedgerReplay(catalog: catalog), previous: .zero)
         progress.streams = LogChecker.StreamCheck(version: version, hasher: chain.hasher)
-        let result = try checker.run(from: .start, to: end, head: head, progress: progress)
+        let result = try checker.run(from: 0, to: end, head: head, progress: progress)
         return (result.replay, result.previous, result.headSeen, result.roots, result.streams)
     }
 
@@ -109,10 +109,10 @@ extension Ledger {
     /// it: swapped, altered or missing records would make `status` answer for the wrong patient
     /// or for nobody. A record whose pseudonym has no events is allowed: its salt was saved by a
     /// command that failed before its events were appended.
-    func checkSubjectRecords(logSubjects: some Collection<SubjectRef>) throws {
-        let place = "\(store.subjectsPlace) of \(store.location)"
+    func checkSubjectRecords(_ tx: any LedgerReadTransaction, logSubjects: some Collection<SubjectRef>) throws {
+        let place = "\(store.names.subjects) of \(store.names.location)"
         var recorded: [SubjectRef: SubjectID] = [:]
-        for (id, salt) in try subjectSalts() {
+        for (id, salt) in try subjectSalts(tx) {
             let ref = subjectRef(id: id.text, salt: salt)
             if let other = recorded.updateValue(id, forKey: ref) {
                 throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "two subject records in \(place) have the same pseudonym \(ref.value) (ids \(min(id, other).text.debugDescription) and \(max(id, other).text.debugDescription))"))
@@ -130,7 +130,7 @@ extension Ledger {
     /// off, even when the head was rewritten to match the shorter log.
     func checkRecordedCheckpoints(_ recorded: [IssuedCheckpoint], roots: [Int64: Digest], size: Int64) throws {
         let key = try verifierKey
-        let place = "\(store.checkpointsPlace) of \(store.location)"
+        let place = "\(store.names.checkpoints) of \(store.names.location)"
         for issued in recorded {
             let checkpoint: Checkpoint
             do {

@@ -169,19 +169,20 @@ extension Ledger {
             throw LedgerError.invalidRequest("this ledger is of format version 1, whose events do not link their subject's events: its states cannot be proved (see Spec/ledger-format.md)")
         }
         let ref = subjectRef(id: subjectID, salt: salt)
-        return try withCurrentDerived { log in
-            guard let head = log.signedHead, head.checkpoint.size == Int64(log.end.lines), head.chainHead.seq == log.last.event.seq else {
+        return try reading { view in
+            let log = view.log
+            guard let head = log.signedHead, head.checkpoint.size == Int64(log.size), head.chainHead.seq == log.last.event.seq else {
                 throw LedgerError.invalidRequest("the newest events are not yet covered by a signed head (a write was interrupted); the next write, or `consentctl checkpoint`, signs one")
             }
             try checkSignedHead(log)
             let checkpoint = head.checkpoint
-            let stored = try currentMap(log)
+            let stored = try currentMap(view)
             func proved(_ entry: StreamEntry) throws -> ExportedEvent {
-                ExportedEvent(seq: Int64(entry.seq), line: String(decoding: entry.line, as: UTF8.self), proof: try checkedInclusionProof(record: Int64(entry.seq), line: entry.line, checkpoint: checkpoint))
+                ExportedEvent(seq: Int64(entry.seq), line: String(decoding: entry.line, as: UTF8.self), proof: try checkedInclusionProof(record: Int64(entry.seq), line: entry.line, checkpoint: checkpoint, view))
             }
             let subjectKey = StreamKey.of(subject: ref)
-            let subjectEntries = try streamEntries(subjectKey, log: log)
-            let ledgerEntries = try streamEntries(SubjectMap.ledgerStream, log: log)
+            let subjectEntries = try streamEntries(subjectKey, view)
+            let ledgerEntries = try streamEntries(SubjectMap.ledgerStream, view)
             let subjectMapProof: SubjectMapProof, ledgerMapProof: SubjectMapProof
             do {
                 subjectMapProof = try stored.map.lookup(subjectKey).proof
@@ -204,7 +205,7 @@ extension Ledger {
                 ledger: genesis.ledgerName, verifierKey: try verifierKey.text, checkpoint: head.note,
                 catalog: CatalogCodec.encode(catalog),
                 genesis: try proved(ledgerEntries[0]),
-                last: ExportedEvent(seq: Int64(log.last.event.seq), line: String(decoding: lastLine, as: UTF8.self), proof: try checkedInclusionProof(record: Int64(log.last.event.seq), line: lastLine, checkpoint: checkpoint)),
+                last: ExportedEvent(seq: Int64(log.last.event.seq), line: String(decoding: lastLine, as: UTF8.self), proof: try checkedInclusionProof(record: Int64(log.last.event.seq), line: lastLine, checkpoint: checkpoint, view)),
                 subject: (subjectID, ref.value, Hex.encode(salt)), at: at,
                 events: try subjectEntries.map(proved), catalogEvents: try ledgerEntries.dropFirst().map(proved),
                 subjectMapProof: subjectMapProof, ledgerMapProof: ledgerMapProof,

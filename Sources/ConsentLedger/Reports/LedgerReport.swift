@@ -23,14 +23,14 @@ extension Ledger {
     /// Builds the audit report for `scope` by replaying the log up to the scope's end, and names
     /// the checkpoint (tree size and root) of the log it was computed from.
     public func auditReport(_ scope: ReportScope) throws -> LedgerReport {
-        try withCurrentDerived { log in
-            let size = Int64(log.end.lines)
-            let checkpoint = try checkpoint(size: size)
+        try reading { view in
+            let size = Int64(view.size)
+            let checkpoint = try checkpoint(size: size, view)
             var builder = AuditReportBuilder(catalog: catalog, scope: scope)
             var done = false
-            try store.scan(from: .start, to: log.end, batchSize: 4096, containing: nil) { batch in
+            try view.tx.entries(0..<view.size, batchSize: 4096, indexedKeys: false) { batch in
                 for i in 0..<batch.count where !done {
-                    let record = try decode(batch.line(i), number: batch.number(i))
+                    let record = try decode(batch.entry(i), number: batch.seq(i) + 1)
                     if let to = scope.to, record.event.at > to {
                         done = true
                         break
@@ -38,12 +38,12 @@ extension Ledger {
                     do throws(ReplayViolation) {
                         try builder.add(record.event)
                     } catch {
-                        throw LedgerError.integrity(IntegrityFailure(line: batch.number(i), seq: error.seq, problem: error.problem))
+                        throw LedgerError.integrity(IntegrityFailure(line: batch.seq(i) + 1, seq: error.seq, problem: error.problem))
                     }
                 }
             }
             var ids: [SubjectRef: String] = [:]
-            for (id, salt) in try subjectSalts() { ids[subjectRef(id: id.text, salt: salt)] = id.text }
+            for (id, salt) in try subjectSalts(view.tx) { ids[subjectRef(id: id.text, salt: salt)] = id.text }
             return LedgerReport(report: builder.finish(), checkpoint: checkpoint, ledgerName: genesis.ledgerName, subjectIDs: ids)
         }
     }

@@ -40,89 +40,106 @@ public struct ChainHead: Hashable, Sendable, CustomStringConvertible {
     public var description: String { "\(seq) \(hash.hex)" }
 }
 
+/// Derived data that a commit brings up to date: each entry's stream key (the per-subject
+/// index), the Merkle tree's stored hashes and the subject map's records. Each part starts
+/// where the storage's copy stops being trusted, which may be before the commit's first entry
+/// (derived data that a crash left behind is made durable by the next commit), and whatever
+/// the storage held from that point on is replaced.
+public struct DerivedUpdate: Sendable {
+    /// The sequence number of `streamKeys[0]`.
+    public var indexFrom: Int
+    /// The 16-byte stream key of each entry from `indexFrom` on.
+    public var streamKeys: [[UInt8]]
+    /// The storage index (``MerkleTree/storedHashIndex(level:n:)``) of `treeHashes[0]`.
+    public var treeFrom: Int64
+    public var treeHashes: [Digest]
+    /// Subject-map records from record index `at`; at 0, the map is replaced whole.
+    public var subjectMap: (records: SubjectMapRecords, at: Int64)?
+
+    public init(indexFrom: Int, streamKeys: [[UInt8]], treeFrom: Int64, treeHashes: [Digest], subjectMap: (records: SubjectMapRecords, at: Int64)?) {
+        self.indexFrom = indexFrom
+        self.streamKeys = streamKeys
+        self.treeFrom = treeFrom
+        self.treeHashes = treeHashes
+        self.subjectMap = subjectMap
+    }
+}
+
 /// What a new ledger is made of.
 public struct LedgerSetup: Sendable {
     /// The catalogue's canonical bytes (their SHA-256 is pinned in the genesis event).
     public let catalog: [UInt8]
     public let publicKey: PublicKey
-    /// The 32-byte Ed25519 seed; stored only by stores that hold the signing key.
-    public let secretSeed: [UInt8]
     public let genesis: EventRecord
-    /// The signed head of the log of one record, the genesis event.
+    /// The derived data of the log of one entry.
+    public let derived: DerivedUpdate
+    /// The signed head of the log of one entry, the genesis event.
     public let head: SignedHead
 
-    public init(catalog: [UInt8], publicKey: PublicKey, secretSeed: [UInt8], genesis: EventRecord, head: SignedHead) {
+    public init(catalog: [UInt8], publicKey: PublicKey, genesis: EventRecord, derived: DerivedUpdate, head: SignedHead) {
         self.catalog = catalog
         self.publicKey = publicKey
-        self.secretSeed = secretSeed
         self.genesis = genesis
+        self.derived = derived
         self.head = head
     }
 }
 
-/// A position in the log: the byte offset after a complete command and the number of lines
-/// before it. Only the store that produced it interprets it.
-public struct LogCursor: Hashable, Sendable {
-    public let offset: UInt64
-    public let lines: Int
+/// One commit: new entries appended after the log's last complete commit, the derived data
+/// brought up to date, new subject records and the signed head that vouches for all of it. A
+/// storage makes it durable in one call, in an order of its own choosing that a crash cannot
+/// turn into a lie: the head is never ahead of the entries it names.
+public struct LedgerCommit: Sendable {
+    /// The sequence number of `entries[0]`: the size of the log the transaction read.
+    public let firstSeq: Int
+    /// Each entry's bytes: a canonical JSON event line without its newline.
+    public let entries: [[UInt8]]
+    public let derived: DerivedUpdate
+    /// Subject records first used by these entries.
+    public let subjects: [(subjectID: SubjectID, record: SubjectRecord)]
+    /// The head after the commit; nil keeps the recorded one (a copy appending in parts).
+    public let head: SignedHead?
 
-    public init(offset: UInt64, lines: Int) {
-        self.offset = offset
-        self.lines = lines
+    public init(firstSeq: Int, entries: [[UInt8]], derived: DerivedUpdate, subjects: [(subjectID: SubjectID, record: SubjectRecord)], head: SignedHead?) {
+        self.firstSeq = firstSeq
+        self.entries = entries
+        self.derived = derived
+        self.subjects = subjects
+        self.head = head
     }
-
-    public static let start = LogCursor(offset: 0, lines: 0)
 }
 
-/// Where the line of one event lies in the log, and whose event it is.
-public struct LineLocation: Hashable, Sendable {
-    public let offset: UInt64
-    /// Length without the newline.
-    public let length: UInt32
-    /// The subject reference's 16 bytes; zeros for ledger-level events.
-    public let subject: [UInt8]
-
-    public init(offset: UInt64, length: UInt32, subject: [UInt8]) {
-        self.offset = offset
-        self.length = length
-        self.subject = subject
-    }
-
-    public static let noSubject = [UInt8](repeating: 0, count: 16)
-}
-
-/// Complete lines of the log, read together: one buffer and where each line lies in it, so a
-/// million lines do not cost a million allocations.
-public struct LineBatch: Sendable {
-    /// The bytes the lines lie in (shared between batches cut from one read).
+/// Entries of the log, read together: one buffer and where each entry lies in it, so that a
+/// million entries do not cost a million allocations.
+public struct EntryBatch: Sendable {
+    /// The bytes the entries lie in.
     public let buffer: [UInt8]
-    /// The log offset of `buffer[0]`.
-    public let fileOffset: UInt64
-    /// Each line's start and end in `buffer` (newline excluded) and its 1-based line number.
-    public let lines: [(start: Int, end: Int, number: Int)]
+    /// Each entry's start and end in `buffer`.
+    public let spans: [Range<Int>]
+    /// The sequence number of the first entry.
+    public let firstSeq: Int
+    /// Each entry's stream key as the storage's per-subject index holds it, when the reader
+    /// asked for it (to check the index against the entries); nil otherwise.
+    public let indexedKeys: [[UInt8]]?
 
-    public init(buffer: [UInt8], fileOffset: UInt64, lines: [(start: Int, end: Int, number: Int)]) {
+    public init(buffer: [UInt8], spans: [Range<Int>], firstSeq: Int, indexedKeys: [[UInt8]]? = nil) {
         self.buffer = buffer
-        self.fileOffset = fileOffset
-        self.lines = lines
+        self.spans = spans
+        self.firstSeq = firstSeq
+        self.indexedKeys = indexedKeys
     }
 
-    /// Where the `i`-th line lies in the log.
-    public func location(_ i: Int, subject: [UInt8]) -> LineLocation {
-        LineLocation(offset: fileOffset + UInt64(lines[i].start), length: UInt32(lines[i].end - lines[i].start), subject: subject)
-    }
+    public var count: Int { spans.count }
 
-    public var count: Int { lines.count }
+    /// The sequence number of the `i`-th entry.
+    public func seq(_ i: Int) -> Int { firstSeq + i }
 
-    /// 1-based line number of the `i`-th line.
-    public func number(_ i: Int) -> Int { lines[i].number }
-
-    /// Runs `body` on the `i`-th line's bytes.
-    public func withLine<T, E: Error>(_ i: Int, _ body: (UnsafeBufferPointer<UInt8>) throws(E) -> T) throws(E) -> T {
-        let (start, end, _) = lines[i]
+    /// Runs `body` on the `i`-th entry's bytes.
+    public func withEntry<T, E: Error>(_ i: Int, _ body: (UnsafeBufferPointer<UInt8>) throws(E) -> T) throws(E) -> T {
+        let span = spans[i]
         let result: Result<T, E> = buffer.withUnsafeBufferPointer { all in
             do throws(E) {
-                return .success(try body(UnsafeBufferPointer(rebasing: all[start..<end])))
+                return .success(try body(UnsafeBufferPointer(rebasing: all[span])))
             } catch {
                 return .failure(error)
             }
@@ -130,18 +147,24 @@ public struct LineBatch: Sendable {
         return try result.get()
     }
 
-    /// A copy of the `i`-th line's bytes.
-    public func line(_ i: Int) -> [UInt8] { Array(buffer[lines[i].start..<lines[i].end]) }
+    /// A copy of the `i`-th entry's bytes.
+    public func entry(_ i: Int) -> [UInt8] { Array(buffer[spans[i]]) }
 }
 
-/// Bytes at the end of the log that a crash left behind: a partial line, or the complete lines of
-/// a command (or, in format 2, of a commit: a batch of commands) whose other events never
-/// reached the disk. They were never acknowledged.
+/// Bytes at the end of a log file that a crash left behind: a partial line, or the complete
+/// lines of a command or commit whose other events never reached the disk. They were never
+/// acknowledged. (Only a storage that appends to a file has them.)
 public struct TornTail: Hashable, Sendable, CustomStringConvertible {
     public let offset: UInt64
     public let byteCount: Int
     /// Complete lines in the torn region (events of the incomplete command).
     public let completeLines: Int
+
+    public init(offset: UInt64, byteCount: Int, completeLines: Int) {
+        self.offset = offset
+        self.byteCount = byteCount
+        self.completeLines = completeLines
+    }
 
     public var description: String {
         "\(byteCount) bytes at offset \(offset) (\(completeLines) complete line(s) of an unfinished command or commit"
@@ -149,20 +172,21 @@ public struct TornTail: Hashable, Sendable, CustomStringConvertible {
     }
 }
 
-/// The log as it stands when opened: where its last complete command ends, its newest event and
-/// anything torn after it.
+/// The log as a transaction sees it: how many entries its complete commits hold, the newest
+/// one, the recorded head, and anything torn after it.
 public struct LogState: Sendable {
-    public let end: LogCursor
+    /// Entries in complete commits: the next entry's sequence number.
+    public let size: Int
     public let last: EventRecord
-    /// The head recorded after the last acknowledged append.
+    /// The head recorded after the last acknowledged commit.
     public let recordedHead: ChainHead
     /// The signed head it was read from; nil for a head of the older, unsigned `SEQ HASH` form,
     /// which the next write replaces with a signed one.
     public let signedHead: SignedHead?
     public let torn: TornTail?
 
-    public init(end: LogCursor, last: EventRecord, head: RecordedHead, torn: TornTail?) {
-        self.end = end
+    public init(size: Int, last: EventRecord, head: RecordedHead, torn: TornTail?) {
+        self.size = size
         self.last = last
         self.recordedHead = head.chainHead
         self.signedHead = head.signed
@@ -170,7 +194,7 @@ public struct LogState: Sendable {
     }
 }
 
-/// A head as a store reads it: signed, or of the older unsigned form.
+/// A head as a storage reads it: signed, or of the older unsigned form.
 public enum RecordedHead: Sendable {
     case signed(SignedHead)
     case unsigned(ChainHead)
@@ -208,99 +232,140 @@ public struct IssuedCheckpoint: Hashable, Sendable {
     }
 }
 
-/// Where events are kept. A store translates between bytes and events and keeps them durable;
-/// it holds no ledger state of its own and knows nothing of consent rules.
+/// How many entries of each kind of derived data a storage holds (not yet checked).
+public struct DerivedCounts: Hashable, Sendable {
+    /// Entries of the per-subject index.
+    public let indexed: Int
+    public let treeHashes: Int64
+    public let subjectMapRecords: Int64
+
+    public init(indexed: Int, treeHashes: Int64, subjectMapRecords: Int64) {
+        self.indexed = indexed
+        self.treeHashes = treeHashes
+        self.subjectMapRecords = subjectMapRecords
+    }
+}
+
+/// What a storage calls the places it keeps things, for messages: an integrity error names
+/// the file or table that is wrong and how to repair it, in that storage's own terms.
+public struct StorageNames: Sendable {
+    /// Where the ledger lives (a folder, a URL without its password).
+    public let location: String
+    /// How to rebuild the derived data from the log.
+    public let derivedRepair: String
+    /// Where issued checkpoints are recorded.
+    public let checkpoints: String
+    /// Where subject records are kept.
+    public let subjects: String
+
+    public init(location: String, derivedRepair: String, checkpoints: String, subjects: String) {
+        self.location = location
+        self.derivedRepair = derivedRepair
+        self.checkpoints = checkpoints
+        self.subjects = subjects
+    }
+}
+
+/// Where a ledger's log and the data derived from it are kept: the log's entries by sequence
+/// number, the signed head, the derived data (per-subject index, Merkle tree hashes, subject
+/// map), subject records and issued checkpoints. A storage translates between these and its
+/// own medium and keeps them durable; it knows nothing of consent rules, signatures or hashes,
+/// and holds no ledger state of its own.
+///
+/// Work happens in transactions, passed to the body as values (modelled on GRDB's
+/// `read { db in }` / `write { db in }` and Go's `sumdb/storage`): a read transaction sees one
+/// consistent state of the ledger; a write transaction is the only writer while it runs and
+/// changes the ledger only through ``LedgerWriteTransaction/commit(_:)``. Byte offsets, torn
+/// tails, fsync order and recovery are the storage's own business.
 ///
 /// Every method may throw ``LedgerError``.
 public protocol LedgerStore: Sendable {
-    /// A human-readable name of where the ledger lives, for messages.
-    var location: String { get }
+    /// Names for messages.
+    var names: StorageNames { get }
 
-    /// How to rebuild this store's derived data (line index, tree hashes) from the log, in this
-    /// store's own terms, for integrity messages.
-    var derivedRepair: String { get }
+    /// Where this ledger's signing key is kept unless the caller names another ``KeyStore``.
+    var keyStore: any KeyStore { get }
 
-    /// Where this store records issued checkpoints (a file or table name), for messages.
-    var checkpointsPlace: String { get }
-
-    /// Where this store keeps subject records (a file or table name), for messages.
-    var subjectsPlace: String { get }
-
-    /// Creates a ledger. Fails with ``LedgerError/alreadyExists(_:)`` when there is one; a crash
-    /// part-way leaves no ledger at all.
+    /// Creates a ledger holding the genesis entry. Fails with ``LedgerError/alreadyExists(_:)``
+    /// when there is one; a crash part-way leaves no ledger at all.
     func create(_ setup: LedgerSetup) throws
 
-    func readCatalog() throws -> [UInt8]
-    func readPublicKey() throws -> PublicKey
-    /// The signing seed, for writers.
-    func readSecretSeed() throws -> [UInt8]
+    /// Runs `body` in a read transaction.
+    func read<T>(_ body: (any LedgerReadTransaction) throws -> T) throws -> T
 
-    /// Runs `body` while holding the ledger's lock: shared for readers, exclusive for the one writer.
-    func withLock<T>(exclusive: Bool, _ body: () throws -> T) throws -> T
+    /// Runs `body` in the write transaction, waiting for any other writer to finish. What `body`
+    /// commits is durable when this returns; if `body` throws, nothing it did remains.
+    func write<T>(_ body: (any LedgerWriteTransaction) throws -> T) throws -> T
+}
 
-    /// The log's first line (the genesis event), without its newline.
-    func readFirstLine() throws -> [UInt8]
+/// A consistent view of one ledger, valid only inside ``LedgerStore/read(_:)`` or
+/// ``LedgerStore/write(_:)``.
+public protocol LedgerReadTransaction {
+    /// The catalogue's canonical bytes and the ledger's public key, as created.
+    func metadata() throws -> (catalog: [UInt8], publicKey: PublicKey)
 
-    /// Inspects the end of the log: the last complete command, the newest event, and any torn tail.
-    /// A log shorter than the recorded head is an integrity failure.
+    /// The log's complete commits, newest entry and head. A log shorter than the recorded head
+    /// is an integrity failure.
     func logState() throws -> LogState
 
-    /// The end of the last complete line, whatever command it belongs to. `verify` scans up to
-    /// it when the tail is damaged, to name the first bad entry rather than the last.
-    func completeLinesExtent() throws -> LogCursor
+    /// Entries `range` in order, in batches of at most `batchSize`. A range that ends past the
+    /// log's complete commits reads whatever complete entries follow them (`verify`, naming the
+    /// first bad entry of a damaged tail), up to `range.upperBound`. With `indexedKeys`, each
+    /// batch carries the per-subject index's keys for its entries, after the storage checked
+    /// whatever else its index holds.
+    func entries(_ range: Range<Int>, batchSize: Int, indexedKeys: Bool, _ visit: (EntryBatch) throws -> Void) throws
 
-    /// Reads complete lines from `cursor` up to `end`, in batches of at most `batchSize`. With
-    /// `containing`, only lines holding that byte string are delivered (a cheap pre-filter).
-    func scan(from cursor: LogCursor, to end: LogCursor, batchSize: Int, containing: [UInt8]?, _ visit: (LineBatch) throws -> Void) throws
+    func derivedCounts() throws -> DerivedCounts
 
-    /// Appends lines at `expected` (which must be the end of the last complete command), removing
-    /// any torn tail first, and returns once the bytes are durable. Call with the exclusive lock
-    /// held; then write the derived data, then ``writeHead(_:)``.
-    func append(_ lines: [UInt8], lineCount: Int, at expected: LogCursor) throws -> LogCursor
+    /// Merkle tree hashes by storage index.
+    func treeHashes(_ indexes: [Int64]) throws -> [Digest]
 
-    /// Forces the log's bytes to disk: before anything (derived data, a head, a signed
-    /// checkpoint) vouches for lines that a crashed writer may have left unsynced.
-    func syncLog() throws
+    /// One subject-map record, ``SubjectMapRecord/size`` bytes.
+    func subjectMapRecord(_ index: Int64) throws -> [UInt8]
 
-    /// Durably records the newest acknowledged event. Everything before it, the derived data
-    /// included, must already be durable.
-    func writeHead(_ head: SignedHead) throws
+    /// The sequence numbers the per-subject index lists for stream `key`, below `limit`.
+    func indexedEntries(of key: [UInt8], below limit: Int) throws -> [Int]
 
-    // MARK: Derived data: rebuildable from the log, checked by `verify`
+    /// One subject's record, or nil for an id the storage does not know.
+    func subjectRecord(_ id: SubjectID) throws -> SubjectRecord?
 
-    /// How many line locations and Merkle tree hashes are stored.
-    func derivedCounts() throws -> (lines: Int, treeHashes: Int64)
-    /// Line locations for sequence numbers `range`.
-    func readLineLocations(_ range: Range<Int>) throws -> [LineLocation]
-    /// Every line location whose subject is `subject` (16 bytes), with its sequence number.
-    func findLineLocations(subject: [UInt8]) throws -> [(seq: Int, location: LineLocation)]
-    /// Merkle tree hashes by storage index (``MerkleTree/storedHashIndex(level:n:)``).
-    func readTreeHashes(_ indexes: [Int64]) throws -> [Digest]
-    /// Writes line locations from sequence number `lineStart`, tree hashes from storage index
-    /// `treeStart` and, when given, subject-map records from record index `subjectMap.at`,
-    /// cutting off anything stored after each, and syncs them.
-    func writeDerived(locations: [LineLocation], at lineStart: Int, treeHashes: [Digest], at treeStart: Int64, subjectMap: (records: SubjectMapRecords, at: Int64)?) throws
-    /// How many complete subject-map records (``SubjectMapRecord``) are stored.
-    func subjectMapCount() throws -> Int64
-    /// One subject-map record by index, ``SubjectMapRecord/size`` bytes.
-    func readSubjectMap(_ index: Int64) throws -> [UInt8]
-    /// The bytes of one line, without its newline.
-    func readLine(at location: LineLocation) throws -> [UInt8]
+    /// Every subject record.
+    func subjectRecords() throws -> [SubjectID: SubjectRecord]
 
-    /// Every known subject id with its record.
-    func readSubjectRecords() throws -> [SubjectID: SubjectRecord]
-    /// One subject's record, or nil for an id the store does not know (a read of one subject
-    /// need not read them all).
-    func readSubjectRecord(_ id: SubjectID) throws -> SubjectRecord?
-    /// Durably records new subjects, in one write and one sync. Call with the exclusive lock
-    /// held, before appending the subjects' first events.
-    func saveSubjectRecords(_ records: [(subjectID: SubjectID, record: SubjectRecord)]) throws
-
-    // MARK: Issued checkpoints
-
-    /// Records a checkpoint the ledger signed, unless one of the same size is already recorded
-    /// (signatures are deterministic, so it is the same note). Call with the exclusive lock held.
-    func recordCheckpoint(_ checkpoint: IssuedCheckpoint) throws
     /// Every recorded checkpoint, by tree size.
-    func readCheckpoints() throws -> [IssuedCheckpoint]
+    func checkpoints() throws -> [IssuedCheckpoint]
+}
+
+/// The one writer's transaction.
+public protocol LedgerWriteTransaction: LedgerReadTransaction {
+    /// Makes a commit durable. Throws, with nothing of it acknowledged, when its entries cannot be
+    /// made durable; returns a warning when the entries are durable but the derived data or the
+    /// head after them could not be written (the next commit brings them up to date).
+    func commit(_ commit: LedgerCommit) throws -> String?
+
+    /// Records a checkpoint the ledger signed, unless one of the same size is recorded.
+    func recordCheckpoint(_ checkpoint: IssuedCheckpoint) throws
+}
+
+extension LedgerReadTransaction {
+    /// The bytes of entry `seq`.
+    public func entry(_ seq: Int) throws -> [UInt8] {
+        var found: [UInt8]?
+        try entries(seq..<(seq + 1), batchSize: 1, indexedKeys: false) { found = $0.entry(0) }
+        guard let found else {
+            throw LedgerError.integrity(IntegrityFailure(line: seq + 1, seq: UInt64(seq), problem: "the log has no entry \(seq)"))
+        }
+        return found
+    }
+}
+
+/// Where a ledger's Ed25519 signing key is kept: apart from the log, so that reads, exports of
+/// evidence and proofs never need it, and a signer kept elsewhere can take its place.
+public protocol KeyStore: Sendable {
+    /// Where the key is, for messages.
+    var keyLocation: String { get }
+    /// The 32-byte Ed25519 seed.
+    func loadSeed() throws -> [UInt8]
+    /// Stores the seed of a new ledger. Fails if a key is already stored.
+    func saveSeed(_ seed: [UInt8]) throws
 }

@@ -67,7 +67,7 @@ case "serve":
     } catch {
         fail("\(error)")
     }
-    print("consent-service: ledger at \(store.location), listening on 127.0.0.1:\(port)")
+    print("consent-service: ledger at \(store.names.location), listening on 127.0.0.1:\(port)")
     try consents.ledger.loadAll()
     try await makeApplication(consents: consents, tokens: AccessTokens(signer: tokenKey()), port: port).runService()
 default:

@@ -1,0 +1,1 @@
+../ConsentLedgerTests/StorageConformance.swift
