@@ -2,10 +2,18 @@
 import PackageDescription
 
 // Layers, inner to outer (dependencies point inward only):
-//   ConsentDomain  pure values: catalogue, events, rules, projections. No I/O, clock or crypto.
-//   ConsentLedger  canonical encoding, hash chain, crypto protocols (+ libsodium), file store, ledger.
-//   consentctl     the command-line tool.
-//   ConsentLedgerPostgres  the PostgreSQL store (postgres-nio), only with the PostgreSQL trait.
+//   ConsentDomain    pure values: catalogue, events, rules, projections. No I/O, clock or crypto.
+//   TransparencyLog  log primitives: hashes and keys (libsodium, OpenSSL's SHA-256), the RFC 6962
+//                    Merkle tree and its proofs, C2SP signed notes and checkpoints.
+//   LedgerFormat     the bytes: canonical JSON, the event codec, the hash chain, the subject map,
+//                    the signed head, export bundles and state proofs with their offline verifiers,
+//                    and the error every layer above reports (ConsentError).
+//   LedgerStorage    storage in log terms (LedgerStore: transactions, entries by seq, one commit),
+//                    the file and memory storages, the key store.
+//   ConsentLedger    the ledger: one commit path, reads, proofs, verification, ConsentManager.
+//   ConsentReports   audit reports (text, CSV, HTML) and FHIR R5 Consent resources.
+//   consentctl       the command-line tool.
+//   ConsentLedgerPostgres  the PostgreSQL storage (postgres-nio), only with the PostgreSQL trait.
 // By default nothing here builds NIO: `swift build` compiles ConsentLedgerPostgres as an empty
 // module and consentctl without `--store postgres://`. `swift build --traits PostgreSQL` adds both.
 // The HTTP service lives in its own package (Samples/ConsentService).
@@ -14,6 +22,7 @@ let package = Package(
     products: [
         .library(name: "ConsentDomain", targets: ["ConsentDomain"]),
         .library(name: "ConsentLedger", targets: ["ConsentLedger"]),
+        .library(name: "ConsentReports", targets: ["ConsentReports"]),
         .library(name: "ConsentLedgerPostgres", targets: ["ConsentLedgerPostgres"]),
         .executable(name: "consentctl", targets: ["consentctl"]),
         .executable(name: "consent-bench", targets: ["consent-bench"]),
@@ -41,15 +50,20 @@ let package = Package(
             providers: [.apt(["libssl-dev"])]
         ),
         .target(name: "ConsentDomain"),
-        .target(name: "ConsentLedger", dependencies: ["ConsentDomain", "CSodium", "CLibCrypto"]),
+        .target(name: "TransparencyLog", dependencies: ["CSodium", "CLibCrypto"]),
+        .target(name: "LedgerFormat", dependencies: ["ConsentDomain", "TransparencyLog"]),
+        .target(name: "LedgerStorage", dependencies: ["LedgerFormat"]),
+        .target(name: "ConsentLedger", dependencies: ["ConsentDomain", "TransparencyLog", "LedgerFormat", "LedgerStorage"]),
+        .target(name: "ConsentReports", dependencies: ["ConsentLedger"]),
         .target(name: "ConsentLedgerPostgres", dependencies: [
-            "ConsentLedger",
+            "LedgerStorage",
             .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
         ]),
         .executableTarget(
             name: "consentctl",
             dependencies: [
                 "ConsentLedger",
+                "ConsentReports",
                 "ConsentLedgerPostgres",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
@@ -68,14 +82,22 @@ let package = Package(
             name: "ConsentLedgerTests",
             dependencies: [
                 "ConsentLedger",
+                "ConsentReports",
+                "LedgerFormat",
+                "LedgerStorage",
+                "TransparencyLog",
                 .product(name: "PropertyBased", package: "swift-property-based"),
             ]
         ),
-        .testTarget(name: "ConsentctlTests", dependencies: ["ConsentLedger", "ConsentLedgerPostgres"]),
+        .testTarget(name: "ConsentctlTests", dependencies: ["ConsentLedger", "ConsentReports", "ConsentLedgerPostgres"]),
         // Runs against a real server: make test starts one (scripts/with-test-postgres.sh) and passes
         // its URL in CONSENTLEDGER_TEST_POSTGRES_URL. Empty without the PostgreSQL trait.
         .testTarget(name: "ConsentLedgerPostgresTests", dependencies: [
             "ConsentLedger",
+            "ConsentReports",
+            "LedgerFormat",
+            "LedgerStorage",
+            "TransparencyLog",
             "ConsentLedgerPostgres",
             .product(name: "PropertyBased", package: "swift-property-based"),
             .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),

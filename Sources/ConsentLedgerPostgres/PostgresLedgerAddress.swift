@@ -1,5 +1,7 @@
 #if PostgreSQL
-import ConsentLedger
+import LedgerFormat
+import LedgerStorage
+import TransparencyLog
 import PostgresNIO
 
 /// Where a ledger lives in PostgreSQL, parsed from a URL:
@@ -46,8 +48,8 @@ public struct PostgresLedgerAddress: Sendable, Hashable, CustomStringConvertible
     }
 
     /// Parses a `postgres://` URL; the error says which part is wrong.
-    public init(url text: String) throws(LedgerError) {
-        func bad(_ problem: String) -> LedgerError {
+    public init(url text: String) throws(ConsentError) {
+        func bad(_ problem: String) -> ConsentError {
             .invalidRequest("PostgreSQL URL '\(Self.redacted(text))': \(problem) (expected postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE[?schema=NAME&sslmode=disable|prefer|require|verify-full])")
         }
         guard let schemeEnd = text.range(of: "://"), Self.isURL(text) else { throw bad("it does not start with postgres://") }
@@ -169,7 +171,7 @@ public struct PostgresLedgerAddress: Sendable, Hashable, CustomStringConvertible
                 tls = .require(try NIOSSLContext(configuration: .makeClientConfiguration()))
             }
         } catch {
-            throw LedgerError.storage("cannot set up TLS for \(self): \(error)")
+            throw ConsentError.storage("cannot set up TLS for \(self): \(error)")
         }
         return PostgresConnection.Configuration(host: host, port: port, username: username, password: password, database: database, tls: tls)
     }

@@ -1,6 +1,8 @@
 #if PostgreSQL
 import ConsentDomain
-import ConsentLedger
+import LedgerFormat
+import LedgerStorage
+import TransparencyLog
 import PostgresNIO
 import Synchronization
 
@@ -64,7 +66,7 @@ public final class PostgresLedgerStore: LedgerStore {
     private func ensureSchema(_ session: PostgresSession) throws {
         if schemaReady.withLock({ $0 }) { return }
         guard let version = try PostgresSchema.version(session, schema: address.schema) else {
-            throw LedgerError.notFound("no ledger at \(address) (run 'consentctl init --store \(address)' to create one)")
+            throw ConsentError.notFound(.ledger, "no ledger at \(address) (run 'consentctl init --store \(address)' to create one)")
         }
         if version != PostgresSchema.latestVersion {
             try transaction(session, exclusive: true) { try PostgresSchema.migrate(session, schema: address.schema, create: false) }
@@ -80,7 +82,7 @@ public final class PostgresLedgerStore: LedgerStore {
             let commit = try session.query("COMMIT")
             // COMMIT of a transaction in which a statement failed answers ROLLBACK, not an error.
             guard commit.metadata.command == "COMMIT" else {
-                throw LedgerError.storage("PostgreSQL at \(address) rolled the transaction back; nothing was changed")
+                throw ConsentError.storage("PostgreSQL at \(address) rolled the transaction back; nothing was changed")
             }
             return result
         } catch {
@@ -112,7 +114,7 @@ public final class PostgresLedgerStore: LedgerStore {
             try transaction(session, exclusive: true) {
                 try PostgresSchema.migrate(session, schema: address.schema, create: true)
                 guard try session.query("SELECT 1 FROM \(s).ledger").count == 0 else {
-                    throw LedgerError.alreadyExists("a ledger already exists at \(address)")
+                    throw ConsentError.alreadyExists("a ledger already exists at \(address)")
                 }
                 try session.query("INSERT INTO \(s).ledger (catalog, public_key) VALUES ($1, $2)", PostgresBindings(setup.catalog.buffer, setup.publicKey.bytes.buffer))
                 let transaction = PostgresLedgerTransaction(store: self, session: session)
@@ -140,33 +142,33 @@ final class PostgresLedgerTransaction: LedgerWriteTransaction {
     private var s: String { store.s }
     private var address: PostgresLedgerAddress { store.address }
 
-    private func integrity(_ problem: String, seq: Int? = nil) -> LedgerError {
-        .integrity(IntegrityFailure(line: seq.map { $0 + 1 }, seq: seq.map { UInt64($0) }, problem: "\(address): \(problem)"))
+    private func integrity(_ problem: String, seq: Int? = nil, kind: IntegrityKind = .log) -> ConsentError {
+        .integrity(IntegrityFailure(kind, line: seq.map { $0 + 1 }, seq: seq.map { UInt64($0) }, problem: "\(address): \(problem)"))
     }
 
     func metadata() throws -> (catalog: [UInt8], publicKey: PublicKey) {
         guard let row = try session.query("SELECT catalog, public_key FROM \(s).ledger").first else {
-            throw integrity("the catalogue and public key (table ledger) are missing")
+            throw integrity("the catalogue and public key (table ledger) are missing", kind: .ledgerFiles)
         }
         let (catalog, key) = try row.decode((ByteBuffer, ByteBuffer).self)
-        guard let publicKey = PublicKey(bytes: key.bytes) else { throw integrity("the public key is not 32 bytes") }
+        guard let publicKey = PublicKey(bytes: key.bytes) else { throw integrity("the public key is not 32 bytes", kind: .ledgerFiles) }
         return (catalog.bytes, publicKey)
     }
 
     func logState() throws -> LogState {
         if let state { return state }
         guard let headRow = try session.query("SELECT seq, hash, note FROM \(s).head").first else {
-            throw integrity("the head row is missing")
+            throw integrity("the head row is missing", kind: .head)
         }
         let (headSeq, headHash, note) = try headRow.decode((Int64, ByteBuffer, String?).self)
         guard headSeq >= 0, let hash = Digest(bytes: headHash.bytes) else {
-            throw integrity("the head row is not a sequence number and a 32-byte hash")
+            throw integrity("the head row is not a sequence number and a 32-byte hash", kind: .head)
         }
         // The note is the head; seq and hash are kept beside it for SQL and must agree.
         var recorded = RecordedHead.unsigned(ChainHead(seq: UInt64(headSeq), hash: hash))
         if let note {
             guard case .signed(let signed)? = RecordedHead.parse(note), signed.chainHead == recorded.chainHead else {
-                throw integrity("the head row's note is not a signed head of seq \(headSeq)")
+                throw integrity("the head row's note is not a signed head of seq \(headSeq)", kind: .head)
             }
             recorded = .signed(signed)
         }
@@ -183,7 +185,7 @@ final class PostgresLedgerTransaction: LedgerWriteTransaction {
         }
         let head = recorded.chainHead
         guard record.event.seq >= head.seq else {
-            throw integrity("the log ends at seq \(record.event.seq) but seq \(head.seq) was acknowledged: acknowledged events are missing", seq: Int(seq))
+            throw integrity("the log ends at seq \(record.event.seq) but seq \(head.seq) was acknowledged: acknowledged events are missing", seq: Int(seq), kind: .head)
         }
         let found = LogState(size: Int(seq) + 1, last: record, head: recorded, torn: nil)
         state = found
@@ -210,7 +212,7 @@ final class PostgresLedgerTransaction: LedgerWriteTransaction {
                 buffer.append(contentsOf: line.readableBytesView)
                 spans.append(start..<buffer.count)
                 if indexedKeys {
-                    guard let key else { throw integrity("table line_index has no row for entry \(seq) (\(store.names.derivedRepair))", seq: Int(seq)) }
+                    guard let key else { throw integrity("table line_index has no row for entry \(seq) (\(store.names.derivedRepair))", seq: Int(seq), kind: .derivedData) }
                     keys.append(key.bytes)
                 }
             }
@@ -228,7 +230,7 @@ final class PostgresLedgerTransaction: LedgerWriteTransaction {
         let row = try session.query(
             "SELECT (SELECT coalesce(max(seq) + 1, 0) FROM \(s).line_index)::bigint, (SELECT coalesce(max(idx) + 1, 0) FROM \(s).tree_hashes)::bigint, (SELECT coalesce(max(idx) + 1, 0) FROM \(s).subject_map)::bigint").first!
         let (indexed, hashes, map) = try row.decode((Int64, Int64, Int64).self)
-        guard indexed >= 0, hashes >= 0, map >= 0, indexed < Int64(Int32.max) * 1024 else { throw integrity("a derived table holds a negative or impossible index") }
+        guard indexed >= 0, hashes >= 0, map >= 0, indexed < Int64(Int32.max) * 1024 else { throw integrity("a derived table holds a negative or impossible index", kind: .derivedData) }
         return DerivedCounts(indexed: Int(indexed), treeHashes: hashes, subjectMapRecords: map)
     }
 
@@ -239,14 +241,14 @@ final class PostgresLedgerTransaction: LedgerWriteTransaction {
             found[index] = Digest(bytes: hash.bytes)
         }
         return try indexes.map { index in
-            guard let digest = found[index] else { throw integrity("the tree has no hash at index \(index) (\(store.names.derivedRepair))") }
+            guard let digest = found[index] else { throw integrity("the tree has no hash at index \(index) (\(store.names.derivedRepair))", kind: .derivedData) }
             return digest
         }
     }
 
     func subjectMapRecord(_ index: Int64) throws -> [UInt8] {
         guard let row = try session.query("SELECT record FROM \(s).subject_map WHERE idx = $1", PostgresBindings(index)).first else {
-            throw integrity("table subject_map has no record \(index) (\(store.names.derivedRepair))")
+            throw integrity("table subject_map has no record \(index) (\(store.names.derivedRepair))", kind: .derivedData)
         }
         return try row.decode(ByteBuffer.self).bytes
     }
@@ -262,7 +264,7 @@ final class PostgresLedgerTransaction: LedgerWriteTransaction {
     private func record(salt: ByteBuffer, sig: ByteBuffer?) throws -> SubjectRecord {
         guard let sig else { return SubjectRecord(salt: salt.bytes, signature: nil) }
         guard let signature = Signature(bytes: sig.bytes) else {
-            throw integrity("a subject record's signature in table \(address.schema).subjects is not 64 bytes")
+            throw integrity("a subject record's signature in table \(address.schema).subjects is not 64 bytes", kind: .subjectRecord)
         }
         return SubjectRecord(salt: salt.bytes, signature: signature)
     }
@@ -278,7 +280,7 @@ final class PostgresLedgerTransaction: LedgerWriteTransaction {
         for row in try session.query("SELECT subject_id, salt, sig FROM \(s).subjects") {
             let (id, salt, sig) = try row.decode((ByteBuffer, ByteBuffer, ByteBuffer?).self)
             guard let text = String(validating: id.readableBytesView, as: UTF8.self) else {
-                throw integrity("a subject id in table subjects is not UTF-8")
+                throw integrity("a subject id in table subjects is not UTF-8", kind: .subjectRecord)
             }
             records[SubjectID(text)] = try record(salt: salt, sig: sig)
         }
@@ -298,7 +300,7 @@ final class PostgresLedgerTransaction: LedgerWriteTransaction {
     func commit(_ commit: LedgerCommit) throws -> String? {
         let size = try logState().size
         guard commit.firstSeq == size else {
-            throw LedgerError.storage("conflict: the log at \(address) has \(size) entries, not \(commit.firstSeq) as this write began; nothing was appended")
+            throw ConsentError.conflict("the log at \(address) has \(size) entries, not \(commit.firstSeq) as this write began; nothing was appended")
         }
         try saveSubjects(commit.subjects)
         try insertEntries(commit.entries, from: commit.firstSeq)
@@ -375,11 +377,11 @@ struct PostgresKeyStore: KeyStore {
     func loadSeed() throws -> [UInt8] {
         try store.inTransaction(exclusive: false) { session in
             guard let row = try session.query("SELECT seed FROM \(store.s).signing_key").first else {
-                throw LedgerError.notFound("no signing key in \(keyLocation): this ledger can be read and verified, but not written")
+                throw ConsentError.notFound(.signingKey, "no signing key in \(keyLocation): this ledger can be read and verified, but not written")
             }
             let seed = try row.decode(ByteBuffer.self).bytes
             guard seed.count == 32 else {
-                throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "\(keyLocation) does not hold a 32-byte Ed25519 seed"))
+                throw ConsentError.integrity(IntegrityFailure(.ledgerFiles, line: nil, seq: nil, problem: "\(keyLocation) does not hold a 32-byte Ed25519 seed"))
             }
             return seed
         }
@@ -388,7 +390,7 @@ struct PostgresKeyStore: KeyStore {
     func saveSeed(_ seed: [UInt8]) throws {
         try store.inTransaction(exclusive: true) { session in
             guard try session.query("SELECT 1 FROM \(store.s).signing_key").count == 0 else {
-                throw LedgerError.alreadyExists("\(keyLocation) already holds a key; a new ledger's key is never written over another")
+                throw ConsentError.alreadyExists("\(keyLocation) already holds a key; a new ledger's key is never written over another")
             }
             try session.query("INSERT INTO \(store.s).signing_key (seed) VALUES ($1)", PostgresBindings(seed.buffer))
         }

@@ -1,5 +1,7 @@
 #if PostgreSQL
-import ConsentLedger
+import LedgerFormat
+import LedgerStorage
+import TransparencyLog
 import PostgresNIO
 
 /// The tables of a PostgreSQL ledger, created and upgraded by numbered migrations.
@@ -97,14 +99,14 @@ enum PostgresSchema {
             current = version
         } else {
             guard create else {
-                throw LedgerError.notFound("no ledger at \(session.address) (run 'consentctl init --store \(session.address)' to create one)")
+                throw ConsentError.notFound(.ledger, "no ledger at \(session.address) (run 'consentctl init --store \(session.address)' to create one)")
             }
             try session.query("CREATE SCHEMA IF NOT EXISTS \(quoted(schema))")
             try session.query("CREATE TABLE \(quoted(schema)).schema_migrations (version integer PRIMARY KEY, description text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())")
             current = 0
         }
         guard current <= latestVersion else {
-            throw LedgerError.storage("the ledger at \(session.address) has schema version \(current); this consentctl knows versions up to \(latestVersion): upgrade consentctl")
+            throw ConsentError.storage("the ledger at \(session.address) has schema version \(current); this consentctl knows versions up to \(latestVersion): upgrade consentctl")
         }
         for migration in migrations where migration.version > current {
             for statement in migration.statements(quoted(schema)) { try session.query(statement) }

@@ -1,5 +1,7 @@
 #if PostgreSQL
-import ConsentLedger
+import LedgerFormat
+import LedgerStorage
+import TransparencyLog
 import PostgresNIO
 import Synchronization
 
@@ -37,18 +39,20 @@ final class PostgresSession: @unchecked Sendable {
         }
     }
 
-    /// Turns a postgres-nio error into a ``LedgerError`` that says what the server said.
+    /// Turns a postgres-nio error into a ``ConsentError`` that says what the server said.
     /// (`PSQLError`'s description hides the details on purpose; the server's message and SQL
     /// state are what a user needs, and they carry no data of the ledger.)
-    static func ledgerError(_ error: any Error, address: PostgresLedgerAddress) -> LedgerError {
-        if let error = error as? LedgerError { return error }
+    static func ledgerError(_ error: any Error, address: PostgresLedgerAddress) -> ConsentError {
+        if let error = error as? ConsentError { return error }
         guard let psql = error as? PSQLError else { return .storage("PostgreSQL at \(address): \(error)") }
         if let info = psql.serverInfo {
             let state = info[.sqlState] ?? "?"
             var message = info[.message] ?? "unknown server error"
             if let detail = info[.detail] { message += " (\(detail))" }
+            // Serialization failure, deadlock, a unique key taken by another writer, a lock not
+            // available: the transaction lost to another one and changed nothing.
             if state == "40P01" || state == "40001" || state == "23505" || state == "55P03" {
-                return .storage("PostgreSQL at \(address): conflict with another writer, nothing was changed: \(message) [SQLSTATE \(state)]")
+                return .conflict("PostgreSQL at \(address): another writer changed the ledger first, nothing was changed: \(message) [SQLSTATE \(state)]")
             }
             return .storage("PostgreSQL at \(address): \(message) [SQLSTATE \(state)]")
         }

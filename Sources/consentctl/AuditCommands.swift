@@ -1,6 +1,7 @@
 import ArgumentParser
 import ConsentDomain
 import ConsentLedger
+import ConsentReports
 
 #if canImport(Glibc)
 import Glibc
@@ -129,7 +130,7 @@ struct PinnedKey: ParsableArguments {
         do throws(ExportVerificationError) {
             return try verify(bytes, pinned)
         } catch {
-            throw LedgerError.integrity(IntegrityFailure(line: nil, seq: error.seq, problem: error.problem))
+            throw ConsentError.integrity(IntegrityFailure(line: nil, seq: error.seq, problem: error.problem))
         }
     }
 }
@@ -149,7 +150,7 @@ func readVerifierKey(_ argument: String) throws -> NoteVerifierKey {
     do {
         return try NoteVerifierKey(text: text)
     } catch {
-        throw LedgerError.invalidRequest("--key: \(error)")
+        throw ConsentError.invalidRequest("--key: \(error)")
     }
 }
 
@@ -248,7 +249,7 @@ struct VerifyConsistency: ParsableCommand {
                 let proof = try ConsistencyProof(bytes: try LocalFile.read(file))
                 (old, new) = try ExportVerifier.verifyConsistency(proof, pinnedKey: pinned)
             } catch let error as ExportVerificationError {
-                throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: error.problem))
+                throw ConsentError.integrity(IntegrityFailure(line: nil, seq: nil, problem: error.problem))
             }
             if options.json {
                 printJSON(.object(["ok": .bool(true), "oldSize": .int(old.size), "newSize": .int(new.size)]))

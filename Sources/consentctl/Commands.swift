@@ -1,6 +1,7 @@
 import ArgumentParser
 import ConsentDomain
 import ConsentLedger
+import ConsentReports
 
 // MARK: - init
 
@@ -33,12 +34,12 @@ struct Init: ParsableCommand {
                 do {
                     bytes = try LocalFile.read(catalog)
                 } catch {
-                    throw LedgerError.invalidRequest("cannot read catalogue: \(error)")
+                    throw ConsentError.invalidRequest("cannot read catalogue: \(error)")
                 }
                 do throws(CatalogError) {
                     catalogValue = try CatalogCodec.decode(bytes)
                 } catch {
-                    throw LedgerError.invalidCatalog(CatalogError(entry: "\(catalog): \(error.entry)", problem: error.problem))
+                    throw ConsentError.invalidCatalog(CatalogError(entry: "\(catalog): \(error.entry)", problem: error.problem))
                 }
             } else {
                 catalogValue = SeedCatalog.catalog
@@ -103,7 +104,7 @@ struct CatalogCommand: ParsableCommand {
                 do throws(CatalogError) {
                     catalog = try CatalogCodec.decode(bytes)
                 } catch {
-                    throw LedgerError.invalidCatalog(CatalogError(entry: "\(file): \(error.entry)", problem: error.problem))
+                    throw ConsentError.invalidCatalog(CatalogError(entry: "\(file): \(error.entry)", problem: error.problem))
                 }
                 let event = try ledger.publish(catalog, actor: actor)
                 guard case .catalogPublished(let published) = event.payload else { return }

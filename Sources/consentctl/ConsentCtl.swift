@@ -1,6 +1,7 @@
 import ArgumentParser
 import ConsentDomain
 import ConsentLedger
+import ConsentReports
 
 #if canImport(Glibc)
 import Glibc
@@ -126,18 +127,23 @@ enum Exit {
     static let ruleViolation: Int32 = 1
     static let integrity: Int32 = 2
     static let storage: Int32 = 3
+    /// Another writer changed the ledger first (PostgreSQL); nothing was changed: try again.
+    static let conflict: Int32 = 75
     static let usage: Int32 = 64
     static let invalidCatalog: Int32 = 65
     static let notFound: Int32 = 66
     static let alreadyExists: Int32 = 73
 
-    static func code(for error: LedgerError) -> Int32 {
+    static func code(for error: ConsentError) -> Int32 {
         switch error {
         case .ruleViolation: return ruleViolation
         case .integrity: return integrity
         case .storage: return storage
+        case .conflict: return conflict
         case .invalidRequest: return usage
         case .invalidCatalog: return invalidCatalog
+        // A subject, feature or consent the ledger does not know is a mistake in the command.
+        case .notFound(.subject, _), .notFound(.feature, _), .notFound(.consent, _): return usage
         case .notFound: return notFound
         case .alreadyExists: return alreadyExists
         }
@@ -149,14 +155,17 @@ func printError(_ message: String) {
     line.withUTF8 { _ = write(2, $0.baseAddress, $0.count) }
 }
 
-/// Runs a command body, turning a ``LedgerError`` into a message on stderr and its exit code.
+/// Runs a command body, turning a ``ConsentError`` into a message on stderr and its exit code.
 func reporting(json: Bool = false, _ body: () throws -> Void) throws {
     do {
         try body()
-    } catch let error as LedgerError {
+    } catch let error as ConsentError {
         if json {
             var members: [String: JSONValue] = ["ok": .bool(false), "error": .string(error.description), "kind": .string(kind(of: error))]
+            if case .ruleViolation(let rule, _) = error { members["rule"] = .string(rule) }
+            if case .notFound(let what, _) = error { members["missing"] = .string(what.rawValue) }
             if case .integrity(let failure) = error {
+                members["integrity"] = .string(failure.kind.rawValue)
                 if let line = failure.line { members["line"] = .int(Int64(line)) }
                 if let seq = failure.seq { members["seq"] = .int(Int64(seq)) }
                 members["problem"] = .string(failure.problem)
@@ -168,11 +177,12 @@ func reporting(json: Bool = false, _ body: () throws -> Void) throws {
     }
 }
 
-func kind(of error: LedgerError) -> String {
+func kind(of error: ConsentError) -> String {
     switch error {
     case .ruleViolation: return "rule-violation"
     case .integrity: return "integrity"
     case .storage: return "storage"
+    case .conflict: return "conflict"
     case .invalidRequest: return "usage"
     case .invalidCatalog: return "invalid-catalog"
     case .notFound: return "not-found"
@@ -213,6 +223,6 @@ func checkOutputPath(_ path: String, ledger: String?) throws {
     let full = absolute(path)
     let parent = full.lastIndex(of: "/").map { String(full[..<$0]) }.map { $0.isEmpty ? "/" : $0 } ?? "."
     if resolved(parent) == resolved(absolute(ledger)) {
-        throw LedgerError.invalidRequest("\(path) is inside the ledger folder; write exports and reports elsewhere")
+        throw ConsentError.invalidRequest("\(path) is inside the ledger folder; write exports and reports elsewhere")
     }
 }

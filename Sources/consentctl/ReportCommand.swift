@@ -1,6 +1,7 @@
 import ArgumentParser
 import ConsentDomain
 import ConsentLedger
+import ConsentReports
 
 struct Report: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -63,12 +64,12 @@ struct Report: ParsableCommand {
             let ledger = try root.openLedger()
             var scope = ReportScope(from: fromTime, to: toTime, actor: actor)
             if let subject {
-                guard let ref = try ledger.subjectRef(for: subject) else { throw LedgerError.invalidRequest("the ledger has no subject '\(subject)'") }
+                guard let ref = try ledger.subjectRef(for: subject) else { throw ConsentError.notFound(.subject, "the ledger has no subject '\(subject)'") }
                 scope.subject = ref
             }
             if let feature {
                 guard let f = ledger.catalog.feature(named: feature) else {
-                    throw LedgerError.invalidRequest("unknown feature '\(feature)'; the catalogue has: \(ledger.catalog.features.map { "\($0.key) (\($0.code))" }.joined(separator: ", "))")
+                    throw ConsentError.invalidRequest("unknown feature '\(feature)'; the catalogue has: \(ledger.catalog.features.map { "\($0.key) (\($0.code))" }.joined(separator: ", "))")
                 }
                 scope.feature = f.code
             }

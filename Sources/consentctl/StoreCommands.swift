@@ -1,6 +1,7 @@
 import ArgumentParser
 import ConsentDomain
 import ConsentLedger
+import ConsentReports
 
 #if canImport(Glibc)
 import Glibc
@@ -43,7 +44,7 @@ struct Migrate: ParsableCommand {
             let source = try root.ledgerStore()
             let target = try StoreSelection.store(to)
             guard source.names.location != target.names.location else {
-                throw LedgerError.invalidRequest("the source and the target are the same store (\(source.names.location))")
+                throw ConsentError.invalidRequest("the source and the target are the same store (\(source.names.location))")
             }
             let report = try LedgerCopy.copy(from: source, to: target)
             if json {
@@ -101,7 +102,7 @@ struct Apply: ParsableCommand {
             do {
                 bytes = file == "-" ? readStandardInput() : try LocalFile.read(file, limit: 256 << 20)
             } catch {
-                throw LedgerError.invalidRequest("cannot read \(file): \(error)")
+                throw ConsentError.invalidRequest("cannot read \(file): \(error)")
             }
             let ledger = try root.openLedger()
             let commands = try Self.parse(bytes, catalog: ledger.catalog, file: file == "-" ? "standard input" : file)
@@ -134,7 +135,7 @@ struct Apply: ParsableCommand {
         var commands: [(line: Int, command: LedgerCommand)] = []
         for (index, raw) in bytes.split(separator: 0x0A, omittingEmptySubsequences: false).enumerated() {
             let number = index + 1
-            func bad(_ problem: String) -> LedgerError { .invalidRequest("\(file) line \(number): \(problem); nothing was appended") }
+            func bad(_ problem: String) -> ConsentError { .invalidRequest("\(file) line \(number): \(problem); nothing was appended") }
             let line = raw.last == 0x0D ? raw.dropLast() : raw
             if line.allSatisfy({ $0 == 0x20 || $0 == 0x09 }) { continue }
             let value: JSONValue
@@ -161,7 +162,7 @@ struct Apply: ParsableCommand {
             // late in the file stops the run before the first command is appended.
             do {
                 try LedgerCommand.validate(subjectID: subject, actor: actor)
-            } catch let error as LedgerError {
+            } catch let error as ConsentError {
                 throw bad(error.description)
             }
             func checkConsent(_ code: String) throws {
@@ -192,7 +193,7 @@ struct Apply: ParsableCommand {
             }
             commands.append((number, LedgerCommand(subjectID: subject, request: request, actor: actor)))
         }
-        guard !commands.isEmpty else { throw LedgerError.invalidRequest("\(file) holds no commands") }
+        guard !commands.isEmpty else { throw ConsentError.invalidRequest("\(file) holds no commands") }
         return commands
     }
 }

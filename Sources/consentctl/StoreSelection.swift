@@ -1,4 +1,5 @@
 import ConsentLedger
+import ConsentReports
 #if PostgreSQL
 import ConsentLedgerPostgres
 #endif
@@ -16,12 +17,12 @@ enum StoreSelection {
             #if PostgreSQL
             return try PostgresLedgerStore(url: spec)
             #else
-            throw LedgerError.invalidRequest(
+            throw ConsentError.invalidRequest(
                 "this consentctl was built without PostgreSQL support; build it with 'swift build --traits PostgreSQL' (or 'make build-postgres')")
             #endif
         }
         if isURL(spec) {
-            throw LedgerError.invalidRequest("'\(spec)' is neither a folder nor a postgres:// URL")
+            throw ConsentError.invalidRequest("'\(spec)' is neither a folder nor a postgres:// URL")
         }
         return FileLedgerStore(directory: folder(spec))
     }

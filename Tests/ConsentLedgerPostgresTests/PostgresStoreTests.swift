@@ -5,6 +5,10 @@ import PostgresNIO
 import PropertyBased
 import Testing
 @testable import ConsentLedger
+@testable import ConsentReports
+@testable import LedgerFormat
+@testable import LedgerStorage
+@testable import TransparencyLog
 
 #if canImport(Glibc)
 import Glibc
@@ -116,7 +120,7 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
         let ledger: Ledger
         do {
             ledger = try Ledger.create(store: try PostgresLedgerStore(url: url), catalog: SeedCatalog.catalog, name: "pg.test/user")
-        } catch LedgerError.alreadyExists {
+        } catch ConsentError.alreadyExists {
             ledger = try Ledger.open(store: try PostgresLedgerStore(url: url))
         }
         try ledger.execute(LedgerCommand(subjectID: "u\(Sodium().randomBytes(4).map(String.init).joined())", request: .give(feature: "timeline", consents: ["required"])))
@@ -194,7 +198,7 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
         _ = try copy.proveConsistency(from: early.note)
         #expect(try copy.issuedCheckpoints().map(\.note) == [early.note, late.note])
         // Nothing is copied over an existing ledger.
-        #expect(throws: LedgerError.self) { try LedgerCopy.copy(from: original, to: PostgresLedgerStore(url: url)) }
+        #expect(throws: ConsentError.self) { try LedgerCopy.copy(from: original, to: PostgresLedgerStore(url: url)) }
     }
 
     /// The PostgreSQL rows are caches like the files: `line_index` rows pointed at another
@@ -211,7 +215,7 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
         try TestDatabase.sql(url, "UPDATE \(schema).line_index SET subject = (SELECT subject FROM \(schema).line_index WHERE seq = 3) WHERE seq IN (4, 5)")
         let reopened = try Ledger.open(store: PostgresLedgerStore(url: url))
         #expect(try reopened.report(for: "p1").listing == truth.listing)
-        #expect(throws: LedgerError.self) {
+        #expect(throws: ConsentError.self) {
             try reopened.execute(LedgerCommand(subjectID: "p1", request: .give(feature: "timeline", consents: ["optional-b"])))
         }
         // Every leaf of the map now claims seq 1.
@@ -220,8 +224,68 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
         #expect {
             _ = try tampered.report(for: "p1")
         } throws: { error in
-            guard case LedgerError.integrity(let failure) = error else { return false }
+            guard case ConsentError.integrity(let failure) = error else { return false }
             return failure.problem.contains("subject_map")
+        }
+    }
+
+    // MARK: - Tampered rows
+
+    /// One edit to one derived or side row, as someone without the key could make it, decoded
+    /// from random numbers: which table, which row, what change.
+    static func tamper(_ url: String, schema: String, table: Int, row: Int) throws -> String {
+        let edits: [(String, String)] = [
+            ("line_index", "UPDATE \(schema).line_index SET subject = (SELECT subject FROM \(schema).line_index ORDER BY seq DESC LIMIT 1) WHERE seq = (SELECT seq FROM \(schema).line_index ORDER BY seq OFFSET \(row) % (SELECT count(*) FROM \(schema).line_index) LIMIT 1)"),
+            ("line_index", "DELETE FROM \(schema).line_index WHERE seq >= (SELECT max(seq) FROM \(schema).line_index) - \(row % 3)"),
+            ("tree_hashes", "UPDATE \(schema).tree_hashes SET hash = overlay(hash placing '\\x00'::bytea from \(1 + row % 32) for 1) WHERE idx = (SELECT idx FROM \(schema).tree_hashes ORDER BY idx OFFSET \(row) % (SELECT count(*) FROM \(schema).tree_hashes) LIMIT 1)"),
+            ("tree_hashes", "DELETE FROM \(schema).tree_hashes WHERE idx >= (SELECT max(idx) FROM \(schema).tree_hashes) - \(row % 4)"),
+            ("head", "UPDATE \(schema).head SET seq = seq - 1 - \(row % 2)"),
+            ("head", "UPDATE \(schema).head SET note = replace(note, substr(note, 1 + length(note) - 30, 1), 'A')"),
+            ("subjects", "UPDATE \(schema).subjects SET salt = (SELECT salt FROM \(schema).subjects ORDER BY subject_id DESC LIMIT 1) WHERE subject_id = (SELECT subject_id FROM \(schema).subjects ORDER BY subject_id LIMIT 1)"),
+            ("subjects", "DELETE FROM \(schema).subjects WHERE subject_id = (SELECT subject_id FROM \(schema).subjects ORDER BY subject_id OFFSET \(row) % greatest(1, (SELECT count(*) FROM \(schema).subjects)) LIMIT 1)"),
+            ("subject_map", "UPDATE \(schema).subject_map SET record = overlay(record placing '\\x07'::bytea from \(1 + row % 88) for 1) WHERE idx = (SELECT idx FROM \(schema).subject_map ORDER BY idx OFFSET \(row) % (SELECT count(*) FROM \(schema).subject_map) LIMIT 1)"),
+            ("checkpoints", "UPDATE \(schema).checkpoints SET size = size + 1"),
+        ]
+        let (name, statement) = edits[table % edits.count]
+        try TestDatabase.sql(url, statement)
+        return "\(name): edit \(table % edits.count), row \(row)"
+    }
+
+    /// The PostgreSQL rows are caches and side data like the files: after a random edit to one
+    /// of them, every read answers what a full replay of the events answers or fails with an
+    /// integrity error, and a write either appends events that replay under the rules or fails.
+    @Test func anEditToDerivedRowsNeverChangesAnAnswerOrLetsARuleBreak() async throws {
+        _ = try TestDatabase.url()
+        let input = zip(Gen.int(in: 0...125).array(of: 2...12), Gen.int(in: 0...9), Gen.int(in: 0...1000), Gen.int(in: 0...125))
+        await propertyCheck(count: 16, input: input) { numbers, table, row, write in
+            let url = try TestDatabase.freshURL("tamper")
+            let schema = try PostgresLedgerAddress(url: url).schema
+            let ledger = try Ledger.create(store: try PostgresLedgerStore(url: url), catalog: SeedCatalog.catalog, name: "pg.test/tamper-prop")
+            for n in numbers { _ = try? ledger.execute(Self.command(n)) }
+            _ = try ledger.signedCheckpoint()
+            let truth = try Ledger.open(store: PostgresLedgerStore(url: url)).loadAll()
+            var refs: [String: SubjectRef] = [:]
+            for subject in Self.subjects { refs[subject] = try ledger.subjectRef(for: subject) }
+            let edit = try Self.tamper(url, schema: schema, table: table, row: row)
+            let reopened: Ledger
+            do {
+                reopened = try Ledger.open(store: PostgresLedgerStore(url: url))
+            } catch ConsentError.integrity {
+                return
+            }
+            expectReadsMatchReplayOrFail(reopened, truth: truth, subjects: Self.subjects, refs: refs, edit: edit, recordEdit: "subjects") {
+                (try? Ledger.open(store: PostgresLedgerStore(url: url)).verify()) == nil
+            }
+            let command = Self.command(write)
+            if refs[command.subjectID] != nil, (try? reopened.subjectRef(for: command.subjectID)) == .some(nil) { return }
+            do {
+                try reopened.execute(command)
+                // Whatever was appended replays under the rules (replay re-checks every rule).
+                _ = try Ledger.open(store: PostgresLedgerStore(url: url)).loadAll()
+            } catch ConsentError.ruleViolation, ConsentError.integrity {
+            } catch {
+                Issue.record("\(edit): the write failed with \(error), not a rule or integrity error")
+            }
         }
     }
 
@@ -252,14 +316,14 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
         #expect {
             _ = try Ledger.open(store: PostgresLedgerStore(url: url))
         } throws: { error in
-            guard case LedgerError.storage(let message) = error else { return false }
+            guard case ConsentError.storage(let message) = error else { return false }
             return message.contains("schema version 99") && message.contains("upgrade")
         }
         // No ledger at all: not found, with the command that creates one.
         #expect {
             _ = try Ledger.open(store: PostgresLedgerStore(url: try TestDatabase.freshURL("none")))
         } throws: { error in
-            guard case LedgerError.notFound(let message) = error else { return false }
+            guard case ConsentError.notFound(.ledger, let message) = error else { return false }
             return message.contains("consentctl init --store")
         }
     }
@@ -278,7 +342,7 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
             do {
                 _ = try Ledger.open(store: PostgresLedgerStore(url: url)).verify()
                 return nil
-            } catch LedgerError.integrity(let failure) {
+            } catch ConsentError.integrity(let failure) {
                 return failure
             } catch {
                 Issue.record("expected an integrity failure, got \(error)")
@@ -302,6 +366,29 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
 
     // MARK: - Transactions
 
+    /// A serialization failure that the server reports (SQLSTATE 40001, as a SERIALIZABLE
+    /// transaction that lost to another gets) was a storage error, HTTP 503; it is a conflict
+    /// (HTTP 409, try again), and nothing is changed.
+    @Test func aSerializationFailureIsAConflict() throws {
+        let url = try TestDatabase.freshURL("serialization")
+        let schema = try PostgresLedgerAddress(url: url).schema
+        let ledger = try Ledger.create(store: try PostgresLedgerStore(url: url), catalog: SeedCatalog.catalog, name: "pg.test/serialization")
+        let before = try TestDatabase.fingerprint(url)
+        try TestDatabase.sql(url, """
+            CREATE FUNCTION \(schema).lose_race() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'could not serialize access due to concurrent update' USING ERRCODE = '40001'; END $$
+            """)
+        try TestDatabase.sql(url, "CREATE TRIGGER lose_race BEFORE INSERT ON \(schema).events FOR EACH ROW EXECUTE FUNCTION \(schema).lose_race()")
+        #expect {
+            try ledger.execute(LedgerCommand(subjectID: "bob", request: .give(feature: "timeline", consents: ["required"])))
+        } throws: { error in
+            guard case ConsentError.conflict(let message) = error else { return false }
+            return message.contains("SQLSTATE 40001")
+        }
+        #expect(try TestDatabase.fingerprint(url) == before)
+        try TestDatabase.sql(url, "DROP TRIGGER lose_race ON \(schema).events")
+        #expect(try ledger.execute(LedgerCommand(subjectID: "bob", request: .give(feature: "timeline", consents: ["required"]))).result.events.count == 1)
+    }
+
     /// A statement that fails inside the write transaction aborts it. The command must be
     /// reported as failed with the server's reason, leave nothing behind, and the ledger must
     /// not remember events that were never committed.
@@ -319,7 +406,7 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
         #expect {
             try ledger.execute(LedgerCommand(subjectID: "bob", request: .give(feature: "timeline", consents: ["required", "optional-a"])))
         } throws: { error in
-            guard case LedgerError.storage(let message) = error else { return false }
+            guard case ConsentError.storage(let message) = error else { return false }
             return message.contains("disk full (simulated)")
         }
         #expect(try TestDatabase.fingerprint(url) == before, "a failed command leaves every table as it was")
@@ -342,7 +429,7 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
             LedgerCommand(subjectID: "", request: .give(feature: "timeline", consents: ["required"])),
         ]
         for command in refused {
-            #expect(throws: LedgerError.self) { try ledger.execute(command) }
+            #expect(throws: ConsentError.self) { try ledger.execute(command) }
         }
         #expect(try TestDatabase.fingerprint(url) == before)
     }

@@ -2,6 +2,10 @@ import ConsentDomain
 import Foundation
 import Testing
 @testable import ConsentLedger
+@testable import ConsentReports
+@testable import LedgerFormat
+@testable import LedgerStorage
+@testable import TransparencyLog
 
 /// Exports, checkpoints and consistency proofs, and every tampering an auditor must catch.
 @Suite struct AuditExportTests {
@@ -124,7 +128,7 @@ import Testing
         // An old checkpoint whose root is not this log's prefix (a rewritten history) is refused.
         let signer = SodiumSigner(seed: try ledger.keys.loadSeed())!
         let forged = SignedNote.sign(Checkpoint(origin: ledger.genesis.ledgerName, size: 5, root: Digest.zero).text, key: try ledger.verifierKey, signer: signer)
-        #expect(throws: LedgerError.self) { try ledger.proveConsistency(from: forged) }
+        #expect(throws: ConsentError.self) { try ledger.proveConsistency(from: forged) }
     }
 
     @Test func derivedDataIsRebuiltFromTheLogAndCheckedByVerify() throws {

@@ -1,6 +1,10 @@
 import ConsentDomain
 import Testing
 @testable import ConsentLedger
+@testable import ConsentReports
+@testable import LedgerFormat
+@testable import LedgerStorage
+@testable import TransparencyLog
 
 /// The async library API (issue 5): R9's calls, typed errors, concurrent use.
 @Suite struct ConsentManagerTests {

@@ -1,6 +1,10 @@
 import ConsentDomain
 import Testing
 @testable import ConsentLedger
+@testable import ConsentReports
+@testable import LedgerFormat
+@testable import LedgerStorage
+@testable import TransparencyLog
 
 #if canImport(Glibc)
 import Glibc
@@ -27,8 +31,8 @@ import Glibc
             for i in 0..<8 { index[record * 32 + i] = UInt8(truncatingIfNeeded: offset >> (8 * UInt64(i))) }
             writeBytes(index, to: path + "/lines.idx")
             let reopened = try Ledger.open(store: FileLedgerStore(directory: path))
-            #expect(throws: LedgerError.self) { try reopened.report(for: "p1") }
-            #expect(throws: LedgerError.self) { try reopened.execute(LedgerCommand(subjectID: "p1", request: .give(feature: "timeline", consents: ["optional-b"]))) }
+            #expect(throws: ConsentError.self) { try reopened.report(for: "p1") }
+            #expect(throws: ConsentError.self) { try reopened.execute(LedgerCommand(subjectID: "p1", request: .give(feature: "timeline", consents: ["optional-b"]))) }
             if case .failed(let error) = verifyFolder(path) {
                 guard case .integrity = error else { Issue.record("not an integrity failure: \(error)"); continue }
             } else {
@@ -92,6 +96,7 @@ import Glibc
             return
         }
         #expect(failure.problem.contains("signed events were removed"), "\(failure.problem)")
+        #expect(failure.kind == .head, "a caller tells a cut log from a damaged cache by the kind")
         #expect(failure.problem.contains("checkpoints.jsonl"), "names where the checkpoint is recorded")
     }
 
@@ -166,7 +171,7 @@ import Glibc
         do {
             let (checkpoint, _) = try reopened.signedCheckpoint()
             #expect(checkpoint.root == truth)
-        } catch let error as LedgerError {
+        } catch let error as ConsentError {
             guard case .integrity = error else { Issue.record("\(error)"); return }
         }
         // A write signs a new head only from a frontier the old head vouches for.
@@ -174,7 +179,7 @@ import Glibc
             try reopened.execute(LedgerCommand(subjectID: "p4", request: .give(feature: "timeline", consents: ["required"])))
             let head = try #require(RecordedHead.parse(String(decoding: readBytes(path + "/head"), as: UTF8.self))?.signed)
             #expect(head.checkpoint.root == (try Self.trueRoot(path, size: size + 1)), "a wrong root was signed")
-        } catch let error as LedgerError {
+        } catch let error as ConsentError {
             guard case .integrity(let failure) = error else { Issue.record("\(error)"); return }
             #expect(failure.problem.contains("tree.hashes"), "names the repair: \(failure.problem)")
         }
@@ -182,7 +187,7 @@ import Glibc
         do {
             let bundle = try reopened.exportSubject("p1")
             _ = try ExportVerifier.verify(bundle.bytes, pinnedKey: try reopened.verifierKey)
-        } catch let error as LedgerError {
+        } catch let error as ConsentError {
             guard case .integrity = error else { Issue.record("\(error)"); return }
         }
         guard case .failed(.integrity) = verifyFolder(path) else {
@@ -201,8 +206,8 @@ import Glibc
         head = ([lines[0], lines[1], Substring(Base64.encode([UInt8](repeating: 7, count: 32)))] + lines.dropFirst(3)).joined(separator: "\n")
         writeBytes(Array(head.utf8), to: path + "/head")
         let reopened = try Ledger.open(store: FileLedgerStore(directory: path))
-        #expect(throws: LedgerError.self) { try reopened.report(for: "p1") }
-        #expect(throws: LedgerError.self) { try reopened.execute(LedgerCommand(subjectID: "p1", request: .give(feature: "timeline", consents: ["optional-a"]))) }
+        #expect(throws: ConsentError.self) { try reopened.report(for: "p1") }
+        #expect(throws: ConsentError.self) { try reopened.execute(LedgerCommand(subjectID: "p1", request: .give(feature: "timeline", consents: ["optional-a"]))) }
         guard case .failed(.integrity(let failure)) = verifyFolder(path) else {
             Issue.record("verify passed with a tampered head")
             return
@@ -245,6 +250,7 @@ import Glibc
             return
         }
         #expect(failure.problem.contains("does not carry the ledger key's signature over its id and salt"), "\(failure.problem)")
+        #expect(failure.kind == .subjectRecord)
         // One record removed fails too; a signed record with no events (a failed command's) does not.
         writeBytes(Array(lines(of: original)[1]), to: path + "/subjects.jsonl")
         guard case .failed(.integrity) = verifyFolder(path) else {
@@ -285,10 +291,10 @@ import Glibc
             do {
                 let report = try reopened.report(for: id)
                 Issue.record("\(id): answered from a swapped record: \(report.listing.activeFeatures.map(\.feature.key))")
-            } catch LedgerError.integrity(let failure) {
+            } catch ConsentError.integrity(let failure) {
                 #expect(failure.problem.contains("subjects.jsonl") && failure.problem.contains("signature"), "\(failure.problem)")
             }
-            #expect(throws: LedgerError.self) { try reopened.execute(LedgerCommand(subjectID: id, request: .give(feature: "timeline", consents: ["optional-a"]))) }
+            #expect(throws: ConsentError.self) { try reopened.execute(LedgerCommand(subjectID: id, request: .give(feature: "timeline", consents: ["optional-a"]))) }
         }
     }
 
@@ -333,7 +339,7 @@ import Glibc
         defer { removeFolder(victim, target) }
         mkdir(target, 0o700)
         #expect(symlink(victim, target + "/.init-1") == 0)
-        #expect(throws: LedgerError.self) {
+        #expect(throws: ConsentError.self) {
             try Ledger.create(store: FileLedgerStore(directory: target), catalog: SeedCatalog.catalog, name: "t")
         }
         #expect(readBytes(victim + "/data.txt") == Array("precious\n".utf8), "the linked folder is untouched")
@@ -357,7 +363,7 @@ import Glibc
         let target = LedgerPropertyTests.folder("target")
         defer { removeFolder(victim); unlink(target) }
         #expect(symlink(victim, target) == 0)
-        #expect(throws: LedgerError.self) {
+        #expect(throws: ConsentError.self) {
             try Ledger.create(store: FileLedgerStore(directory: target), catalog: SeedCatalog.catalog, name: "t")
         }
         #expect(PosixFile.directoryEntries(victim) == ["data.txt"])
@@ -369,7 +375,7 @@ import Glibc
         defer { removeFolder(victim, target) }
         mkdir(target, 0o700)
         #expect(symlink(victim + "/data.txt", target + "/head") == 0)
-        #expect(throws: LedgerError.self) {
+        #expect(throws: ConsentError.self) {
             try Ledger.create(store: FileLedgerStore(directory: target), catalog: SeedCatalog.catalog, name: "t")
         }
         #expect(readBytes(victim + "/data.txt") == Array("precious\n".utf8))
@@ -407,7 +413,7 @@ import Glibc
         #expect(after.events == truth.events, "history holds every event")
         let bundle = try reopened.exportSubject("p1")
         #expect(bundle.events.map(\.seq) == truth.events.map { Int64($0.seq) })
-        #expect(throws: LedgerError.self, "R2: no optional consent without the required one") {
+        #expect(throws: ConsentError.self, "R2: no optional consent without the required one") {
             try reopened.execute(LedgerCommand(subjectID: "p1", request: .give(feature: "timeline", consents: ["optional-b"])))
         }
         guard case .failed(.integrity) = verifyFolder(path) else { Issue.record("verify passed with a tampered line index"); return }
@@ -432,10 +438,11 @@ import Glibc
         do {
             let report = try reopened.report(for: "p1")
             Issue.record("answered from a tampered map: \(report.listing)")
-        } catch LedgerError.integrity(let failure) {
+        } catch ConsentError.integrity(let failure) {
             #expect(failure.problem.contains("subjects.map"), "names the file and the repair: \(failure.problem)")
+            #expect(failure.kind == .derivedData)
         }
-        #expect(throws: LedgerError.self) {
+        #expect(throws: ConsentError.self) {
             try reopened.execute(LedgerCommand(subjectID: "p1", request: .give(feature: "timeline", consents: ["optional-b"])))
         }
         guard case .failed(.integrity) = verifyFolder(path) else { Issue.record("verify passed with a tampered subject map"); return }

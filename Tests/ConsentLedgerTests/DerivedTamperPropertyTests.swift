@@ -2,6 +2,10 @@ import ConsentDomain
 import PropertyBased
 import Testing
 @testable import ConsentLedger
+@testable import ConsentReports
+@testable import LedgerFormat
+@testable import LedgerStorage
+@testable import TransparencyLog
 
 /// A random history, then a random edit to one random derived or side file, made by someone
 /// without the key: after it, every read either answers exactly what a full replay of the log
@@ -62,29 +66,12 @@ import Testing
             let reopened: Ledger
             do {
                 reopened = try Ledger.open(store: FileLedgerStore(directory: path))
-            } catch LedgerError.integrity {
+            } catch ConsentError.integrity {
                 return
             }
-            for subject in LedgerPropertyTests.subjects {
-                do {
-                    // A record removed, or its id changed, reads as a subject the ledger does not
-                    // know (a pseudonymous log cannot tell whose record is missing); verify names
-                    // the pseudonym left without one.
-                    if refs[subject] != nil, try reopened.subjectRef(for: subject) == nil {
-                        #expect(edit.hasPrefix("subjects.jsonl"), "\(edit): \(subject) lost its record")
-                        guard case .failed(.integrity) = verifyFolder(path) else {
-                            Issue.record("\(edit): \(subject)'s record is gone and verify passed")
-                            continue
-                        }
-                        continue
-                    }
-                    let listing = try reopened.report(for: subject).listing
-                    let expected = ConsentListing(state: refs[subject].map { truth.state(of: $0) } ?? SubjectState(), catalog: SeedCatalog.catalog)
-                    #expect(listing == expected, "\(edit): status of \(subject) differs from the replay")
-                } catch LedgerError.integrity {
-                } catch {
-                    Issue.record("\(edit): status of \(subject) failed with \(error), not an integrity error")
-                }
+            expectReadsMatchReplayOrFail(reopened, truth: truth, subjects: LedgerPropertyTests.subjects, refs: refs, edit: edit, recordEdit: "subjects.jsonl") {
+                if case .failed(.integrity) = verifyFolder(path) { return true }
+                return false
             }
             let command = LedgerPropertyTests.command(write)
             let allowed = model.apply(command)
@@ -97,9 +84,9 @@ import Testing
                 #expect(allowed || result.events.isEmpty, "\(edit): a write the rules refuse was appended: \(command)")
                 // Whatever was appended replays under the rules.
                 _ = try Ledger.open(store: FileLedgerStore(directory: path)).loadAll()
-            } catch LedgerError.ruleViolation {
+            } catch ConsentError.ruleViolation {
                 #expect(!allowed, "\(edit): the rules refused what they allow: \(command)")
-            } catch LedgerError.integrity {
+            } catch ConsentError.integrity {
             } catch {
                 Issue.record("\(edit): the write failed with \(error), not an integrity error")
             }

@@ -3,6 +3,10 @@ import Foundation
 import PropertyBased
 import Testing
 @testable import ConsentLedger
+@testable import ConsentReports
+@testable import LedgerFormat
+@testable import LedgerStorage
+@testable import TransparencyLog
 
 @Suite struct CanonicalJSONTests {
     @Test func serialisesPerRFC8785() {

@@ -4,6 +4,10 @@ import Foundation
 import Synchronization
 import Testing
 @testable import ConsentLedger
+@testable import ConsentReports
+@testable import LedgerFormat
+@testable import LedgerStorage
+@testable import TransparencyLog
 
 #if canImport(Glibc)
 import Glibc
@@ -79,11 +83,11 @@ import Glibc
         defer { removeFolder(path) }
         let log = readBytes(path + "/ledger.jsonl")
         writeBytes(Array(log.dropLast(20)), to: path + "/ledger.jsonl")
-        #expect(throws: LedgerError.self) { try ledger.verify() }
+        #expect(throws: ConsentError.self) { try ledger.verify() }
         do {
             _ = try ledger.execute(LedgerCommand(subjectID: "bob", request: .give(feature: "timeline", consents: ["required"])))
             Issue.record("append after a lost acknowledged event must fail")
-        } catch LedgerError.integrity(let failure) {
+        } catch ConsentError.integrity(let failure) {
             #expect(failure.problem.contains("acknowledged events are missing"))
         }
         #expect(readBytes(path + "/ledger.jsonl") == Array(log.dropLast(20)), "nothing was repaired or appended")
@@ -102,10 +106,10 @@ import Glibc
             LedgerCommand(subjectID: "carol", request: .give(feature: "timeline", consents: ["required"]), actor: ""),
         ]
         for command in bad {
-            #expect(throws: LedgerError.self) { try ledger.execute(command) }
+            #expect(throws: ConsentError.self) { try ledger.execute(command) }
         }
         // A batch with one refused command appends none of them.
-        #expect(throws: LedgerError.self) {
+        #expect(throws: ConsentError.self) {
             try ledger.execute([LedgerCommand(subjectID: "dave", request: .give(feature: "timeline", consents: ["required"])), bad[0]])
         }
         // No-ops succeed and append nothing either.
@@ -122,13 +126,13 @@ import Glibc
         // Another secret key: writing fails, nothing changes.
         writeBytes(Array((Hex.encode(other.seed) + "\n").utf8), to: path + "/secret.key")
         let reopened = try Ledger.open(store: FileLedgerStore(directory: path))
-        #expect(throws: LedgerError.self) {
+        #expect(throws: ConsentError.self) {
             try reopened.execute(LedgerCommand(subjectID: "bob", request: .give(feature: "timeline", consents: ["required"])))
         }
         #expect(readBytes(path + "/ledger.jsonl") == before["ledger.jsonl"])
         // Another public key: opening fails.
         writeBytes(Array((other.publicKey.hex + "\n").utf8), to: path + "/public.key")
-        #expect(throws: LedgerError.self) { try Ledger.open(store: FileLedgerStore(directory: path)) }
+        #expect(throws: ConsentError.self) { try Ledger.open(store: FileLedgerStore(directory: path)) }
         _ = ledger
     }
 
@@ -156,7 +160,7 @@ import Glibc
         let (_, path) = try makeLedger("init")
         defer { removeFolder(path) }
         let before = snapshot(path)
-        #expect(throws: LedgerError.alreadyExists("a ledger already exists at \(path)")) {
+        #expect(throws: ConsentError.alreadyExists("a ledger already exists at \(path)")) {
             try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "again")
         }
         #expect(snapshot(path) == before)

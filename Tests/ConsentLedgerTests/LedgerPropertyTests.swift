@@ -2,6 +2,10 @@ import ConsentDomain
 import PropertyBased
 import Testing
 @testable import ConsentLedger
+@testable import ConsentReports
+@testable import LedgerFormat
+@testable import LedgerStorage
+@testable import TransparencyLog
 
 /// Random command histories over several subjects, replayed and compared (issue 2's properties
 /// 1, 2, 3 and 5; property 4 is in TamperTests). Ledgers live in /dev/shm when it exists, where
@@ -80,7 +84,7 @@ import Testing
                     for line in result.listing.features where !line.isActive {
                         #expect(!line.consents.contains { $0.isGiven }, "optional given while inactive after \(command)")
                     }
-                } catch LedgerError.ruleViolation {
+                } catch ConsentError.ruleViolation {
                     #expect(!allowed, "the ledger refused what the model allows: \(command)")
                 }
             }

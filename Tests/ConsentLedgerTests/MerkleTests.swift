@@ -3,6 +3,10 @@ import Foundation
 import PropertyBased
 import Testing
 @testable import ConsentLedger
+@testable import ConsentReports
+@testable import LedgerFormat
+@testable import LedgerStorage
+@testable import TransparencyLog
 
 /// RFC 6962 section 2.1, written from the RFC and nothing else: MTH, PATH and PROOF by their
 /// recursive definitions, over whole lists of entries. The stored-hash implementation must agree.

@@ -2,6 +2,10 @@ import ConsentDomain
 import Foundation
 import Testing
 @testable import ConsentLedger
+@testable import ConsentReports
+@testable import LedgerFormat
+@testable import LedgerStorage
+@testable import TransparencyLog
 
 /// Issue 4: publishing catalogue versions, outdated consents, re-consent, and replay under the
 /// catalogue in force.
@@ -45,7 +49,7 @@ import Testing
         #expect(timeline.consents[1].isGiven, "outdated is not withheld: no cascade")
 
         // An optional consent alone cannot be given while the feature is inactive.
-        #expect(throws: LedgerError.self) {
+        #expect(throws: ConsentError.self) {
             try ledger.execute(LedgerCommand(subjectID: "alice", request: .revoke(feature: "timeline", consent: "optional-a")))
             try ledger.execute(LedgerCommand(subjectID: "alice", request: .give(feature: "timeline", consents: ["optional-a"])))
         }
@@ -86,9 +90,9 @@ import Testing
         let (ledger, path) = try Self.ledger("publish-refused")
         defer { removeFolder(path) }
         let log = readBytes(path + "/ledger.jsonl")
-        #expect(throws: LedgerError.self) { try ledger.publish(SeedCatalog.catalog) }
+        #expect(throws: ConsentError.self) { try ledger.publish(SeedCatalog.catalog) }
         let fewer = try Catalog(features: [SeedCatalog.catalog.features[0]])
-        #expect(throws: LedgerError.self) { try ledger.publish(fewer) }
+        #expect(throws: ConsentError.self) { try ledger.publish(fewer) }
         #expect(readBytes(path + "/ledger.jsonl") == log)
     }
 

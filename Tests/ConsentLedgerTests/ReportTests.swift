@@ -3,6 +3,10 @@ import Foundation
 import PropertyBased
 import Testing
 @testable import ConsentLedger
+@testable import ConsentReports
+@testable import LedgerFormat
+@testable import LedgerStorage
+@testable import TransparencyLog
 
 /// Issue 4: every report section, every format, and as-of queries equal to replaying exactly the
 /// events up to the time.

@@ -5,6 +5,10 @@ import Testing
 import Glibc
 #endif
 @testable import ConsentLedger
+@testable import ConsentReports
+@testable import LedgerFormat
+@testable import LedgerStorage
+@testable import TransparencyLog
 
 /// Regression tests for the defects found in review; each names the defect.
 @Suite struct ReviewRegressionTests {
@@ -40,7 +44,7 @@ import Glibc
         do {
             _ = try cut.proveConsistency(from: note)
             Issue.record("a rollback must be refused")
-        } catch LedgerError.integrity(let failure) {
+        } catch ConsentError.integrity(let failure) {
             #expect(failure.problem.contains("signed events were removed"))
         }
         _ = head
@@ -54,7 +58,7 @@ import Glibc
         // Entry of seq 1 (alice's first event): top byte of its offset.
         index[32 + 7] = 0xFF
         writeBytes(index, to: path + "/lines.idx")
-        #expect(throws: LedgerError.self) { try ledger.exportSubject("alice") }
+        #expect(throws: ConsentError.self) { try ledger.exportSubject("alice") }
     }
 
     /// A checkpoint size near 2^63 sent the proof checker into an endless loop.
@@ -113,7 +117,7 @@ import Glibc
         defer { removeFolder(staged) }
         #expect(mkdir(staged, 0o700) == 0)
         #expect(mkdir(staged + "/.init-1", 0o700) == 0)
-        #expect(throws: LedgerError.alreadyExists("\(staged)/.init-1 is left from an init that did not finish; remove it, then run init again")) {
+        #expect(throws: ConsentError.alreadyExists("\(staged)/.init-1 is left from an init that did not finish; remove it, then run init again")) {
             try Ledger.create(store: FileLedgerStore(directory: staged), catalog: SeedCatalog.catalog, name: "staged")
         }
         #expect(PosixFile.kind(of: staged + "/.init-1") == .directory)

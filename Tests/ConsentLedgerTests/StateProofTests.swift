@@ -2,6 +2,10 @@ import ConsentDomain
 import Foundation
 import Testing
 @testable import ConsentLedger
+@testable import ConsentReports
+@testable import LedgerFormat
+@testable import LedgerStorage
+@testable import TransparencyLog
 
 #if canImport(Glibc)
 import Glibc
@@ -41,7 +45,7 @@ import Glibc
         let temp = TemporaryFolder("state-proof-unknown")
         defer { temp.remove() }
         let ledger = try Self.ledger(at: temp.path + "/l")
-        #expect(throws: LedgerError.invalidRequest("the ledger has no subject 'carol'")) { try ledger.proveState(for: "carol") }
+        #expect(throws: ConsentError.notFound(.subject, "the ledger has no subject 'carol'")) { try ledger.proveState(for: "carol") }
     }
 
     /// A proof read from a tampered file or row is never handed out: the map and the tree hashes
@@ -55,7 +59,7 @@ import Glibc
         for r in 0..<count where map[r * SubjectMapRecord.size] == 1 { map[r * SubjectMapRecord.size + 31] ^= 1 }
         writeBytes(map, to: temp.path + "/l/subjects.map")
         let reopened = try Ledger.open(store: FileLedgerStore(directory: temp.path + "/l"))
-        #expect(throws: LedgerError.self) { try reopened.proveState(for: "alice") }
+        #expect(throws: ConsentError.self) { try reopened.proveState(for: "alice") }
     }
 }
 

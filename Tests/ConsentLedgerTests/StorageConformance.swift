@@ -1,5 +1,9 @@
 import ConsentDomain
 @testable import ConsentLedger
+@testable import ConsentReports
+@testable import LedgerFormat
+@testable import LedgerStorage
+@testable import TransparencyLog
 import Testing
 
 /// What every ``LedgerStore`` must do, whatever it keeps its data in. Each check takes a fresh
@@ -41,11 +45,11 @@ enum StorageConformance: String, CaseIterable, Sendable, CustomTestStringConvert
                 #expect(try tx.subjectRecords().isEmpty && tx.checkpoints().isEmpty)
             }
         case .aSecondCreateIsRefused:
-            #expect(throws: LedgerError.alreadyExists("")) {
+            #expect(throws: ConsentError.alreadyExists("")) {
                 do {
                     _ = try Ledger.create(store: store, catalog: SeedCatalog.catalog, name: "again")
-                } catch LedgerError.alreadyExists {
-                    throw LedgerError.alreadyExists("")
+                } catch ConsentError.alreadyExists {
+                    throw ConsentError.alreadyExists("")
                 }
             }
         case .aCommitAppendsEntriesDerivedDataSubjectsAndHead:
@@ -62,7 +66,7 @@ enum StorageConformance: String, CaseIterable, Sendable, CustomTestStringConvert
         case .aCommitThatDoesNotFollowTheLogIsRefusedAndChangesNothing:
             let before = try store.snapshot()
             let commit = try fixture.commit(subject: "alice", count: 2, at: 2)
-            #expect(throws: LedgerError.self) { _ = try store.write { try $0.commit(commit) } }
+            #expect(throws: ConsentError.self) { _ = try store.write { try $0.commit(commit) } }
             #expect(try store.snapshot() == before)
         case .aWriteThatThrowsBeforeCommittingChangesNothing:
             let before = try store.snapshot()

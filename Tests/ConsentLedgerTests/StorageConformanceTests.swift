@@ -1,4 +1,8 @@
 @testable import ConsentLedger
+@testable import ConsentReports
+@testable import LedgerFormat
+@testable import LedgerStorage
+@testable import TransparencyLog
 import Testing
 
 /// The storage conformance checks (``StorageConformance``) against the memory and file

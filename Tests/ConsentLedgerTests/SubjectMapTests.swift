@@ -2,6 +2,10 @@ import ConsentDomain
 import PropertyBased
 import Testing
 @testable import ConsentLedger
+@testable import ConsentReports
+@testable import LedgerFormat
+@testable import LedgerStorage
+@testable import TransparencyLog
 
 /// The subject map against a reference written from its definition (`Spec/ledger-format.md`,
 /// "Streams and the subject map"): the same root for any set of keys, proofs that verify for

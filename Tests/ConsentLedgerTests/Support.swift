@@ -1,6 +1,11 @@
 import ConsentDomain
 import Synchronization
+import Testing
 @testable import ConsentLedger
+@testable import ConsentReports
+@testable import LedgerFormat
+@testable import LedgerStorage
+@testable import TransparencyLog
 
 #if canImport(Glibc)
 import Glibc
@@ -106,14 +111,14 @@ let seedScenario: [LedgerCommand] = [
 /// Outcome of opening and verifying a ledger folder.
 enum VerifyOutcome: Equatable {
     case ok(events: Int)
-    case failed(LedgerError)
+    case failed(ConsentError)
 }
 
 func verifyFolder(_ path: String) -> VerifyOutcome {
     do {
         let ledger = try Ledger.open(store: FileLedgerStore(directory: path))
         return .ok(events: try ledger.verify().events)
-    } catch let error as LedgerError {
+    } catch let error as ConsentError {
         return .failed(error)
     } catch {
         return .failed(.storage("\(error)"))
@@ -181,4 +186,27 @@ extension LedgerStore {
     }
 
     func readCheckpoints() throws -> [IssuedCheckpoint] { try read { try $0.checkpoints() } }
+}
+
+/// After an edit by someone without the key: each subject's status is what the full replay
+/// `truth` gives, or an integrity error. A subject whose record was removed (or renamed) reads
+/// as one the ledger does not know (a pseudonymous log cannot tell whose record is missing);
+/// for it, `verifyFails` must hold, since verify names the pseudonym left without a record.
+func expectReadsMatchReplayOrFail(_ ledger: Ledger, truth: LedgerReplay, subjects: [String], refs: [String: SubjectRef], edit: String, recordEdit: String, verifyFails: () -> Bool) {
+    for subject in subjects {
+        let ref = refs[subject]
+        do {
+            if ref != nil, try ledger.subjectRef(for: subject) == nil {
+                #expect(edit.hasPrefix(recordEdit), "\(edit): \(subject) lost its record")
+                #expect(verifyFails(), "\(edit): \(subject)'s record is gone and verify passed")
+                continue
+            }
+            let listing = try ledger.report(for: subject).listing
+            let expected = ConsentListing(state: ref.map { truth.state(of: $0) } ?? SubjectState(), catalog: SeedCatalog.catalog)
+            #expect(listing == expected, "\(edit): status of \(subject) differs from the replay")
+        } catch ConsentError.integrity {
+        } catch {
+            Issue.record("\(edit): status of \(subject) failed with \(error), not an integrity error")
+        }
+    }
 }

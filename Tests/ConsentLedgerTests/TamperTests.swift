@@ -2,6 +2,10 @@ import ConsentDomain
 import PropertyBased
 import Testing
 @testable import ConsentLedger
+@testable import ConsentReports
+@testable import LedgerFormat
+@testable import LedgerStorage
+@testable import TransparencyLog
 
 /// Property 4 of issue 2: every single-byte change, deleted line, swapped pair of lines and
 /// truncation of a valid ledger is caught by `verify`, or by open for a torn tail. Exhaustive on

@@ -2,6 +2,10 @@ import ConsentDomain
 import Foundation
 import Testing
 @testable import ConsentLedger
+@testable import ConsentReports
+@testable import LedgerFormat
+@testable import LedgerStorage
+@testable import TransparencyLog
 
 #if canImport(Glibc)
 import Glibc

@@ -1,43 +1,8 @@
+import LedgerFormat
+import LedgerStorage
+import TransparencyLog
 import ConsentDomain
 import Dispatch
-
-/// Why a ``ConsentManager`` call failed. Every case says what and, for integrity failures, where.
-public enum ConsentError: Error, Hashable, Sendable, CustomStringConvertible {
-    /// A consent rule forbids the request; nothing was appended.
-    case ruleViolation(String)
-    /// The feature, consent or subject does not exist.
-    case notFound(String)
-    /// The request is malformed (an empty subject id, a control character, a bad catalogue).
-    case invalidRequest(String)
-    /// The ledger is damaged, tampered with, or signed by another key.
-    case integrityFailure(IntegrityFailure)
-    /// Another writer got there first and retrying did not help.
-    case conflict(String)
-    /// Reading, writing, syncing or locking failed.
-    case storage(String)
-
-    init(_ error: LedgerError) {
-        switch error {
-        case .ruleViolation(let m): self = .ruleViolation(m)
-        case .invalidRequest(let m) where m.hasPrefix("unknown") || m.hasPrefix("the ledger has no subject"): self = .notFound(m)
-        case .invalidRequest(let m): self = .invalidRequest(m)
-        case .invalidCatalog(let e): self = .invalidRequest("invalid catalogue: \(e)")
-        case .integrity(let f): self = .integrityFailure(f)
-        case .notFound(let m): self = .notFound(m)
-        case .alreadyExists(let m): self = .conflict(m)
-        case .storage(let m): self = .storage(m)
-        }
-    }
-
-    public var description: String {
-        switch self {
-        case .ruleViolation(let m): return "rule violation: \(m)"
-        case .notFound(let m), .invalidRequest(let m), .conflict(let m): return m
-        case .integrityFailure(let f): return "integrity failure: \(f)"
-        case .storage(let m): return "storage error: \(m)"
-        }
-    }
-}
 
 /// The consent logic the patient app calls (rule R9), for a backend that embeds the ledger.
 ///
@@ -88,8 +53,8 @@ public final class ConsentManager: Sendable {
             queue.async {
                 do {
                     continuation.resume(returning: .success(try body()))
-                } catch let error as LedgerError {
-                    continuation.resume(returning: .failure(ConsentError(error)))
+                } catch let error as ConsentError {
+                    continuation.resume(returning: .failure(error))
                 } catch {
                     continuation.resume(returning: .failure(.storage("\(error)")))
                 }
@@ -110,7 +75,7 @@ public final class ConsentManager: Sendable {
         return try await run {
             let listing = try ledger.currentListing(for: subject)
             guard let line = listing.features.first(where: { $0.feature.key == feature || String($0.feature.code) == feature }) else {
-                throw LedgerError.invalidRequest("unknown feature '\(feature)'")
+                throw ConsentError.invalidRequest("unknown feature '\(feature)'")
             }
             return line
         }
@@ -180,8 +145,8 @@ public final class ConsentManager: Sendable {
     public func verifierKey() throws(ConsentError) -> NoteVerifierKey {
         do {
             return try ledger.verifierKey
-        } catch let error as LedgerError {
-            throw ConsentError(error)
+        } catch let error as ConsentError {
+            throw error
         } catch {
             throw .storage("\(error)")
         }

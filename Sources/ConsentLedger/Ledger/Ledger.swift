@@ -1,3 +1,6 @@
+import LedgerFormat
+import LedgerStorage
+import TransparencyLog
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -20,7 +23,7 @@ public struct LedgerCommand: Hashable, Sendable {
     }
 
     /// Checks a subject id and an actor as ``Ledger/execute(_:)`` does, so that a batch can be
-    /// checked whole before any of it is appended. Throws ``LedgerError/invalidRequest(_:)``.
+    /// checked whole before any of it is appended. Throws ``ConsentError/invalidRequest(_:)``.
     public static func validate(subjectID: String, actor: String) throws {
         try Ledger.validateText(subjectID, what: "subject id", maxBytes: 256)
         try Ledger.validateText(actor, what: "actor", maxBytes: 128)
@@ -160,7 +163,7 @@ public final class Ledger: Sendable {
             try NoteVerifierKey.checkName(name)
             if name == ExportStatement.magic { throw NoteError("'\(name)' is reserved") }
         } catch {
-            throw LedgerError.invalidRequest("ledger name: \(error) (it names the checkpoint signing key)")
+            throw ConsentError.invalidRequest("ledger name: \(error) (it names the checkpoint signing key)")
         }
         try validateText(actor, what: "actor", maxBytes: 128)
         let chain = HashChain()
@@ -173,7 +176,7 @@ public final class Ledger: Sendable {
         do {
             key = try NoteVerifierKey(name: name, publicKey: signer.publicKey, hasher: chain.hasher)
         } catch {
-            throw LedgerError.invalidRequest("ledger name: \(error)")
+            throw ConsentError.invalidRequest("ledger name: \(error)")
         }
         var frontier = MerkleFrontier()
         let hashes = frontier.append(MerkleTree.leafHash(records[0].lineWithoutNewline, hasher: chain.hasher), hasher: chain.hasher)
@@ -198,10 +201,10 @@ public final class Ledger: Sendable {
         do {
             record = try EventCodec.decode(line: firstLine)
         } catch {
-            throw LedgerError.integrity(IntegrityFailure(line: 1, seq: 0, problem: "genesis event is malformed: \(error.problem)"))
+            throw ConsentError.integrity(IntegrityFailure(.ledgerFiles, line: 1, seq: 0, problem: "genesis event is malformed: \(error.problem)"))
         }
-        func fail(_ problem: String) -> LedgerError {
-            .integrity(IntegrityFailure(line: 1, seq: 0, problem: problem))
+        func fail(_ problem: String) -> ConsentError {
+            .integrity(IntegrityFailure(.ledgerFiles, line: 1, seq: 0, problem: problem))
         }
         guard case .ledgerCreated(let created) = record.event.payload, record.event.seq == 0, record.prev == .zero else {
             throw fail("the first line is not a genesis event with seq 0 and a zero prev")
@@ -229,12 +232,12 @@ public final class Ledger: Sendable {
     // MARK: - Subjects
 
     static func validateText(_ text: String, what: String, maxBytes: Int) throws {
-        guard !text.isEmpty else { throw LedgerError.invalidRequest("\(what) must not be empty") }
-        guard text.utf8.count <= maxBytes else { throw LedgerError.invalidRequest("\(what) is longer than \(maxBytes) bytes") }
+        guard !text.isEmpty else { throw ConsentError.invalidRequest("\(what) must not be empty") }
+        guard text.utf8.count <= maxBytes else { throw ConsentError.invalidRequest("\(what) is longer than \(maxBytes) bytes") }
         guard !text.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) else {
-            throw LedgerError.invalidRequest("\(what) must not contain control characters")
+            throw ConsentError.invalidRequest("\(what) must not contain control characters")
         }
-        guard text.utf8.first != 0x20, text.utf8.last != 0x20 else { throw LedgerError.invalidRequest("\(what) must not start or end with spaces") }
+        guard text.utf8.first != 0x20, text.utf8.last != 0x20 else { throw ConsentError.invalidRequest("\(what) must not start or end with spaces") }
     }
 
     /// The pseudonym of a subject id under a salt of ``Pseudonym/saltLength`` bytes.
@@ -267,26 +270,26 @@ public final class Ledger: Sendable {
     func checkRecord(_ id: SubjectID, _ record: SubjectRecord) throws {
         let place = "\(store.names.subjects) of \(store.names.location)"
         guard record.salt.count == Pseudonym.saltLength else {
-            throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the subject record of \(id.text.debugDescription) in \(place) has a salt of \(record.salt.count) bytes, not \(Pseudonym.saltLength)"))
+            throw ConsentError.integrity(IntegrityFailure(.subjectRecord, line: nil, seq: nil, problem: "the subject record of \(id.text.debugDescription) in \(place) has a salt of \(record.salt.count) bytes, not \(Pseudonym.saltLength)"))
         }
         guard version >= 2 else { return }
         let valid = record.signature.map { signature in
             Pseudonym.recordMessage(id: id, salt: record.salt).withUnsafeBytes { verifier.isValid(signature, of: $0, by: publicKey) }
         } ?? false
         guard valid else {
-            throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the subject record of \(id.text.debugDescription) in \(place) does not carry the ledger key's signature over its id and salt: it was altered, swapped or made up"))
+            throw ConsentError.integrity(IntegrityFailure(.subjectRecord, line: nil, seq: nil, problem: "the subject record of \(id.text.debugDescription) in \(place) does not carry the ledger key's signature over its id and salt: it was altered, swapped or made up"))
         }
     }
 
     /// Every subject record of the store, each checked (``checkRecord(_:_:)``), on all cores; the
     /// failure reported is that of the first failing id in byte order.
-    func subjectSalts(_ tx: any LedgerReadTransaction) throws -> [SubjectID: [UInt8]] {
+    package func subjectSalts(_ tx: any LedgerReadTransaction) throws -> [SubjectID: [UInt8]] {
         let records = try tx.subjectRecords().sorted { $0.key < $1.key }
-        let failures = parallelMap(records.count) { [self] i -> LedgerError? in
+        let failures = parallelMap(records.count) { [self] i -> ConsentError? in
             do {
                 try checkRecord(records[i].key, records[i].value)
                 return nil
-            } catch let error as LedgerError {
+            } catch let error as ConsentError {
                 return error
             } catch {
                 return .storage("\(error)")
@@ -351,13 +354,13 @@ public final class Ledger: Sendable {
                 do throws(CommandRejection) {
                     outcome = try ConsentRules.decide(command.request, subject: ref, state: state, catalog: catalog, actor: command.actor, at: at, nextSeq: nextSeq)
                 } catch {
-                    throw LedgerError(error)
+                    throw ConsentError(error)
                 }
                 for event in outcome.events {
                     do {
                         try state.apply(event, catalog: catalog)
                     } catch {
-                        throw LedgerError.ruleViolation("internal check failed: \(error)")
+                        throw ConsentError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "internal check failed: the events decided break a rule on replay: \(error)"))
                     }
                 }
                 states[ref] = state
@@ -488,7 +491,7 @@ public final class Ledger: Sendable {
         if let signer = memory.withLock({ $0.signer }) { return signer }
         let seed = try keys.loadSeed()
         guard let signer = SodiumSigner(seed: seed), signer.publicKey == publicKey else {
-            throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the secret key does not belong to the ledger's public key"))
+            throw ConsentError.integrity(IntegrityFailure(.ledgerFiles, line: nil, seq: nil, problem: "the secret key does not belong to the ledger's public key"))
         }
         memory.withLock { $0.signer = signer }
         return signer
@@ -500,10 +503,10 @@ public final class Ledger: Sendable {
         let head = log.recordedHead
         try checkSignedHead(log)
         if log.last.event.seq < head.seq {
-            throw LedgerError.integrity(IntegrityFailure(line: Int(log.last.event.seq) + 2, seq: log.last.event.seq + 1, problem: "the log ends at seq \(log.last.event.seq) but seq \(head.seq) was acknowledged: acknowledged events are missing (truncated log)"))
+            throw ConsentError.integrity(IntegrityFailure(.head, line: Int(log.last.event.seq) + 2, seq: log.last.event.seq + 1, problem: "the log ends at seq \(log.last.event.seq) but seq \(head.seq) was acknowledged: acknowledged events are missing (truncated log)"))
         }
         if log.last.event.seq == head.seq, chain.hash(ofBody: log.last.body) != head.hash {
-            throw LedgerError.integrity(IntegrityFailure(line: Int(head.seq) + 1, seq: head.seq, problem: "the newest event's hash differs from the recorded head \(head.hash.hex)"))
+            throw ConsentError.integrity(IntegrityFailure(.head, line: Int(head.seq) + 1, seq: head.seq, problem: "the newest event's hash differs from the recorded head \(head.hash.hex)"))
         }
     }
 
@@ -513,10 +516,10 @@ public final class Ledger: Sendable {
             do {
                 try signed.verify(key: try verifierKey, verifier: verifier)
             } catch {
-                throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the signed head of \(store.names.location) does not verify with the ledger's key: \(error)"))
+                throw ConsentError.integrity(IntegrityFailure(.head, line: nil, seq: nil, problem: "the signed head of \(store.names.location) does not verify with the ledger's key: \(error)"))
             }
             guard signed.checkpoint.origin == genesis.ledgerName else {
-                throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the signed head of \(store.names.location) is for '\(signed.checkpoint.origin)', not '\(genesis.ledgerName)'"))
+                throw ConsentError.integrity(IntegrityFailure(.head, line: nil, seq: nil, problem: "the signed head of \(store.names.location) is for '\(signed.checkpoint.origin)', not '\(genesis.ledgerName)'"))
             }
         }
     }
@@ -578,28 +581,28 @@ public final class Ledger: Sendable {
             do throws(ReplayViolation) {
                 try state.apply(record.event, catalog: Self.catalog(in: versions, before: record.event.seq))
             } catch {
-                throw LedgerError.integrity(IntegrityFailure(line: entry.seq + 1, seq: error.seq, problem: error.problem))
+                throw ConsentError.integrity(IntegrityFailure(line: entry.seq + 1, seq: error.seq, problem: error.problem))
             }
             events.append(record.event)
         }
         return (state, events)
     }
 
-    func decode(_ line: [UInt8], number: Int) throws -> EventRecord {
+    package func decode(_ line: [UInt8], number: Int) throws -> EventRecord {
         do {
             return try EventCodec.decode(line: line)
         } catch {
-            throw LedgerError.integrity(IntegrityFailure(line: number, seq: nil, problem: error.problem))
+            throw ConsentError.integrity(IntegrityFailure(line: number, seq: nil, problem: error.problem))
         }
     }
 
     func checkSignature(_ record: EventRecord, line: Int) throws {
         guard record.keyID == keyID else {
-            throw LedgerError.integrity(IntegrityFailure(line: line, seq: record.event.seq, problem: "signed with key id \(record.keyID), not the ledger's key \(keyID)"))
+            throw ConsentError.integrity(IntegrityFailure(line: line, seq: record.event.seq, problem: "signed with key id \(record.keyID), not the ledger's key \(keyID)"))
         }
         let valid = EventCodec.signedMessage(body: record.body).withUnsafeBytes { verifier.isValid(record.signature, of: $0, by: publicKey) }
         guard valid else {
-            throw LedgerError.integrity(IntegrityFailure(line: line, seq: record.event.seq, problem: "signature does not verify with the ledger's public key"))
+            throw ConsentError.integrity(IntegrityFailure(.ledgerFiles, line: line, seq: record.event.seq, problem: "signature does not verify with the ledger's public key"))
         }
     }
 

@@ -1,3 +1,6 @@
+import LedgerFormat
+import LedgerStorage
+import TransparencyLog
 import ConsentDomain
 
 /// The one commit path: every write (consent commands and catalogue publications) seals its
@@ -93,7 +96,7 @@ extension Ledger {
             do {
                 checkpoint = try Checkpoint(text: SignedNote.open(recorded.note, key: try verifierKey, verifier: verifier))
             } catch {
-                throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the recorded checkpoint of size \(recorded.size) in \(store.names.checkpoints) does not verify with the ledger's key: \(error)"))
+                throw ConsentError.integrity(IntegrityFailure(.head, line: nil, seq: nil, problem: "the recorded checkpoint of size \(recorded.size) in \(store.names.checkpoints) does not verify with the ledger's key: \(error)"))
             }
             anchor = (checkpoint.size, checkpoint.root, "the recorded checkpoint of size \(checkpoint.size)")
         }
@@ -102,7 +105,7 @@ extension Ledger {
             frontier = try MerkleFrontier(size: anchor.size, read: view.treeHashes)
             let root = frontier.root(hasher: hasher)
             guard root == anchor.root else {
-                throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the stored tree hashes give root \(root.hex) at size \(anchor.size), but \(anchor.what) signs \(anchor.root.hex) (\(store.names.derivedRepair))"))
+                throw ConsentError.integrity(IntegrityFailure(.derivedData, line: nil, seq: nil, problem: "the stored tree hashes give root \(root.hex) at size \(anchor.size), but \(anchor.what) signs \(anchor.root.hex) (\(store.names.derivedRepair))"))
             }
         }
         guard frontier.size < Int64(log.size) else { return frontier }
@@ -111,14 +114,14 @@ extension Ledger {
                 let line = batch.entry(i)
                 let record = try decode(line, number: batch.seq(i) + 1)
                 guard record.event.seq == UInt64(frontier.size) else {
-                    throw LedgerError.integrity(IntegrityFailure(line: batch.seq(i) + 1, seq: record.event.seq, problem: "expected seq \(frontier.size) past the signed head, found seq \(record.event.seq) (\(store.names.derivedRepair))"))
+                    throw ConsentError.integrity(IntegrityFailure(.derivedData, line: batch.seq(i) + 1, seq: record.event.seq, problem: "expected seq \(frontier.size) past the signed head, found seq \(record.event.seq) (\(store.names.derivedRepair))"))
                 }
                 try checkSignature(record, line: batch.seq(i) + 1)
                 frontier.append(MerkleTree.leafHash(line, hasher: hasher), hasher: hasher)
             }
         }
         guard frontier.size == Int64(log.size) else {
-            throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the log past the signed head holds \(frontier.size) records, not \(log.size) (\(store.names.derivedRepair))"))
+            throw ConsentError.integrity(IntegrityFailure(.derivedData, line: nil, seq: nil, problem: "the log past the signed head holds \(frontier.size) records, not \(log.size) (\(store.names.derivedRepair))"))
         }
         return frontier
     }

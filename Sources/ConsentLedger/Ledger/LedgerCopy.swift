@@ -1,3 +1,6 @@
+import LedgerFormat
+import LedgerStorage
+import TransparencyLog
 import ConsentDomain
 
 /// What ``LedgerCopy/copy(from:to:)`` copied, and the checks it made on the copy.
@@ -32,7 +35,7 @@ public enum LedgerCopy {
             let view = try original.view(tx)
             let log = view.log
             guard log.last.event.seq == sourceReport.head.seq else {
-                throw LedgerError.invalidRequest("the source ledger changed while it was being copied; try again")
+                throw ConsentError.invalidRequest("the source ledger changed while it was being copied; try again")
             }
             let (catalog, publicKey) = try tx.metadata()
             let genesisLine = try tx.entry(0)
@@ -80,7 +83,7 @@ public enum LedgerCopy {
                 let counts = try tx.derivedCounts()
                 let unchanged = DerivedUpdate(indexFrom: counts.indexed, streamKeys: [], treeFrom: counts.treeHashes, treeHashes: [], subjectMap: nil)
                 if let warning = try tx.commit(LedgerCommit(firstSeq: first, entries: entries, derived: unchanged, subjects: pending, head: upper == size ? head : nil)) {
-                    throw LedgerError.storage("copying entries \(first)–\(upper - 1): \(warning)")
+                    throw ConsentError.storage("copying entries \(first)–\(upper - 1): \(warning)")
                 }
             }
             subjects = []
@@ -99,16 +102,16 @@ public enum LedgerCopy {
         }
         let copyReport = try copy.verify()
         guard copyReport.head == sourceReport.head, copyReport.events == sourceReport.events else {
-            throw LedgerError.storage("the copy's head \(copyReport.head) differs from the source's \(sourceReport.head)")
+            throw ConsentError.storage("the copy's head \(copyReport.head) differs from the source's \(sourceReport.head)")
         }
         let total = Int64(sourceReport.events)
         let sourceRoot = try original.reading { view in try original.checkpoint(size: total, view).root }
         let copyRoot = try copy.reading { view in try copy.checkpoint(size: total, view).root }
         guard sourceRoot == copyRoot else {
-            throw LedgerError.storage("the copy's Merkle root \(copyRoot.hex) differs from the source's \(sourceRoot.hex)")
+            throw ConsentError.storage("the copy's Merkle root \(copyRoot.hex) differs from the source's \(sourceRoot.hex)")
         }
         guard try copy.issuedCheckpoints() == checkpoints else {
-            throw LedgerError.storage("the copy's recorded checkpoints differ from the source's")
+            throw ConsentError.storage("the copy's recorded checkpoints differ from the source's")
         }
         return LedgerCopyReport(events: copyReport.events, subjects: copyReport.subjects, checkpoints: checkpoints.count, head: copyReport.head, root: copyRoot)
     }
@@ -128,7 +131,7 @@ extension Ledger {
             }
             guard !derived.streamKeys.isEmpty || !derived.treeHashes.isEmpty || (derived.subjectMap?.records.count ?? 0) > 1 else { return }
             if let warning = try tx.commit(LedgerCommit(firstSeq: view.size, entries: [], derived: derived, subjects: [], head: nil)) {
-                throw LedgerError.storage(warning)
+                throw ConsentError.storage(warning)
             }
         }
         memory(streams: nil)

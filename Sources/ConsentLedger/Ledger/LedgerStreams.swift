@@ -1,3 +1,6 @@
+import LedgerFormat
+import LedgerStorage
+import TransparencyLog
 import ConsentDomain
 
 /// Streams and the subject map (format 2): how a reader finds exactly one subject's events, or
@@ -18,8 +21,8 @@ extension Ledger {
     /// unfinished write's records after the last root.
     private static let rootSearchLimit: Int64 = 1 << 20
 
-    func mapFailure(_ problem: String, seq: UInt64? = nil) -> LedgerError {
-        .integrity(IntegrityFailure(line: seq.map { Int($0) + 1 }, seq: seq, problem: "the subject map disagrees with the log: \(problem) (\(store.names.derivedRepair))"))
+    func mapFailure(_ problem: String, seq: UInt64? = nil) -> ConsentError {
+        .integrity(IntegrityFailure(.derivedData, line: seq.map { Int($0) + 1 }, seq: seq, problem: "the subject map disagrees with the log: \(problem) (\(store.names.derivedRepair))"))
     }
 
     /// The newest complete root record of the stored map and the map it roots; nil when none is
@@ -49,7 +52,7 @@ extension Ledger {
         var stored = stored
         try checkLastEvent(log)
         guard let root = log.last.stream.root else {
-            throw LedgerError.integrity(IntegrityFailure(line: Int(log.last.event.seq) + 1, seq: log.last.event.seq, problem: "the log's last event carries no subject-map root"))
+            throw ConsentError.integrity(IntegrityFailure(line: Int(log.last.event.seq) + 1, seq: log.last.event.seq, problem: "the log's last event carries no subject-map root"))
         }
         let built = stored.map.computeRoot()
         guard built == root else {
@@ -60,7 +63,7 @@ extension Ledger {
 
     /// The subject map of the view (format 2).
     func currentMap(_ view: LogView) throws -> StoredMap {
-        guard let map = view.map else { throw LedgerError.invalidRequest("this ledger is of format version 1 and has no subject map") }
+        guard let map = view.map else { throw ConsentError.invalidRequest("this ledger is of format version 1 and has no subject map") }
         return map
     }
 
@@ -102,7 +105,7 @@ extension Ledger {
             _ = try checkedInclusionProof(record: Int64(seq), line: line, checkpoint: checkpoint, view)
             let record = try decode(line, number: Int(seq) + 1)
             guard record.event.seq == seq, StreamKey.of(record.event.payload) == key else {
-                throw LedgerError.integrity(IntegrityFailure(line: Int(seq) + 1, seq: seq, problem: "the event at this position is not the stream's event it should be"))
+                throw ConsentError.integrity(IntegrityFailure(line: Int(seq) + 1, seq: seq, problem: "the event at this position is not the stream's event it should be"))
             }
             entries.append(StreamEntry(line: line, record: record))
             guard let previous = record.stream.previous else { break }
@@ -120,7 +123,7 @@ extension Ledger {
             let line = try view.tx.entry(seq)
             let record = try decode(line, number: seq + 1)
             guard record.event.seq == UInt64(seq), StreamKey.of(record.event.payload) == key else {
-                throw LedgerError.integrity(IntegrityFailure(line: seq + 1, seq: UInt64(seq), problem: "the line index points at another event (\(store.names.derivedRepair))"))
+                throw ConsentError.integrity(IntegrityFailure(.derivedData, line: seq + 1, seq: UInt64(seq), problem: "the line index points at another event (\(store.names.derivedRepair))"))
             }
             return StreamEntry(line: line, record: record)
         }

@@ -1,3 +1,6 @@
+import LedgerFormat
+import LedgerStorage
+import TransparencyLog
 import ConsentDomain
 
 /// The derived data beside the log (line locations and the Merkle tree's stored hashes) and
@@ -8,30 +11,30 @@ import ConsentDomain
 /// that did not write it), and a read never writes, so what is missing is computed from the log
 /// here, for this transaction only. The next commit makes it durable
 /// (``pendingDerived(newKeys:newHashes:)``).
-struct LogView {
-    let tx: any LedgerReadTransaction
-    let log: LogState
+package struct LogView {
+    package let tx: any LedgerReadTransaction
+    package let log: LogState
     /// Stored per-subject index entries trusted (below the head and the log's end), and the
     /// stream keys of the entries after them.
-    let indexTrusted: Int
-    let pendingKeys: [[UInt8]]
+    package let indexTrusted: Int
+    package let pendingKeys: [[UInt8]]
     /// Stored tree hashes trusted, and the hashes after them, from the entries.
-    let treeTrusted: Int64
-    let pendingTree: [Digest]
+    package let treeTrusted: Int64
+    package let pendingTree: [Digest]
     /// Format 2: the subject map of the whole log, checked against the root its last event
     /// signs, with the index of the next stored record.
     var map: Ledger.StoredMap?
 
-    var size: Int { log.size }
+    package var size: Int { log.size }
 
     /// Tree hashes by storage index: stored ones below ``treeTrusted``, computed ones above.
-    func treeHashes(_ indexes: [Int64]) throws -> [Digest] {
+    package func treeHashes(_ indexes: [Int64]) throws -> [Digest] {
         if indexes.allSatisfy({ $0 < treeTrusted }) { return try tx.treeHashes(indexes) }
         return try indexes.map { index in
             if index < treeTrusted { return try tx.treeHashes([index])[0] }
             let i = index - treeTrusted
             guard i < Int64(pendingTree.count) else {
-                throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the tree has no hash at index \(index)"))
+                throw ConsentError.integrity(IntegrityFailure(.derivedData, line: nil, seq: nil, problem: "the tree has no hash at index \(index)"))
             }
             return pendingTree[Int(i)]
         }
@@ -39,7 +42,7 @@ struct LogView {
 
     /// The derived data a commit of new entries (with these stream keys and tree hashes) writes:
     /// what the storage lacks, then the new entries'.
-    func pendingDerived(newKeys: [[UInt8]], newHashes: [Digest]) -> DerivedUpdate {
+    package func pendingDerived(newKeys: [[UInt8]], newHashes: [Digest]) -> DerivedUpdate {
         DerivedUpdate(indexFrom: indexTrusted, streamKeys: pendingKeys + newKeys, treeFrom: treeTrusted, treeHashes: pendingTree + newHashes, subjectMap: nil)
     }
 }
@@ -78,7 +81,7 @@ extension Ledger {
                         let line = batch.entry(i)
                         let record = try decode(line, number: seq + 1)
                         guard record.event.seq == UInt64(seq) else {
-                            throw LedgerError.integrity(IntegrityFailure(line: seq + 1, seq: record.event.seq, problem: "line \(seq + 1) holds seq \(record.event.seq), expected seq \(seq) (\(store.names.derivedRepair))"))
+                            throw ConsentError.integrity(IntegrityFailure(.derivedData, line: seq + 1, seq: record.event.seq, problem: "line \(seq + 1) holds seq \(record.event.seq), expected seq \(seq) (\(store.names.derivedRepair))"))
                         }
                         let key = StreamKey.of(record.event.payload)
                         if seq >= indexTrusted { pendingKeys.append(key) }
@@ -106,7 +109,7 @@ extension Ledger {
     }
 
     /// Runs `body` in a read transaction, with the view of the log in it.
-    func reading<T>(_ body: (LogView) throws -> T) throws -> T {
+    package func reading<T>(_ body: (LogView) throws -> T) throws -> T {
         try store.read { tx in try body(try view(tx)) }
     }
 
@@ -119,14 +122,14 @@ extension Ledger {
             do {
                 return try NoteVerifierKey(name: genesis.ledgerName, publicKey: publicKey, hasher: chain.hasher)
             } catch {
-                throw LedgerError.invalidRequest("this ledger's name cannot name a checkpoint key: \(error)")
+                throw ConsentError.invalidRequest("this ledger's name cannot name a checkpoint key: \(error)")
             }
         }
     }
 
     /// The checkpoint (unsigned) of an older size, from the stored tree hashes: for comparing
     /// with a signed checkpoint of that size, never for signing.
-    func checkpoint(size: Int64, _ view: LogView) throws -> Checkpoint {
+    package func checkpoint(size: Int64, _ view: LogView) throws -> Checkpoint {
         Checkpoint(origin: genesis.ledgerName, size: size, root: try MerkleTree.treeHash(size: size, hasher: chain.hasher, read: view.treeHashes))
     }
 
@@ -145,7 +148,7 @@ extension Ledger {
     func checkedInclusionProof(record: Int64, line: [UInt8], checkpoint: Checkpoint, _ view: LogView) throws -> [Digest] {
         let proof = try MerkleTree.inclusionProof(record: record, size: checkpoint.size, hasher: chain.hasher, read: view.treeHashes)
         guard MerkleTree.checkInclusion(proof, record: record, leaf: MerkleTree.leafHash(line, hasher: chain.hasher), size: checkpoint.size, root: checkpoint.root, hasher: chain.hasher) else {
-            throw LedgerError.integrity(IntegrityFailure(line: Int(record) + 1, seq: UInt64(record), problem: "the stored tree hashes give an inclusion proof that does not lead to the signed root (\(store.names.derivedRepair))"))
+            throw ConsentError.integrity(IntegrityFailure(.derivedData, line: Int(record) + 1, seq: UInt64(record), problem: "the stored tree hashes give an inclusion proof that does not lead to the signed root (\(store.names.derivedRepair))"))
         }
         return proof
     }
@@ -169,8 +172,8 @@ extension Ledger {
     /// The inclusion proof of record `seq` in the tree of `size` records.
     public func inclusionProof(seq: Int64, size: Int64) throws -> [Digest] {
         try reading { view in
-            guard seq >= 0, seq < size else { throw LedgerError.invalidRequest("record \(seq) is not in a tree of \(size) records") }
-            guard size <= Int64(view.size) else { throw LedgerError.invalidRequest("the ledger has only \(view.size) records, not \(size)") }
+            guard seq >= 0, seq < size else { throw ConsentError.invalidRequest("record \(seq) is not in a tree of \(size) records") }
+            guard size <= Int64(view.size) else { throw ConsentError.invalidRequest("the ledger has only \(view.size) records, not \(size)") }
             guard size == Int64(view.size) else {
                 // An older tree's root is not kept signed here; the caller checks the proof
                 // against the checkpoint of that size it holds.
@@ -189,40 +192,27 @@ extension Ledger {
         do {
             old = try Checkpoint(text: SignedNote.open(oldNote, key: key, verifier: verifier))
         } catch {
-            throw LedgerError.invalidRequest("old checkpoint: \(error)")
+            throw ConsentError.invalidRequest("old checkpoint: \(error)")
         }
         guard old.origin == genesis.ledgerName else {
-            throw LedgerError.invalidRequest("old checkpoint is for '\(old.origin)', not this ledger '\(genesis.ledgerName)'")
+            throw ConsentError.invalidRequest("old checkpoint is for '\(old.origin)', not this ledger '\(genesis.ledgerName)'")
         }
         let (new, newNote) = try signedCheckpoint()
-        guard old.size >= 1 else { throw LedgerError.invalidRequest("old checkpoint has size 0") }
+        guard old.size >= 1 else { throw ConsentError.invalidRequest("old checkpoint has size 0") }
         guard old.size <= new.size else {
-            throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the ledger holds \(new.size) records but a checkpoint it signed covers \(old.size): signed events were removed"))
+            throw ConsentError.integrity(IntegrityFailure(.head, line: nil, seq: nil, problem: "the ledger holds \(new.size) records but a checkpoint it signed covers \(old.size): signed events were removed"))
         }
         return try reading { view in
             let rootThen = try MerkleTree.treeHash(size: old.size, hasher: chain.hasher, read: view.treeHashes)
             guard rootThen == old.root else {
-                throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the old checkpoint's root differs from this ledger's tree at size \(old.size): the log was changed after that checkpoint was signed"))
+                throw ConsentError.integrity(IntegrityFailure(.head, line: nil, seq: nil, problem: "the old checkpoint's root differs from this ledger's tree at size \(old.size): the log was changed after that checkpoint was signed"))
             }
             let proof = try MerkleTree.consistencyProof(old: old.size, new: new.size, hasher: chain.hasher, read: view.treeHashes)
             guard MerkleTree.checkConsistency(proof, old: old.size, oldRoot: old.root, new: new.size, newRoot: new.root, hasher: chain.hasher) else {
-                throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the stored tree hashes give a consistency proof that does not lead to the signed root (\(store.names.derivedRepair))"))
+                throw ConsentError.integrity(IntegrityFailure(.derivedData, line: nil, seq: nil, problem: "the stored tree hashes give a consistency proof that does not lead to the signed root (\(store.names.derivedRepair))"))
             }
             return ConsistencyProof(oldNote: oldNote, newNote: newNote, proof: proof)
         }
-    }
-}
-
-/// A consistency proof between two signed checkpoints of one ledger.
-public struct ConsistencyProof: Hashable, Sendable {
-    public let oldNote: String
-    public let newNote: String
-    public let proof: [Digest]
-
-    public init(oldNote: String, newNote: String, proof: [Digest]) {
-        self.oldNote = oldNote
-        self.newNote = newNote
-        self.proof = proof
     }
 }
 
@@ -236,7 +226,7 @@ extension Ledger {
         try Self.validateText(subjectID, what: "subject id", maxBytes: 256)
         let signer = try signingKey()
         guard let salt = try salt(of: subjectID) else {
-            throw LedgerError.invalidRequest("the ledger has no subject '\(subjectID)'")
+            throw ConsentError.notFound(.subject, "the ledger has no subject '\(subjectID)'")
         }
         let ref = subjectRef(id: subjectID, salt: salt)
         return try reading { view in
@@ -258,7 +248,7 @@ extension Ledger {
                 do throws(ReplayViolation) {
                     try state.apply(record.event, catalog: Self.catalog(in: versions, before: UInt64(seq)))
                 } catch {
-                    throw LedgerError.integrity(IntegrityFailure(line: seq + 1, seq: error.seq, problem: error.problem))
+                    throw ConsentError.integrity(IntegrityFailure(line: seq + 1, seq: error.seq, problem: error.problem))
                 }
                 let proof = try checkedInclusionProof(record: Int64(seq), line: line, checkpoint: checkpoint, view)
                 events.append(ExportedEvent(seq: Int64(seq), line: String(decoding: line, as: UTF8.self), proof: proof))
@@ -325,7 +315,7 @@ extension Ledger {
         var versions = [CatalogVersion(seq: 0, at: genesisTime, catalog: catalog, published: nil)]
         for entry in ledgerStream where entry.seq > 0 {
             guard case .catalogPublished(let published) = entry.record.event.payload else {
-                throw LedgerError.integrity(IntegrityFailure(line: entry.seq + 1, seq: UInt64(entry.seq), problem: "a ledger event after the genesis event is not a published catalogue"))
+                throw ConsentError.integrity(IntegrityFailure(.ledgerFiles, line: entry.seq + 1, seq: UInt64(entry.seq), problem: "a ledger event after the genesis event is not a published catalogue"))
             }
             if version < 2 { try checkSignature(entry.record, line: entry.seq + 1) }
             try checkCatalogHash(published, seq: UInt64(entry.seq))
@@ -337,7 +327,7 @@ extension Ledger {
     /// A published catalogue's `catalog` member must be the SHA-256 of its canonical bytes.
     func checkCatalogHash(_ published: CatalogPublished, seq: UInt64) throws {
         guard chain.hasher.sha256(CatalogCodec.canonicalBytes(published.catalog)).hex == published.catalogHash else {
-            throw LedgerError.integrity(IntegrityFailure(line: Int(seq) + 1, seq: seq, problem: "the published catalogue's SHA-256 differs from its 'catalog' member"))
+            throw ConsentError.integrity(IntegrityFailure(line: Int(seq) + 1, seq: seq, problem: "the published catalogue's SHA-256 differs from its 'catalog' member"))
         }
     }
 
@@ -369,7 +359,7 @@ extension Ledger {
             let log = view.log
             let current = try catalogVersions(view).last!.catalog
             if let problem = newCatalog.problemAsUpdate(of: current) {
-                throw LedgerError.invalidRequest("cannot publish this catalogue: \(problem)")
+                throw ConsentError.invalidRequest("cannot publish this catalogue: \(problem)")
             }
             let hasher = chain.hasher
             let notices = newCatalog.features.flatMap { f in

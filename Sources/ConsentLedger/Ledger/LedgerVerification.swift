@@ -1,3 +1,6 @@
+import LedgerFormat
+import LedgerStorage
+import TransparencyLog
 import ConsentDomain
 
 /// What `verify` found in a sound ledger.
@@ -16,16 +19,16 @@ extension Ledger {
     /// Checks the whole ledger: every line's encoding, signature, hash link and sequence number,
     /// the rules on replay, and that the recorded head lies on the chain. Signatures and hashes
     /// are checked on all cores; the links and the replay in order. Throws
-    /// ``LedgerError/integrity(_:)`` naming the first bad entry.
+    /// ``ConsentError/integrity(_:)`` naming the first bad entry.
     public func verify() throws -> VerificationReport {
         try store.read { tx in
             let log: LogState
             do {
                 log = try tx.logState()
-            } catch LedgerError.integrity(let tailFailure) {
+            } catch ConsentError.integrity(let tailFailure) {
                 // The tail is damaged; an earlier entry may be too. Report the first bad one.
                 try scanForFirstFailure(tx)
-                throw LedgerError.integrity(tailFailure)
+                throw ConsentError.integrity(tailFailure)
             }
             let counts = try tx.derivedCounts()
             // Derived data behind the log (a crash, an older version) is rebuilt by the next
@@ -41,16 +44,16 @@ extension Ledger {
             let (replay, previous, headSeen, roots, streams) = try checkLines(tx, to: log.size, head: log.recordedHead, derived: derivedComplete, roots: wanted)
             let head = log.recordedHead
             guard headSeen, let lastSeq = replay.lastSeq else {
-                throw LedgerError.integrity(IntegrityFailure(line: replay.eventCount + 1, seq: replay.lastSeq.map { $0 + 1 }, problem: "the log ends at seq \(replay.lastSeq.map(String.init) ?? "none") but seq \(head.seq) was acknowledged: acknowledged events are missing (truncated log)"))
+                throw ConsentError.integrity(IntegrityFailure(.head, line: replay.eventCount + 1, seq: replay.lastSeq.map { $0 + 1 }, problem: "the log ends at seq \(replay.lastSeq.map(String.init) ?? "none") but seq \(head.seq) was acknowledged: acknowledged events are missing (truncated log)"))
             }
             if let open = replay.incompleteCommand {
-                throw LedgerError.integrity(IntegrityFailure(line: Int(open.first) + 1, seq: open.first, problem: "the command starting here is incomplete"))
+                throw ConsentError.integrity(IntegrityFailure(line: Int(open.first) + 1, seq: open.first, problem: "the command starting here is incomplete"))
             }
             guard replay.genesis == genesis else {
-                throw LedgerError.integrity(IntegrityFailure(line: 1, seq: 0, problem: "the genesis event differs from the one the ledger was opened with"))
+                throw ConsentError.integrity(IntegrityFailure(.ledgerFiles, line: 1, seq: 0, problem: "the genesis event differs from the one the ledger was opened with"))
             }
             if let signed = log.signedHead, roots[signed.checkpoint.size] != signed.checkpoint.root {
-                throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the signed head commits to root \(signed.checkpoint.root.hex) at size \(signed.checkpoint.size), but the log's first \(signed.checkpoint.size) records hash to another root"))
+                throw ConsentError.integrity(IntegrityFailure(.head, line: nil, seq: nil, problem: "the signed head commits to root \(signed.checkpoint.root.hex) at size \(signed.checkpoint.size), but the log's first \(signed.checkpoint.size) records hash to another root"))
             }
             try checkRecordedCheckpoints(recorded, roots: roots, size: Int64(replay.eventCount))
             try checkStoredMap(tx, streams, size: Int64(replay.eventCount))
@@ -71,7 +74,7 @@ extension Ledger {
         streams?.map.computeRoot()
         guard let streams, streams.version >= 2 else { return }
         guard streams.lastHasRoot else {
-            throw LedgerError.integrity(IntegrityFailure(line: Int(size), seq: UInt64(size - 1), problem: "the log's last event carries no subject-map root (every commit ends with one)"))
+            throw ConsentError.integrity(IntegrityFailure(line: Int(size), seq: UInt64(size - 1), problem: "the log's last event carries no subject-map root (every commit ends with one)"))
         }
         guard let stored = try storedMap(tx), stored.coveredSize == size else { return }
         guard stored.map.rootHash == streams.map.rootHash else {
@@ -115,13 +118,13 @@ extension Ledger {
         for (id, salt) in try subjectSalts(tx) {
             let ref = subjectRef(id: id.text, salt: salt)
             if let other = recorded.updateValue(id, forKey: ref) {
-                throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "two subject records in \(place) have the same pseudonym \(ref.value) (ids \(min(id, other).text.debugDescription) and \(max(id, other).text.debugDescription))"))
+                throw ConsentError.integrity(IntegrityFailure(.subjectRecord, line: nil, seq: nil, problem: "two subject records in \(place) have the same pseudonym \(ref.value) (ids \(min(id, other).text.debugDescription) and \(max(id, other).text.debugDescription))"))
             }
         }
         let missing = logSubjects.filter { recorded[$0] == nil }
         if !missing.isEmpty {
             let sample = missing.map(\.value).sorted().prefix(3).joined(separator: ", ")
-            throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "\(missing.count) pseudonym(s) in the log have no subject record in \(place) whose id and salt hash to them (\(sample)): subject records were altered, swapped or removed"))
+            throw ConsentError.integrity(IntegrityFailure(.subjectRecord, line: nil, seq: nil, problem: "\(missing.count) pseudonym(s) in the log have no subject record in \(place) whose id and salt hash to them (\(sample)): subject records were altered, swapped or removed"))
         }
     }
 
@@ -136,16 +139,16 @@ extension Ledger {
             do {
                 checkpoint = try Checkpoint(text: SignedNote.open(issued.note, key: key, verifier: verifier))
             } catch {
-                throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the recorded checkpoint of size \(issued.size) in \(place) does not verify with the ledger's key: \(error)"))
+                throw ConsentError.integrity(IntegrityFailure(.head, line: nil, seq: nil, problem: "the recorded checkpoint of size \(issued.size) in \(place) does not verify with the ledger's key: \(error)"))
             }
             guard checkpoint.origin == genesis.ledgerName, checkpoint.size == issued.size else {
-                throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the recorded checkpoint of size \(issued.size) in \(place) is for '\(checkpoint.origin)' at size \(checkpoint.size)"))
+                throw ConsentError.integrity(IntegrityFailure(.head, line: nil, seq: nil, problem: "the recorded checkpoint of size \(issued.size) in \(place) is for '\(checkpoint.origin)' at size \(checkpoint.size)"))
             }
             guard checkpoint.size <= size else {
-                throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the ledger signed a checkpoint of \(checkpoint.size) records (in \(place)), but the log holds only \(size): signed events were removed from the end of the log"))
+                throw ConsentError.integrity(IntegrityFailure(.head, line: nil, seq: nil, problem: "the ledger signed a checkpoint of \(checkpoint.size) records (in \(place)), but the log holds only \(size): signed events were removed from the end of the log"))
             }
             guard checkpoint.size == 0 || roots[checkpoint.size] == checkpoint.root else {
-                throw LedgerError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "the signed checkpoint of size \(checkpoint.size) (in \(place)) commits to root \(checkpoint.root.hex), but the log's first \(checkpoint.size) records hash to another root: the log was changed after it was signed"))
+                throw ConsentError.integrity(IntegrityFailure(.head, line: nil, seq: nil, problem: "the signed checkpoint of size \(checkpoint.size) (in \(place)) commits to root \(checkpoint.root.hex), but the log's first \(checkpoint.size) records hash to another root: the log was changed after it was signed"))
             }
         }
     }

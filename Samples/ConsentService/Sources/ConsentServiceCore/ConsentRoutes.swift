@@ -39,11 +39,15 @@ func serviceError(_ error: any Error) -> ServiceError {
     if let e = error as? ServiceError { return e }
     guard let e = error as? ConsentError else { return ServiceError(status: .internalServerError, kind: "internal", message: "\(error)") }
     switch e {
-    case .ruleViolation(let m): return ServiceError(status: .conflict, kind: "rule-violation", message: m)
-    case .notFound(let m): return ServiceError(status: .notFound, kind: "not-found", message: m)
+    case .ruleViolation(let rule, let m): return ServiceError(status: .conflict, kind: "rule-violation", message: "rule \(rule): \(m)")
+    case .notFound(.ledger, _), .notFound(.signingKey, _), .notFound(.file, _):
+        return ServiceError(status: .serviceUnavailable, kind: "storage", message: "the ledger is not available")
+    case .notFound(_, let m): return ServiceError(status: .notFound, kind: "not-found", message: m)
     case .invalidRequest(let m): return ServiceError(status: .badRequest, kind: "invalid-request", message: m)
-    case .conflict(let m): return ServiceError(status: .conflict, kind: "conflict", message: m)
-    case .integrityFailure(let f): return ServiceError(status: .internalServerError, kind: "integrity", message: f.description)
+    case .invalidCatalog(let c): return ServiceError(status: .badRequest, kind: "invalid-request", message: "invalid catalogue: \(c)")
+    // A serialization failure or another writer first: the client may retry.
+    case .conflict(let m), .alreadyExists(let m): return ServiceError(status: .conflict, kind: "conflict", message: m)
+    case .integrity(let f): return ServiceError(status: .internalServerError, kind: "integrity", message: f.description)
     case .storage(let m): return ServiceError(status: .serviceUnavailable, kind: "storage", message: m)
     }
 }

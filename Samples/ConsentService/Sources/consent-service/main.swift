@@ -30,11 +30,11 @@ func fail(_ message: String) -> Never {
 
 let keyPath = option("--token-key") ?? "consent-service.key"
 func tokenKey() -> SodiumSigner {
-    if let bytes = try? LocalFile.read(keyPath), let seed = Hex.decode(String(decoding: bytes.filter { $0 != 0x0A }, as: UTF8.self)), let signer = SodiumSigner(seed: seed) {
+    if let bytes = try? LocalFile.read(keyPath), let seed = hexDecode(String(decoding: bytes.filter { $0 != 0x0A }, as: UTF8.self)), let signer = SodiumSigner(seed: seed) {
         return signer
     }
     let signer = SodiumSigner.generate()
-    do { try LocalFile.write(Array((Hex.encode(signer.seed) + "\n").utf8), to: keyPath) } catch { fail("cannot write \(keyPath): \(error)") }
+    do { try LocalFile.write(Array((signer.seed.map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined() + "\n").utf8), to: keyPath) } catch { fail("cannot write \(keyPath): \(error)") }
     return signer
 }
 
@@ -72,4 +72,16 @@ case "serve":
     try await makeApplication(consents: consents, tokens: AccessTokens(signer: tokenKey()), port: port).runService()
 default:
     fail("usage: consent-service serve [--store DIR|postgres://USER@HOST:PORT/DB?schema=NAME] [--port N] [--token-key FILE] | token (--subject ID | --auditor NAME) [--ttl S] [--token-key FILE]")
+}
+
+/// Lowercase hex of a token key file, decoded; nil for anything else.
+func hexDecode(_ text: String) -> [UInt8]? {
+    let digits = Array(text.utf8)
+    guard digits.count % 2 == 0 else { return nil }
+    var out: [UInt8] = []
+    for i in stride(from: 0, to: digits.count, by: 2) {
+        guard let byte = UInt8(String(decoding: digits[i...i + 1], as: UTF8.self), radix: 16) else { return nil }
+        out.append(byte)
+    }
+    return out
 }

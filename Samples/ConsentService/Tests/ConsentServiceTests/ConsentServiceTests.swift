@@ -1,5 +1,5 @@
 import ConsentLedger
-import ConsentServiceCore
+@testable import ConsentServiceCore
 import Foundation
 import Hummingbird
 import HummingbirdTesting
@@ -124,5 +124,22 @@ import Testing
             }
         }
         #expect(f.logBytes() == before)
+    }
+
+    /// Each library error maps to one HTTP status by its case, never by its message: a
+    /// PostgreSQL serialization conflict is 409 (try again), not 503.
+    @Test(arguments: [
+        (ConsentError.conflict("another writer changed the ledger first [SQLSTATE 40001]"), 409, "conflict"),
+        (ConsentError.ruleViolation(rule: "R2", message: "activate the feature first"), 409, "rule-violation"),
+        (ConsentError.notFound(.subject, "the ledger has no subject 'x'"), 404, "not-found"),
+        (ConsentError.notFound(.feature, "unknown feature 'x'"), 404, "not-found"),
+        (ConsentError.notFound(.ledger, "no ledger at /var/lib/x"), 503, "storage"),
+        (ConsentError.invalidRequest("subject id must not be empty"), 400, "invalid-request"),
+        (ConsentError.integrity(IntegrityFailure(.derivedData, line: nil, seq: nil, problem: "x")), 500, "integrity"),
+        (ConsentError.storage("disk full"), 503, "storage"),
+    ])
+    func errorsMapToStatusesByCase(_ error: ConsentError, _ status: Int, _ kind: String) {
+        let mapped = serviceError(error)
+        #expect(mapped.status.code == status && mapped.kind == kind)
     }
 }

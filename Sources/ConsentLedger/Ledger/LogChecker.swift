@@ -1,0 +1,273 @@
+import LedgerFormat
+import LedgerStorage
+import TransparencyLog
+import ConsentDomain
+import Dispatch
+import Synchronization
+
+/// Replays the log through the chain and the rules: the engine under `Ledger.loadAll()` (hash
+/// links and rules) and `Ledger.verify()` (also every key id and signature).
+///
+/// Work per line that does not depend on other lines (decoding, hashing, signatures) runs on all
+/// cores; what must run in order (sequence numbers, links, rules) runs on a serial queue while
+/// the next batch is decoded, so neither stage waits for the other.
+struct LogChecker {
+    let tx: any LedgerReadTransaction
+    /// The storage's names, for messages.
+    let names: StorageNames
+    let hasher: any SHA256Hasher
+    /// Check key ids and signatures (verify), or only links and rules (replay).
+    let signatures: (verifier: any SignatureVerifier, publicKey: PublicKey, keyID: String)?
+    /// Also check the derived data (per-subject index and stored tree hashes) against the entries.
+    var checkDerived = false
+    /// Check the line index only (the stored tree hashes are behind the log).
+    var checkIndexOnly = false
+    /// Tree sizes whose RFC 6962 root to compute from the lines themselves (the sizes of
+    /// recorded checkpoints, which `verify` checks against the log).
+    var rootsWanted: Set<Int64> = []
+
+    /// What the parallel stage learns of one line.
+    struct CheckedLine: Sendable {
+        let number: Int
+        let event: LedgerEvent
+        let prev: Digest
+        let hash: Digest
+        /// Merkle leaf hash, when the tree is hashed.
+        let leaf: Digest?
+        /// The stream key the storage's index holds for this entry, when the index is checked.
+        let indexedKey: [UInt8]?
+        let version: Int64
+        let stream: StreamLink
+    }
+
+    enum LineOutcome: Sendable {
+        case checked(CheckedLine)
+        case failed(IntegrityFailure)
+    }
+
+    /// The state the ordered stage builds.
+    struct Progress: Sendable {
+        var replay: LedgerReplay
+        var previous: Digest
+        /// Set when the event at `head.seq` was seen and its hash matched.
+        var headSeen = false
+        /// The Merkle tree's complete subtrees so far (derived-data check).
+        var frontier: [Digest] = []
+        var treeIndex: Int64 = 0
+        /// Tree roots computed from the lines, at the sizes in ``LogChecker/rootsWanted``.
+        var roots: [Int64: Digest] = [:]
+        /// Set to check every event's format version and stream links (verify, from the start).
+        var streams: StreamCheck?
+    }
+
+    /// The streams as the log builds them: each stream's newest event and the subject map.
+    struct StreamCheck: Sendable {
+        /// The ledger's format version (the genesis event's); every event must be of it.
+        let version: Int64
+        var newest: [[UInt8]: UInt64] = [:]
+        var map: SubjectMap
+        /// Whether the newest event checked carries the subject map's root: the last event of the
+        /// log must (every commit ends with one).
+        var lastHasRoot = false
+
+        init(version: Int64, hasher: any SHA256Hasher) {
+            self.version = version
+            self.map = SubjectMap(hasher: hasher)
+        }
+
+        /// Checks one event's version and stream members against the events before it.
+        mutating func check(_ line: CheckedLine) throws(ConsentError) {
+            let event = line.event
+            func fail(_ problem: String) -> ConsentError { .integrity(IntegrityFailure(line: line.number, seq: event.seq, problem: problem)) }
+            guard line.version == version else { throw fail("the event is of format version \(line.version), but the ledger's genesis event is of version \(version)") }
+            guard version >= 2 else { return }
+            let key = StreamKey.of(event.payload)
+            let expected = newest[key]
+            guard line.stream.previous == expected else {
+                throw fail("the event names \(line.stream.previous.map { "seq \($0)" } ?? "no event") as its stream's previous event, but that is \(expected.map { "seq \($0)" } ?? "none"): an event of this stream was left out or added")
+            }
+            if event.seq == event.command.last {
+                do {
+                    try map.set(key, seq: event.seq)
+                } catch {
+                    throw fail("\(error)")
+                }
+            }
+            if let root = line.stream.root {
+                let built = map.computeRoot()
+                guard root == built else {
+                    throw fail("the event signs subject-map root \(root.hex), but the events so far give \(built.hex)")
+                }
+            }
+            newest[key] = event.seq
+            lastHasRoot = line.stream.root != nil
+        }
+    }
+
+    /// The ordered stage's state; touched only on the `ordered` queue, then read after it drained.
+    private final class ProgressBox: @unchecked Sendable {
+        var progress: Progress
+        init(_ progress: Progress) { self.progress = progress }
+    }
+
+    /// Checks entries `from` up to `end`, continuing `progress`. Throws the first failure in log
+    /// order. With `end` past the log's complete commits, checks whatever complete entries
+    /// follow them (to name the first bad entry of a damaged tail).
+    func run(from: Int, to end: Int, head: ChainHead?, progress start: Progress) throws -> Progress {
+        let box = ProgressBox(start)
+        let failure = Mutex<ConsentError?>(nil)
+        let ordered = DispatchQueue(label: "consentledger.log-checker")
+        // At most two batches in flight: one being decoded, one being applied.
+        let slots = DispatchSemaphore(value: 2)
+        let signatures = self.signatures
+        let hasher = self.hasher
+        let checkDerived = self.checkDerived || self.checkIndexOnly
+        let checkIndexOnly = self.checkIndexOnly
+        let rootsWanted = self.rootsWanted
+        let hashLeaves = checkDerived || !rootsWanted.isEmpty
+        let tx = self.tx
+        let names = self.names
+        do {
+            try tx.entries(from..<end, batchSize: 4096, indexedKeys: checkDerived) { batch in
+                if let failed = failure.withLock({ $0 }) { throw failed }
+                let outcomes = parallelMap(batch.count, minimumForParallel: 256) { i in
+                    batch.withEntry(i) { line in
+                        Self.check(line, number: batch.seq(i) + 1, hasher: hasher, signatures: signatures, hashLeaf: hashLeaves, indexedKey: batch.indexedKeys?[i])
+                    }
+                }
+                // The stored hashes of a batch's entries are those between the stored counts of
+                // the tree before and after it.
+                let storedHashes = checkDerived && !checkIndexOnly
+                    ? try tx.treeHashes(Array(MerkleTree.storedHashCount(Int64(batch.firstSeq))..<MerkleTree.storedHashCount(Int64(batch.firstSeq + batch.count))))
+                    : []
+                slots.wait()
+                ordered.async {
+                    defer { slots.signal() }
+                    guard failure.withLock({ $0 == nil }) else { return }
+                    for outcome in outcomes {
+                        do throws(ConsentError) {
+                            try Self.apply(outcome, to: &box.progress, head: head)
+                        } catch {
+                            failure.withLock { $0 = error }
+                            return
+                        }
+                    }
+                    if hashLeaves {
+                        do throws(ConsentError) {
+                            let expected = Self.extendTree(outcomes, hasher: hasher, rootsWanted: rootsWanted, progress: &box.progress)
+                            if checkDerived && !checkIndexOnly { try Self.checkTree(expected: expected, stored: storedHashes, names: names, progress: &box.progress) }
+                        } catch {
+                            failure.withLock { $0 = error }
+                        }
+                    }
+                }
+            }
+        } catch {
+            ordered.sync {}
+            // A failure found in order comes first in the log; report it before a later one.
+            if let failed = failure.withLock({ $0 }) { throw failed }
+            throw error
+        }
+        ordered.sync {}
+        if let failed = failure.withLock({ $0 }) { throw failed }
+        return box.progress
+    }
+
+    private static func check(_ line: UnsafeBufferPointer<UInt8>, number: Int, hasher: any SHA256Hasher, signatures: (verifier: any SignatureVerifier, publicKey: PublicKey, keyID: String)?, hashLeaf: Bool, indexedKey: [UInt8]?) -> LineOutcome {
+        do throws(EventDecodingError) {
+            let (body, signature) = try EventCodec.splitLine(line, decodeSignature: signatures != nil)
+            let read = try EventBodyReader.read(body)
+            let (event, prev, keyID) = (read.event, read.prev, read.keyID)
+            if let signatures {
+                guard keyID == signatures.keyID else {
+                    return .failed(IntegrityFailure(line: number, seq: event.seq, problem: "signed with key id \(keyID), not the ledger's key \(signatures.keyID)"))
+                }
+                let context = EventCodec.signingContext
+                let valid = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: context.count + body.count) { message in
+                    _ = message.initialize(fromContentsOf: context)
+                    _ = UnsafeMutableBufferPointer(rebasing: message[context.count...]).initialize(fromContentsOf: body)
+                    return signatures.verifier.isValid(signature, of: UnsafeRawBufferPointer(message), by: signatures.publicKey)
+                }
+                guard valid else {
+                    return .failed(IntegrityFailure(.ledgerFiles, line: number, seq: event.seq, problem: "signature does not verify with the ledger's public key"))
+                }
+            }
+            if case .catalogPublished(let published) = event.payload,
+                hasher.sha256(CatalogCodec.canonicalBytes(published.catalog)).hex != published.catalogHash
+            {
+                return .failed(IntegrityFailure(line: number, seq: event.seq, problem: "the published catalogue's SHA-256 differs from its 'catalog' member"))
+            }
+            var leaf: Digest?
+            if hashLeaf { leaf = MerkleTree.leafHash(UnsafeRawBufferPointer(line), hasher: hasher) }
+            if let indexedKey, indexedKey != StreamKey.of(event.payload) {
+                return .failed(IntegrityFailure(.derivedData, line: number, seq: event.seq, problem: "the per-subject index gives this entry another stream than its event's"))
+            }
+            return .checked(CheckedLine(number: number, event: event, prev: prev, hash: hasher.sha256(UnsafeRawBufferPointer(body)), leaf: leaf, indexedKey: indexedKey, version: read.version, stream: read.stream))
+        } catch {
+            return .failed(IntegrityFailure(line: number, seq: nil, problem: error.problem))
+        }
+    }
+
+    /// Adds a batch's leaves to the frontier of complete subtrees, computing the tree's roots
+    /// at the wanted sizes. Returns the hashes the derived data stores for these records: each
+    /// record's leaf and the roots of the subtrees it completes, in tlog order.
+    private static func extendTree(_ outcomes: [LineOutcome], hasher: any SHA256Hasher, rootsWanted: Set<Int64>, progress: inout Progress) -> [Digest] {
+        var expected: [Digest] = []
+        for case .checked(let line) in outcomes {
+            var h = line.leaf!
+            expected.append(h)
+            var n = line.event.seq
+            while n & 1 == 1 {
+                h = MerkleTree.nodeHash(progress.frontier.removeLast(), h, hasher: hasher)
+                expected.append(h)
+                n >>= 1
+            }
+            progress.frontier.append(h)
+            let size = Int64(line.event.seq) + 1
+            if rootsWanted.contains(size) {
+                // RFC 6962: the root folds the complete subtrees from the right.
+                var root = progress.frontier.last!
+                for left in progress.frontier.dropLast().reversed() { root = MerkleTree.nodeHash(left, root, hasher: hasher) }
+                progress.roots[size] = root
+            }
+        }
+        return expected
+    }
+
+    /// Compares a batch's Merkle tree hashes with the stored ones. (Each entry's index key was
+    /// compared in the parallel stage; the storage checked the rest of its index.)
+    private static func checkTree(expected: [Digest], stored: [Digest], names: StorageNames, progress: inout Progress) throws(ConsentError) {
+        if let bad = zip(stored, expected).enumerated().first(where: { $0.element.0 != $0.element.1 }) ?? (stored.count == expected.count ? nil : (min(stored.count, expected.count), (Digest.zero, Digest.zero))) {
+            throw ConsentError.integrity(IntegrityFailure(.derivedData, line: nil, seq: nil, problem: "tree hash \(progress.treeIndex + Int64(bad.offset)) differs from the log (\(names.derivedRepair))"))
+        }
+        progress.treeIndex += Int64(expected.count)
+    }
+
+    private static func apply(_ outcome: LineOutcome, to progress: inout Progress, head: ChainHead?) throws(ConsentError) {
+        let line: CheckedLine
+        switch outcome {
+        case .failed(let failure): throw .integrity(failure)
+        case .checked(let checked): line = checked
+        }
+        let seq = line.event.seq
+        guard Int(seq) + 1 == line.number else {
+            throw .integrity(IntegrityFailure(line: line.number, seq: seq, problem: "line \(line.number) holds seq \(seq); expected seq \(line.number - 1) (lines removed, inserted or reordered)"))
+        }
+        guard line.prev == progress.previous else {
+            throw .integrity(IntegrityFailure(line: line.number, seq: seq, problem: "prev \(line.prev.hex) does not match the previous event's hash \(progress.previous.hex)"))
+        }
+        do throws(ReplayViolation) {
+            try progress.replay.apply(line.event)
+        } catch {
+            throw .integrity(IntegrityFailure(line: line.number, seq: error.seq, problem: error.problem))
+        }
+        try progress.streams?.check(line)
+        if let head, seq == head.seq {
+            guard line.hash == head.hash else {
+                throw .integrity(IntegrityFailure(.head, line: line.number, seq: seq, problem: "hash differs from the recorded head \(head.hash.hex)"))
+            }
+            progress.headSeen = true
+        }
+        progress.previous = line.hash
+    }
+}

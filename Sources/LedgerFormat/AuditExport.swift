@@ -1,0 +1,462 @@
+import TransparencyLog
+import ConsentDomain
+
+/// One event in an audit export: its log line and its inclusion proof against the export's
+/// checkpoint.
+public struct ExportedEvent: Hashable, Sendable {
+    public let seq: Int64
+    /// The log line without its newline: the Merkle tree's entry.
+    public let line: String
+    /// RFC 6962 audit path, leaf end first.
+    public let proof: [Digest]
+
+    public init(seq: Int64, line: String, proof: [Digest]) {
+        self.seq = seq
+        self.line = line
+        self.proof = proof
+    }
+}
+
+/// A self-contained, offline-verifiable export (`Spec/export-format.md`): one subject's events
+/// with inclusion proofs, or the whole ledger, under one signed checkpoint.
+public struct AuditExport: Hashable, Sendable {
+    public enum Scope: String, Sendable { case subject, all }
+
+    public static let format = "consentledger-export-v1"
+
+    public let scope: Scope
+    public let ledger: String
+    public let verifierKey: String
+    /// The signed checkpoint note.
+    public let checkpoint: String
+    /// The catalogue, as JSON; its canonical bytes hash to the genesis event's `catalog`.
+    public let catalog: JSONValue
+    public let genesis: ExportedEvent
+    /// For a subject export: the subject's id, pseudonym and salt, so the holder can check the
+    /// pseudonym is theirs.
+    public let subject: (id: String, ref: String, salt: String)?
+    /// Subject scope: the subject's events. All scope: every event from seq 1 (without proofs:
+    /// the verifier rebuilds the whole tree).
+    public let events: [ExportedEvent]
+    /// Subject scope: the projected state at the checkpoint (``ListingJSON``).
+    public let state: JSONValue?
+    /// Subject scope: every `catalog.published` event under the checkpoint, with its proof, so
+    /// the subject's events replay under the catalogue in force at each.
+    public let catalogEvents: [ExportedEvent]
+    /// Subject scope: a note signed by the ledger's key that lists the sequence numbers of the
+    /// subject's events and of the catalogue versions under the checkpoint, so a verifier can
+    /// tell that none was left out (see ``ExportStatement``).
+    public let statement: String?
+
+    public static func == (a: AuditExport, b: AuditExport) -> Bool { a.json == b.json }
+    public func hash(into hasher: inout Hasher) { hasher.combine(json) }
+
+    public var json: JSONValue {
+        func event(_ e: ExportedEvent) -> JSONValue {
+            var m: [String: JSONValue] = ["seq": .int(e.seq), "line": .string(e.line)]
+            if scope == .subject || e.seq == 0 { m["proof"] = .array(e.proof.map { .string(Base64.encode($0.bytes)) }) }
+            return .object(m)
+        }
+        var members: [String: JSONValue] = [
+            "format": .string(Self.format),
+            "scope": .string(scope.rawValue),
+            "ledger": .string(ledger),
+            "verifierKey": .string(verifierKey),
+            "checkpoint": .string(checkpoint),
+            "catalog": catalog,
+            "genesis": event(genesis),
+            "events": .array(events.map(event)),
+        ]
+        if let subject { members["subject"] = .object(["id": .string(subject.id), "ref": .string(subject.ref), "salt": .string(subject.salt)]) }
+        if let state { members["state"] = .object(["features": state]) }
+        if scope == .subject { members["catalogVersions"] = .array(catalogEvents.map(event)) }
+        if let statement { members["statement"] = .string(statement) }
+        return .object(members)
+    }
+
+    /// The bundle file: canonical JSON and a newline.
+    public var bytes: [UInt8] { CanonicalJSON.serialize(json) + [0x0A] }
+
+    public init(scope: Scope, ledger: String, verifierKey: String, checkpoint: String, catalog: JSONValue, genesis: ExportedEvent, subject: (id: String, ref: String, salt: String)?, events: [ExportedEvent], state: JSONValue?, catalogEvents: [ExportedEvent] = [], statement: String? = nil) {
+        self.catalogEvents = catalogEvents
+        self.statement = statement
+        self.scope = scope
+        self.ledger = ledger
+        self.verifierKey = verifierKey
+        self.checkpoint = checkpoint
+        self.catalog = catalog
+        self.genesis = genesis
+        self.subject = subject
+        self.events = events
+        self.state = state
+    }
+
+    /// Reads a bundle; a malformed one is an error that says what is missing.
+    public init(bytes: [UInt8]) throws(ExportVerificationError) {
+        let value: JSONValue
+        do {
+            value = try CanonicalJSON.parse(bytes, canonical: false)
+        } catch {
+            throw ExportVerificationError(seq: nil, "the bundle is not JSON: \(error)")
+        }
+        func string(_ key: String) throws(ExportVerificationError) -> String {
+            guard let s = value[key]?.stringValue else { throw ExportVerificationError(seq: nil, "the bundle has no string '\(key)'") }
+            return s
+        }
+        func event(_ v: JSONValue?) throws(ExportVerificationError) -> ExportedEvent {
+            guard let v, let seq = v["seq"]?.intValue, let line = v["line"]?.stringValue else {
+                throw ExportVerificationError(seq: nil, "an event entry lacks 'seq' or 'line'")
+            }
+            var proof: [Digest] = []
+            for p in v["proof"]?.arrayValue ?? [] {
+                guard let text = p.stringValue, let raw = Base64.decode(text), let d = Digest(bytes: raw) else {
+                    throw ExportVerificationError(seq: UInt64(max(0, seq)), "a proof hash is not the base64 of 32 bytes")
+                }
+                proof.append(d)
+            }
+            return ExportedEvent(seq: seq, line: line, proof: proof)
+        }
+        guard try string("format") == Self.format else { throw ExportVerificationError(seq: nil, "unknown bundle format (expected \(Self.format))") }
+        guard let scope = Scope(rawValue: try string("scope")) else { throw ExportVerificationError(seq: nil, "unknown scope") }
+        guard let catalog = value["catalog"], catalog.objectValue != nil else { throw ExportVerificationError(seq: nil, "the bundle has no catalogue") }
+        var events: [ExportedEvent] = []
+        for e in value["events"]?.arrayValue ?? [] { events.append(try event(e)) }
+        var catalogEvents: [ExportedEvent] = []
+        for e in value["catalogVersions"]?.arrayValue ?? [] { catalogEvents.append(try event(e)) }
+        var subject: (id: String, ref: String, salt: String)?
+        if let s = value["subject"] {
+            guard let id = s["id"]?.stringValue, let ref = s["ref"]?.stringValue, let salt = s["salt"]?.stringValue else {
+                throw ExportVerificationError(seq: nil, "'subject' needs id, ref and salt")
+            }
+            subject = (id, ref, salt)
+        }
+        self.init(scope: scope, ledger: try string("ledger"), verifierKey: try string("verifierKey"), checkpoint: try string("checkpoint"), catalog: catalog, genesis: try event(value["genesis"]), subject: subject, events: events, state: value["state"]?["features"], catalogEvents: catalogEvents, statement: value["statement"]?.stringValue)
+    }
+}
+
+/// The statement a subject export carries, signed by the ledger's key as a note:
+///
+/// ```
+/// consentledger-export-v1
+/// <origin>
+/// <tree size>
+/// subject <32 hex digits>
+/// catalog[ <seq>]*
+/// events[ <seq>]*
+/// ```
+///
+/// It lists every event of the subject and every published catalogue version under the
+/// checkpoint, so dropping one from the bundle is caught even when the bundled state is
+/// rewritten to match.
+public struct ExportStatement: Hashable, Sendable {
+    public static let magic = "consentledger-export-v1"
+
+    public let origin: String
+    public let size: Int64
+    public let subject: String
+    /// The length of the salt the pseudonym `subject` was made with: signed, so that a bundle
+    /// cannot move bytes between the salt and the id and claim the pseudonym for another id.
+    public let saltLength: Int
+    public let catalogVersions: [Int64]
+    public let events: [Int64]
+
+    public init(origin: String, size: Int64, subject: String, saltLength: Int = Pseudonym.saltLength, catalogVersions: [Int64], events: [Int64]) {
+        self.origin = origin
+        self.size = size
+        self.subject = subject
+        self.saltLength = saltLength
+        self.catalogVersions = catalogVersions
+        self.events = events
+    }
+
+    public var text: String {
+        let catalog = (["catalog"] + catalogVersions.map(String.init)).joined(separator: " ")
+        let events = (["events"] + self.events.map(String.init)).joined(separator: " ")
+        return "\(Self.magic)\n\(origin)\n\(size)\nsubject \(subject) salt-length \(saltLength)\n\(catalog)\n\(events)\n"
+    }
+
+    public init(text: String) throws(NoteError) {
+        let lines = text.split(separator: "\n", omittingEmptySubsequences: false)
+        guard lines.count == 7, lines[6].isEmpty, lines[0] == Self.magic, let size = Int64(lines[2]), String(size) == lines[2],
+            lines[4].split(separator: " ").first == "catalog", lines[5].split(separator: " ").first == "events"
+        else { throw NoteError("not an export statement") }
+        let subjectLine = lines[3].split(separator: " ", omittingEmptySubsequences: false)
+        guard subjectLine.count == 4, subjectLine[0] == "subject", subjectLine[2] == "salt-length",
+            let saltLength = Int(subjectLine[3]), saltLength > 0, saltLength <= 1024, String(saltLength) == subjectLine[3]
+        else { throw NoteError("export statement: the subject line is not 'subject REF salt-length N'") }
+        func seqs(_ line: Substring) throws(NoteError) -> [Int64] {
+            var out: [Int64] = []
+            for part in line.split(separator: " ").dropFirst() {
+                guard let n = Int64(part), n >= 0, String(n) == part else { throw NoteError("export statement: '\(part)' is not a sequence number") }
+                out.append(n)
+            }
+            return out
+        }
+        self.init(origin: String(lines[1]), size: size, subject: String(subjectLine[1]), saltLength: saltLength, catalogVersions: try seqs(lines[4]), events: try seqs(lines[5]))
+    }
+}
+
+/// Why an export does not verify; `seq` names the event when one is at fault.
+public struct ExportVerificationError: Error, Hashable, Sendable, CustomStringConvertible {
+    public let seq: UInt64?
+    public let problem: String
+
+    public init(seq: UInt64?, _ problem: String) {
+        self.seq = seq
+        self.problem = problem
+    }
+
+    public var description: String { seq.map { "seq \($0): \(problem)" } ?? problem }
+}
+
+/// What a verified export holds.
+public struct ExportVerificationReport: Hashable, Sendable {
+    public let scope: AuditExport.Scope
+    public let checkpoint: Checkpoint
+    public let events: Int
+    public let subjectID: String?
+}
+
+/// Checks an export offline, with nothing but the ledger's verifier key pinned by the auditor.
+public enum ExportVerifier {
+    public static func verify(_ bytes: [UInt8], pinnedKey: NoteVerifierKey, hasher: any SHA256Hasher = OpenSSLSHA256(), verifier: any SignatureVerifier = Sodium()) throws(ExportVerificationError) -> ExportVerificationReport {
+        let bundle = try AuditExport(bytes: bytes)
+        // 1. The key inside the bundle is a convenience; only the pinned key is trusted.
+        guard bundle.verifierKey.utf8.elementsEqual(pinnedKey.text.utf8) else {
+            throw ExportVerificationError(seq: nil, "the bundle's verifier key \(bundle.verifierKey) differs from the pinned key \(pinnedKey.text)")
+        }
+        let checkpoint: Checkpoint
+        do {
+            checkpoint = try Checkpoint(text: SignedNote.open(bundle.checkpoint, key: pinnedKey, verifier: verifier))
+        } catch {
+            throw ExportVerificationError(seq: nil, "checkpoint: \(error)")
+        }
+        guard checkpoint.origin.utf8.elementsEqual(pinnedKey.name.utf8) else {
+            throw ExportVerificationError(seq: nil, "the checkpoint's origin '\(checkpoint.origin)' is not the pinned key's ledger '\(pinnedKey.name)'")
+        }
+        guard bundle.ledger.utf8.elementsEqual(pinnedKey.name.utf8) else {
+            throw ExportVerificationError(seq: nil, "the bundle says it is from ledger '\(bundle.ledger)', not the pinned key's ledger '\(pinnedKey.name)'")
+        }
+        let publicKey = pinnedKey.publicKey
+        let keyID = HashChain(hasher: hasher).keyID(of: publicKey)
+        // 2. The genesis event pins the key and the catalogue.
+        let catalogBytes = CanonicalJSON.serialize(bundle.catalog)
+        let catalog: Catalog
+        do {
+            catalog = try CatalogCodec.decode(catalogBytes)
+        } catch {
+            throw ExportVerificationError(seq: 0, "catalogue: \(error)")
+        }
+        guard CatalogCodec.encode(catalog) == bundle.catalog else {
+            throw ExportVerificationError(seq: 0, "the bundled catalogue is not in its canonical form (required consents first)")
+        }
+        let genesisRecord = try check(bundle.genesis, checkpoint: checkpoint, publicKey: publicKey, keyID: keyID, hasher: hasher, verifier: verifier, proofRequired: true)
+        guard case .ledgerCreated(let created) = genesisRecord.event.payload, genesisRecord.event.seq == 0 else {
+            throw ExportVerificationError(seq: 0, "the genesis entry is not the ledger's first event")
+        }
+        guard created.publicKey == publicKey.hex, created.ledgerName == pinnedKey.name else {
+            throw ExportVerificationError(seq: 0, "the genesis event pins another key or ledger name")
+        }
+        guard hasher.sha256(catalogBytes).hex == created.catalogHash else {
+            throw ExportVerificationError(seq: 0, "the bundled catalogue's SHA-256 differs from the genesis event's")
+        }
+        switch bundle.scope {
+        case .subject:
+            return try verifySubject(bundle, checkpoint: checkpoint, catalog: catalog, pinnedKey: pinnedKey, keyID: keyID, hasher: hasher, verifier: verifier)
+        case .all:
+            return try verifyAll(bundle, genesis: genesisRecord, checkpoint: checkpoint, catalog: catalog, publicKey: publicKey, keyID: keyID, hasher: hasher, verifier: verifier)
+        }
+    }
+
+    static func check(_ e: ExportedEvent, checkpoint: Checkpoint, publicKey: PublicKey, keyID: String, hasher: any SHA256Hasher, verifier: any SignatureVerifier, proofRequired: Bool) throws(ExportVerificationError) -> EventRecord {
+        let seq = UInt64(max(0, e.seq))
+        let line = Array(e.line.utf8)
+        let record: EventRecord
+        do {
+            record = try EventCodec.decode(line: line)
+        } catch {
+            throw ExportVerificationError(seq: seq, "malformed event: \(error.problem)")
+        }
+        guard Int64(record.event.seq) == e.seq else {
+            throw ExportVerificationError(seq: seq, "the entry says seq \(e.seq) but its event is seq \(record.event.seq)")
+        }
+        guard record.keyID == keyID, EventCodec.signedMessage(body: record.body).withUnsafeBytes({ verifier.isValid(record.signature, of: $0, by: publicKey) }) else {
+            throw ExportVerificationError(seq: seq, "the event's signature does not verify with the pinned key")
+        }
+        if proofRequired {
+            guard e.seq < checkpoint.size,
+                MerkleTree.checkInclusion(e.proof, record: e.seq, leaf: MerkleTree.leafHash(line, hasher: hasher), size: checkpoint.size, root: checkpoint.root, hasher: hasher)
+            else {
+                throw ExportVerificationError(seq: seq, "the inclusion proof does not lead to the checkpoint's root (tree size \(checkpoint.size))")
+            }
+        }
+        return record
+    }
+
+    private static func verifySubject(_ bundle: AuditExport, checkpoint: Checkpoint, catalog: Catalog, pinnedKey: NoteVerifierKey, keyID: String, hasher: any SHA256Hasher, verifier: any SignatureVerifier) throws(ExportVerificationError) -> ExportVerificationReport {
+        let publicKey = pinnedKey.publicKey
+        guard let subject = bundle.subject, let bundledState = bundle.state else {
+            throw ExportVerificationError(seq: nil, "a subject export needs 'subject' and 'state'")
+        }
+        guard let salt = Hex.decode(subject.salt) else {
+            throw ExportVerificationError(seq: nil, "the subject's salt is not hex")
+        }
+        guard let ref = Pseudonym.ref(id: Array(subject.id.utf8), salt: salt, hasher: hasher) else {
+            throw ExportVerificationError(seq: nil, "the subject's salt is \(salt.count) bytes, not \(Pseudonym.saltLength)")
+        }
+        guard ref.value == subject.ref else {
+            throw ExportVerificationError(seq: nil, "the subject's pseudonym does not match its id and salt")
+        }
+        // Order first, so a swapped pair is reported as such rather than as a broken command.
+        var previous: Int64 = 0
+        for e in bundle.events {
+            guard e.seq > previous else { throw ExportVerificationError(seq: UInt64(max(0, e.seq)), "events are not in increasing sequence order") }
+            previous = e.seq
+        }
+        // The catalogue versions in force: genesis, then each published version, each proven.
+        var versions: [(seq: Int64, catalog: Catalog)] = [(0, catalog)]
+        for e in bundle.catalogEvents {
+            let record = try check(e, checkpoint: checkpoint, publicKey: publicKey, keyID: keyID, hasher: hasher, verifier: verifier, proofRequired: true)
+            guard case .catalogPublished(let published) = record.event.payload, e.seq > versions.last!.seq else {
+                throw ExportVerificationError(seq: record.event.seq, "a catalogue-version entry is not a published catalogue, or is out of order")
+            }
+            guard hasher.sha256(CatalogCodec.canonicalBytes(published.catalog)).hex == published.catalogHash else {
+                throw ExportVerificationError(seq: record.event.seq, "the published catalogue's SHA-256 differs from its 'catalog' member")
+            }
+            if let problem = published.catalog.problemAsUpdate(of: versions.last!.catalog) {
+                throw ExportVerificationError(seq: record.event.seq, "the published catalogue cannot replace the one in force: \(problem)")
+            }
+            versions.append((e.seq, published.catalog))
+        }
+        // The signed statement says which events and catalogue versions the export must hold.
+        guard let note = bundle.statement else { throw ExportVerificationError(seq: nil, "a subject export needs its signed statement") }
+        let statement: ExportStatement
+        do {
+            statement = try ExportStatement(text: SignedNote.open(note, key: pinnedKey, verifier: verifier))
+        } catch {
+            throw ExportVerificationError(seq: nil, "export statement: \(error)")
+        }
+        guard statement.origin.utf8.elementsEqual(pinnedKey.name.utf8), statement.size == checkpoint.size, statement.subject.utf8.elementsEqual(subject.ref.utf8), statement.saltLength == salt.count else {
+            throw ExportVerificationError(seq: nil, "the signed export statement is for another ledger, checkpoint size or subject")
+        }
+        guard statement.catalogVersions == bundle.catalogEvents.map(\.seq) else {
+            throw ExportVerificationError(seq: nil, "the signed export statement lists catalogue versions \(statement.catalogVersions) but the bundle holds \(bundle.catalogEvents.map(\.seq)): a version was left out or added")
+        }
+        guard statement.events == bundle.events.map(\.seq) else {
+            let missing = Set(statement.events).subtracting(bundle.events.map(\.seq)).min()
+            throw ExportVerificationError(seq: missing.map { UInt64($0) }, "the signed export statement lists events the bundle does not hold exactly (\(statement.events.count) listed, \(bundle.events.count) bundled): an event was left out or added")
+        }
+        var state = SubjectState()
+        for e in bundle.events {
+            let record = try check(e, checkpoint: checkpoint, publicKey: publicKey, keyID: keyID, hasher: hasher, verifier: verifier, proofRequired: true)
+            guard let ref = record.event.payload.subject?.value, ref.utf8.elementsEqual(subject.ref.utf8) else {
+                throw ExportVerificationError(seq: record.event.seq, "the event is about another subject")
+            }
+            let inForce = versions.last { $0.seq < e.seq }?.catalog ?? catalog
+            do throws(ReplayViolation) {
+                try state.apply(record.event, catalog: inForce)
+            } catch {
+                throw ExportVerificationError(seq: record.event.seq, "replay: \(error.problem)")
+            }
+        }
+        guard !state.isInsideCommand else { throw ExportVerificationError(seq: nil, "the events end inside a command: some of the subject's events are missing") }
+        let replayed = ListingJSON.encode(ConsentListing(state: state, catalog: versions.last!.catalog))
+        guard replayed == bundledState else {
+            throw ExportVerificationError(seq: nil, "the bundled state differs from the replay of the bundled events")
+        }
+        return ExportVerificationReport(scope: .subject, checkpoint: checkpoint, events: bundle.events.count, subjectID: subject.id)
+    }
+
+    private static func verifyAll(_ bundle: AuditExport, genesis: EventRecord, checkpoint: Checkpoint, catalog: Catalog, publicKey: PublicKey, keyID: String, hasher: any SHA256Hasher, verifier: any SignatureVerifier) throws(ExportVerificationError) -> ExportVerificationReport {
+        guard Int64(bundle.events.count) + 1 == checkpoint.size else {
+            throw ExportVerificationError(seq: nil, "the bundle holds \(bundle.events.count + 1) events but the checkpoint covers \(checkpoint.size)")
+        }
+        var replay = LedgerReplay(catalog: catalog)
+        var frontier: [(size: Int64, hash: Digest)] = []
+        var previous = Digest.zero
+        for (i, e) in ([bundle.genesis] + bundle.events).enumerated() {
+            guard e.seq == Int64(i) else { throw ExportVerificationError(seq: UInt64(max(0, e.seq)), "expected seq \(i): events are missing or out of order") }
+            let record = i == 0 ? genesis : try check(e, checkpoint: checkpoint, publicKey: publicKey, keyID: keyID, hasher: hasher, verifier: verifier, proofRequired: false)
+            guard record.prev == previous else { throw ExportVerificationError(seq: record.event.seq, "prev does not match the previous event's hash") }
+            if case .catalogPublished(let published) = record.event.payload, hasher.sha256(CatalogCodec.canonicalBytes(published.catalog)).hex != published.catalogHash {
+                throw ExportVerificationError(seq: record.event.seq, "the published catalogue's SHA-256 differs from its 'catalog' member")
+            }
+            previous = hasher.sha256(record.body)
+            do throws(ReplayViolation) {
+                try replay.apply(record.event)
+            } catch {
+                throw ExportVerificationError(seq: record.event.seq, "replay: \(error.problem)")
+            }
+            // RFC 6962 root, built leaf by leaf from complete subtrees.
+            var node = (size: Int64(1), hash: MerkleTree.leafHash(Array(e.line.utf8), hasher: hasher))
+            while let last = frontier.last, last.size == node.size {
+                frontier.removeLast()
+                node = (last.size * 2, MerkleTree.nodeHash(last.hash, node.hash, hasher: hasher))
+            }
+            frontier.append(node)
+        }
+        guard var root = frontier.last?.hash else { throw ExportVerificationError(seq: nil, "the bundle holds no events") }
+        for part in frontier.dropLast().reversed() { root = MerkleTree.nodeHash(part.hash, root, hasher: hasher) }
+        guard root == checkpoint.root else {
+            throw ExportVerificationError(seq: nil, "the events' Merkle root differs from the checkpoint's")
+        }
+        guard replay.incompleteCommand == nil else { throw ExportVerificationError(seq: nil, "the events end inside a command") }
+        return ExportVerificationReport(scope: .all, checkpoint: checkpoint, events: bundle.events.count + 1, subjectID: nil)
+    }
+
+    /// Checks a consistency proof between two signed checkpoints, offline.
+    public static func verifyConsistency(_ proof: ConsistencyProof, pinnedKey: NoteVerifierKey, hasher: any SHA256Hasher = OpenSSLSHA256(), verifier: any SignatureVerifier = Sodium()) throws(ExportVerificationError) -> (old: Checkpoint, new: Checkpoint) {
+        let old: Checkpoint, new: Checkpoint
+        do {
+            old = try Checkpoint(text: SignedNote.open(proof.oldNote, key: pinnedKey, verifier: verifier))
+            new = try Checkpoint(text: SignedNote.open(proof.newNote, key: pinnedKey, verifier: verifier))
+        } catch {
+            throw ExportVerificationError(seq: nil, "checkpoint: \(error)")
+        }
+        guard old.origin == pinnedKey.name, new.origin == pinnedKey.name else {
+            throw ExportVerificationError(seq: nil, "a checkpoint is for another ledger than the pinned key's")
+        }
+        guard MerkleTree.checkConsistency(proof.proof, old: old.size, oldRoot: old.root, new: new.size, newRoot: new.root, hasher: hasher) else {
+            throw ExportVerificationError(seq: nil, "the consistency proof from size \(old.size) to size \(new.size) does not verify: the log did not only grow")
+        }
+        return (old, new)
+    }
+}
+
+extension ConsistencyProof {
+    public var json: JSONValue {
+        .object([
+            "format": .string("consentledger-consistency-v1"),
+            "old": .string(oldNote),
+            "new": .string(newNote),
+            "proof": .array(proof.map { .string(Base64.encode($0.bytes)) }),
+        ])
+    }
+
+    public init(bytes: [UInt8]) throws(ExportVerificationError) {
+        guard let value = try? CanonicalJSON.parse(bytes, canonical: false), value["format"]?.stringValue == "consentledger-consistency-v1",
+            let old = value["old"]?.stringValue, let new = value["new"]?.stringValue, let hashes = value["proof"]?.arrayValue
+        else { throw ExportVerificationError(seq: nil, "not a consistency proof file (format consentledger-consistency-v1)") }
+        var proof: [Digest] = []
+        for h in hashes {
+            guard let text = h.stringValue, let raw = Base64.decode(text), let d = Digest(bytes: raw) else {
+                throw ExportVerificationError(seq: nil, "a proof hash is not the base64 of 32 bytes")
+            }
+            proof.append(d)
+        }
+        self.init(oldNote: old, newNote: new, proof: proof)
+    }
+}
+
+/// A consistency proof between two signed checkpoints of one ledger.
+public struct ConsistencyProof: Hashable, Sendable {
+    public let oldNote: String
+    public let newNote: String
+    public let proof: [Digest]
+
+    public init(oldNote: String, newNote: String, proof: [Digest]) {
+        self.oldNote = oldNote
+        self.newNote = newNote
+        self.proof = proof
+    }
+}

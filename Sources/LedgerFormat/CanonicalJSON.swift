@@ -1,0 +1,402 @@
+import ConsentDomain
+import TransparencyLog
+/// A JSON value restricted to what the ledger format uses: no fractions or exponents, integers
+/// within ±(2^53 − 1), so that RFC 8785 (JCS) serialisation is plain decimal digits.
+public enum JSONValue: Hashable, Sendable {
+    case null
+    case bool(Bool)
+    case int(Int64)
+    case string(String)
+    case array([JSONValue])
+    case object([String: JSONValue])
+
+    public static let maxSafeInteger: Int64 = 9_007_199_254_740_991
+
+    public subscript(key: String) -> JSONValue? {
+        if case .object(let members) = self { return members[key] }
+        return nil
+    }
+
+    public var stringValue: String? {
+        if case .string(let s) = self { return s }
+        return nil
+    }
+
+    public var intValue: Int64? {
+        if case .int(let i) = self { return i }
+        return nil
+    }
+
+    public var boolValue: Bool? {
+        if case .bool(let b) = self { return b }
+        return nil
+    }
+
+    public var arrayValue: [JSONValue]? {
+        if case .array(let a) = self { return a }
+        return nil
+    }
+
+    public var objectValue: [String: JSONValue]? {
+        if case .object(let o) = self { return o }
+        return nil
+    }
+}
+
+/// Where and why JSON text could not be read.
+public struct JSONParseError: Error, Hashable, Sendable, CustomStringConvertible {
+    /// Byte offset into the input, from 0.
+    public let offset: Int
+    /// Line and column (both from 1, column in bytes) of that offset.
+    public let line: Int
+    public let column: Int
+    public let message: String
+
+    public var description: String { "line \(line), column \(column): \(message)" }
+}
+
+/// RFC 8785 JSON Canonicalization Scheme, for the subset of JSON in ``JSONValue``.
+///
+/// `serialize` writes the one canonical form. `parse(_:canonical: true)` accepts exactly that form
+/// and nothing else, so a successful strict parse proves the input was canonical without
+/// re-encoding it. `parse(_:canonical: false)` reads ordinary JSON (whitespace, any key order) and
+/// is for hand-written files such as the catalogue.
+public enum CanonicalJSON {
+    public static func serialize(_ value: JSONValue) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(256)
+        write(value, into: &out)
+        return out
+    }
+
+    public static func serialize(_ value: JSONValue, into out: inout [UInt8]) {
+        write(value, into: &out)
+    }
+
+    private static func write(_ value: JSONValue, into out: inout [UInt8]) {
+        switch value {
+        case .null: out.append(contentsOf: "null".utf8)
+        case .bool(let b): out.append(contentsOf: (b ? "true" : "false").utf8)
+        case .int(let i): out.append(contentsOf: String(i).utf8)
+        case .string(let s): writeString(s, into: &out)
+        case .array(let items):
+            out.append(UInt8(ascii: "["))
+            for (i, item) in items.enumerated() {
+                if i > 0 { out.append(UInt8(ascii: ",")) }
+                write(item, into: &out)
+            }
+            out.append(UInt8(ascii: "]"))
+        case .object(let members):
+            out.append(UInt8(ascii: "{"))
+            for (i, key) in members.keys.sorted(by: utf16Less).enumerated() {
+                if i > 0 { out.append(UInt8(ascii: ",")) }
+                writeString(key, into: &out)
+                out.append(UInt8(ascii: ":"))
+                write(members[key]!, into: &out)
+            }
+            out.append(UInt8(ascii: "}"))
+        }
+    }
+
+    /// JCS orders object members by their names' UTF-16 code units.
+    static func utf16Less(_ a: String, _ b: String) -> Bool {
+        a.utf16.lexicographicallyPrecedes(b.utf16)
+    }
+
+    private static let hexDigits = Array("0123456789abcdef".utf8)
+
+    package static func writeString(_ s: String, into out: inout [UInt8]) {
+        out.append(UInt8(ascii: "\""))
+        for byte in s.utf8 {
+            switch byte {
+            case 0x22: out.append(contentsOf: [0x5C, 0x22])
+            case 0x5C: out.append(contentsOf: [0x5C, 0x5C])
+            case 0x08: out.append(contentsOf: [0x5C, UInt8(ascii: "b")])
+            case 0x09: out.append(contentsOf: [0x5C, UInt8(ascii: "t")])
+            case 0x0A: out.append(contentsOf: [0x5C, UInt8(ascii: "n")])
+            case 0x0C: out.append(contentsOf: [0x5C, UInt8(ascii: "f")])
+            case 0x0D: out.append(contentsOf: [0x5C, UInt8(ascii: "r")])
+            case 0x00..<0x20:
+                out.append(contentsOf: [0x5C, UInt8(ascii: "u"), 0x30, 0x30, hexDigits[Int(byte >> 4)], hexDigits[Int(byte & 0xF)]])
+            default: out.append(byte)
+            }
+        }
+        out.append(UInt8(ascii: "\""))
+    }
+
+    public static func parse(_ bytes: [UInt8], canonical: Bool) throws(JSONParseError) -> JSONValue {
+        try bytes.withUnsafeBufferPointer { (buffer) throws(JSONParseError) -> JSONValue in
+            try parse(buffer, canonical: canonical)
+        }
+    }
+
+    public static func parse(_ buffer: UnsafeBufferPointer<UInt8>, canonical: Bool) throws(JSONParseError) -> JSONValue {
+        var parser = Parser(bytes: buffer, canonical: canonical)
+        parser.skipWhitespace()
+        let value = try parser.parseValue(depth: 0)
+        parser.skipWhitespace()
+        guard parser.index == buffer.count else { throw parser.error("unexpected bytes after the JSON value") }
+        return value
+    }
+
+    package struct Parser {
+        let bytes: UnsafeBufferPointer<UInt8>
+        let canonical: Bool
+        package var index = 0
+
+        package init(bytes: UnsafeBufferPointer<UInt8>, canonical: Bool) {
+            self.bytes = bytes
+            self.canonical = canonical
+        }
+
+        func error(_ message: String, at offset: Int? = nil) -> JSONParseError {
+            let at = min(offset ?? index, bytes.count)
+            var line = 1
+            var lineStart = 0
+            for i in 0..<at where bytes[i] == 0x0A {
+                line += 1
+                lineStart = i + 1
+            }
+            return JSONParseError(offset: at, line: line, column: at - lineStart + 1, message: message)
+        }
+
+        mutating func skipWhitespace() {
+            guard !canonical else { return }
+            while index < bytes.count, [0x20, 0x09, 0x0A, 0x0D].contains(bytes[index]) { index += 1 }
+        }
+
+        mutating func expect(_ literal: StaticString, _ value: JSONValue) throws(JSONParseError) -> JSONValue {
+            let count = literal.utf8CodeUnitCount
+            guard index + count <= bytes.count else { throw error("unexpected end of input") }
+            let start = literal.utf8Start
+            for i in 0..<count where bytes[index + i] != start[i] {
+                throw error("invalid literal")
+            }
+            index += count
+            return value
+        }
+
+        mutating func parseValue(depth: Int) throws(JSONParseError) -> JSONValue {
+            guard depth < 64 else { throw error("nesting is deeper than 64 levels") }
+            guard index < bytes.count else { throw error("unexpected end of input") }
+            switch bytes[index] {
+            case UInt8(ascii: "{"): return try parseObject(depth: depth)
+            case UInt8(ascii: "["): return try parseArray(depth: depth)
+            case UInt8(ascii: "\""): return .string(try parseString())
+            case UInt8(ascii: "t"): return try expect("true", .bool(true))
+            case UInt8(ascii: "f"): return try expect("false", .bool(false))
+            case UInt8(ascii: "n"): return try expect("null", .null)
+            case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return .int(try parseInteger())
+            default: throw error("unexpected character '\(Self.printable(bytes[index]))'")
+            }
+        }
+
+        static func printable(_ b: UInt8) -> String {
+            (0x20..<0x7F).contains(b) ? String(UnicodeScalar(b)) : "\\x" + String(b, radix: 16)
+        }
+
+        mutating func parseObject(depth: Int) throws(JSONParseError) -> JSONValue {
+            index += 1
+            var members: [String: JSONValue] = [:]
+            var previousKey: String?
+            skipWhitespace()
+            if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
+                index += 1
+                return .object(members)
+            }
+            while true {
+                skipWhitespace()
+                guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw error("expected a member name") }
+                let keyOffset = index
+                let key = try parseString()
+                if members[key] != nil { throw error("duplicate member name '\(key)'", at: keyOffset) }
+                if canonical, let previousKey, !CanonicalJSON.utf16Less(previousKey, key) {
+                    throw error("member '\(key)' is out of canonical (RFC 8785) order", at: keyOffset)
+                }
+                previousKey = key
+                skipWhitespace()
+                guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw error("expected ':'") }
+                index += 1
+                skipWhitespace()
+                members[key] = try parseValue(depth: depth + 1)
+                skipWhitespace()
+                guard index < bytes.count else { throw error("unexpected end of input in an object") }
+                if bytes[index] == UInt8(ascii: ",") {
+                    index += 1
+                    continue
+                }
+                guard bytes[index] == UInt8(ascii: "}") else { throw error("expected ',' or '}'") }
+                index += 1
+                return .object(members)
+            }
+        }
+
+        mutating func parseArray(depth: Int) throws(JSONParseError) -> JSONValue {
+            index += 1
+            var items: [JSONValue] = []
+            skipWhitespace()
+            if index < bytes.count, bytes[index] == UInt8(ascii: "]") {
+                index += 1
+                return .array(items)
+            }
+            while true {
+                skipWhitespace()
+                items.append(try parseValue(depth: depth + 1))
+                skipWhitespace()
+                guard index < bytes.count else { throw error("unexpected end of input in an array") }
+                if bytes[index] == UInt8(ascii: ",") {
+                    index += 1
+                    continue
+                }
+                guard bytes[index] == UInt8(ascii: "]") else { throw error("expected ',' or ']'") }
+                index += 1
+                return .array(items)
+            }
+        }
+
+        mutating func parseInteger() throws(JSONParseError) -> Int64 {
+            let start = index
+            var negative = false
+            if bytes[index] == UInt8(ascii: "-") {
+                negative = true
+                index += 1
+            }
+            let digitsStart = index
+            var value: Int64 = 0
+            while index < bytes.count, bytes[index] >= 0x30, bytes[index] <= 0x39 {
+                value = value &* 10 &+ Int64(bytes[index] - 0x30)
+                index += 1
+                if index - digitsStart > 16 { throw error("integer is out of range", at: start) }
+            }
+            let count = index - digitsStart
+            guard count > 0 else { throw error("expected digits", at: start) }
+            if count > 1, bytes[digitsStart] == 0x30 { throw error("integer has a leading zero", at: start) }
+            if index < bytes.count, [UInt8(ascii: "."), UInt8(ascii: "e"), UInt8(ascii: "E")].contains(bytes[index]) {
+                throw error("only integers are allowed here", at: start)
+            }
+            guard value <= JSONValue.maxSafeInteger else { throw error("integer is out of range", at: start) }
+            if negative && value == 0 { throw error("'-0' is not allowed", at: start) }
+            return negative ? -value : value
+        }
+
+        package mutating func parseString() throws(JSONParseError) -> String {
+            let start = index
+            index += 1
+            // Fast path: no escapes.
+            var scan = index
+            var union: UInt8 = 0
+            while scan < bytes.count {
+                let b = bytes[scan]
+                if b == 0x22 || b == 0x5C || b < 0x20 { break }
+                union |= b
+                scan += 1
+            }
+            guard scan < bytes.count else { throw error("unterminated string", at: start) }
+            if bytes[scan] == 0x22 {
+                let slice = UnsafeBufferPointer(rebasing: bytes[index..<scan])
+                let s: String
+                if union < 0x80 {
+                    s = String(decoding: slice, as: UTF8.self)  // ASCII: nothing to validate
+                } else {
+                    guard let valid = String(validating: slice, as: UTF8.self) else { throw error("string is not valid UTF-8", at: start) }
+                    s = valid
+                }
+                index = scan + 1
+                return s
+            }
+            var out: [UInt8] = Array(bytes[index..<scan])
+            index = scan
+            while true {
+                guard index < bytes.count else { throw error("unterminated string", at: start) }
+                let b = bytes[index]
+                if b == 0x22 {
+                    index += 1
+                    break
+                }
+                if b < 0x20 { throw error("control character in a string must be escaped") }
+                if b != 0x5C {
+                    out.append(b)
+                    index += 1
+                    continue
+                }
+                guard index + 1 < bytes.count else { throw error("unterminated escape") }
+                let e = bytes[index + 1]
+                index += 2
+                switch e {
+                case UInt8(ascii: "\""): out.append(0x22)
+                case UInt8(ascii: "\\"): out.append(0x5C)
+                case UInt8(ascii: "/"):
+                    if canonical { throw error("'\\/' is not canonical; write '/'", at: index - 2) }
+                    out.append(0x2F)
+                case UInt8(ascii: "b"): out.append(0x08)
+                case UInt8(ascii: "f"): out.append(0x0C)
+                case UInt8(ascii: "n"): out.append(0x0A)
+                case UInt8(ascii: "r"): out.append(0x0D)
+                case UInt8(ascii: "t"): out.append(0x09)
+                case UInt8(ascii: "u"):
+                    let escapeStart = index - 2
+                    var scalar = try hex4()
+                    if (0xD800..<0xDC00).contains(scalar) {
+                        guard index + 1 < bytes.count, bytes[index] == 0x5C, bytes[index + 1] == UInt8(ascii: "u") else {
+                            throw error("unpaired surrogate", at: escapeStart)
+                        }
+                        index += 2
+                        let low = try hex4()
+                        guard (0xDC00..<0xE000).contains(low) else { throw error("unpaired surrogate", at: escapeStart) }
+                        scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
+                    } else if (0xDC00..<0xE000).contains(scalar) {
+                        throw error("unpaired surrogate", at: escapeStart)
+                    }
+                    if canonical {
+                        // JCS escapes with \u only the control characters that have no short form.
+                        let short: Set<UInt32> = [0x08, 0x09, 0x0A, 0x0C, 0x0D]
+                        guard scalar < 0x20, !short.contains(scalar),
+                            bytes[escapeStart + 2..<escapeStart + 6].allSatisfy({ !(0x41...0x46).contains($0) })
+                        else { throw error("'\\u' escape is not canonical here", at: escapeStart) }
+                    }
+                    out.append(contentsOf: String(UnicodeScalar(scalar)!).utf8)
+                default:
+                    throw error("invalid escape '\\\(Self.printable(e))'", at: index - 2)
+                }
+            }
+            guard let s = String(validating: out, as: UTF8.self) else { throw error("string is not valid UTF-8", at: start) }
+            return s
+        }
+
+        /// The content of the string at `index` when it is plain printable ASCII without escapes
+        /// (names, hex digits, times), consumed; otherwise nil and nothing consumed.
+        mutating func plainASCIIString() -> Range<Int>? {
+            guard index < bytes.count, bytes[index] == 0x22 else { return nil }
+            var scan = index + 1
+            while scan < bytes.count {
+                let b = bytes[scan]
+                if b == 0x22 {
+                    let range = (index + 1)..<scan
+                    index = scan + 1
+                    return range
+                }
+                if b == 0x5C || b < 0x20 || b >= 0x7F { return nil }
+                scan += 1
+            }
+            return nil
+        }
+
+        mutating func hex4() throws(JSONParseError) -> UInt32 {
+            guard index + 4 <= bytes.count else { throw error("short '\\u' escape") }
+            var v: UInt32 = 0
+            for _ in 0..<4 {
+                let c = bytes[index]
+                let d: UInt32
+                switch c {
+                case 0x30...0x39: d = UInt32(c - 0x30)
+                case 0x61...0x66: d = UInt32(c - 0x61 + 10)
+                case 0x41...0x46: d = UInt32(c - 0x41 + 10)
+                default: throw error("invalid hex digit in '\\u' escape")
+                }
+                v = v << 4 | d
+                index += 1
+            }
+            return v
+        }
+    }
+}

@@ -1,0 +1,107 @@
+import TransparencyLog
+import ConsentDomain
+
+/// What part of the stored ledger an integrity failure is about: callers tell damage to
+/// rebuildable derived data from damage to the evidence itself by this, never by the message.
+public enum IntegrityKind: String, Hashable, Sendable {
+    /// The log's entries: an encoding, signature, hash link, sequence number, stream link or
+    /// rule that does not hold, or an entry missing.
+    case log
+    /// The signed head or a recorded checkpoint disagrees with the log (a cut or rewritten log,
+    /// a head signed by another key).
+    case head
+    /// Derived data (the per-subject index, the Merkle tree's stored hashes, the subject map)
+    /// contradicts the log. It is a cache: rebuilding it from the log repairs it.
+    case derivedData
+    /// A subject record is malformed, unsigned, repeated, swapped or missing.
+    case subjectRecord
+    /// The ledger's own small files or rows: the catalogue, the public key, the genesis event,
+    /// the signing key.
+    case ledgerFiles
+}
+
+/// Where in the log an integrity failure was found and what is wrong.
+public struct IntegrityFailure: Error, Hashable, Sendable, CustomStringConvertible {
+    public let kind: IntegrityKind
+    /// 1-based line of the log file, when the failure is tied to a line.
+    public let line: Int?
+    /// The event's sequence number, when known.
+    public let seq: UInt64?
+    public let problem: String
+
+    public init(_ kind: IntegrityKind = .log, line: Int?, seq: UInt64?, problem: String) {
+        self.kind = kind
+        self.line = line
+        self.seq = seq
+        self.problem = problem
+    }
+
+    public var description: String {
+        var location: [String] = []
+        if let seq { location.append("seq \(seq)") }
+        if let line { location.append("line \(line)") }
+        return location.isEmpty ? problem : "\(location.joined(separator: ", ")): \(problem)"
+    }
+}
+
+/// What a request names that does not exist.
+public enum MissingThing: String, Hashable, Sendable {
+    /// No ledger at the given folder or database schema.
+    case ledger
+    /// No signing key where the ledger's key store keeps it.
+    case signingKey
+    /// A file or folder the request needs.
+    case file
+    /// A subject the ledger has never recorded.
+    case subject
+    /// A feature or consent the catalogue does not have.
+    case feature
+    case consent
+}
+
+/// Every failure the library reports. Callers switch on the case (each maps to one exit code
+/// of `consentctl` and one HTTP status of the service), never on the message; messages name
+/// the storage they speak of.
+public enum ConsentError: Error, Hashable, Sendable, CustomStringConvertible {
+    /// The request is malformed (an empty or over-long subject id, a control character, a bad
+    /// time, an empty request).
+    case invalidRequest(String)
+    /// The request names something that does not exist.
+    case notFound(MissingThing, String)
+    /// A consent rule forbids the request; nothing was appended. `rule` names the rule of
+    /// `consent-rules.md` (for example `R2`).
+    case ruleViolation(rule: String, message: String)
+    /// The catalogue file is malformed or breaks a catalogue rule.
+    case invalidCatalog(CatalogError)
+    /// The stored ledger is damaged, tampered with, or signed by another key.
+    case integrity(IntegrityFailure)
+    /// A ledger (or key) already exists where a new one was to be made.
+    case alreadyExists(String)
+    /// Another writer changed the ledger first (for example a PostgreSQL serialization
+    /// failure); nothing was changed, and the request may be tried again.
+    case conflict(String)
+    /// Reading, writing, syncing or locking failed.
+    case storage(String)
+
+    public var description: String {
+        switch self {
+        case .invalidRequest(let m): return m
+        case .notFound(_, let m): return m
+        case .ruleViolation(let rule, let m): return "rule violation: rule \(rule): \(m)"
+        case .invalidCatalog(let e): return "invalid catalogue: \(e)"
+        case .integrity(let f): return "integrity failure: \(f)"
+        case .alreadyExists(let m): return m
+        case .conflict(let m): return "conflict: \(m)"
+        case .storage(let m): return "storage error: \(m)"
+        }
+    }
+
+    package init(_ rejection: CommandRejection) {
+        switch rejection {
+        case .ruleViolation(let rule, let message): self = .ruleViolation(rule: rule, message: message)
+        case .unknownFeature: self = .notFound(.feature, rejection.description)
+        case .unknownConsent: self = .notFound(.consent, rejection.description)
+        case .emptyRequest: self = .invalidRequest(rejection.description)
+        }
+    }
+}

@@ -1,0 +1,288 @@
+import TransparencyLog
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import ConsentDomain
+
+/// Reads an event body in one pass over its bytes, checking that it is canonical JSON with only
+/// the members of format version 1 or 2, without building a generic JSON tree. Replay and verify
+/// read every event, so this is the hot path of both.
+package struct EventBodyReader {
+    /// Every member name of format versions 1 and 2, in canonical (sorted) order; a member's bit is
+    /// 1 << its index here.
+    static let names: [[UInt8]] = ["actor", "at", "catalog", "cause", "cmd", "cmdSize", "consent", "document", "feature", "kid", "ledger", "notices", "prev", "publicKey", "reason", "renews", "seq", "streamPrev", "streamRoot", "subject", "type", "v", "version"].map { Array($0.utf8) }
+
+    enum Name: Int {
+        case actor, at, catalog, cause, cmd, cmdSize, consent, document, feature, kid, ledger, notices, prev, publicKey, reason, renews, seq, streamPrev, streamRoot, subject, type, v, version
+        var bit: UInt32 { 1 << UInt32(rawValue) }
+        var text: String { String(decoding: EventBodyReader.names[rawValue], as: UTF8.self) }
+    }
+
+    static func bits(_ names: [Name]) -> UInt32 { names.reduce(0) { $0 | $1.bit } }
+    static let commonBits = bits([.v, .seq, .at, .actor, .cmd, .cmdSize, .prev, .kid, .type])
+    static let typeBits: [String: UInt32] = [
+        "ledger.created": bits([.ledger, .catalog, .publicKey]),
+        "catalog.published": bits([.catalog, .document, .notices]),
+        "consent.given": bits([.subject, .feature, .consent, .version]),
+        "consent.revoked": bits([.subject, .feature, .consent, .reason]),
+    ]
+
+    // What was read (plain fields, not arrays: a reader is made for every event).
+    var present: UInt32 = 0
+    var v: Int64 = -1, seq: Int64 = -1, cmd: Int64 = -1, cmdSize: Int64 = -1, feature: Int64 = -1, cause: Int64 = -1, renews: Int64 = -1, streamPrev: Int64 = -1
+    var document: JSONValue?, notices: JSONValue?
+    var actor: String?, catalog: String?, consent: String?, kid: String?, ledger: String?
+    var publicKey: String?, reason: String?, subject: String?, type: String?, version: String?
+    var at: Timestamp?
+    var prev: Digest?, streamRoot: Digest?
+
+    /// What one body holds besides the domain event.
+    package struct Read {
+        package let event: LedgerEvent
+        package let prev: Digest
+        package let keyID: String
+        package let version: Int64
+        package let stream: StreamLink
+    }
+
+    package static func read(_ body: UnsafeBufferPointer<UInt8>) throws(EventDecodingError) -> Read {
+        var reader = EventBodyReader()
+        do {
+            try reader.scan(body)
+        } catch let error as JSONParseError {
+            throw EventDecodingError(problem: "body is not canonical JSON: byte \(error.offset + EventCodec.linePrefix.count + 1): \(error.message)")
+        } catch let error as EventDecodingError {
+            throw error
+        } catch {
+            throw EventDecodingError(problem: "\(error)")
+        }
+        return try reader.event()
+    }
+
+    private static let staticNames: [StaticString] = ["actor", "at", "catalog", "cause", "cmd", "cmdSize", "consent", "document", "feature", "kid", "ledger", "notices", "prev", "publicKey", "reason", "renews", "seq", "streamPrev", "streamRoot", "subject", "type", "v", "version"]
+
+    /// Which member name the bytes spell: a guess from length and first letter, then an exact
+    /// comparison.
+    private static func name(at range: Range<Int>, in bytes: UnsafeBufferPointer<UInt8>) -> Name? {
+        guard let first = range.first.map({ bytes[$0] }) else { return nil }
+        let guess: Name?
+        switch (range.count, first) {
+        case (5, 0x61): guess = .actor
+        case (2, 0x61): guess = .at
+        case (7, 0x63): guess = bytes[range.lowerBound + 2] == 0x74 ? .catalog : (bytes[range.lowerBound + 1] == 0x6D ? .cmdSize : .consent)
+        case (5, 0x63): guess = .cause
+        case (3, 0x63): guess = .cmd
+        case (7, 0x66): guess = .feature
+        case (3, 0x6B): guess = .kid
+        case (6, 0x6C): guess = .ledger
+        case (4, 0x70): guess = .prev
+        case (9, 0x70): guess = .publicKey
+        case (6, 0x72): guess = bytes[range.lowerBound + 2] == 0x61 ? .reason : .renews
+        case (8, 0x64): guess = .document
+        case (7, 0x6E): guess = .notices
+        case (3, 0x73): guess = .seq
+        case (7, 0x73): guess = .subject
+        case (10, 0x73): guess = bytes[range.lowerBound + 6] == 0x50 ? .streamPrev : .streamRoot
+        case (4, 0x74): guess = .type
+        case (1, 0x76): guess = .v
+        case (7, 0x76): guess = .version
+        default: guess = nil
+        }
+        guard let guess else { return nil }
+        let expected = staticNames[guess.rawValue].utf8Start
+        for i in 0..<range.count where bytes[range.lowerBound + i] != expected[i] { return nil }
+        return guess
+    }
+
+    private mutating func scan(_ bytes: UnsafeBufferPointer<UInt8>) throws {
+        var p = CanonicalJSON.Parser(bytes: bytes, canonical: true)
+        guard bytes.count >= 2, bytes[0] == UInt8(ascii: "{") else { throw p.error("expected a JSON object") }
+        p.index = 1
+        var previous: Name?
+        guard bytes[1] != UInt8(ascii: "}") else { throw EventDecodingError(problem: "body is an empty object") }
+        while true {
+            let nameOffset = p.index
+            guard let range = p.plainASCIIString() else {
+                guard p.index < bytes.count, bytes[p.index] == 0x22 else { throw p.error("expected a member name") }
+                let other = try p.parseString()
+                throw EventDecodingError(problem: "member '\(other)' is not part of the ledger format")
+            }
+            guard let name = Self.name(at: range, in: bytes) else {
+                throw EventDecodingError(problem: "member '\(String(decoding: UnsafeBufferPointer(rebasing: bytes[range]), as: UTF8.self))' is not part of the ledger format")
+            }
+            // Known names are ASCII, so byte order is RFC 8785's UTF-16 order.
+            if let previous, previous.rawValue >= name.rawValue {
+                throw p.error(previous == name ? "duplicate member name '\(name.text)'" : "member '\(name.text)' is out of canonical (RFC 8785) order", at: nameOffset)
+            }
+            previous = name
+            present |= name.bit
+            guard p.index < bytes.count, bytes[p.index] == UInt8(ascii: ":") else { throw p.error("expected ':'") }
+            p.index += 1
+            guard p.index < bytes.count else { throw p.error("unexpected end of input") }
+            switch name {
+            case .document, .notices:
+                let value = try p.parseValue(depth: 1)
+                if name == .document { document = value } else { notices = value }
+            case .v, .seq, .cmd, .cmdSize, .feature, .cause, .renews, .streamPrev:
+                let c = bytes[p.index]
+                guard c == UInt8(ascii: "-") || (c >= 0x30 && c <= 0x39) else {
+                    throw EventDecodingError(problem: "member '\(name.text)' must be an integer")
+                }
+                let value = try p.parseInteger()
+                switch name {
+                case .v: v = value
+                case .seq: seq = value
+                case .cmd: cmd = value
+                case .cmdSize: cmdSize = value
+                case .feature: feature = value
+                case .renews: renews = value
+                case .streamPrev: streamPrev = value
+                default: cause = value
+                }
+            case .at:
+                guard let r = p.plainASCIIString(), let t = Timestamp(canonicalUTF8: UnsafeBufferPointer(rebasing: bytes[r])) else {
+                    throw EventDecodingError(problem: "member 'at' is not a canonical UTC time like 2026-01-31T08:00:00.000Z")
+                }
+                at = t
+            case .prev, .streamRoot:
+                guard let r = p.plainASCIIString(), let d = Digest(hexBytes: UnsafeBufferPointer(rebasing: bytes[r])) else {
+                    throw EventDecodingError(problem: "member '\(name.text)' is not 64 lowercase hex digits")
+                }
+                if name == .prev { prev = d } else { streamRoot = d }
+            default:
+                guard bytes[p.index] == 0x22 else { throw EventDecodingError(problem: "member '\(name.text)' must be a string") }
+                let value = try p.parseString()
+                switch name {
+                case .actor: actor = value
+                case .catalog: catalog = value
+                case .consent: consent = value
+                case .kid: kid = value
+                case .ledger: ledger = value
+                case .publicKey: publicKey = value
+                case .reason: reason = value
+                case .subject: subject = value
+                case .type: type = value
+                default: version = value
+                }
+            }
+            guard p.index < bytes.count else { throw p.error("unexpected end of input in an object") }
+            if bytes[p.index] == UInt8(ascii: ",") {
+                p.index += 1
+                continue
+            }
+            guard bytes[p.index] == UInt8(ascii: "}") else { throw p.error("expected ',' or '}'") }
+            p.index += 1
+            break
+        }
+        guard p.index == bytes.count else { throw p.error("unexpected bytes after the JSON value") }
+    }
+
+    private func string(_ value: String?, _ name: Name) throws(EventDecodingError) -> String {
+        guard let value else { throw EventDecodingError(problem: "member '\(name.text)' is missing") }
+        return value
+    }
+
+    private func integer(_ value: Int64, _ name: Name) throws(EventDecodingError) -> Int64 {
+        guard value >= 0 else { throw EventDecodingError(problem: "member '\(name.text)' is missing or negative") }
+        return value
+    }
+
+    private func event() throws(EventDecodingError) -> Read {
+        guard v == 1 || v == 2 else {
+            throw EventDecodingError(problem: "member 'v' must be 1 or 2 (this reader knows format versions 1 and 2)")
+        }
+        let type = try string(self.type, .type)
+        guard var allowed = Self.typeBits[type] else { throw EventDecodingError(problem: "unknown event type '\(type)'") }
+        allowed |= Self.commonBits
+        if v == 2 { allowed |= Self.bits([.streamPrev, .streamRoot]) }
+        if type == "consent.revoked", reason == "cascade" { allowed |= Name.cause.bit }
+        if type == "consent.given" { allowed |= Name.renews.bit }
+        if present & ~allowed != 0, let extra = (0..<Self.names.count).first(where: { present & ~allowed & (1 << UInt32($0)) != 0 }) {
+            throw EventDecodingError(problem: "member '\(Name(rawValue: extra)!.text)' does not belong to a '\(type)' event")
+        }
+        let optional: UInt32 = (type == "consent.given" ? Name.renews.bit : 0) | Self.bits([.streamPrev, .streamRoot])
+        if allowed & ~optional & ~present != 0, let missing = (0..<Self.names.count).first(where: { allowed & ~optional & ~present & (1 << UInt32($0)) != 0 }) {
+            throw EventDecodingError(problem: "member '\(Name(rawValue: missing)!.text)' is missing from a '\(type)' event")
+        }
+        let seq = UInt64(try integer(self.seq, .seq))
+        let cmd = UInt64(try integer(self.cmd, .cmd))
+        let cmdSize = try integer(cmdSize, .cmdSize)
+        guard cmdSize >= 1, cmd <= seq, seq - cmd < UInt64(cmdSize) else {
+            throw EventDecodingError(problem: "command span cmd=\(cmd) cmdSize=\(cmdSize) does not contain seq \(seq)")
+        }
+        let payload: EventPayload
+        switch type {
+        case "ledger.created":
+            payload = .ledgerCreated(LedgerCreated(ledgerName: try string(ledger, .ledger), catalogHash: try string(catalog, .catalog), publicKey: try string(publicKey, .publicKey)))
+        case "catalog.published":
+            payload = .catalogPublished(try published())
+        case "consent.given":
+            if present & Name.renews.bit != 0, renews < 0 { throw EventDecodingError(problem: "member 'renews' must be a non-negative integer") }
+            payload = .consentGiven(ConsentGiven(subject: try subjectRef(), feature: Int(try integer(feature, .feature)), consent: try string(consent, .consent), version: try string(version, .version), renews: renews >= 0 ? UInt64(renews) : nil))
+        default:
+            let why: RevocationReason
+            switch try string(reason, .reason) {
+            case "withdrawn": why = .withdrawn
+            case "cascade": why = .cascade(cause: UInt64(try integer(cause, .cause)))
+            case let other: throw EventDecodingError(problem: "unknown revocation reason '\(other)'")
+            }
+            payload = .consentRevoked(ConsentRevoked(subject: try subjectRef(), feature: Int(try integer(feature, .feature)), consent: try string(consent, .consent), reason: why))
+        }
+        let event = LedgerEvent(seq: seq, at: at!, actor: try string(actor, .actor), command: CommandSpan(first: cmd, size: Int(cmdSize)), payload: payload)
+        // The stream's previous event is an earlier one, and the subject map's root is only ever
+        // on a command's last event (the last of a commit).
+        var stream = StreamLink()
+        if present & Name.streamPrev.bit != 0 {
+            guard streamPrev >= 0, UInt64(streamPrev) < seq else {
+                throw EventDecodingError(problem: "member 'streamPrev' must be an earlier sequence number than \(seq)")
+            }
+            stream.previous = UInt64(streamPrev)
+        }
+        stream.root = streamRoot
+        if streamRoot != nil, seq != event.command.last {
+            throw EventDecodingError(problem: "member 'streamRoot' belongs only on the last event of a command")
+        }
+        return Read(event: event, prev: prev!, keyID: try string(kid, .kid), version: v, stream: stream)
+    }
+
+    /// A published catalogue version: the catalogue itself (validated as any catalogue), its
+    /// hash, and one notice per consent. That the hash is the catalogue's is checked where a
+    /// hasher is at hand (replay and verify).
+    private func published() throws(EventDecodingError) -> CatalogPublished {
+        guard let document, document.objectValue != nil else { throw EventDecodingError(problem: "member 'document' must be a catalogue object") }
+        let catalog: Catalog
+        do {
+            catalog = try CatalogCodec.decode(CanonicalJSON.serialize(document))
+        } catch {
+            throw EventDecodingError(problem: "member 'document' is not a valid catalogue: \(error)")
+        }
+        // One catalogue version has one body: the document must be exactly the catalogue's own
+        // encoding (required consents first), which is what its hash is taken over.
+        guard CatalogCodec.encode(catalog) == document else {
+            throw EventDecodingError(problem: "member 'document' is not in the catalogue's canonical form (required consents first)")
+        }
+        guard let items = notices?.arrayValue else { throw EventDecodingError(problem: "member 'notices' must be an array") }
+        var list: [PolicyNotice] = []
+        for item in items {
+            guard let m = item.objectValue, m.count == 4, let f = m["feature"]?.intValue, let c = m["consent"]?.stringValue,
+                let v = m["version"]?.stringValue, let h = m["sha256"]?.stringValue, Digest(hex: h) != nil
+            else { throw EventDecodingError(problem: "a notice must be {consent, feature, sha256 (64 hex digits), version}") }
+            list.append(PolicyNotice(feature: Int(f), consent: c, version: v, sha256: h))
+        }
+        return CatalogPublished(catalog: catalog, catalogHash: try string(catalog_, .catalog), notices: list)
+    }
+
+    private var catalog_: String? { catalog }
+
+    /// Subject references are 32 lowercase hex digits (16 bytes); nothing else is accepted, so
+    /// two references are the same subject exactly when their bytes are equal.
+    private func subjectRef() throws(EventDecodingError) -> SubjectRef {
+        let s = try string(subject, .subject)
+        guard s.utf8.count == 32, s.utf8.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) }) else {
+            throw EventDecodingError(problem: "member 'subject' is not 32 lowercase hex digits")
+        }
+        return SubjectRef(s)
+    }
+}

@@ -1,0 +1,37 @@
+import TransparencyLog
+import ConsentDomain
+
+/// The JSON form of a subject's consents: what `status --json` prints and what an audit export
+/// carries as the subject's projected state (see `Spec/export-format.md`).
+public enum ListingJSON {
+    public static func encode(_ listing: ConsentListing) -> JSONValue {
+        .array(listing.features.map(feature))
+    }
+
+    public static func feature(_ line: FeatureLine) -> JSONValue {
+        .object([
+            "code": .int(Int64(line.feature.code)),
+            "key": .string(line.feature.key),
+            "name": .string(line.feature.name),
+            "active": .bool(line.isActive),
+            "consents": .array(line.consents.map { c in
+                var members: [String: JSONValue] = [
+                    "code": .string(c.definition.code),
+                    "name": .string(c.definition.name),
+                    "required": .bool(c.definition.isRequired),
+                    "state": .string(c.isOutdated ? "outdated" : (c.isGiven ? "given" : "withheld")),
+                    "validFrom": c.validFrom.map { .string($0.rfc3339) } ?? .null,
+                    "everGiven": .bool(c.status != nil),
+                ]
+                // `version` is the version the subject agreed to; `currentVersion` the one in force.
+                members["currentVersion"] = .string(c.definition.version)
+                switch c.status {
+                case .given(let grant): members["version"] = .string(grant.version)
+                case .withdrawn(let w): members["withdrawnAt"] = .string(w.at.rfc3339)
+                case nil: break
+                }
+                return .object(members)
+            }),
+        ])
+    }
+}

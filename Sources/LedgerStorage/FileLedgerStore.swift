@@ -1,0 +1,933 @@
+import LedgerFormat
+import TransparencyLog
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import ConsentDomain
+
+/// The embedded default storage: a ledger folder on the local file system.
+///
+/// ```
+/// DIR/ledger.jsonl    the log, one canonical JSON event per line (append-only)
+/// DIR/head            the signed head: a checkpoint note of the log with a 'chain HASH' line
+/// DIR/catalog.json    the catalogue's canonical bytes, pinned by the genesis event
+/// DIR/public.key      the Ed25519 public key, hex
+/// DIR/secret.key      the Ed25519 seed, hex, mode 0600 (kept by ``FileKeyStore``, not here)
+/// DIR/subjects.jsonl  subject records: id, pseudonym salt, signature (the only personal data)
+/// DIR/lock            flock(2) target: shared for readers, exclusive for the writer
+/// DIR/lines.idx       derived: per event, 32 bytes: offset (u64 LE), length (u32 LE), 4 zero
+///                     bytes, stream key (16 bytes)
+/// DIR/tree.hashes     derived: the Merkle tree's stored hashes, 32 bytes each, in tlog order
+/// DIR/subjects.map    derived: the subject map's records, 88 bytes each
+/// DIR/checkpoints.jsonl  signed checkpoints the ledger issued, one {"note":…,"size":…} per line
+/// DIR/recovered/      torn tails removed after a crash, kept for inspection
+/// ```
+///
+/// Byte offsets, torn tails and the order of fsyncs are this type's alone: the ledger sees
+/// entries by sequence number. Reads never write (a read-only mount or a full disk does not
+/// stop them): derived data that a crash left behind is found behind, and entries past it are
+/// located by reading the log's tail.
+public struct FileLedgerStore: LedgerStore {
+    public let directory: String
+
+    public init(directory: String) {
+        var d = directory
+        while d.count > 1 && d.hasSuffix("/") { d.removeLast() }
+        self.directory = d
+    }
+
+    public var names: StorageNames {
+        StorageNames(
+            location: directory,
+            derivedRepair: "rebuild it: delete \(indexPath), \(treePath) and \(subjectMapPath), and the next write recomputes them from the log",
+            checkpoints: "checkpoints.jsonl", subjects: "subjects.jsonl")
+    }
+
+    public var keyStore: any KeyStore { FileKeyStore(path: secretKeyPath) }
+
+    var logPath: String { directory + "/ledger.jsonl" }
+    var headPath: String { directory + "/head" }
+    var catalogPath: String { directory + "/catalog.json" }
+    var publicKeyPath: String { directory + "/public.key" }
+    var secretKeyPath: String { directory + "/secret.key" }
+    var subjectsPath: String { directory + "/subjects.jsonl" }
+    var lockPath: String { directory + "/lock" }
+    var indexPath: String { directory + "/lines.idx" }
+    var treePath: String { directory + "/tree.hashes" }
+    var subjectMapPath: String { directory + "/subjects.map" }
+    var checkpointsPath: String { directory + "/checkpoints.jsonl" }
+
+    static let newline: UInt8 = 0x0A
+
+    // MARK: - Creating
+
+    /// The files a ledger folder holds; a folder with only these and no log is a failed init.
+    static let ledgerFiles: Set<String> = ["catalog.json", "public.key", "secret.key", "head", "subjects.jsonl", "lock", "lines.idx", "tree.hashes", "subjects.map"]
+
+    public func create(_ setup: LedgerSetup) throws {
+        var intoExisting = false
+        switch PosixFile.ownKind(of: directory) {
+        case .symlink:
+            throw ConsentError.alreadyExists("\(directory) is a symbolic link; init does not follow links: name the real folder")
+        case .file:
+            throw ConsentError.alreadyExists("\(directory) exists and is a file, not a ledger folder")
+        case .directory:
+            let entries = PosixFile.directoryEntries(directory)
+            if entries.contains("ledger.jsonl") { throw ConsentError.alreadyExists("a ledger already exists at \(directory)") }
+            // A staging folder of an init that never finished: it is not ours to delete.
+            if let staging = entries.sorted().first(where: { $0.hasPrefix(".init-") }) {
+                throw ConsentError.alreadyExists("\(directory)/\(staging) is left from an init that did not finish; remove it, then run init again")
+            }
+            // Empty, or left by an init that crashed while moving its files in: use it as it is
+            // (keeping its owner, mode and labels). Only regular files with a ledger file's name
+            // are replaced; a link or anything else stops init.
+            guard entries.allSatisfy({ Self.ledgerFiles.contains($0) && PosixFile.isRegularFile(directory + "/" + $0) }) else {
+                throw ConsentError.alreadyExists("\(directory) exists and is not empty; choose a new folder")
+            }
+            intoExisting = true
+        case .missing:
+            break
+        }
+        let parent = PosixFile.parent(of: directory)
+        guard PosixFile.kind(of: parent) == .directory else {
+            throw ConsentError.notFound(.file, "cannot create \(directory): folder \(parent) does not exist")
+        }
+        // Build the whole ledger under a fresh random name, then move it into place with the log
+        // last: a crash during init leaves no ledger (no log) rather than half of one. The staging
+        // folder is made with mkdir, which fails on anything already there (a planted link
+        // included), and every file in it is created through its descriptor: init never follows
+        // a link and never deletes what it did not create.
+        let suffix = "init-" + Hex.encode(Sodium().randomBytes(8))
+        let staging = intoExisting
+            ? "\(directory)/.\(suffix)"
+            : "\(parent)/.\(directory.split(separator: "/").last ?? "ledger").\(suffix)"
+        guard mkdir(staging, 0o700) == 0 else { throw ConsentError.storage("cannot create \(staging): \(PosixFile.reason())") }
+        let stagingFD = open(staging, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard stagingFD >= 0 else {
+            let why = PosixFile.reason()
+            rmdir(staging)
+            throw ConsentError.storage("cannot open \(staging): \(why)")
+        }
+        defer { close(stagingFD) }
+        var created: [String] = []
+        func removeStaging() {
+            for name in created { unlinkat(stagingFD, name, 0) }
+            rmdir(staging)
+        }
+        func writeNew(_ bytes: [UInt8], _ name: String, mode: mode_t = 0o644) throws {
+            let file = try PosixFile(in: stagingFD, name: name, displayPath: staging + "/" + name, flags: O_WRONLY | O_CREAT | O_EXCL, mode: mode)
+            created.append(name)
+            try file.write(bytes, at: 0)
+            try file.sync()
+            guard fchmod(file.fd, mode) == 0 else { throw ConsentError.storage("cannot set mode of \(staging)/\(name): \(PosixFile.reason())") }
+        }
+        do {
+            try writeNew(setup.catalog, "catalog.json")
+            try writeNew(Array((setup.publicKey.hex + "\n").utf8), "public.key")
+            try writeNew(setup.genesis.line, "ledger.jsonl")
+            try writeNew(Array(setup.head.note.utf8), "head")
+            try writeNew([], "subjects.jsonl", mode: 0o600)
+            try writeNew([], "lock")
+            var index: [UInt8] = []
+            Self.encodeLocation(offset: 0, length: UInt32(setup.genesis.line.count - 1), key: setup.derived.streamKeys[0], into: &index)
+            try writeNew(index, "lines.idx")
+            try writeNew(setup.derived.treeHashes.flatMap(\.bytes), "tree.hashes")
+            try writeNew(setup.derived.subjectMap?.records.bytes ?? [], "subjects.map")
+            guard fsync(stagingFD) == 0 else { throw ConsentError.storage("cannot sync folder \(staging): \(PosixFile.reason())") }
+            if intoExisting {
+                let target = open(directory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                guard target >= 0 else { throw ConsentError.storage("cannot open \(directory): \(PosixFile.reason())") }
+                defer { close(target) }
+                for name in ["catalog.json", "public.key", "head", "subjects.jsonl", "lock", "lines.idx", "tree.hashes", "subjects.map", "ledger.jsonl"] {
+                    guard renameat(stagingFD, name, target, name) == 0 else {
+                        throw ConsentError.storage("cannot move \(name) into \(directory): \(PosixFile.reason())")
+                    }
+                    created.removeAll { $0 == name }
+                }
+                guard fsync(target) == 0 else { throw ConsentError.storage("cannot sync folder \(directory): \(PosixFile.reason())") }
+                rmdir(staging)
+            } else {
+                guard rename(staging, directory) == 0 else {
+                    throw ConsentError.storage("cannot move \(staging) to \(directory): \(PosixFile.reason())")
+                }
+                try PosixFile.syncDirectory(parent)
+            }
+        } catch {
+            removeStaging()
+            throw error
+        }
+    }
+
+    // MARK: - Transactions
+
+    func requireLedger() throws {
+        guard PosixFile.kind(of: logPath) == .file else {
+            throw ConsentError.notFound(.ledger, "no ledger at \(directory) (run 'consentctl init' to create one)")
+        }
+    }
+
+    public func read<T>(_ body: (any LedgerReadTransaction) throws -> T) throws -> T {
+        try withLock(exclusive: false) { try body(FileLedgerTransaction(store: self)) }
+    }
+
+    public func write<T>(_ body: (any LedgerWriteTransaction) throws -> T) throws -> T {
+        try withLock(exclusive: true) { try body(FileLedgerTransaction(store: self)) }
+    }
+
+    private func withLock<T>(exclusive: Bool, _ body: () throws -> T) throws -> T {
+        try requireLedger()
+        let file: PosixFile
+        do {
+            // The lock file is not ledger data: a copied ledger may lack it, so make it on demand.
+            file = try PosixFile(path: lockPath, flags: O_RDONLY | O_CREAT)
+        } catch {
+            // A read-only copy (an auditor's, say) can still be read without the lock; any other
+            // failure to lock is an error.
+            if exclusive || !(errno == EROFS || errno == EACCES) { throw error }
+            return try body()
+        }
+        try file.lock(exclusive: exclusive)
+        defer { file.unlock() }
+        return try body()
+    }
+
+    // MARK: - Formats of the files
+
+    static let locationSize = 32
+
+    /// A lines.idx record: offset (u64 LE), length (u32 LE), 4 zero bytes, stream key.
+    static func encodeLocation(offset: UInt64, length: UInt32, key: [UInt8], into out: inout [UInt8]) {
+        for i in 0..<8 { out.append(UInt8(truncatingIfNeeded: offset >> (8 * UInt64(i)))) }
+        for i in 0..<4 { out.append(UInt8(truncatingIfNeeded: length >> (8 * UInt32(i)))) }
+        out += [0, 0, 0, 0]
+        out += key
+    }
+
+    static func decodeLocation(_ b: ArraySlice<UInt8>) -> (offset: UInt64, length: UInt32, key: [UInt8]) {
+        let s = b.startIndex
+        var offset: UInt64 = 0
+        for i in 0..<8 { offset |= UInt64(b[s + i]) << (8 * UInt64(i)) }
+        var length: UInt32 = 0
+        for i in 0..<4 { length |= UInt32(b[s + 8 + i]) << (8 * UInt32(i)) }
+        return (offset, length, Array(b[(s + 16)..<(s + 32)]))
+    }
+
+    /// One line of subjects.jsonl: canonical `{"id":ID,"salt":"<32 hex>"}`, or with
+    /// `,"sig":"<128 hex>"` before the `}`. The shape is fixed, so the salt and signature are
+    /// read from the end and only the id is parsed as a JSON string.
+    static func decodeSubjectLine(_ line: [UInt8]) -> (String, SubjectRecord)? {
+        let prefix = Array(#"{"id":"#.utf8), middle = Array(#","salt":""#.utf8), sigMiddle = Array(#"","sig":""#.utf8)
+        var body = line[...]
+        var signature: Signature?
+        // ,"sig":"<128 hex>"} at the end: split it off, leaving ..."<salt>"}.
+        let signedTail = sigMiddle.count + 128 + 2
+        if body.count > signedTail, body[(body.endIndex - signedTail)..<(body.endIndex - 130)].elementsEqual(sigMiddle),
+            body[body.endIndex - 2] == 0x22, body[body.endIndex - 1] == 0x7D
+        {
+            guard let bytes = Hex.decode(bytes: body[(body.endIndex - 130)..<(body.endIndex - 2)]), let sig = Signature(bytes: bytes) else { return nil }
+            signature = sig
+            body = body[body.startIndex..<(body.endIndex - signedTail + 1)] + [0x7D]
+        }
+        let plain = Array(body)
+        let tail = middle.count + 32 + 2
+        guard plain.count >= prefix.count + 2 + tail, plain.starts(with: prefix),
+            plain[(plain.count - tail)..<(plain.count - 34)].elementsEqual(middle), plain[plain.count - 2] == 0x22, plain[plain.count - 1] == 0x7D,
+            let salt = Hex.decode(bytes: plain[(plain.count - 34)..<(plain.count - 2)]), salt.count == 16
+        else { return nil }
+        let idBytes = Array(plain[prefix.count..<(plain.count - tail)])
+        return idBytes.withUnsafeBufferPointer { buffer -> (String, SubjectRecord)? in
+            var parser = CanonicalJSON.Parser(bytes: buffer, canonical: true)
+            guard let id = try? parser.parseString(), parser.index == buffer.count else { return nil }
+            return (id, SubjectRecord(salt: salt, signature: signature))
+        }
+    }
+
+    static func encodeSubjectLines(_ records: [(subjectID: SubjectID, record: SubjectRecord)]) -> [UInt8] {
+        var lines: [UInt8] = []
+        for (id, record) in records {
+            var members: [String: JSONValue] = ["id": .string(id.text), "salt": .string(Hex.encode(record.salt))]
+            if let signature = record.signature { members["sig"] = .string(signature.hex) }
+            CanonicalJSON.serialize(.object(members), into: &lines)
+            lines.append(newline)
+        }
+        return lines
+    }
+
+    static func trimmedText(_ bytes: [UInt8]) -> String {
+        var b = bytes
+        while let last = b.last, last == 0x0A || last == 0x0D || last == 0x20 { b.removeLast() }
+        return String(decoding: b, as: UTF8.self)
+    }
+
+    /// 1-based number of the line that starts at or contains `offset` (for error messages).
+    func lineNumber(atOffset offset: UInt64) -> Int {
+        guard let file = try? PosixFile(path: logPath, flags: O_RDONLY) else { return 0 }
+        var line = 1
+        var position: UInt64 = 0
+        while position < offset {
+            guard let chunk = try? file.read(at: position, count: Int(min(UInt64(4 << 20), offset - position))), !chunk.isEmpty else { break }
+            line += chunk.reduce(0) { $0 + ($1 == Self.newline ? 1 : 0) }
+            position += UInt64(chunk.count)
+        }
+        return line
+    }
+
+    /// Whether `haystack` contains `needle` (memchr for the first byte, then memcmp).
+    static func contains(_ haystack: UnsafeRawBufferPointer, _ needle: [UInt8]) -> Bool {
+        guard let first = needle.first, haystack.count >= needle.count, let base = haystack.baseAddress else { return needle.isEmpty }
+        var start = 0
+        let lastStart = haystack.count - needle.count
+        return needle.withUnsafeBytes { n in
+            while start <= lastStart {
+                guard let hit = memchr(base + start, Int32(first), lastStart - start + 1) else { return false }
+                let at = base.distance(to: UnsafeRawPointer(hit))
+                if memcmp(base + at, n.baseAddress!, needle.count) == 0 { return true }
+                start = at + 1
+            }
+            return false
+        }
+    }
+}
+
+/// A transaction on a ledger folder, under its lock (shared to read, exclusive to write). It
+/// keeps its files open and remembers where entries lie, for as long as it lasts.
+final class FileLedgerTransaction: LedgerWriteTransaction {
+    let store: FileLedgerStore
+    private var log: PosixFile?
+    private var index: PosixFile?
+    /// The log state and the byte offset where its complete commits end.
+    private var state: (log: LogState, end: UInt64)?
+    /// Index records that may be used to find entries: below the head and the log's end.
+    private var usableIndex: Int?
+    /// Start offsets of entries past the usable index (found by reading the log), from `usableIndex`.
+    private var tailStarts: [UInt64]?
+
+    init(store: FileLedgerStore) { self.store = store }
+
+    private func logFile() throws -> PosixFile {
+        if let log { return log }
+        let file = try PosixFile(path: store.logPath, flags: O_RDONLY)
+        log = file
+        return file
+    }
+
+    /// A derived file for reading; nil when it does not exist (never created by a read).
+    private func derivedFile(_ path: String) throws -> PosixFile? {
+        do {
+            return try PosixFile(path: path, flags: O_RDONLY)
+        } catch ConsentError.notFound {
+            return nil
+        }
+    }
+
+    private func indexFile() throws -> PosixFile? {
+        if let index { return index }
+        index = try derivedFile(store.indexPath)
+        return index
+    }
+
+    private func integrity(_ problem: String, line: Int? = nil, seq: Int? = nil, kind: IntegrityKind = .log) -> ConsentError {
+        .integrity(IntegrityFailure(kind, line: line, seq: seq.map { UInt64($0) }, problem: problem))
+    }
+
+    // MARK: Small files
+
+    func metadata() throws -> (catalog: [UInt8], publicKey: PublicKey) {
+        let catalog = try PosixFile(path: store.catalogPath, flags: O_RDONLY).readAll()
+        let text = FileLedgerStore.trimmedText(try PosixFile(path: store.publicKeyPath, flags: O_RDONLY).readAll())
+        guard let key = PublicKey(hex: text) else {
+            throw integrity("\(store.publicKeyPath) does not hold a 64-digit lowercase hex Ed25519 public key", kind: .ledgerFiles)
+        }
+        return (catalog, key)
+    }
+
+    func readHead() throws -> RecordedHead {
+        let file: PosixFile
+        do {
+            file = try PosixFile(path: store.headPath, flags: O_RDONLY)
+        } catch ConsentError.notFound {
+            // The head is only ever replaced by rename, never removed: its absence is damage.
+            throw integrity("\(store.headPath) is missing", kind: .head)
+        }
+        let bytes = try file.read(at: 0, count: 64 << 10)
+        guard let head = RecordedHead.parse(String(decoding: bytes, as: UTF8.self)) else {
+            throw integrity("\(store.headPath) is not a signed head (a checkpoint note with a 'chain' line) or 'SEQ HASH'", kind: .head)
+        }
+        return head
+    }
+
+    // MARK: The log
+
+    func logState() throws -> LogState { try currentState().log }
+
+    private func currentState() throws -> (log: LogState, end: UInt64) {
+        if let state { return state }
+        // The head first: a writer may append between the two reads, and a log ahead of the
+        // head is the allowed direction, a head ahead of the log is not.
+        let recordedHead = try readHead()
+        let file = try logFile()
+        let size = try file.size()
+        guard size > 0 else { throw integrity("the log is empty: the genesis event is missing", line: 1, seq: 0) }
+        // Read backwards in growing windows until the last complete commit is in view.
+        var window = min(size, 65_536)
+        while true {
+            let start = size - window
+            let bytes = try file.read(at: start, count: Int(window))
+            if let found = try tailState(bytes: bytes, windowStart: start, fileSize: size, recordedHead: recordedHead) {
+                guard found.0.last.event.seq >= found.0.recordedHead.seq else {
+                    let last = found.0.last.event.seq
+                    throw integrity("the log ends at seq \(last) but seq \(found.0.recordedHead.seq) was acknowledged: acknowledged events are missing (truncated log)", line: Int(last) + 2, seq: Int(last) + 1, kind: .head)
+                }
+                state = found
+                return found
+            }
+            guard window < size else { throw integrity("the log holds no complete event", line: 1, seq: 0) }
+            window = min(size, window * 4)
+        }
+    }
+
+        /// Works out the tail from the last `bytes` of the log. Returns nil when the window is too
+        /// small to see the start of the last command.
+        private func tailState(bytes: [UInt8], windowStart: UInt64, fileSize: UInt64, recordedHead: RecordedHead) throws -> (LogState, UInt64)? {
+            // Line boundaries inside the window: ends[i] is the index just after a newline.
+            var lineEnds: [Int] = []
+            for (i, b) in bytes.enumerated() where b == FileLedgerStore.newline { lineEnds.append(i + 1) }
+            guard let lastEnd = lineEnds.last else { return nil }
+            let partialBytes = bytes.count - lastEnd
+            // Complete lines from the end: line k spans lineEnds[k-1]..<lineEnds[k] - 1.
+            func lineStart(_ k: Int) -> Int? { k > 0 ? lineEnds[k - 1] : (windowStart == 0 ? 0 : nil) }
+            func decodeLine(_ k: Int) throws -> EventRecord? {
+                guard let s = lineStart(k) else { return nil }
+                let line = Array(bytes[s..<(lineEnds[k] - 1)])
+                do {
+                    return try EventCodec.decode(line: line)
+                } catch {
+                    let offset = windowStart + UInt64(s)
+                    throw ConsentError.integrity(IntegrityFailure(line: store.lineNumber(atOffset: offset), seq: nil, problem: "malformed event at byte offset \(offset): \(error.problem)"))
+                }
+            }
+            var k = lineEnds.count - 1
+            guard let newest = try decodeLine(k) else { return nil }
+            var tornLines = 0
+            var last = newest
+            if newest.event.seq != newest.event.command.last {
+                // The newest command is incomplete: walk back to its first event, then one more line.
+                let first = newest.event.command.first
+                while last.event.seq != first {
+                    k -= 1
+                    guard k >= 0 else { return nil }
+                    guard let previous = try decodeLine(k) else { return nil }
+                    guard previous.event.command == newest.event.command, previous.event.seq + 1 == last.event.seq else {
+                        throw ConsentError.integrity(IntegrityFailure(line: store.lineNumber(atOffset: windowStart + UInt64(lineStart(k) ?? 0)), seq: previous.event.seq, problem: "the last command's events are not contiguous"))
+                    }
+                    last = previous
+                }
+                tornLines = lineEnds.count - k
+                k -= 1
+                guard k >= 0, let before = try decodeLine(k) else { return nil }
+                last = before
+            }
+            // Format 2: a commit (a batch of commands) is atomic too, and ends with the event that
+            // carries the subject map's root. Complete commands after the last such event belong to
+            // a commit a crash cut short: they were never acknowledged.
+            while last.version >= 2, last.stream.root == nil {
+                tornLines = lineEnds.count - k
+                k -= 1
+                guard k >= 0, let before = try decodeLine(k) else { return nil }
+                guard before.event.seq + 1 == last.event.seq else {
+                    throw ConsentError.integrity(IntegrityFailure(line: store.lineNumber(atOffset: windowStart + UInt64(lineStart(k) ?? 0)), seq: before.event.seq, problem: "the last commit's events are not contiguous"))
+                }
+                last = before
+            }
+            let endOffset = windowStart + UInt64(lineEnds[k])
+            let torn: TornTail? = (tornLines > 0 || partialBytes > 0)
+                ? TornTail(offset: endOffset, byteCount: Int(fileSize - endOffset), completeLines: tornLines)
+                : nil
+            return (LogState(size: Int(last.event.seq) + 1, last: last, head: recordedHead, torn: torn), endOffset)
+        }
+
+
+    /// Where entry `seq` starts in the log: from lines.idx below the head, past it by reading
+    /// the log's tail. Offsets read from lines.idx are range-checked, never trusted to add up.
+    private func startOffset(of seq: Int) throws -> UInt64 {
+        guard seq > 0 else { return 0 }
+        let (log, end) = try currentState()
+        let usable = try usableIndexCount()
+        if seq < usable {
+            let (offset, _, _) = try indexRecord(seq)
+            guard offset < end else {
+                throw integrity("lines.idx places entry \(seq) at offset \(offset), past the log's \(end) bytes (\(store.names.derivedRepair))", line: seq + 1, seq: seq, kind: .derivedData)
+            }
+            return offset
+        }
+        guard seq <= log.size else { throw integrity("the log has no entry \(seq)", line: seq + 1, seq: seq) }
+        let starts = try tailOffsets()
+        guard seq - usable < starts.count else { return end }
+        return starts[seq - usable]
+    }
+
+    private func usableIndexCount() throws -> Int {
+        if let usableIndex { return usableIndex }
+        let (log, _) = try currentState()
+        let indexed = Int(try indexFile()?.size() ?? 0) / FileLedgerStore.locationSize
+        // Records past the head may be from a write a crash cut short.
+        let usable = min(indexed, log.size, Int(log.recordedHead.seq) + 1)
+        usableIndex = usable
+        return usable
+    }
+
+    private func indexRecord(_ seq: Int) throws -> (offset: UInt64, length: UInt32, key: [UInt8]) {
+        let size = FileLedgerStore.locationSize
+        guard let file = try indexFile() else { throw integrity("\(store.indexPath) is missing", kind: .derivedData) }
+        let bytes = try file.read(at: UInt64(seq) * UInt64(size), count: size)
+        guard bytes.count == size else { throw integrity("\(store.indexPath) is shorter than the log (\(store.names.derivedRepair))", seq: seq, kind: .derivedData) }
+        return FileLedgerStore.decodeLocation(bytes[...])
+    }
+
+    /// The start offsets of the entries past the usable index, read from the log itself.
+    private func tailOffsets() throws -> [UInt64] {
+        if let tailStarts { return tailStarts }
+        let (_, end) = try currentState()
+        let usable = try usableIndexCount()
+        var position: UInt64 = 0
+        if usable > 0 {
+            let (offset, length, _) = try indexRecord(usable - 1)
+            // Subtraction, not addition: a tampered offset near 2^64 must not trap.
+            guard offset < end, UInt64(length) < end - offset else {
+                throw integrity("lines.idx places entry \(usable - 1) at offset \(offset), length \(length), past the log's \(end) bytes (\(store.names.derivedRepair))", line: usable, seq: usable - 1, kind: .derivedData)
+            }
+            position = offset + UInt64(length) + 1
+        }
+        var starts: [UInt64] = []
+        var lineStart = position
+        let file = try logFile()
+        while position < end {
+            let chunk = try file.read(at: position, count: Int(min(UInt64(4 << 20), end - position)))
+            guard !chunk.isEmpty else { break }
+            chunk.withUnsafeBufferPointer { all in
+                let base = all.baseAddress!
+                var i = 0
+                while i < all.count, let hit = memchr(base + i, Int32(FileLedgerStore.newline), all.count - i) {
+                    let at = base.distance(to: hit.assumingMemoryBound(to: UInt8.self))
+                    starts.append(lineStart)
+                    lineStart = position + UInt64(at) + 1
+                    i = at + 1
+                }
+            }
+            position += UInt64(chunk.count)
+        }
+        tailStarts = starts
+        return starts
+    }
+
+    func entries(_ range: Range<Int>, batchSize: Int, indexedKeys: Bool, _ visit: (EntryBatch) throws -> Void) throws {
+        guard !range.isEmpty else { return }
+        let file = try logFile()
+        // Up to the end of the complete commits, or (a damaged tail being examined) of the
+        // complete lines.
+        var stop: UInt64
+        var offset: UInt64
+        if range.lowerBound == 0, (try? currentState()) == nil {
+            stop = try file.size()
+            offset = 0
+        } else {
+            let (log, end) = try currentState()
+            offset = try startOffset(of: range.lowerBound)
+            stop = range.upperBound <= log.size ? end : try file.size()
+            // Only the bytes of the entries asked for: up to where the next entry starts, when
+            // lines.idx says so plausibly (else the lines are counted up to the end: the entries
+            // found are the log's either way, and the ledger checks what they are).
+            if range.upperBound < log.size, let next = try? startOffset(of: range.upperBound), next > offset, next <= end { stop = next }
+        }
+        var seq = range.lowerBound
+        var carry: [UInt8] = []
+        var carryOffset = offset
+        let chunkSize = 4 << 20
+        while offset < stop, seq < range.upperBound {
+            let chunk = try file.read(at: offset, count: Int(min(UInt64(chunkSize), stop - offset)))
+            guard !chunk.isEmpty else { throw integrity("the log ended while being read", line: seq + 1) }
+            let bufferOffset = carry.isEmpty ? offset : carryOffset
+            offset += UInt64(chunk.count)
+            let buffer = carry.isEmpty ? chunk : carry + chunk
+            var spans: [Range<Int>] = []
+            var consumed = 0
+            buffer.withUnsafeBufferPointer { all in
+                let base = all.baseAddress!
+                var start = 0
+                while start < all.count, seq + spans.count < range.upperBound, let hit = memchr(base + start, Int32(FileLedgerStore.newline), all.count - start) {
+                    let end = base.distance(to: hit.assumingMemoryBound(to: UInt8.self))
+                    spans.append(start..<end)
+                    start = end + 1
+                }
+                consumed = start
+            }
+            carry = Array(buffer[consumed...])
+            carryOffset = bufferOffset + UInt64(consumed)
+            var first = 0
+            while first < spans.count {
+                let last = min(spans.count, first + max(1, batchSize))
+                let part = Array(spans[first..<last])
+                let keys = indexedKeys ? try checkedIndexKeys(firstSeq: seq, spans: part, bufferOffset: bufferOffset) : nil
+                try visit(EntryBatch(buffer: buffer, spans: part, firstSeq: seq, indexedKeys: keys))
+                seq += part.count
+                first = last
+            }
+        }
+        if seq < range.upperBound, range.upperBound <= (state?.log.size ?? 0) {
+            throw integrity("the log does not end with a newline where a commit should end", line: seq + 1)
+        }
+    }
+
+    /// The index's stream keys for entries, after checking that its offsets and lengths are
+    /// where the entries lie.
+    private func checkedIndexKeys(firstSeq: Int, spans: [Range<Int>], bufferOffset: UInt64) throws -> [[UInt8]] {
+        let size = FileLedgerStore.locationSize
+        guard let file = try indexFile() else { throw integrity("\(store.indexPath) is missing", kind: .derivedData) }
+        let bytes = try file.read(at: UInt64(firstSeq * size), count: spans.count * size)
+        guard bytes.count == spans.count * size else {
+            throw integrity("\(store.indexPath) is shorter than the log (\(store.names.derivedRepair))", seq: firstSeq, kind: .derivedData)
+        }
+        return try spans.enumerated().map { i, span in
+            let record = FileLedgerStore.decodeLocation(bytes[(i * size)..<((i + 1) * size)])
+            guard record.offset == bufferOffset + UInt64(span.lowerBound), Int(record.length) == span.count else {
+                throw integrity("the line index entry differs from the log (\(store.names.derivedRepair))", line: firstSeq + i + 1, seq: firstSeq + i, kind: .derivedData)
+            }
+            return record.key
+        }
+    }
+
+    // MARK: Derived data
+
+    func derivedCounts() throws -> DerivedCounts {
+        let indexed = try indexFile()?.size() ?? 0
+        let tree = try derivedFile(store.treePath)?.size() ?? 0
+        let map = try derivedFile(store.subjectMapPath)?.size() ?? 0
+        return DerivedCounts(indexed: Int(indexed / UInt64(FileLedgerStore.locationSize)), treeHashes: Int64(tree / 32), subjectMapRecords: Int64(map / UInt64(SubjectMapRecord.size)))
+    }
+
+    private var tree: PosixFile??
+
+    func treeHashes(_ indexes: [Int64]) throws -> [Digest] {
+        if tree == nil { tree = .some(try derivedFile(store.treePath)) }
+        return try indexes.map { index in
+            guard index >= 0, index < Int64.max / 32, let file = tree!, let digest = Digest(bytes: try file.read(at: UInt64(index) * 32, count: 32)) else {
+                throw integrity("\(store.treePath) has no hash at index \(index) (\(store.names.derivedRepair))", kind: .derivedData)
+            }
+            return digest
+        }
+    }
+
+    private var map: PosixFile??
+
+    func subjectMapRecord(_ index: Int64) throws -> [UInt8] {
+        let size = SubjectMapRecord.size
+        if map == nil { map = .some(try derivedFile(store.subjectMapPath)) }
+        guard index >= 0, index < Int64.max / Int64(size), let file = map! else {
+            throw integrity("\(store.subjectMapPath) has no record \(index) (\(store.names.derivedRepair))", kind: .derivedData)
+        }
+        let bytes = try file.read(at: UInt64(index) * UInt64(size), count: size)
+        guard bytes.count == size else { throw integrity("\(store.subjectMapPath) has no record \(index) (\(store.names.derivedRepair))", kind: .derivedData) }
+        return bytes
+    }
+
+    func indexedEntries(of key: [UInt8], below limit: Int) throws -> [Int] {
+        guard let file = try indexFile() else { return [] }
+        let recordSize = FileLedgerStore.locationSize
+        let size = min(try file.size(), UInt64(max(0, limit)) * UInt64(recordSize))
+        let chunk = recordSize * 131_072
+        var found: [Int] = []
+        var position: UInt64 = 0
+        var bytes = [UInt8](repeating: 0, count: chunk)
+        while position < size {
+            let count = try file.read(at: position, into: &bytes, count: Int(min(UInt64(chunk), size - position)))
+            let records = count / recordSize
+            bytes.withUnsafeBytes { raw in
+                key.withUnsafeBytes { k in
+                    for r in 0..<records where memcmp(raw.baseAddress! + r * recordSize + 16, k.baseAddress!, 16) == 0 {
+                        found.append(Int(position) / recordSize + r)
+                    }
+                }
+            }
+            position += UInt64(records * recordSize)
+            if records == 0 { break }
+        }
+        return found
+    }
+
+    // MARK: Subjects and checkpoints
+
+    func subjectRecords() throws -> [SubjectID: SubjectRecord] {
+        let bytes = try PosixFile(path: store.subjectsPath, flags: O_RDONLY).readAll()
+        var records: [SubjectID: SubjectRecord] = [:]
+        var lineNumber = 0
+        // A trailing line without a newline was never acknowledged (a crash mid-write): ignored.
+        for line in bytes.split(separator: FileLedgerStore.newline, omittingEmptySubsequences: false).dropLast() {
+            lineNumber += 1
+            guard let (id, record) = FileLedgerStore.decodeSubjectLine(Array(line)) else {
+                throw ConsentError.integrity(IntegrityFailure(.subjectRecord, line: nil, seq: nil, problem: "\(store.subjectsPath) line \(lineNumber) is not {\"id\":…,\"salt\":…[,\"sig\":…]}"))
+            }
+            guard records.updateValue(record, forKey: SubjectID(id)) == nil else {
+                throw ConsentError.integrity(IntegrityFailure(.subjectRecord, line: nil, seq: nil, problem: "\(store.subjectsPath) line \(lineNumber) repeats subject id '\(id)'"))
+            }
+        }
+        return records
+    }
+
+    func subjectRecord(_ id: SubjectID) throws -> SubjectRecord? {
+        let bytes = try PosixFile(path: store.subjectsPath, flags: O_RDONLY).readAll()
+        // The line of `id` starts with exactly these bytes (canonical JSON): compared at each
+        // line start, without parsing the other lines.
+        var needle = Array(#"{"id":"#.utf8)
+        CanonicalJSON.writeString(id.text, into: &needle)
+        needle += Array(#","salt":""#.utf8)
+        // Complete lines only: a partial last line was never acknowledged.
+        let end = (bytes.lastIndex(of: FileLedgerStore.newline) ?? -1) + 1
+        var found: SubjectRecord?
+        var malformed: Int?
+        var lineStart = 0
+        var lineNumber = 0
+        let shape = Array(#"{"id":""#.utf8)
+        while lineStart < end {
+            let lineEnd = bytes[lineStart..<end].firstIndex(of: FileLedgerStore.newline)!
+            lineNumber += 1
+            // A line not even shaped like a record might have been this subject's.
+            if malformed == nil, !(bytes[lineStart..<lineEnd].starts(with: shape) && lineEnd - lineStart > shape.count + 2 && bytes[lineEnd - 2] == 0x22 && bytes[lineEnd - 1] == 0x7D) {
+                malformed = lineNumber
+            }
+            let matches = lineEnd - lineStart > needle.count && bytes.withUnsafeBytes { all in
+                needle.withUnsafeBytes { n in memcmp(all.baseAddress! + lineStart, n.baseAddress!, n.count) == 0 }
+            }
+            if matches {
+                guard let (lineID, record) = FileLedgerStore.decodeSubjectLine(Array(bytes[lineStart..<lineEnd])), SubjectID(lineID) == id else {
+                    throw ConsentError.integrity(IntegrityFailure(.subjectRecord, line: nil, seq: nil, problem: "\(store.subjectsPath) has a malformed line for subject id '\(id.text)'"))
+                }
+                guard found == nil else {
+                    throw ConsentError.integrity(IntegrityFailure(.subjectRecord, line: nil, seq: nil, problem: "\(store.subjectsPath) repeats subject id '\(id.text)'"))
+                }
+                found = record
+            }
+            lineStart = lineEnd + 1
+        }
+        if found == nil, let malformed {
+            throw ConsentError.integrity(IntegrityFailure(.subjectRecord, line: nil, seq: nil, problem: "\(store.subjectsPath) line \(malformed) is not a subject record, and subject id '\(id.text)' has none: it may have been that line"))
+        }
+        return found
+    }
+
+    func checkpoints() throws -> [IssuedCheckpoint] {
+        let bytes: [UInt8]
+        do {
+            bytes = try PosixFile(path: store.checkpointsPath, flags: O_RDONLY).readAll()
+        } catch ConsentError.notFound {
+            return []
+        }
+        var checkpoints: [IssuedCheckpoint] = []
+        var lineNumber = 0
+        for line in bytes.split(separator: FileLedgerStore.newline, omittingEmptySubsequences: false).dropLast() {
+            lineNumber += 1
+            guard case .object(let members)? = try? CanonicalJSON.parse(Array(line), canonical: true), members.count == 2,
+                case .string(let note)? = members["note"], case .int(let size)? = members["size"], size >= 0
+            else {
+                throw integrity("\(store.checkpointsPath) line \(lineNumber) is not {\"note\":…,\"size\":…}", kind: .head)
+            }
+            checkpoints.append(IssuedCheckpoint(size: size, note: note))
+        }
+        // Lines are in the order they were recorded, which concurrent writers may interleave.
+        return checkpoints.sorted { $0.size < $1.size }
+    }
+
+    // MARK: Writing
+
+    /// In order: the new subject records, the log (a torn tail cut off first, kept in
+    /// `recovered/`), the derived data, each synced; then the head, renamed into place. So the
+    /// head is never ahead of what it names, and derived data past the head is not trusted.
+    func commit(_ commit: LedgerCommit) throws -> String? {
+        let (log, end) = try currentState()
+        guard commit.firstSeq == log.size else {
+            throw ConsentError.conflict("a commit at entry \(commit.firstSeq) does not follow the log's \(log.size) entries: another writer appended first; nothing was written")
+        }
+        // Where each entry the index is rewritten for lies: old entries from the log, new ones
+        // from the append.
+        let derived = commit.derived
+        var locations: [(offset: UInt64, length: UInt32)] = []
+        if derived.indexFrom < log.size, !derived.streamKeys.isEmpty {
+            var previous: UInt64?
+            for seq in derived.indexFrom..<min(log.size, derived.indexFrom + derived.streamKeys.count) {
+                let start = try previous ?? startOffset(of: seq)
+                let next = seq + 1 < log.size ? try startOffset(of: seq + 1) : end
+                guard next > start else { throw integrity("entry \(seq) has no bytes", line: seq + 1, seq: seq) }
+                locations.append((start, UInt32(next - start - 1)))
+                previous = next
+            }
+        }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(commit.entries.reduce(0) { $0 + $1.count + 1 })
+        for entry in commit.entries {
+            locations.append((end + UInt64(bytes.count), UInt32(entry.count)))
+            bytes += entry
+            bytes.append(FileLedgerStore.newline)
+        }
+        if !commit.subjects.isEmpty {
+            _ = try appendLines(FileLedgerStore.encodeSubjectLines(commit.subjects), to: store.subjectsPath, create: false)
+        }
+        let file = try PosixFile(path: store.logPath, flags: O_RDWR)
+        if !bytes.isEmpty {
+            try append(bytes, to: file, at: end, line: log.size + 1)
+        } else if log.size > Int(log.recordedHead.seq) + 1 {
+            // Entries past the head may be a dead writer's, never synced: durable before the
+            // derived data vouches for them.
+            try file.sync()
+        }
+        // Nothing cached describes the log any more.
+        state = nil
+        usableIndex = nil
+        tailStarts = nil
+        index = nil
+        tree = nil
+        map = nil
+        do {
+            try writeDerived(derived, locations: locations)
+            if let head = commit.head { try PosixFile.writeAtomically(Array(head.note.utf8), to: store.headPath) }
+            return nil
+        } catch {
+            return "\(error)"
+        }
+    }
+
+    private func append(_ bytes: [UInt8], to file: PosixFile, at expected: UInt64, line: Int) throws {
+        let size = try file.size()
+        if size < expected {
+            throw integrity("the log is shorter than when it was read (\(size) < \(expected) bytes); refusing to append", line: line)
+        }
+        if size > expected {
+            // A torn tail from a crash: keep its bytes for inspection, then cut it off.
+            let torn = try file.read(at: expected, count: Int(size - expected))
+            try saveRecovered(torn, offset: expected)
+            try file.truncate(to: expected)
+            try file.sync()
+        }
+        do {
+            try file.write(bytes, at: expected)
+            try file.sync()
+        } catch {
+            // Never leave bytes that failed to reach the disk where a later reader would adopt
+            // them: cut them off (best effort) before reporting the failure.
+            try? file.truncate(to: expected)
+            _ = try? file.sync()
+            throw error
+        }
+    }
+
+    private func writeDerived(_ derived: DerivedUpdate, locations: [(offset: UInt64, length: UInt32)]) throws {
+        let size = FileLedgerStore.locationSize
+        // The index may stay behind the log (a copy appending in parts), never run past it.
+        guard derived.streamKeys.count <= locations.count else {
+            throw ConsentError.storage("\(derived.streamKeys.count) stream keys for \(locations.count) entries from entry \(derived.indexFrom)")
+        }
+        let index = try PosixFile(path: store.indexPath, flags: O_RDWR | O_CREAT)
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(locations.count * size)
+        for (location, key) in zip(locations, derived.streamKeys) {
+            FileLedgerStore.encodeLocation(offset: location.offset, length: location.length, key: key, into: &bytes)
+        }
+        let indexEnd = UInt64(derived.indexFrom * size + bytes.count)
+        try index.write(bytes, at: UInt64(derived.indexFrom * size))
+        if try index.size() > indexEnd { try index.truncate(to: indexEnd) }
+        try index.sync()
+        let tree = try PosixFile(path: store.treePath, flags: O_RDWR | O_CREAT)
+        var hashes: [UInt8] = []
+        hashes.reserveCapacity(derived.treeHashes.count * 32)
+        for h in derived.treeHashes { hashes += h.bytes }
+        let treeEnd = UInt64(derived.treeFrom) * 32 + UInt64(hashes.count)
+        try tree.write(hashes, at: UInt64(derived.treeFrom) * 32)
+        if try tree.size() > treeEnd { try tree.truncate(to: treeEnd) }
+        try tree.sync()
+        if let subjectMap = derived.subjectMap, subjectMap.at == 0 {
+            // A whole map (a rebuild, or a compaction): written aside and renamed over the old
+            // one, so a crash leaves one or the other, never a mixture.
+            try PosixFile.writeAtomically(subjectMap.records.bytes, to: store.subjectMapPath)
+        } else if let subjectMap = derived.subjectMap {
+            let map = try PosixFile(path: store.subjectMapPath, flags: O_RDWR | O_CREAT)
+            let start = UInt64(subjectMap.at) * UInt64(SubjectMapRecord.size)
+            let bytes = subjectMap.records.bytes
+            try map.write(bytes, at: start)
+            if try map.size() > start + UInt64(bytes.count) { try map.truncate(to: start + UInt64(bytes.count)) }
+            try map.sync()
+        }
+    }
+
+    private func saveRecovered(_ bytes: [UInt8], offset: UInt64) throws {
+        let folder = store.directory + "/recovered"
+        if PosixFile.kind(of: folder) == .missing {
+            guard mkdir(folder, 0o755) == 0 else { throw ConsentError.storage("cannot create \(folder): \(PosixFile.reason())") }
+            try PosixFile.syncDirectory(store.directory)
+        }
+        var n = 0
+        var path = "\(folder)/torn-at-\(offset).bin"
+        while PosixFile.kind(of: path) != .missing {
+            n += 1
+            path = "\(folder)/torn-at-\(offset).\(n).bin"
+        }
+        try PosixFile.writeNew(bytes, to: path)
+        try PosixFile.syncDirectory(folder)
+    }
+
+    /// Appends complete lines to a line file and syncs it, first cutting off a partial line that
+    /// a crash left (it was never acknowledged). Returns the offset the lines were written at.
+    private func appendLines(_ lines: [UInt8], to path: String, create: Bool) throws -> UInt64 {
+        let file = try PosixFile(path: path, flags: create ? O_RDWR | O_CREAT : O_RDWR)
+        var size = try file.size()
+        if size > 0, try file.read(at: size - 1, count: 1) != [FileLedgerStore.newline] {
+            let bytes = try file.readAll()
+            let keep = bytes.lastIndex(of: FileLedgerStore.newline).map { $0 + 1 } ?? 0
+            try file.truncate(to: UInt64(keep))
+            size = UInt64(keep)
+        }
+        try file.write(lines, at: size)
+        try file.sync()
+        return size
+    }
+
+    func recordCheckpoint(_ checkpoint: IssuedCheckpoint) throws {
+        if try checkpoints().contains(where: { $0.size == checkpoint.size }) { return }
+        var line: [UInt8] = []
+        CanonicalJSON.serialize(.object(["note": .string(checkpoint.note), "size": .int(checkpoint.size)]), into: &line)
+        line.append(FileLedgerStore.newline)
+        // The file may be new: sync the folder so that its name is durable too.
+        if try appendLines(line, to: store.checkpointsPath, create: true) == 0 { try PosixFile.syncDirectory(store.directory) }
+    }
+}
+
+/// The signing key in a file of its own: the seed in hex, mode 0600.
+public struct FileKeyStore: KeyStore {
+    public let path: String
+
+    public init(path: String) { self.path = path }
+
+    public var keyLocation: String { path }
+
+    public func loadSeed() throws -> [UInt8] {
+        let file: PosixFile
+        do {
+            file = try PosixFile(path: path, flags: O_RDONLY)
+        } catch ConsentError.notFound {
+            throw ConsentError.notFound(.signingKey, "no signing key at \(path): this ledger can be read and verified, but not written")
+        }
+        let text = FileLedgerStore.trimmedText(try file.read(at: 0, count: 4096))
+        guard let seed = Hex.decode(text), seed.count == 32 else {
+            throw ConsentError.integrity(IntegrityFailure(.ledgerFiles, line: nil, seq: nil, problem: "\(path) does not hold a 64-digit lowercase hex Ed25519 seed"))
+        }
+        return seed
+    }
+
+    public func saveSeed(_ seed: [UInt8]) throws {
+        do {
+            try PosixFile.writeNew(Array((Hex.encode(seed) + "\n").utf8), to: path, mode: 0o600)
+        } catch ConsentError.storage(let why) where PosixFile.kind(of: path) != .missing {
+            throw ConsentError.alreadyExists("\(path) already exists (\(why)); a new ledger's key is never written over another")
+        }
+        try PosixFile.syncDirectory(PosixFile.parent(of: path))
+    }
+}

@@ -1,0 +1,333 @@
+import LedgerFormat
+import TransparencyLog
+import ConsentDomain
+
+/// Derived data that a commit brings up to date: each entry's stream key (the per-subject
+/// index), the Merkle tree's stored hashes and the subject map's records. Each part starts
+/// where the storage's copy stops being trusted, which may be before the commit's first entry
+/// (derived data that a crash left behind is made durable by the next commit), and whatever
+/// the storage held from that point on is replaced.
+public struct DerivedUpdate: Sendable {
+    /// The sequence number of `streamKeys[0]`.
+    public var indexFrom: Int
+    /// The 16-byte stream key of each entry from `indexFrom` on.
+    public var streamKeys: [[UInt8]]
+    /// The storage index (``MerkleTree/storedHashIndex(level:n:)``) of `treeHashes[0]`.
+    public var treeFrom: Int64
+    public var treeHashes: [Digest]
+    /// Subject-map records from record index `at`; at 0, the map is replaced whole.
+    public var subjectMap: (records: SubjectMapRecords, at: Int64)?
+
+    public init(indexFrom: Int, streamKeys: [[UInt8]], treeFrom: Int64, treeHashes: [Digest], subjectMap: (records: SubjectMapRecords, at: Int64)?) {
+        self.indexFrom = indexFrom
+        self.streamKeys = streamKeys
+        self.treeFrom = treeFrom
+        self.treeHashes = treeHashes
+        self.subjectMap = subjectMap
+    }
+}
+
+/// What a new ledger is made of.
+public struct LedgerSetup: Sendable {
+    /// The catalogue's canonical bytes (their SHA-256 is pinned in the genesis event).
+    public let catalog: [UInt8]
+    public let publicKey: PublicKey
+    public let genesis: EventRecord
+    /// The derived data of the log of one entry.
+    public let derived: DerivedUpdate
+    /// The signed head of the log of one entry, the genesis event.
+    public let head: SignedHead
+
+    public init(catalog: [UInt8], publicKey: PublicKey, genesis: EventRecord, derived: DerivedUpdate, head: SignedHead) {
+        self.catalog = catalog
+        self.publicKey = publicKey
+        self.genesis = genesis
+        self.derived = derived
+        self.head = head
+    }
+}
+
+/// One commit: new entries appended after the log's last complete commit, the derived data
+/// brought up to date, new subject records and the signed head that vouches for all of it. A
+/// storage makes it durable in one call, in an order of its own choosing that a crash cannot
+/// turn into a lie: the head is never ahead of the entries it names.
+public struct LedgerCommit: Sendable {
+    /// The sequence number of `entries[0]`: the size of the log the transaction read.
+    public let firstSeq: Int
+    /// Each entry's bytes: a canonical JSON event line without its newline.
+    public let entries: [[UInt8]]
+    public let derived: DerivedUpdate
+    /// Subject records first used by these entries.
+    public let subjects: [(subjectID: SubjectID, record: SubjectRecord)]
+    /// The head after the commit; nil keeps the recorded one (a copy appending in parts).
+    public let head: SignedHead?
+
+    public init(firstSeq: Int, entries: [[UInt8]], derived: DerivedUpdate, subjects: [(subjectID: SubjectID, record: SubjectRecord)], head: SignedHead?) {
+        self.firstSeq = firstSeq
+        self.entries = entries
+        self.derived = derived
+        self.subjects = subjects
+        self.head = head
+    }
+}
+
+/// Entries of the log, read together: one buffer and where each entry lies in it, so that a
+/// million entries do not cost a million allocations.
+public struct EntryBatch: Sendable {
+    /// The bytes the entries lie in.
+    public let buffer: [UInt8]
+    /// Each entry's start and end in `buffer`.
+    public let spans: [Range<Int>]
+    /// The sequence number of the first entry.
+    public let firstSeq: Int
+    /// Each entry's stream key as the storage's per-subject index holds it, when the reader
+    /// asked for it (to check the index against the entries); nil otherwise.
+    public let indexedKeys: [[UInt8]]?
+
+    public init(buffer: [UInt8], spans: [Range<Int>], firstSeq: Int, indexedKeys: [[UInt8]]? = nil) {
+        self.buffer = buffer
+        self.spans = spans
+        self.firstSeq = firstSeq
+        self.indexedKeys = indexedKeys
+    }
+
+    public var count: Int { spans.count }
+
+    /// The sequence number of the `i`-th entry.
+    public func seq(_ i: Int) -> Int { firstSeq + i }
+
+    /// Runs `body` on the `i`-th entry's bytes.
+    public func withEntry<T, E: Error>(_ i: Int, _ body: (UnsafeBufferPointer<UInt8>) throws(E) -> T) throws(E) -> T {
+        let span = spans[i]
+        let result: Result<T, E> = buffer.withUnsafeBufferPointer { all in
+            do throws(E) {
+                return .success(try body(UnsafeBufferPointer(rebasing: all[span])))
+            } catch {
+                return .failure(error)
+            }
+        }
+        return try result.get()
+    }
+
+    /// A copy of the `i`-th entry's bytes.
+    public func entry(_ i: Int) -> [UInt8] { Array(buffer[spans[i]]) }
+}
+
+/// Bytes at the end of a log file that a crash left behind: a partial line, or the complete
+/// lines of a command or commit whose other events never reached the disk. They were never
+/// acknowledged. (Only a storage that appends to a file has them.)
+public struct TornTail: Hashable, Sendable, CustomStringConvertible {
+    public let offset: UInt64
+    public let byteCount: Int
+    /// Complete lines in the torn region (events of the incomplete command).
+    public let completeLines: Int
+
+    public init(offset: UInt64, byteCount: Int, completeLines: Int) {
+        self.offset = offset
+        self.byteCount = byteCount
+        self.completeLines = completeLines
+    }
+
+    public var description: String {
+        "\(byteCount) bytes at offset \(offset) (\(completeLines) complete line(s) of an unfinished command or commit"
+            + (completeLines == 0 ? ", a partial line)" : " and any partial line)")
+    }
+}
+
+/// The log as a transaction sees it: how many entries its complete commits hold, the newest
+/// one, the recorded head, and anything torn after it.
+public struct LogState: Sendable {
+    /// Entries in complete commits: the next entry's sequence number.
+    public let size: Int
+    public let last: EventRecord
+    /// The head recorded after the last acknowledged commit.
+    public let recordedHead: ChainHead
+    /// The signed head it was read from; nil for a head of the older, unsigned `SEQ HASH` form,
+    /// which the next write replaces with a signed one.
+    public let signedHead: SignedHead?
+    public let torn: TornTail?
+
+    public init(size: Int, last: EventRecord, head: RecordedHead, torn: TornTail?) {
+        self.size = size
+        self.last = last
+        self.recordedHead = head.chainHead
+        self.signedHead = head.signed
+        self.torn = torn
+    }
+}
+
+/// A head as a storage reads it: signed, or of the older unsigned form.
+public enum RecordedHead: Sendable {
+    case signed(SignedHead)
+    case unsigned(ChainHead)
+
+    public var chainHead: ChainHead {
+        switch self {
+        case .signed(let head): head.chainHead
+        case .unsigned(let head): head
+        }
+    }
+
+    public var signed: SignedHead? {
+        if case .signed(let head) = self { head } else { nil }
+    }
+
+    /// Parses a stored head: a signed note, or `SEQ HASH` (the older form). Nil if neither.
+    public static func parse(_ text: String) -> RecordedHead? {
+        if let head = try? SignedHead(note: text) { return .signed(head) }
+        var trimmed = Substring(text)
+        while let last = trimmed.last, last == "\n" || last == "\r" || last == " " { trimmed.removeLast() }
+        let parts = trimmed.split(separator: " ", omittingEmptySubsequences: false)
+        guard parts.count == 2, let seq = UInt64(parts[0]), String(seq) == parts[0], let hash = Digest(hex: String(parts[1])) else { return nil }
+        return .unsigned(ChainHead(seq: seq, hash: hash))
+    }
+}
+
+/// A signed checkpoint the ledger issued: the tree size it covers and the C2SP signed note.
+public struct IssuedCheckpoint: Hashable, Sendable {
+    public let size: Int64
+    public let note: String
+
+    public init(size: Int64, note: String) {
+        self.size = size
+        self.note = note
+    }
+}
+
+/// How many entries of each kind of derived data a storage holds (not yet checked).
+public struct DerivedCounts: Hashable, Sendable {
+    /// Entries of the per-subject index.
+    public let indexed: Int
+    public let treeHashes: Int64
+    public let subjectMapRecords: Int64
+
+    public init(indexed: Int, treeHashes: Int64, subjectMapRecords: Int64) {
+        self.indexed = indexed
+        self.treeHashes = treeHashes
+        self.subjectMapRecords = subjectMapRecords
+    }
+}
+
+/// What a storage calls the places it keeps things, for messages: an integrity error names
+/// the file or table that is wrong and how to repair it, in that storage's own terms.
+public struct StorageNames: Sendable {
+    /// Where the ledger lives (a folder, a URL without its password).
+    public let location: String
+    /// How to rebuild the derived data from the log.
+    public let derivedRepair: String
+    /// Where issued checkpoints are recorded.
+    public let checkpoints: String
+    /// Where subject records are kept.
+    public let subjects: String
+
+    public init(location: String, derivedRepair: String, checkpoints: String, subjects: String) {
+        self.location = location
+        self.derivedRepair = derivedRepair
+        self.checkpoints = checkpoints
+        self.subjects = subjects
+    }
+}
+
+/// Where a ledger's log and the data derived from it are kept: the log's entries by sequence
+/// number, the signed head, the derived data (per-subject index, Merkle tree hashes, subject
+/// map), subject records and issued checkpoints. A storage translates between these and its
+/// own medium and keeps them durable; it knows nothing of consent rules, signatures or hashes,
+/// and holds no ledger state of its own.
+///
+/// Work happens in transactions, passed to the body as values (modelled on GRDB's
+/// `read { db in }` / `write { db in }` and Go's `sumdb/storage`): a read transaction sees one
+/// consistent state of the ledger; a write transaction is the only writer while it runs and
+/// changes the ledger only through ``LedgerWriteTransaction/commit(_:)``. Byte offsets, torn
+/// tails, fsync order and recovery are the storage's own business.
+///
+/// Every method may throw ``ConsentError``.
+public protocol LedgerStore: Sendable {
+    /// Names for messages.
+    var names: StorageNames { get }
+
+    /// Where this ledger's signing key is kept unless the caller names another ``KeyStore``.
+    var keyStore: any KeyStore { get }
+
+    /// Creates a ledger holding the genesis entry. Fails with ``ConsentError/alreadyExists(_:)``
+    /// when there is one; a crash part-way leaves no ledger at all.
+    func create(_ setup: LedgerSetup) throws
+
+    /// Runs `body` in a read transaction.
+    func read<T>(_ body: (any LedgerReadTransaction) throws -> T) throws -> T
+
+    /// Runs `body` in the write transaction, waiting for any other writer to finish. What `body`
+    /// commits is durable when this returns; if `body` throws, nothing it did remains.
+    func write<T>(_ body: (any LedgerWriteTransaction) throws -> T) throws -> T
+}
+
+/// A consistent view of one ledger, valid only inside ``LedgerStore/read(_:)`` or
+/// ``LedgerStore/write(_:)``.
+public protocol LedgerReadTransaction {
+    /// The catalogue's canonical bytes and the ledger's public key, as created.
+    func metadata() throws -> (catalog: [UInt8], publicKey: PublicKey)
+
+    /// The log's complete commits, newest entry and head. A log shorter than the recorded head
+    /// is an integrity failure.
+    func logState() throws -> LogState
+
+    /// Entries `range` in order, in batches of at most `batchSize`. A range that ends past the
+    /// log's complete commits reads whatever complete entries follow them (`verify`, naming the
+    /// first bad entry of a damaged tail), up to `range.upperBound`. With `indexedKeys`, each
+    /// batch carries the per-subject index's keys for its entries, after the storage checked
+    /// whatever else its index holds.
+    func entries(_ range: Range<Int>, batchSize: Int, indexedKeys: Bool, _ visit: (EntryBatch) throws -> Void) throws
+
+    func derivedCounts() throws -> DerivedCounts
+
+    /// Merkle tree hashes by storage index.
+    func treeHashes(_ indexes: [Int64]) throws -> [Digest]
+
+    /// One subject-map record, ``SubjectMapRecord/size`` bytes.
+    func subjectMapRecord(_ index: Int64) throws -> [UInt8]
+
+    /// The sequence numbers the per-subject index lists for stream `key`, below `limit`.
+    func indexedEntries(of key: [UInt8], below limit: Int) throws -> [Int]
+
+    /// One subject's record, or nil for an id the storage does not know.
+    func subjectRecord(_ id: SubjectID) throws -> SubjectRecord?
+
+    /// Every subject record.
+    func subjectRecords() throws -> [SubjectID: SubjectRecord]
+
+    /// Every recorded checkpoint, by tree size.
+    func checkpoints() throws -> [IssuedCheckpoint]
+}
+
+/// The one writer's transaction.
+public protocol LedgerWriteTransaction: LedgerReadTransaction {
+    /// Makes a commit durable. Throws, with nothing of it acknowledged, when its entries cannot be
+    /// made durable; returns a warning when the entries are durable but the derived data or the
+    /// head after them could not be written (the next commit brings them up to date).
+    func commit(_ commit: LedgerCommit) throws -> String?
+
+    /// Records a checkpoint the ledger signed, unless one of the same size is recorded.
+    func recordCheckpoint(_ checkpoint: IssuedCheckpoint) throws
+}
+
+extension LedgerReadTransaction {
+    /// The bytes of entry `seq`.
+    public func entry(_ seq: Int) throws -> [UInt8] {
+        var found: [UInt8]?
+        try entries(seq..<(seq + 1), batchSize: 1, indexedKeys: false) { found = $0.entry(0) }
+        guard let found else {
+            throw ConsentError.integrity(IntegrityFailure(line: seq + 1, seq: UInt64(seq), problem: "the log has no entry \(seq)"))
+        }
+        return found
+    }
+}
+
+/// Where a ledger's Ed25519 signing key is kept: apart from the log, so that reads, exports of
+/// evidence and proofs never need it, and a signer kept elsewhere can take its place.
+public protocol KeyStore: Sendable {
+    /// Where the key is, for messages.
+    var keyLocation: String { get }
+    /// The 32-byte Ed25519 seed.
+    func loadSeed() throws -> [UInt8]
+    /// Stores the seed of a new ledger. Fails if a key is already stored.
+    func saveSeed(_ seed: [UInt8]) throws
+}

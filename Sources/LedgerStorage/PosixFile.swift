@@ -1,0 +1,217 @@
+import ConsentDomain
+import LedgerFormat
+import TransparencyLog
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// A thin wrapper over a POSIX file descriptor. Every failure becomes a ``ConsentError/storage(_:)``
+/// that names the path and the system's reason.
+final class PosixFile {
+    let fd: Int32
+    let path: String
+
+    init(path: String, flags: Int32, mode: mode_t = 0o644) throws {
+        self.path = path
+        let fd = open(path, flags | O_CLOEXEC, mode)
+        guard fd >= 0 else {
+            let code = errno
+            if code == ENOENT { throw ConsentError.notFound(.file, "no such file: \(path)") }
+            throw ConsentError.storage("cannot open \(path): \(PosixFile.reason(code))")
+        }
+        self.fd = fd
+    }
+
+    /// Opens `name` inside the open folder `directory`, never through a symlink: the folder is
+    /// pinned by its descriptor, so nobody can swap a path component under us.
+    init(in directory: Int32, name: String, displayPath: String, flags: Int32, mode: mode_t = 0o644) throws {
+        self.path = displayPath
+        let fd = openat(directory, name, flags | O_CLOEXEC | O_NOFOLLOW, mode)
+        guard fd >= 0 else {
+            let code = errno
+            if code == ENOENT { throw ConsentError.notFound(.file, "no such file: \(displayPath)") }
+            throw ConsentError.storage("cannot open \(displayPath): \(PosixFile.reason(code))")
+        }
+        self.fd = fd
+    }
+
+    deinit { close(fd) }
+
+    static func reason(_ code: Int32 = errno) -> String { String(cString: strerror(code)) }
+
+    func size() throws -> UInt64 {
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { throw ConsentError.storage("cannot stat \(path): \(PosixFile.reason())") }
+        return UInt64(st.st_size)
+    }
+
+    /// Reads up to `count` bytes at `offset`; fewer only at the end of the file.
+    package func read(at offset: UInt64, count: Int) throws -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: count)
+        let done = try read(at: offset, into: &out, count: count)
+        if done < count { out.removeLast(count - done) }
+        return out
+    }
+
+    /// Reads up to `count` bytes at `offset` into the start of `buffer` (reused between calls);
+    /// returns how many were read.
+    package func read(at offset: UInt64, into buffer: inout [UInt8], count: Int) throws -> Int {
+        precondition(count <= buffer.count)
+        guard offset <= UInt64(Int64.max) - UInt64(count) else {
+            throw ConsentError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "offset \(offset) in \(path) is out of range"))
+        }
+        var done = 0
+        try buffer.withUnsafeMutableBytes { raw in
+            while done < count {
+                let n = pread(fd, raw.baseAddress! + done, count - done, off_t(offset) + off_t(done))
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    throw ConsentError.storage("cannot read \(path): \(PosixFile.reason())")
+                }
+                if n == 0 { break }
+                done += n
+            }
+        }
+        return done
+    }
+
+    func readAll() throws -> [UInt8] {
+        try read(at: 0, count: Int(try size()))
+    }
+
+    func write(_ bytes: [UInt8], at offset: UInt64) throws {
+        var done = 0
+        try bytes.withUnsafeBytes { buffer in
+            while done < buffer.count {
+                let n = pwrite(fd, buffer.baseAddress! + done, buffer.count - done, off_t(offset) + off_t(done))
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    throw ConsentError.storage("cannot write \(path): \(PosixFile.reason())")
+                }
+                done += n
+            }
+        }
+    }
+
+    /// Forces the file's data (and the metadata needed to read it back) to disk.
+    func sync() throws {
+        guard fdatasync(fd) == 0 else { throw ConsentError.storage("cannot sync \(path): \(PosixFile.reason())") }
+    }
+
+    func truncate(to size: UInt64) throws {
+        guard ftruncate(fd, off_t(size)) == 0 else { throw ConsentError.storage("cannot truncate \(path): \(PosixFile.reason())") }
+    }
+
+    func lock(exclusive: Bool) throws {
+        while flock(fd, exclusive ? LOCK_EX : LOCK_SH) != 0 {
+            if errno == EINTR { continue }
+            throw ConsentError.storage("cannot lock \(path): \(PosixFile.reason())")
+        }
+    }
+
+    func unlock() { _ = flock(fd, LOCK_UN) }
+
+    // MARK: - Whole files and folders
+
+    /// Writes a file durably: to a temporary name, synced, renamed over `path`, folder synced.
+    static func writeAtomically(_ bytes: [UInt8], to path: String, mode: mode_t = 0o644) throws {
+        // A fresh name each time, created exclusively and never through a symlink.
+        let temporary = path + ".tmp-" + Hex.encode(Sodium().randomBytes(6))
+        do {
+            let file = try PosixFile(path: temporary, flags: O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: mode)
+            try file.write(bytes, at: 0)
+            try file.sync()
+        }
+        guard rename(temporary, path) == 0 else {
+            let why = reason()
+            unlink(temporary)
+            throw ConsentError.storage("cannot rename \(temporary) to \(path): \(why)")
+        }
+        try syncDirectory(parent(of: path))
+    }
+
+    /// Creates a file that must not exist yet, writes it and syncs it.
+    static func writeNew(_ bytes: [UInt8], to path: String, mode: mode_t = 0o644) throws {
+        let file = try PosixFile(path: path, flags: O_WRONLY | O_CREAT | O_EXCL, mode: mode)
+        try file.write(bytes, at: 0)
+        try file.sync()
+        guard fchmod(file.fd, mode) == 0 else { throw ConsentError.storage("cannot set mode of \(path): \(reason())") }
+    }
+
+    static func syncDirectory(_ path: String) throws {
+        let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { throw ConsentError.storage("cannot open folder \(path): \(reason())") }
+        defer { close(fd) }
+        guard fsync(fd) == 0 else { throw ConsentError.storage("cannot sync folder \(path): \(reason())") }
+    }
+
+    static func parent(of path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return "." }
+        let p = String(path[..<slash])
+        return p.isEmpty ? "/" : p
+    }
+
+    enum Kind { case missing, file, directory, symlink }
+
+    static func kind(of path: String) -> Kind {
+        var st = stat()
+        guard stat(path, &st) == 0 else { return .missing }
+        return (st.st_mode & S_IFMT) == S_IFDIR ? .directory : .file
+    }
+
+    /// What is at `path` itself, without following a symlink there.
+    static func ownKind(of path: String) -> Kind {
+        var st = stat()
+        guard lstat(path, &st) == 0 else { return .missing }
+        switch st.st_mode & S_IFMT {
+        case S_IFDIR: return .directory
+        case S_IFLNK: return .symlink
+        default: return .file
+        }
+    }
+
+    /// Whether `path` is a regular file (not a symlink, folder, FIFO or device).
+    static func isRegularFile(_ path: String) -> Bool {
+        var st = stat()
+        return lstat(path, &st) == 0 && (st.st_mode & S_IFMT) == S_IFREG
+    }
+
+    static func directoryEntries(_ path: String) -> [String] {
+        guard let dir = opendir(path) else { return [] }
+        defer { closedir(dir) }
+        var names: [String] = []
+        while let entry = readdir(dir) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(cString: raw.bindMemory(to: CChar.self).baseAddress!)
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names
+    }
+}
+
+/// Reading a whole local file, for inputs such as a catalogue.
+public enum LocalFile {
+    /// The file's bytes; at most `limit` bytes are accepted.
+    public static func read(_ path: String, limit: Int = 16 << 20) throws -> [UInt8] {
+        let file: PosixFile
+        do {
+            file = try PosixFile(path: path, flags: O_RDONLY)
+        } catch ConsentError.notFound {
+            throw ConsentError.invalidRequest("\(path): no such file")
+        }
+        let size = try file.size()
+        guard size <= UInt64(limit) else { throw ConsentError.invalidRequest("\(path) is larger than \(limit) bytes") }
+        return try file.readAll()
+    }
+}
+
+extension LocalFile {
+    /// Writes a file durably and atomically (temporary name, sync, rename), readable by its
+    /// owner only: exports and reports hold subject ids.
+    public static func write(_ bytes: [UInt8], to path: String) throws {
+        try PosixFile.writeAtomically(bytes, to: path, mode: 0o600)
+    }
+}

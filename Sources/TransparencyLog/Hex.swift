@@ -1,0 +1,49 @@
+/// Lowercase hexadecimal, the only spelling of binary values in the ledger format.
+package enum Hex {
+    private static let digits = Array("0123456789abcdef".utf8)
+
+    package static func encode(_ bytes: some Sequence<UInt8>) -> String {
+        var out: [UInt8] = []
+        for b in bytes {
+            out.append(digits[Int(b >> 4)])
+            out.append(digits[Int(b & 0x0F)])
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// Appends the lowercase hex of `bytes` to `out`, without building a String.
+    package static func append(_ bytes: UnsafeRawBufferPointer, to out: inout [UInt8]) {
+        for b in bytes {
+            out.append(digits[Int(b >> 4)])
+            out.append(digits[Int(b & 0x0F)])
+        }
+    }
+
+    /// Decodes lowercase hex; uppercase or odd length is `nil`, so each value has one spelling.
+    package static func decode(_ text: String) -> [UInt8]? {
+        decode(bytes: text.utf8)
+    }
+
+    /// Decodes lowercase hex bytes; nil for anything else.
+    package static func decode(bytes utf8: some Collection<UInt8>) -> [UInt8]? {
+        guard utf8.count % 2 == 0 else { return nil }
+        var out: [UInt8] = []
+        out.reserveCapacity(utf8.count / 2)
+        var iterator = utf8.makeIterator()
+        while let a = iterator.next(), let b = iterator.next() {
+            guard let hi = value(a), let lo = value(b) else { return nil }
+            out.append(hi << 4 | lo)
+        }
+        return out
+    }
+
+    package static func nibble(_ c: UInt8) -> UInt8? { value(c) }
+
+    private static func value(_ c: UInt8) -> UInt8? {
+        switch c {
+        case 0x30...0x39: return c - 0x30
+        case 0x61...0x66: return c - 0x61 + 10
+        default: return nil
+        }
+    }
+}

@@ -1,0 +1,111 @@
+import Dispatch
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// Maps `0..<count` on all cores. Each index is computed exactly once, in no particular order;
+/// the result keeps index order. Small inputs run on the calling thread.
+package func parallelMap<T: Sendable>(_ count: Int, minimumForParallel: Int = 64, _ transform: @Sendable (Int) -> T) -> [T] {
+    if count < minimumForParallel {
+        return (0..<count).map(transform)
+    }
+    let results = ResultSlots<T>(count: count)
+    // Many small chunks: the last one to finish holds up the batch, so keep them short.
+    let chunks = min(count, ProcessInfoCores.count * 32)
+    DispatchQueue.concurrentPerform(iterations: chunks) { chunk in
+        let start = count * chunk / chunks
+        let end = count * (chunk + 1) / chunks
+        for i in start..<end { results.set(i, transform(i)) }
+    }
+    return results.take()
+}
+
+/// Write-once slots shared by the workers of `parallelMap`; each slot is written by exactly one
+/// worker. The storage is a raw allocation made once: an Array's `withUnsafeMutableBufferPointer`
+/// must not be entered from several threads at once.
+package final class ResultSlots<T>: @unchecked Sendable {
+    private let slots: UnsafeMutablePointer<T>
+    private let count: Int
+
+    package init(count: Int) {
+        self.count = count
+        slots = UnsafeMutablePointer<T>.allocate(capacity: count)
+    }
+
+    package func set(_ i: Int, _ value: T) {
+        (slots + i).initialize(to: value)
+    }
+
+    /// Slot `i`, which must be set (and the set must happen before this read).
+    package func get(_ i: Int) -> T { slots[i] }
+
+    /// Destroys slots `0..<n` (all set): for giving up part-way.
+    package func discard(_ n: Int) {
+        slots.deinitialize(count: n)
+    }
+
+    /// Moves every slot out; call once, after all are set.
+    package func take() -> [T] {
+        Array(unsafeUninitializedCapacity: count) { buffer, initialized in
+            buffer.baseAddress!.moveInitialize(from: slots, count: count)
+            initialized = count
+        }
+    }
+
+    deinit { slots.deallocate() }
+}
+
+enum ProcessInfoCores {
+    /// Online cores, read once.
+    static let count: Int = {
+        let n = Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))
+        return max(1, n)
+    }()
+}
+
+/// Computes `transform(i)` for `0..<count` on other threads while the caller is still producing
+/// the inputs: the caller calls ``ready(_:)`` as inputs become available, in order, and chunks
+/// of them are handed to worker threads at once, so the caller's serial work and the workers'
+/// overlap. ``finish()`` waits and returns the results in index order.
+package final class OverlappedMap<T: Sendable>: @unchecked Sendable {
+    private let results: ResultSlots<T>
+    private let count: Int
+    private let chunk: Int
+    private let transform: @Sendable (Int) -> T
+    private let group = DispatchGroup()
+    private var submitted = 0
+
+    package init(count: Int, chunk: Int = 64, _ transform: @escaping @Sendable (Int) -> T) {
+        self.count = count
+        self.chunk = chunk
+        self.transform = transform
+        results = ResultSlots(count: count)
+    }
+
+    /// Inputs `0..<available` are ready: whole chunks of them go to the workers.
+    package func ready(_ available: Int) {
+        while available - submitted >= chunk || (available == count && submitted < count) {
+            let range = submitted..<min(available, submitted + chunk)
+            let (results, transform) = (self.results, self.transform)
+            DispatchQueue.global().async(group: group) {
+                for i in range { results.set(i, transform(i)) }
+            }
+            submitted = range.upperBound
+        }
+    }
+
+    /// Waits for the chunks handed out and drops their results: for giving up part-way.
+    package func abandon() {
+        group.wait()
+        results.discard(submitted)
+    }
+
+    /// Waits for every result (call after `ready(count)`).
+    package func finish() -> [T] {
+        ready(count)
+        group.wait()
+        return results.take()
+    }
+}

@@ -1,0 +1,214 @@
+/// C2SP `tlog-checkpoint`: the signed statement of a log's size and root hash.
+///
+/// ```
+/// <origin>\n
+/// <tree size, decimal>\n
+/// <root hash, standard base64>\n
+/// ```
+public struct Checkpoint: Hashable, Sendable {
+    /// The log's name: the ledger's name.
+    public let origin: String
+    public let size: Int64
+    public let root: Digest
+
+    public init(origin: String, size: Int64, root: Digest) {
+        self.origin = origin
+        self.size = size
+        self.root = root
+    }
+
+    /// The note text that is signed.
+    public var text: String { "\(origin)\n\(size)\n\(Base64.encode(root.bytes))\n" }
+
+    /// Parses a checkpoint's note text. Extension lines after the root hash are allowed and
+    /// ignored, as C2SP `tlog-checkpoint` says.
+    public init(text: String) throws(NoteError) {
+        guard text.hasSuffix("\n") else { throw NoteError("checkpoint does not end with a newline") }
+        let lines = text.dropLast().split(separator: "\n", omittingEmptySubsequences: false)
+        guard lines.count >= 3 else { throw NoteError("checkpoint has fewer than three lines") }
+        guard !lines[0].isEmpty else { throw NoteError("checkpoint origin is empty") }
+        guard let size = Int64(lines[1]), size >= 0, size <= Int64(1) << 62, String(size) == lines[1] else {
+            throw NoteError("checkpoint size '\(lines[1])' is not a decimal number without leading zeros")
+        }
+        guard let rootBytes = Base64.decode(String(lines[2])), let root = Digest(bytes: rootBytes) else {
+            throw NoteError("checkpoint root hash is not the base64 of 32 bytes")
+        }
+        if lines.dropFirst(3).contains(where: \.isEmpty) { throw NoteError("checkpoint has an empty extension line") }
+        self.init(origin: String(lines[0]), size: size, root: root)
+    }
+}
+
+/// A note verifier key in the `note` text form, `<name>+<key hash hex>+<base64(0x01 ‖ key)>`
+/// (C2SP `signed-note`, Ed25519 keys).
+public struct NoteVerifierKey: Hashable, Sendable, CustomStringConvertible {
+    public let name: String
+    /// The first four bytes of SHA-256(name ‖ "\n" ‖ 0x01 ‖ public key), as a big-endian integer.
+    public let keyHash: UInt32
+    public let publicKey: PublicKey
+
+    public init(name: String, publicKey: PublicKey, hasher: any SHA256Hasher = OpenSSLSHA256()) throws(NoteError) {
+        try Self.checkName(name)
+        self.name = name
+        self.publicKey = publicKey
+        keyHash = Self.keyHash(name: name, publicKey: publicKey, hasher: hasher)
+    }
+
+    static func keyHash(name: String, publicKey: PublicKey, hasher: any SHA256Hasher) -> UInt32 {
+        let digest = hasher.sha256(Array(name.utf8) + [0x0A, 0x01] + publicKey.bytes).bytes
+        return digest.prefix(4).reduce(0) { $0 << 8 | UInt32($1) }
+    }
+
+    package static func checkName(_ name: String) throws(NoteError) {
+        guard !name.isEmpty, !name.unicodeScalars.contains(where: { $0 == "+" || $0.properties.isWhitespace || $0.value < 0x20 || $0.value == 0x7F }) else {
+            throw NoteError("key name '\(name)' must be non-empty, without spaces, control characters or '+'")
+        }
+    }
+
+    /// Parses `<name>+<hash>+<key>` and checks the hash against the name and key.
+    public init(text: String, hasher: any SHA256Hasher = OpenSSLSHA256()) throws(NoteError) {
+        // name + hash + key, split at the first two '+' (base64 may hold more), as Go's note does.
+        let first = text.split(separator: "+", maxSplits: 1, omittingEmptySubsequences: false)
+        let rest = first.count == 2 ? first[1].split(separator: "+", maxSplits: 1, omittingEmptySubsequences: false) : []
+        let parts = first.count == 2 && rest.count == 2 ? [first[0], rest[0], rest[1]] : []
+        guard parts.count == 3, parts[1].utf8.count == 8, let hash = UInt32(parts[1], radix: 16),
+            parts[1].utf8.allSatisfy({ Hex.nibble($0) != nil })
+        else { throw NoteError("verifier key is not <name>+<8 hex digits>+<base64 key>") }
+        guard let keyBytes = Base64.decode(String(parts[2])), keyBytes.count == 33, keyBytes[0] == 0x01,
+            let key = PublicKey(bytes: Array(keyBytes[1...]))
+        else { throw NoteError("verifier key is not an Ed25519 key (algorithm byte 0x01 and 32 bytes)") }
+        try self.init(name: String(parts[0]), publicKey: key, hasher: hasher)
+        guard keyHash == hash else { throw NoteError("verifier key hash \(parts[1]) does not match its name and key") }
+    }
+
+    public var text: String {
+        let hex = String(keyHash, radix: 16)
+        return "\(name)+\(String(repeating: "0", count: 8 - hex.count) + hex)+\(Base64.encode([0x01] + publicKey.bytes))"
+    }
+
+    public var description: String { text }
+}
+
+/// C2SP `signed-note`: a text, a blank line, and signature lines `— <name> <base64(hash ‖ sig)>`.
+public enum SignedNote {
+    static let dash = "\u{2014} "
+
+    /// Signs `text` (which must end with a newline) and returns the whole note.
+    public static func sign(_ text: String, key: NoteVerifierKey, signer: any EventSigner) -> String {
+        let signature = Array(text.utf8).withUnsafeBytes { signer.sign($0) }
+        let hash = withUnsafeBytes(of: key.keyHash.bigEndian) { Array($0) }
+        return text + "\n" + dash + key.name + " " + Base64.encode(hash + signature.bytes) + "\n"
+    }
+
+    /// Checks a note's signature by `key` and returns its text. Signatures by other keys are
+    /// ignored; the note must carry one by `key`.
+    public static func open(_ note: String, key: NoteVerifierKey, verifier: any SignatureVerifier = Sodium()) throws(NoteError) -> String {
+        guard note.utf8.count <= 1 << 20 else { throw NoteError("note is too large") }
+        guard let split = note.lastRange(of: "\n\n") else {
+            throw NoteError("note has no blank line before its signatures")
+        }
+        let text = String(note[..<split.lowerBound]) + "\n"
+        let block = note[split.upperBound...]
+        guard block.hasSuffix("\n") else { throw NoteError("note's signature block does not end with a newline") }
+        guard !text.unicodeScalars.contains(where: { ($0.value < 0x20 && $0 != "\n") || $0.value == 0x7F }) else {
+            throw NoteError("note text contains control characters")
+        }
+        var found = false
+        for line in block.dropLast().split(separator: "\n", omittingEmptySubsequences: false) {
+            guard line.hasPrefix(dash) else { throw NoteError("signature line does not start with '— '") }
+            let rest = line.dropFirst(dash.count).split(separator: " ", omittingEmptySubsequences: false)
+            guard rest.count == 2, let raw = Base64.decode(String(rest[1])), raw.count > 4 else {
+                throw NoteError("malformed signature line")
+            }
+            let hash = raw.prefix(4).reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
+            guard rest[0] == key.name, hash == key.keyHash else { continue }
+            guard raw.count == 68, let signature = Signature(bytes: Array(raw[4...])),
+                Array(text.utf8).withUnsafeBytes({ verifier.isValid(signature, of: $0, by: key.publicKey) })
+            else { throw NoteError("the signature by \(key.name) does not verify") }
+            found = true
+        }
+        guard found else { throw NoteError("the note has no signature by key \(key.text.split(separator: "+").prefix(2).joined(separator: "+"))") }
+        return text
+    }
+}
+
+extension StringProtocol {
+    /// The range of the last occurrence of `needle`, without Foundation.
+    package func lastRange(of needle: String) -> Range<Index>? {
+        let n = Array(needle.utf8)
+        let u = Array(utf8)
+        guard u.count >= n.count else { return nil }
+        var i = u.count - n.count
+        while i >= 0 {
+            if Array(u[i..<(i + n.count)]) == n {
+                let lower = utf8.index(utf8.startIndex, offsetBy: i)
+                let upper = utf8.index(lower, offsetBy: n.count)
+                return lower..<upper
+            }
+            i -= 1
+        }
+        return nil
+    }
+}
+
+/// A note, checkpoint or verifier key that cannot be used.
+public struct NoteError: Error, Hashable, Sendable, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
+}
+
+/// Standard base64 (RFC 4648 section 4) with padding; decoding accepts only the canonical form.
+public enum Base64 {
+    private static let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8)
+    private static let values: [Int8] = {
+        var v = [Int8](repeating: -1, count: 256)
+        for (i, c) in alphabet.enumerated() { v[Int(c)] = Int8(i) }
+        return v
+    }()
+
+    public static func encode(_ bytes: [UInt8]) -> String {
+        var out: [UInt8] = []
+        out.reserveCapacity((bytes.count + 2) / 3 * 4)
+        var i = 0
+        while i + 3 <= bytes.count {
+            let n = UInt32(bytes[i]) << 16 | UInt32(bytes[i + 1]) << 8 | UInt32(bytes[i + 2])
+            out += [alphabet[Int(n >> 18)], alphabet[Int(n >> 12 & 63)], alphabet[Int(n >> 6 & 63)], alphabet[Int(n & 63)]]
+            i += 3
+        }
+        let rest = bytes.count - i
+        if rest == 1 {
+            let n = UInt32(bytes[i]) << 16
+            out += [alphabet[Int(n >> 18)], alphabet[Int(n >> 12 & 63)], 0x3D, 0x3D]
+        } else if rest == 2 {
+            let n = UInt32(bytes[i]) << 16 | UInt32(bytes[i + 1]) << 8
+            out += [alphabet[Int(n >> 18)], alphabet[Int(n >> 12 & 63)], alphabet[Int(n >> 6 & 63)], 0x3D]
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// Decodes canonical padded base64; nil for anything else (so each value has one spelling).
+    public static func decode(_ text: String) -> [UInt8]? {
+        let u = Array(text.utf8)
+        guard u.count % 4 == 0 else { return nil }
+        var out: [UInt8] = []
+        out.reserveCapacity(u.count / 4 * 3)
+        var i = 0
+        while i < u.count {
+            let pad = (u[i + 3] == 0x3D ? 1 : 0) + (u[i + 2] == 0x3D ? 1 : 0)
+            guard pad == 0 || i + 4 == u.count, !(u[i + 2] == 0x3D && u[i + 3] != 0x3D) else { return nil }
+            var n: UInt32 = 0
+            for j in 0..<(4 - pad) {
+                let v = values[Int(u[i + j])]
+                guard v >= 0 else { return nil }
+                n |= UInt32(v) << (18 - 6 * j)
+            }
+            out.append(UInt8(n >> 16 & 0xFF))
+            if pad < 2 { out.append(UInt8(n >> 8 & 0xFF)) }
+            if pad < 1 { out.append(UInt8(n & 0xFF)) }
+            // Canonical: the bits below the last full byte must be zero.
+            if pad == 2, n & 0xFFFF != 0 { return nil }
+            if pad == 1, n & 0xFF != 0 { return nil }
+            i += 4
+        }
+        return out
+    }
+}
