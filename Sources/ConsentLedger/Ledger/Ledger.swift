@@ -101,11 +101,11 @@ public final class Ledger: Sendable {
     public let verifier: any SignatureVerifier
     let clock: LedgerClock
     let random: RandomSource
-    private let memory: Mutex<Memory>
+    let memory: Mutex<Memory>
     let lastWarning = Mutex<String?>(nil)
-    private let lastRecordedCheckpoint = Mutex<Int64?>(nil)
+    let lastRecordedCheckpoint = Mutex<Int64?>(nil)
 
-    private struct Memory: Sendable {
+    struct Memory: Sendable {
         /// The last signed head this process checked or signed, with the frontier at its size:
         /// a writer that finds the same head again skips checking its signature and reading the
         /// frontier back (both were computed here, from signed data).
@@ -299,146 +299,6 @@ public final class Ledger: Sendable {
         return Dictionary(uniqueKeysWithValues: records.map { ($0.key, $0.value.salt) })
     }
 
-    // MARK: - Writing
-
-    /// Accepts commands, appends their events atomically and durably, and answers with each
-    /// subject's updated consents. The commands are checked in order against the state the
-    /// earlier ones leave; if any is refused, nothing is appended. All events go to the store in
-    /// one write and one sync.
-    @discardableResult
-    public func execute(_ commands: [LedgerCommand]) throws -> ExecutionReport {
-        for command in commands {
-            try LedgerCommand.validate(subjectID: command.subjectID, actor: command.actor)
-        }
-        let signer = try signingKey()
-        return try writing { tx, view, afterCommit in
-            let log = view.log
-            // Subject references; a new subject gets a salt that is saved only if it gets events.
-            // Remembered salts were checked; a record read now is checked before it is used.
-            var salts = memory.withLock { $0.salts } ?? [:]
-            var records = memory.withLock { $0.records }
-            let unchecked = Set(commands.map { SubjectID($0.subjectID) }).filter { salts[$0] == nil }
-            if !unchecked.isEmpty {
-                // The file is read again only for an id the last reading did not have (a new
-                // subject, or one another writer added).
-                if records == nil || unchecked.contains(where: { records?[$0] == nil }) { records = try tx.subjectRecords() }
-                for id in unchecked {
-                    guard let record = records?[id] else { continue }
-                    try checkRecord(id, record)
-                    salts[id] = record.salt
-                }
-            }
-            var newSalts: [SubjectID: [UInt8]] = [:]
-            var refs: [SubjectID: SubjectRef] = [:]
-            for command in commands where refs[SubjectID(command.subjectID)] == nil {
-                let id = SubjectID(command.subjectID)
-                if salts[id] == nil {
-                    let salt = random(Pseudonym.saltLength)
-                    salts[id] = salt
-                    newSalts[id] = salt
-                }
-                refs[id] = subjectRef(id: command.subjectID, salt: salts[id]!)
-            }
-            let versions = try catalogVersions(view)
-            let catalog = versions.last!.catalog
-            var states = try currentStates(of: Set(refs.values), view, versions: versions)
-            let streams = try streamState(for: Set(refs.values.map { StreamKey.of(subject: $0) }), view)
-            let at = max(clock(), log.last.event.at)
-            var nextSeq = log.last.event.seq + 1
-            var results: [CommandResult] = []
-            var events: [LedgerEvent] = []
-            for command in commands {
-                let ref = refs[SubjectID(command.subjectID)]!
-                var state = states[ref] ?? SubjectState()
-                let outcome: CommandOutcome
-                do throws(CommandRejection) {
-                    outcome = try ConsentRules.decide(command.request, subject: ref, state: state, catalog: catalog, actor: command.actor, at: at, nextSeq: nextSeq)
-                } catch {
-                    throw ConsentError(error)
-                }
-                for event in outcome.events {
-                    do {
-                        try state.apply(event, catalog: catalog)
-                    } catch {
-                        throw ConsentError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "internal check failed: the events decided break a rule on replay: \(error)"))
-                    }
-                }
-                states[ref] = state
-                nextSeq += UInt64(outcome.events.count)
-                events += outcome.events
-                results.append(CommandResult(subjectID: command.subjectID, events: outcome.events, notes: outcome.notes, listing: ConsentListing(state: state, catalog: catalog)))
-            }
-            guard !events.isEmpty else { return ExecutionReport(results: results, recovered: nil) }
-            let withEvents = Set(results.filter { !$0.events.isEmpty }.map { SubjectID($0.subjectID) })
-            // A format-2 ledger signs each record (on all cores), so reads can tell it from an
-            // altered one.
-            let saved = newSalts.filter { withEvents.contains($0.key) }.sorted { $0.key < $1.key }
-            let signed = version >= 2
-            let newRecords = parallelMap(saved.count) { i -> (subjectID: SubjectID, record: SubjectRecord) in
-                let (id, salt) = saved[i]
-                let signature = signed ? Pseudonym.recordMessage(id: id, salt: salt).withUnsafeBytes { signer.sign($0) } : nil
-                return (id, SubjectRecord(salt: salt, signature: signature))
-            }
-            if records != nil { for new in newRecords { records![new.subjectID] = new.record } }
-            let committed = try commit(events, view, tx, signer: signer, streams: streams, subjects: newRecords)
-            let (size, head, warning) = (committed.size, committed.head, committed.warning)
-            // Cache only salts that are on disk: a new subject whose command appended nothing
-            // gets a fresh salt next time, saved with its first events.
-            // Remembered only once the store has committed (see ``writing(_:)``).
-            let persisted = salts.filter { newSalts[$0.key] == nil || withEvents.contains($0.key) }
-            afterCommit.append { [self] in
-                if committed.warning == nil { remember(committed.signedHead, frontier: committed.frontier) }
-                memory.withLock { $0.salts = persisted; $0.records = records; $0.streams = committed.streams }
-                advanceMemory(from: log.size, to: size, events: events, head: head)
-            }
-            return ExecutionReport(results: results, recovered: log.torn, warning: warning)
-        }
-    }
-
-    /// Convenience for one command.
-    @discardableResult
-    public func execute(_ command: LedgerCommand) throws -> (result: CommandResult, recovered: TornTail?) {
-        let report = try execute([command])
-        if let warning = report.warning { lastWarning.withLock { $0 = warning } }
-        return (report.results[0], report.recovered)
-    }
-
-    /// The warning of the last single command whose events were committed but whose derived
-    /// data or head could not be written (see ``ExecutionReport/warning``); read and cleared.
-    public func takeWarning() -> String? {
-        lastWarning.withLock { w in
-            defer { w = nil }
-            return w
-        }
-    }
-
-    /// Runs a write in the storage's write transaction, with the view of the log in it. The body
-    /// does not touch what the ledger remembers about the log (replay, size, salts): it lists
-    /// those updates in `afterCommit`, and they are applied only once the storage has
-    /// committed, so that no other writer of this process ever sees state a PostgreSQL
-    /// transaction rolled back. When the write fails, everything remembered is dropped and read
-    /// again next time.
-    func writing<T>(_ body: (any LedgerWriteTransaction, LogView, _ afterCommit: inout [() -> Void]) throws -> T) throws -> T {
-        var afterCommit: [() -> Void] = []
-        let result: T
-        do {
-            result = try store.write { tx in try body(tx, try view(tx), &afterCommit) }
-        } catch {
-            memory.withLock { m in
-                m.trustedHead = nil
-                m.salts = nil
-                m.records = nil
-                m.replay = nil
-                m.size = nil
-                m.head = nil
-                m.streams = nil
-            }
-            throw error
-        }
-        for update in afterCommit { update() }
-        return result
-    }
-
     /// Records an issued checkpoint in the store, once per tree size. A checkpoint that cannot
     /// be recorded (a read-only copy of a ledger) is still valid: the failure is a warning.
     func recordIssued(_ checkpoint: IssuedCheckpoint) {
@@ -487,16 +347,6 @@ public final class Ledger: Sendable {
         }
     }
 
-    func signingKey() throws -> SodiumSigner {
-        if let signer = memory.withLock({ $0.signer }) { return signer }
-        let seed = try keys.loadSeed()
-        guard let signer = SodiumSigner(seed: seed), signer.publicKey == publicKey else {
-            throw ConsentError.integrity(IntegrityFailure(.ledgerFiles, line: nil, seq: nil, problem: "the secret key does not belong to the ledger's public key"))
-        }
-        memory.withLock { $0.signer = signer }
-        return signer
-    }
-
     /// The recorded head must be on the log: the log may run ahead of it (a crash between the
     /// log's sync and the head's), never behind.
     func checkHead(_ log: LogState) throws {
@@ -524,123 +374,4 @@ public final class Ledger: Sendable {
         }
     }
 
-    /// States of some subjects at the end of the log: from the in-memory replay when it is
-    /// current (catching up if the log moved on), otherwise by replaying those subjects' events.
-    private func currentStates(of subjects: Set<SubjectRef>, _ view: LogView, versions: [CatalogVersion]) throws -> [SubjectRef: SubjectState] {
-        let log = view.log
-        let warm = memory.withLock { m -> (LedgerReplay, Int, Digest)? in
-            guard let replay = m.replay, let size = m.size, let head = m.head else { return nil }
-            return (replay, size, head.hash)
-        }
-        if var (replay, size, hash) = warm, size <= log.size {
-            if size != log.size {
-                hash = try replayLines(view.tx, from: size, to: log.size, into: &replay, after: hash)
-                size = log.size
-                let (r, c, h) = (replay, size, ChainHead(seq: log.last.event.seq, hash: hash))
-                memory.withLock { $0.replay = r; $0.size = c; $0.head = h }
-            }
-            return Dictionary(uniqueKeysWithValues: subjects.map { ($0, replay.state(of: $0)) })
-        }
-        var states: [SubjectRef: SubjectState] = [:]
-        for subject in subjects {
-            states[subject] = try subjectEvents(subject, view, until: nil, versions: versions).state
-        }
-        return states
-    }
-
-    // MARK: - Reading
-
-    /// One subject's consents and history, optionally as of a past time. Unknown subjects have
-    /// no consents (rule R1). The subject's event signatures are checked; the whole chain is
-    /// `verify`'s job.
-    public func report(for subjectID: String, asOf: Timestamp? = nil) throws -> SubjectReport {
-        try Self.validateText(subjectID, what: "subject id", maxBytes: 256)
-        return try reading { view in
-            let log = view.log
-            let versions = try catalogVersions(view)
-            let catalog = Self.catalog(in: versions, at: asOf)
-            guard let ref = try subjectRef(for: subjectID) else {
-                let empty = SubjectState()
-                return SubjectReport(subjectID: subjectID, subject: nil, state: empty, events: [], listing: ConsentListing(state: empty, catalog: catalog), torn: log.torn)
-            }
-            let (state, events) = try subjectEvents(ref, view, until: asOf, versions: versions)
-            return SubjectReport(subjectID: subjectID, subject: ref, state: state, events: events, listing: ConsentListing(state: state, catalog: catalog), torn: log.torn)
-        }
-    }
-
-    /// A subject's events (``streamEntries(_:log:)``), replayed under the catalogue in force
-    /// before each.
-    private func subjectEvents(_ subject: SubjectRef, _ view: LogView, until: Timestamp?, versions: [CatalogVersion]) throws -> (state: SubjectState, events: [LedgerEvent]) {
-        var state = SubjectState()
-        var events: [LedgerEvent] = []
-        guard Hex.decode(subject.value)?.count == 16 else { return (state, events) }
-        for entry in try streamEntries(StreamKey.of(subject: subject), view) {
-            let record = entry.record
-            if let until, record.event.at > until { break }
-            if version < 2 { try checkSignature(record, line: entry.seq + 1) }
-            do throws(ReplayViolation) {
-                try state.apply(record.event, catalog: Self.catalog(in: versions, before: record.event.seq))
-            } catch {
-                throw ConsentError.integrity(IntegrityFailure(line: entry.seq + 1, seq: error.seq, problem: error.problem))
-            }
-            events.append(record.event)
-        }
-        return (state, events)
-    }
-
-    package func decode(_ line: [UInt8], number: Int) throws -> EventRecord {
-        do {
-            return try EventCodec.decode(line: line)
-        } catch {
-            throw ConsentError.integrity(IntegrityFailure(line: number, seq: nil, problem: error.problem))
-        }
-    }
-
-    func checkSignature(_ record: EventRecord, line: Int) throws {
-        guard record.keyID == keyID else {
-            throw ConsentError.integrity(IntegrityFailure(line: line, seq: record.event.seq, problem: "signed with key id \(record.keyID), not the ledger's key \(keyID)"))
-        }
-        let valid = EventCodec.signedMessage(body: record.body).withUnsafeBytes { verifier.isValid(record.signature, of: $0, by: publicKey) }
-        guard valid else {
-            throw ConsentError.integrity(IntegrityFailure(.ledgerFiles, line: line, seq: record.event.seq, problem: "signature does not verify with the ledger's public key"))
-        }
-    }
-
-    /// Replays every event into memory and keeps the result, so later commands and reads need
-    /// not scan the log. Returns the replay.
-    @discardableResult
-    public func loadAll() throws -> LedgerReplay {
-        try store.read { tx in
-            let log = try tx.logState()
-            try checkHead(log)
-            var replay = LedgerReplay(catalog: catalog)
-            let hash = try replayLines(tx, from: 0, to: log.size, into: &replay, after: .zero)
-            let (result, head) = (replay, ChainHead(seq: log.last.event.seq, hash: hash))
-            memory.withLock { $0.replay = result; $0.size = log.size; $0.head = head }
-            return result
-        }
-    }
-
-    /// The in-memory replay and the log size it reached, if ``loadAll()`` made one.
-    func warmReplay() -> (LedgerReplay, Int)? {
-        memory.withLock { m in
-            guard let replay = m.replay, let size = m.size else { return nil }
-            return (replay, size)
-        }
-    }
-
-    /// Drops the in-memory replay; later calls read the log again.
-    public func unload() {
-        memory.withLock { $0.replay = nil; $0.size = nil; $0.head = nil }
-    }
-
-    /// Replays lines into `replay`, checking each event's hash link (the chain, not the
-    /// signatures: that is `verify`'s work). Returns the hash of the last event replayed.
-    func replayLines(_ tx: any LedgerReadTransaction, from: Int, to end: Int, into replay: inout LedgerReplay, after start: Digest) throws -> Digest {
-        let checker = LogChecker(tx: tx, names: store.names, hasher: chain.hasher, signatures: nil)
-        let result = try checker.run(from: from, to: end, head: nil, progress: LogChecker.Progress(replay: replay, previous: start))
-        replay = result.replay
-        return result.previous
-    }
 }
-

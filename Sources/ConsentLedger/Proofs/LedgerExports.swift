@@ -1,0 +1,81 @@
+import ConsentDomain
+import LedgerFormat
+import LedgerStorage
+import TransparencyLog
+
+// MARK: - Audit exports
+
+extension Ledger {
+    /// One subject's export: their events with inclusion proofs, the genesis event with its
+    /// proof, the catalogue, a freshly signed checkpoint and the replayed state. Other subjects
+    /// appear only as hashes on the audit paths.
+    public func exportSubject(_ subjectID: String) throws -> AuditExport {
+        try Self.validateText(subjectID, what: "subject id", maxBytes: 256)
+        let signer = try signingKey()
+        guard let salt = try salt(of: subjectID) else {
+            throw ConsentError.notFound(.subject, "the ledger has no subject '\(subjectID)'")
+        }
+        let ref = subjectRef(id: subjectID, salt: salt)
+        return try reading { view in
+            let size = Int64(view.size)
+            let checkpoint = try currentCheckpoint(view)
+            let note = SignedNote.sign(checkpoint.text, key: try verifierKey, signer: signer)
+            let ledgerStream = try streamEntries(SubjectMap.ledgerStream, view)
+            let versions = try catalogVersions(ledgerStream)
+            var catalogEvents: [ExportedEvent] = []
+            for entry in ledgerStream.dropFirst() {
+                let proof = try checkedInclusionProof(record: Int64(entry.seq), line: entry.line, checkpoint: checkpoint, view)
+                catalogEvents.append(ExportedEvent(seq: Int64(entry.seq), line: String(decoding: entry.line, as: UTF8.self), proof: proof))
+            }
+            var state = SubjectState()
+            var events: [ExportedEvent] = []
+            for entry in try streamEntries(StreamKey.of(subject: ref), view) {
+                let (seq, line, record) = (entry.seq, entry.line, entry.record)
+                if version < 2 { try checkSignature(record, line: seq + 1) }
+                do throws(ReplayViolation) {
+                    try state.apply(record.event, catalog: Self.catalog(in: versions, before: UInt64(seq)))
+                } catch {
+                    throw ConsentError.integrity(IntegrityFailure(line: seq + 1, seq: error.seq, problem: error.problem))
+                }
+                let proof = try checkedInclusionProof(record: Int64(seq), line: line, checkpoint: checkpoint, view)
+                events.append(ExportedEvent(seq: Int64(seq), line: String(decoding: line, as: UTF8.self), proof: proof))
+            }
+            let genesisLine = try view.tx.entry(0)
+            let genesisProof = try checkedInclusionProof(record: 0, line: genesisLine, checkpoint: checkpoint, view)
+            let statement = ExportStatement(origin: genesis.ledgerName, size: size, subject: ref.value, catalogVersions: catalogEvents.map(\.seq), events: events.map(\.seq))
+            return AuditExport(
+                scope: .subject, ledger: genesis.ledgerName, verifierKey: try verifierKey.text, checkpoint: note,
+                catalog: CatalogCodec.encode(catalog),
+                genesis: ExportedEvent(seq: 0, line: String(decoding: genesisLine, as: UTF8.self), proof: genesisProof),
+                subject: (subjectID, ref.value, Hex.encode(salt)), events: events,
+                state: ListingJSON.encode(ConsentListing(state: state, catalog: versions.last!.catalog)),
+                catalogEvents: catalogEvents,
+                statement: SignedNote.sign(statement.text, key: try verifierKey, signer: signer)
+            )
+        }
+    }
+
+    /// The whole ledger with one signed checkpoint; the verifier rebuilds the tree.
+    public func exportAll() throws -> AuditExport {
+        let signer = try signingKey()
+        return try reading { view in
+            let checkpoint = try currentCheckpoint(view)
+            let note = SignedNote.sign(checkpoint.text, key: try verifierKey, signer: signer)
+            var events: [ExportedEvent] = []
+            try view.tx.entries(0..<view.size, batchSize: 4096, indexedKeys: false) { batch in
+                for i in 0..<batch.count {
+                    events.append(ExportedEvent(seq: Int64(batch.seq(i)), line: String(decoding: batch.entry(i), as: UTF8.self), proof: []))
+                }
+            }
+            let first = events.removeFirst()
+            let genesisProof = try checkedInclusionProof(record: 0, line: Array(first.line.utf8), checkpoint: checkpoint, view)
+            return AuditExport(
+                scope: .all, ledger: genesis.ledgerName, verifierKey: try verifierKey.text, checkpoint: note,
+                catalog: CatalogCodec.encode(catalog),
+                genesis: ExportedEvent(seq: 0, line: first.line, proof: genesisProof),
+                subject: nil, events: events, state: nil
+            )
+        }
+    }
+}
+

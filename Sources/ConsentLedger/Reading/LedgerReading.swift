@@ -1,0 +1,147 @@
+import ConsentDomain
+import LedgerFormat
+import LedgerStorage
+import TransparencyLog
+
+/// Reading one subject: its events through the subject map, replayed; and the whole log replayed
+/// into memory for a long-running process.
+extension Ledger {
+    /// States of some subjects at the end of the log: from the in-memory replay when it is
+    /// current (catching up if the log moved on), otherwise by replaying those subjects' events.
+    func currentStates(of subjects: Set<SubjectRef>, _ view: LogView, versions: [CatalogVersion]) throws -> [SubjectRef: SubjectState] {
+        let log = view.log
+        let warm = memory.withLock { m -> (LedgerReplay, Int, Digest)? in
+            guard let replay = m.replay, let size = m.size, let head = m.head else { return nil }
+            return (replay, size, head.hash)
+        }
+        if var (replay, size, hash) = warm, size <= log.size {
+            if size != log.size {
+                hash = try replayLines(view.tx, from: size, to: log.size, into: &replay, after: hash)
+                size = log.size
+                let (r, c, h) = (replay, size, ChainHead(seq: log.last.event.seq, hash: hash))
+                memory.withLock { $0.replay = r; $0.size = c; $0.head = h }
+            }
+            return Dictionary(uniqueKeysWithValues: subjects.map { ($0, replay.state(of: $0)) })
+        }
+        var states: [SubjectRef: SubjectState] = [:]
+        for subject in subjects {
+            states[subject] = try subjectEvents(subject, view, until: nil, versions: versions).state
+        }
+        return states
+    }
+
+    // MARK: - Reading
+
+    /// One subject's consents and history, optionally as of a past time. Unknown subjects have
+    /// no consents (rule R1). The subject's event signatures are checked; the whole chain is
+    /// `verify`'s job.
+    public func report(for subjectID: String, asOf: Timestamp? = nil) throws -> SubjectReport {
+        try Self.validateText(subjectID, what: "subject id", maxBytes: 256)
+        return try reading { view in
+            let log = view.log
+            let versions = try catalogVersions(view)
+            let catalog = Self.catalog(in: versions, at: asOf)
+            guard let ref = try subjectRef(for: subjectID) else {
+                let empty = SubjectState()
+                return SubjectReport(subjectID: subjectID, subject: nil, state: empty, events: [], listing: ConsentListing(state: empty, catalog: catalog), torn: log.torn)
+            }
+            let (state, events) = try subjectEvents(ref, view, until: asOf, versions: versions)
+            return SubjectReport(subjectID: subjectID, subject: ref, state: state, events: events, listing: ConsentListing(state: state, catalog: catalog), torn: log.torn)
+        }
+    }
+
+    /// A subject's events (``streamEntries(_:log:)``), replayed under the catalogue in force
+    /// before each.
+    func subjectEvents(_ subject: SubjectRef, _ view: LogView, until: Timestamp?, versions: [CatalogVersion]) throws -> (state: SubjectState, events: [LedgerEvent]) {
+        var state = SubjectState()
+        var events: [LedgerEvent] = []
+        guard Hex.decode(subject.value)?.count == 16 else { return (state, events) }
+        for entry in try streamEntries(StreamKey.of(subject: subject), view) {
+            let record = entry.record
+            if let until, record.event.at > until { break }
+            if version < 2 { try checkSignature(record, line: entry.seq + 1) }
+            do throws(ReplayViolation) {
+                try state.apply(record.event, catalog: Self.catalog(in: versions, before: record.event.seq))
+            } catch {
+                throw ConsentError.integrity(IntegrityFailure(line: entry.seq + 1, seq: error.seq, problem: error.problem))
+            }
+            events.append(record.event)
+        }
+        return (state, events)
+    }
+
+    package func decode(_ line: [UInt8], number: Int) throws -> EventRecord {
+        do {
+            return try EventCodec.decode(line: line)
+        } catch {
+            throw ConsentError.integrity(IntegrityFailure(line: number, seq: nil, problem: error.problem))
+        }
+    }
+
+    func checkSignature(_ record: EventRecord, line: Int) throws {
+        guard record.keyID == keyID else {
+            throw ConsentError.integrity(IntegrityFailure(line: line, seq: record.event.seq, problem: "signed with key id \(record.keyID), not the ledger's key \(keyID)"))
+        }
+        let valid = EventCodec.signedMessage(body: record.body).withUnsafeBytes { verifier.isValid(record.signature, of: $0, by: publicKey) }
+        guard valid else {
+            throw ConsentError.integrity(IntegrityFailure(.ledgerFiles, line: line, seq: record.event.seq, problem: "signature does not verify with the ledger's public key"))
+        }
+    }
+
+    /// Replays every event into memory and keeps the result, so later commands and reads need
+    /// not scan the log. Returns the replay.
+    @discardableResult
+    public func loadAll() throws -> LedgerReplay {
+        try store.read { tx in
+            let log = try tx.logState()
+            try checkHead(log)
+            var replay = LedgerReplay(catalog: catalog)
+            let hash = try replayLines(tx, from: 0, to: log.size, into: &replay, after: .zero)
+            let (result, head) = (replay, ChainHead(seq: log.last.event.seq, hash: hash))
+            memory.withLock { $0.replay = result; $0.size = log.size; $0.head = head }
+            return result
+        }
+    }
+
+    /// The in-memory replay and the log size it reached, if ``loadAll()`` made one.
+    func warmReplay() -> (LedgerReplay, Int)? {
+        memory.withLock { m in
+            guard let replay = m.replay, let size = m.size else { return nil }
+            return (replay, size)
+        }
+    }
+
+    /// Drops the in-memory replay; later calls read the log again.
+    public func unload() {
+        memory.withLock { $0.replay = nil; $0.size = nil; $0.head = nil }
+    }
+
+    /// Replays lines into `replay`, checking each event's hash link (the chain, not the
+    /// signatures: that is `verify`'s work). Returns the hash of the last event replayed.
+    func replayLines(_ tx: any LedgerReadTransaction, from: Int, to end: Int, into replay: inout LedgerReplay, after start: Digest) throws -> Digest {
+        let checker = LogChecker(tx: tx, names: store.names, hasher: chain.hasher, signatures: nil)
+        let result = try checker.run(from: from, to: end, head: nil, progress: LogChecker.Progress(replay: replay, previous: start))
+        replay = result.replay
+        return result.previous
+    }
+}
+
+// MARK: - Fast reads from the in-memory replay
+
+extension Ledger {
+    /// A subject's current consents. When ``loadAll()`` keeps a replay in memory and the log has
+    /// not moved on, the answer comes from it (no log reads, no signature checks: the replay was
+    /// built from checked lines); otherwise from ``report(for:asOf:)``.
+    public func currentListing(for subjectID: String) throws -> ConsentListing {
+        try Self.validateText(subjectID, what: "subject id", maxBytes: 256)
+        if let listing = try store.read({ tx throws -> ConsentListing? in
+            let log = try tx.logState()
+            guard let (replay, size) = warmReplay(), size == log.size else { return nil }
+            guard let ref = try subjectRef(for: subjectID) else { return ConsentListing(state: SubjectState(), catalog: replay.catalog) }
+            return ConsentListing(state: replay.state(of: ref), catalog: replay.catalog)
+        }) {
+            return listing
+        }
+        return try report(for: subjectID).listing
+    }
+}

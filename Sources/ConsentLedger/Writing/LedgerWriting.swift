@@ -1,0 +1,188 @@
+import ConsentDomain
+import LedgerFormat
+import LedgerStorage
+import TransparencyLog
+
+/// The writes: consent commands and catalogue publications, each a commit on the one commit
+/// path (``commit(_:_:_:signer:streams:subjects:)``), under the storage's write transaction.
+extension Ledger {
+    /// Accepts commands, appends their events atomically and durably, and answers with each
+    /// subject's updated consents. The commands are checked in order against the state the
+    /// earlier ones leave; if any is refused, nothing is appended. All events go to the store in
+    /// one write and one sync.
+    @discardableResult
+    public func execute(_ commands: [LedgerCommand]) throws -> ExecutionReport {
+        for command in commands {
+            try LedgerCommand.validate(subjectID: command.subjectID, actor: command.actor)
+        }
+        let signer = try signingKey()
+        return try writing { tx, view, afterCommit in
+            let log = view.log
+            // Subject references; a new subject gets a salt that is saved only if it gets events.
+            // Remembered salts were checked; a record read now is checked before it is used.
+            var salts = memory.withLock { $0.salts } ?? [:]
+            var records = memory.withLock { $0.records }
+            let unchecked = Set(commands.map { SubjectID($0.subjectID) }).filter { salts[$0] == nil }
+            if !unchecked.isEmpty {
+                // The file is read again only for an id the last reading did not have (a new
+                // subject, or one another writer added).
+                if records == nil || unchecked.contains(where: { records?[$0] == nil }) { records = try tx.subjectRecords() }
+                for id in unchecked {
+                    guard let record = records?[id] else { continue }
+                    try checkRecord(id, record)
+                    salts[id] = record.salt
+                }
+            }
+            var newSalts: [SubjectID: [UInt8]] = [:]
+            var refs: [SubjectID: SubjectRef] = [:]
+            for command in commands where refs[SubjectID(command.subjectID)] == nil {
+                let id = SubjectID(command.subjectID)
+                if salts[id] == nil {
+                    let salt = random(Pseudonym.saltLength)
+                    salts[id] = salt
+                    newSalts[id] = salt
+                }
+                refs[id] = subjectRef(id: command.subjectID, salt: salts[id]!)
+            }
+            let versions = try catalogVersions(view)
+            let catalog = versions.last!.catalog
+            var states = try currentStates(of: Set(refs.values), view, versions: versions)
+            let streams = try streamState(for: Set(refs.values.map { StreamKey.of(subject: $0) }), view)
+            let at = max(clock(), log.last.event.at)
+            var nextSeq = log.last.event.seq + 1
+            var results: [CommandResult] = []
+            var events: [LedgerEvent] = []
+            for command in commands {
+                let ref = refs[SubjectID(command.subjectID)]!
+                var state = states[ref] ?? SubjectState()
+                let outcome: CommandOutcome
+                do throws(CommandRejection) {
+                    outcome = try ConsentRules.decide(command.request, subject: ref, state: state, catalog: catalog, actor: command.actor, at: at, nextSeq: nextSeq)
+                } catch {
+                    throw ConsentError(error)
+                }
+                for event in outcome.events {
+                    do {
+                        try state.apply(event, catalog: catalog)
+                    } catch {
+                        throw ConsentError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "internal check failed: the events decided break a rule on replay: \(error)"))
+                    }
+                }
+                states[ref] = state
+                nextSeq += UInt64(outcome.events.count)
+                events += outcome.events
+                results.append(CommandResult(subjectID: command.subjectID, events: outcome.events, notes: outcome.notes, listing: ConsentListing(state: state, catalog: catalog)))
+            }
+            guard !events.isEmpty else { return ExecutionReport(results: results, recovered: nil) }
+            let withEvents = Set(results.filter { !$0.events.isEmpty }.map { SubjectID($0.subjectID) })
+            // A format-2 ledger signs each record (on all cores), so reads can tell it from an
+            // altered one.
+            let saved = newSalts.filter { withEvents.contains($0.key) }.sorted { $0.key < $1.key }
+            let signed = version >= 2
+            let newRecords = parallelMap(saved.count) { i -> (subjectID: SubjectID, record: SubjectRecord) in
+                let (id, salt) = saved[i]
+                let signature = signed ? Pseudonym.recordMessage(id: id, salt: salt).withUnsafeBytes { signer.sign($0) } : nil
+                return (id, SubjectRecord(salt: salt, signature: signature))
+            }
+            if records != nil { for new in newRecords { records![new.subjectID] = new.record } }
+            let committed = try commit(events, view, tx, signer: signer, streams: streams, subjects: newRecords)
+            let (size, head, warning) = (committed.size, committed.head, committed.warning)
+            // Cache only salts that are on disk: a new subject whose command appended nothing
+            // gets a fresh salt next time, saved with its first events.
+            // Remembered only once the store has committed (see ``writing(_:)``).
+            let persisted = salts.filter { newSalts[$0.key] == nil || withEvents.contains($0.key) }
+            afterCommit.append { [self] in
+                if committed.warning == nil { remember(committed.signedHead, frontier: committed.frontier) }
+                memory.withLock { $0.salts = persisted; $0.records = records; $0.streams = committed.streams }
+                advanceMemory(from: log.size, to: size, events: events, head: head)
+            }
+            return ExecutionReport(results: results, recovered: log.torn, warning: warning)
+        }
+    }
+
+    /// Convenience for one command.
+    @discardableResult
+    public func execute(_ command: LedgerCommand) throws -> (result: CommandResult, recovered: TornTail?) {
+        let report = try execute([command])
+        if let warning = report.warning { lastWarning.withLock { $0 = warning } }
+        return (report.results[0], report.recovered)
+    }
+
+    /// The warning of the last single command whose events were committed but whose derived
+    /// data or head could not be written (see ``ExecutionReport/warning``); read and cleared.
+    public func takeWarning() -> String? {
+        lastWarning.withLock { w in
+            defer { w = nil }
+            return w
+        }
+    }
+
+    /// Runs a write in the storage's write transaction, with the view of the log in it. The body
+    /// does not touch what the ledger remembers about the log (replay, size, salts): it lists
+    /// those updates in `afterCommit`, and they are applied only once the storage has
+    /// committed, so that no other writer of this process ever sees state a PostgreSQL
+    /// transaction rolled back. When the write fails, everything remembered is dropped and read
+    /// again next time.
+    func writing<T>(_ body: (any LedgerWriteTransaction, LogView, _ afterCommit: inout [() -> Void]) throws -> T) throws -> T {
+        var afterCommit: [() -> Void] = []
+        let result: T
+        do {
+            result = try store.write { tx in try body(tx, try view(tx), &afterCommit) }
+        } catch {
+            memory.withLock { m in
+                m.trustedHead = nil
+                m.salts = nil
+                m.records = nil
+                m.replay = nil
+                m.size = nil
+                m.head = nil
+                m.streams = nil
+            }
+            throw error
+        }
+        for update in afterCommit { update() }
+        return result
+    }
+
+    /// Publishes a new catalogue version as a signed event: from now on grants record its policy
+    /// versions, and earlier grants of a changed version are outdated (a changed required
+    /// consent deactivates its feature until the subject consents again). Each consent's notice
+    /// hash is the SHA-256 of its link.
+    @discardableResult
+    public func publish(_ newCatalog: Catalog, actor: String = "consentctl") throws -> LedgerEvent {
+        try Self.validateText(actor, what: "actor", maxBytes: 128)
+        let signer = try signingKey()
+        return try writing { tx, view, afterCommit in
+            let log = view.log
+            let current = try catalogVersions(view).last!.catalog
+            if let problem = newCatalog.problemAsUpdate(of: current) {
+                throw ConsentError.invalidRequest("cannot publish this catalogue: \(problem)")
+            }
+            let hasher = chain.hasher
+            let notices = newCatalog.features.flatMap { f in
+                f.consents.map { PolicyNotice(feature: f.code, consent: $0.code, version: $0.version, sha256: hasher.sha256(Array($0.link.utf8)).hex) }
+            }
+            let published = CatalogPublished(catalog: newCatalog, catalogHash: hasher.sha256(CatalogCodec.canonicalBytes(newCatalog)).hex, notices: notices)
+            let seq = log.last.event.seq + 1
+            let event = LedgerEvent(seq: seq, at: max(clock(), log.last.event.at), actor: actor, command: CommandSpan(first: seq, size: 1), payload: .catalogPublished(published))
+            let committed = try commit([event], view, tx, signer: signer, streams: try streamState(for: [SubjectMap.ledgerStream], view), subjects: [])
+            if let warning = committed.warning { lastWarning.withLock { $0 = warning } }
+            afterCommit.append { [self] in
+                if committed.warning == nil { remember(committed.signedHead, frontier: committed.frontier) }
+                memory(streams: committed.streams)
+                advanceMemory(from: log.size, to: committed.size, events: [event], head: committed.head)
+            }
+            return event
+        }
+    }
+
+    func signingKey() throws -> SodiumSigner {
+        if let signer = memory.withLock({ $0.signer }) { return signer }
+        let seed = try keys.loadSeed()
+        guard let signer = SodiumSigner(seed: seed), signer.publicKey == publicKey else {
+            throw ConsentError.integrity(IntegrityFailure(.ledgerFiles, line: nil, seq: nil, problem: "the secret key does not belong to the ledger's public key"))
+        }
+        memory.withLock { $0.signer = signer }
+        return signer
+    }
+}
