@@ -769,6 +769,11 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
             bytes += entry
             bytes.append(FileLedgerStore.newline)
         }
+        // Cutting a torn tail must never drop events a signed checkpoint covers: only a crash
+        // leaves a torn tail, and nothing unfinished was ever signed.
+        if log.torn != nil, let signed = try checkpoints().map(\.size).max(), signed > Int64(log.size) {
+            throw integrity("the log's complete commits end at \(log.size) entries, but \(store.checkpointsPath) records a signed checkpoint of \(signed): the bytes after them are not a torn tail; refusing to cut them", kind: .head)
+        }
         if !commit.subjects.isEmpty {
             _ = try appendLines(FileLedgerStore.encodeSubjectLines(commit.subjects), to: store.subjectsPath, create: false)
         }

@@ -100,6 +100,32 @@ import Glibc
         #expect(failure.problem.contains("checkpoints.jsonl"), "names where the checkpoint is recorded")
     }
 
+    /// A write cuts a torn tail off before it appends; with the head rolled back and the last
+    /// commit cut mid-line, that would have dropped events a recorded checkpoint covers. The
+    /// write refuses instead, and changes nothing.
+    @Test func aTornTailCutNeverDropsSignedEvents() throws {
+        let (path, ledger) = try Self.ledger("cut-signed")
+        let before = path + "-before"
+        defer { removeFolder(path, before) }
+        try ledger.execute(LedgerCommand(subjectID: "p1", request: .give(feature: "timeline", consents: ["required"])))
+        copyFolder(path, to: before)
+        try ledger.execute(LedgerCommand(subjectID: "p1", request: .give(feature: "timeline", consents: ["optional-a", "optional-b"])))
+        _ = try ledger.signedCheckpoint()
+        writeBytes(readBytes(before + "/head"), to: path + "/head")
+        let log = readBytes(path + "/ledger.jsonl")
+        writeBytes(Array(log.dropLast(40)), to: path + "/ledger.jsonl")
+        let files = ["ledger.jsonl", "head", "subjects.jsonl", "checkpoints.jsonl"].map { readBytes(path + "/" + $0) }
+        let reopened = try Ledger.open(store: FileLedgerStore(directory: path))
+        #expect {
+            try reopened.execute(LedgerCommand(subjectID: "p2", request: .give(feature: "timeline", consents: ["required"])))
+        } throws: { error in
+            guard case ConsentError.integrity(let failure) = error else { return false }
+            return failure.kind == .head && failure.problem.contains("checkpoints.jsonl")
+        }
+        #expect(["ledger.jsonl", "head", "subjects.jsonl", "checkpoints.jsonl"].map { readBytes(path + "/" + $0) } == files, "nothing changed")
+        guard case .failed(.integrity) = verifyFolder(path) else { Issue.record("verify passed a log cut below a signed checkpoint"); return }
+    }
+
     /// A recorded checkpoint whose root is not the log's (the log was rewritten after signing)
     /// fails verify, as does a recorded note whose signature does not verify.
     @Test func aRecordedCheckpointThatDisagreesWithTheLogFailsVerify() throws {
