@@ -256,7 +256,9 @@ public protocol LedgerStore: Sendable {
     func read<T>(_ body: (any LedgerReadTransaction) throws -> T) throws -> T
 
     /// Runs `body` in the write transaction, waiting for any other writer to finish. What `body`
-    /// commits is durable when this returns; if `body` throws, nothing it did remains.
+    /// commits is durable when this returns. A body that throws before committing leaves the
+    /// ledger as it was (the ledger commits last, so a commit is never followed by a throw; a
+    /// PostgreSQL transaction would roll it back, a file's commit is durable when it returns).
     func write<T>(_ body: (any LedgerWriteTransaction) throws -> T) throws -> T
 }
 
