@@ -241,7 +241,7 @@ public enum EventCodec {
         let sigHex = line[sigStart..<(line.count - 2)]
         let signature: Signature?
         if decodeSignature {
-            signature = Hex.decode(bytes: sigHex).flatMap { Signature(bytes: $0) }
+            signature = Hex.decode(buffer: UnsafeBufferPointer(rebasing: sigHex)).flatMap { Signature(bytes: $0) }
         } else {
             signature = sigHex.allSatisfy { Hex.nibble($0) != nil } ? Signature.placeholder : nil
         }

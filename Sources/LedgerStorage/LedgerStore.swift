@@ -97,6 +97,7 @@ public struct EntryBatch: Sendable {
     public func seq(_ i: Int) -> Int { firstSeq + i }
 
     /// Runs `body` on the `i`-th entry's bytes.
+    @inlinable
     public func withEntry<T, E: Error>(_ i: Int, _ body: (UnsafeBufferPointer<UInt8>) throws(E) -> T) throws(E) -> T {
         let span = spans[i]
         let result: Result<T, E> = buffer.withUnsafeBufferPointer { all in

@@ -10,6 +10,14 @@ public struct Digest: Hashable, Sendable, CustomStringConvertible {
         }
     }
 
+    /// The common case, not generic: a call from another module need not go through the
+    /// unspecialised generic initialiser (tree hashes are read one by one on every proof).
+    public init?(bytes: [UInt8]) {
+        guard bytes.count == 32 else { return nil }
+        words = (0, 0, 0, 0)
+        bytes.withUnsafeBytes { source in withUnsafeMutableBytes(of: &words) { $0.copyMemory(from: source) } }
+    }
+
     /// Reads 32 bytes from `pointer`.
     init(copying pointer: UnsafeRawPointer) {
         words = (0, 0, 0, 0)

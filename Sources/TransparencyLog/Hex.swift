@@ -1,7 +1,11 @@
 /// Lowercase hexadecimal, the only spelling of binary values in the ledger format.
+///
+/// The generic functions are inlinable: every signature of every line is decoded here, and an
+/// unspecialised call across the module boundary costs more than the decoding.
 package enum Hex {
-    private static let digits = Array("0123456789abcdef".utf8)
+    @usableFromInline static let digits = Array("0123456789abcdef".utf8)
 
+    @inlinable
     package static func encode(_ bytes: some Sequence<UInt8>) -> String {
         var out: [UInt8] = []
         for b in bytes {
@@ -25,6 +29,7 @@ package enum Hex {
     }
 
     /// Decodes lowercase hex bytes; nil for anything else.
+    @inlinable
     package static func decode(bytes utf8: some Collection<UInt8>) -> [UInt8]? {
         guard utf8.count % 2 == 0 else { return nil }
         var out: [UInt8] = []
@@ -37,9 +42,22 @@ package enum Hex {
         return out
     }
 
+    /// Decodes lowercase hex from a buffer: not generic, for the hot path (the signature of every
+    /// line), so that no call crosses the module boundary unspecialised.
+    package static func decode(buffer: UnsafeBufferPointer<UInt8>) -> [UInt8]? {
+        guard buffer.count % 2 == 0 else { return nil }
+        var out = [UInt8](repeating: 0, count: buffer.count / 2)
+        for i in 0..<out.count {
+            guard let hi = value(buffer[2 * i]), let lo = value(buffer[2 * i + 1]) else { return nil }
+            out[i] = hi << 4 | lo
+        }
+        return out
+    }
+
     package static func nibble(_ c: UInt8) -> UInt8? { value(c) }
 
-    private static func value(_ c: UInt8) -> UInt8? {
+    @inlinable
+    static func value(_ c: UInt8) -> UInt8? {
         switch c {
         case 0x30...0x39: return c - 0x30
         case 0x61...0x66: return c - 0x61 + 10
