@@ -703,7 +703,8 @@ def self_test(tally, args):
     if os.path.exists(log):
         t = Tree()
         for line in open(log, "rb").read().split(b"\n")[:-1]:
-            t.append(line)
+            if not line.startswith(b'{"h'):  # head lines are not leaves
+                t.append(line)
         tally.check(b64(t.root(10)) == "LlNLwHGnvzJy9lg3qy+uwL8yVJCQgn26F3wUx5JJ0qw=", "root(10) of the tiny ledger matches export-format.md")
         tally.check(b64(t.root(6)) == "nBBZKWGGkFJXF157tR9DvHLapfI7CCYfRidxQ3OPunE=", "root(6) of the tiny ledger matches export-format.md")
         tally.check([b64(h) for h in t.path(1, 10)] == [

@@ -287,6 +287,10 @@ final class PostgresLedgerTransaction: LedgerWriteTransaction {
         return records
     }
 
+    func heads(_ visit: (SignedHead) throws -> Void) throws {
+        if let head = try logState().signedHead { try visit(head) }
+    }
+
     func checkpoints() throws -> [IssuedCheckpoint] {
         try session.query("SELECT size, note FROM \(s).checkpoints ORDER BY size").map { row in
             let (size, note) = try row.decode((Int64, String).self)
@@ -302,6 +306,7 @@ final class PostgresLedgerTransaction: LedgerWriteTransaction {
         guard commit.firstSeq == size else {
             throw ConsentError.conflict("the log at \(address) has \(size) entries, not \(commit.firstSeq) as this write began; nothing was appended")
         }
+        try commit.checkHead(following: size, at: "\(address)")
         try saveSubjects(commit.subjects)
         try insertEntries(commit.entries, from: commit.firstSeq)
         try writeDerived(commit.derived)

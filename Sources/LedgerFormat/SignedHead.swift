@@ -54,6 +54,33 @@ public struct SignedHead: Hashable, Sendable {
         self.init(checkpoint: checkpoint, chainHash: hash, note: note)
     }
 
+    /// The head as a line of the log file (without its 0x0A): the canonical JSON
+    /// `{"head":NOTE}`. A folder ledger appends one after each commit's entries, in the same
+    /// synced write, so that a commit and the head that vouches for it reach the disk together.
+    public var logLine: [UInt8] { CanonicalJSON.serialize(.object(["head": .string(note)])) }
+
+    /// Whether a log line has the form of a head line (its first three bytes are `{"h`) rather
+    /// than an event's (`{"b`): the byte after `{"` tells them apart.
+    @inlinable
+    public static func isLogLine(_ line: UnsafeBufferPointer<UInt8>) -> Bool {
+        line.count >= 3 && line[0] == 0x7B && line[1] == 0x22 && line[2] == 0x68
+    }
+
+    /// Reads a head line of the log (without its 0x0A): canonical JSON `{"head":NOTE}`, NOTE a
+    /// signed head. Does not check the signature.
+    public init(logLine: [UInt8]) throws(NoteError) {
+        let value: JSONValue
+        do {
+            value = try CanonicalJSON.parse(logLine, canonical: true)
+        } catch {
+            throw NoteError("the head line is not canonical JSON: \(error)")
+        }
+        guard case .object(let members) = value, members.count == 1, case .string(let note)? = members["head"] else {
+            throw NoteError("the head line is not {\"head\":NOTE}")
+        }
+        try self.init(note: note)
+    }
+
     /// Checks the signature with the ledger's key.
     public func verify(key: NoteVerifierKey, verifier: any SignatureVerifier) throws(NoteError) {
         let opened = try SignedNote.open(note, key: key, verifier: verifier)

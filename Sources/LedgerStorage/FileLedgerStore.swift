@@ -10,8 +10,9 @@ import ConsentDomain
 /// The embedded default storage: a ledger folder on the local file system.
 ///
 /// ```
-/// DIR/ledger.jsonl    the log, one canonical JSON event per line (append-only)
-/// DIR/head            the signed head: a checkpoint note of the log with a 'chain HASH' line
+/// DIR/ledger.jsonl    the log, one canonical JSON event per line (append-only), each commit
+///                     followed by its signed head line {"head":NOTE}, NOTE a checkpoint note of
+///                     the log with a 'chain HASH' line (older folders keep it in DIR/head)
 /// DIR/catalog.json    the catalogue's canonical bytes, pinned by the genesis event
 /// DIR/public.key      the Ed25519 public key, hex
 /// DIR/secret.key      the Ed25519 seed, hex, mode 0600 (kept by ``FileKeyStore``, not here)
@@ -126,8 +127,8 @@ public struct FileLedgerStore: LedgerStore {
         do {
             try writeNew(setup.catalog, "catalog.json")
             try writeNew(Array((setup.publicKey.hex + "\n").utf8), "public.key")
-            try writeNew(setup.genesis.line, "ledger.jsonl")
-            try writeNew(Array(setup.head.note.utf8), "head")
+            // The log: the genesis event and the head line that vouches for it.
+            try writeNew(setup.genesis.line + setup.head.logLine + [Self.newline], "ledger.jsonl")
             try writeNew([], "subjects.jsonl", mode: 0o600)
             try writeNew([], "lock")
             var index: [UInt8] = []
@@ -140,7 +141,7 @@ public struct FileLedgerStore: LedgerStore {
                 let target = open(directory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
                 guard target >= 0 else { throw ConsentError.storage("cannot open \(directory): \(PosixFile.reason())") }
                 defer { close(target) }
-                for name in ["catalog.json", "public.key", "head", "subjects.jsonl", "lock", "lines.idx", "tree.hashes", "subjects.map", "ledger.jsonl"] {
+                for name in ["catalog.json", "public.key", "subjects.jsonl", "lock", "lines.idx", "tree.hashes", "subjects.map", "ledger.jsonl"] {
                     guard renameat(stagingFD, name, target, name) == 0 else {
                         throw ConsentError.storage("cannot move \(name) into \(directory): \(PosixFile.reason())")
                     }
@@ -301,8 +302,11 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
     private var state: (log: LogState, end: UInt64)?
     /// Index records that may be used to find entries: below the head and the log's end.
     private var usableIndex: Int?
-    /// Start offsets of entries past the usable index (found by reading the log), from `usableIndex`.
-    private var tailStarts: [UInt64]?
+    /// Where the entries past the usable index lie (found by reading the log), from `usableIndex`.
+    private var cachedTailLocations: [(offset: UInt64, length: UInt32)]?
+    /// Whether the signed heads are lines of the log (the current layout) rather than a `head`
+    /// file (the older layout, still read and written in its own way).
+    private var headsInLog: Bool?
 
     init(store: FileLedgerStore) { self.store = store }
 
@@ -330,6 +334,14 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
 
     private func integrity(_ problem: String, line: Int? = nil, seq: Int? = nil, kind: IntegrityKind = .log) -> ConsentError {
         .integrity(IntegrityFailure(kind, line: line, seq: seq.map { UInt64($0) }, problem: problem))
+    }
+
+    /// The layout: a folder without a `head` file keeps its heads in the log.
+    func headIsInLog() -> Bool {
+        if let headsInLog { return headsInLog }
+        let inLog = PosixFile.ownKind(of: store.headPath) == .missing
+        headsInLog = inLog
+        return inLog
     }
 
     // MARK: Small files
@@ -364,9 +376,10 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
 
     private func currentState() throws -> (log: LogState, end: UInt64) {
         if let state { return state }
-        // The head first: a writer may append between the two reads, and a log ahead of the
-        // head is the allowed direction, a head ahead of the log is not.
-        let recordedHead = try readHead()
+        // The older layout: the head file first, since a writer may append between the two
+        // reads, and a log ahead of the head is the allowed direction, a head ahead of the log
+        // is not. In the current layout the head is the log's own newest head line.
+        let recordedHead = headIsInLog() ? nil : try readHead()
         let file = try logFile()
         let size = try file.size()
         guard size > 0 else { throw integrity("the log is empty: the genesis event is missing", line: 1, seq: 0) }
@@ -375,7 +388,9 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         while true {
             let start = size - window
             let bytes = try file.read(at: start, count: Int(window))
-            if let found = try tailState(bytes: bytes, windowStart: start, fileSize: size, recordedHead: recordedHead) {
+            let tail = try recordedHead.map { try tailState(bytes: bytes, windowStart: start, fileSize: size, recordedHead: $0) }
+                ?? tailStateWithHeadLines(bytes: bytes, windowStart: start, fileSize: size)
+            if let found = tail {
                 guard found.0.last.event.seq >= found.0.recordedHead.seq else {
                     let last = found.0.last.event.seq
                     throw integrity("the log ends at seq \(last) but seq \(found.0.recordedHead.seq) was acknowledged: acknowledged events are missing (truncated log)", line: Int(last) + 2, seq: Int(last) + 1, kind: .head)
@@ -388,8 +403,83 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         }
     }
 
-        /// Works out the tail from the last `bytes` of the log. Returns nil when the window is too
-        /// small to see the start of the last command.
+    /// Works out the tail of a log that holds its heads. The recorded head is the newest head
+    /// line. Complete lines after it must be events; those that make up complete commits (the
+    /// last event of each carries the subject map's root, format 2, or ends its command, format
+    /// 1) are kept, ahead of the head: a commit whose head line never reached the disk, or was
+    /// cut, is signed event by event and loses nothing. The rest is torn: a commit a crash cut
+    /// short, never acknowledged. Returns nil when the window is too small to see the newest
+    /// head line and the event before it.
+    private func tailStateWithHeadLines(bytes: [UInt8], windowStart: UInt64, fileSize: UInt64) throws -> (LogState, UInt64)? {
+        var lineEnds: [Int] = []
+        for (i, b) in bytes.enumerated() where b == FileLedgerStore.newline { lineEnds.append(i + 1) }
+        guard !lineEnds.isEmpty else { return nil }
+        func lineStart(_ k: Int) -> Int? { k > 0 ? lineEnds[k - 1] : (windowStart == 0 ? 0 : nil) }
+        func offset(_ k: Int) -> UInt64 { windowStart + UInt64(lineStart(k) ?? 0) }
+        func line(_ k: Int) -> [UInt8] { Array(bytes[lineStart(k)!..<(lineEnds[k] - 1)]) }
+        func event(_ k: Int, after problem: String) throws -> EventRecord {
+            do {
+                return try EventCodec.decode(line: line(k))
+            } catch {
+                throw integrity("the line at byte offset \(offset(k)) (line \(store.lineNumber(atOffset: offset(k))))\(problem): \(error.problem)", kind: .log)
+            }
+        }
+        var k = lineEnds.count - 1
+        while true {
+            guard lineStart(k) != nil else { return nil }
+            if line(k).withUnsafeBufferPointer(SignedHead.isLogLine) { break }
+            k -= 1
+            if k < 0 {
+                guard windowStart == 0 else { return nil }
+                throw integrity("the log holds no head line: the signed head that ends every commit is missing", kind: .head)
+            }
+        }
+        let head: SignedHead
+        do {
+            head = try SignedHead(logLine: line(k))
+        } catch {
+            throw integrity("the head line at byte offset \(offset(k)) (line \(store.lineNumber(atOffset: offset(k)))) is not a signed head: \(error)", kind: .head)
+        }
+        // The event it follows: the nearest event line before it (a head line of a commit of no
+        // entries may stand between).
+        var e = k - 1
+        while e >= 0, let start = lineStart(e), bytes[start..<(lineEnds[e] - 1)].withContiguousStorageIfAvailable(SignedHead.isLogLine) == true { e -= 1 }
+        if e < 0 {
+            guard windowStart == 0 else { return nil }
+            throw integrity("the log begins with a head line, not the genesis event", line: 1, seq: 0)
+        }
+        guard lineStart(e) != nil else { return nil }
+        var last = try event(e, after: ", the event before the newest head line, is malformed")
+        guard last.event.seq == head.seq else {
+            throw integrity("the head line at byte offset \(offset(k)) covers \(head.checkpoint.size) entries, but follows the event of seq \(last.event.seq)", seq: Int(last.event.seq), kind: .head)
+        }
+        // After the head: events only, in sequence; complete commits kept, the rest torn.
+        var end = lineEnds[k]
+        var tornLines = 0
+        var previous = last.event.seq
+        for j in (k + 1)..<lineEnds.count {
+            let next = try event(j, after: ", after the log's newest head line, is neither an event nor a head line")
+            defer { previous = next.event.seq }
+            guard next.event.seq == previous + 1 else {
+                throw integrity("the events after the newest head line are not contiguous: seq \(next.event.seq) at byte offset \(offset(j))", seq: Int(next.event.seq))
+            }
+            tornLines += 1
+            let endsCommit = next.event.seq == next.event.command.last && (next.version < 2 || next.stream.root != nil)
+            if endsCommit {
+                last = next
+                end = lineEnds[j]
+                tornLines = 0
+            }
+        }
+        let endOffset = windowStart + UInt64(end)
+        let torn: TornTail? = endOffset < fileSize
+            ? TornTail(offset: endOffset, byteCount: Int(fileSize - endOffset), completeLines: tornLines)
+            : nil
+        return (LogState(size: Int(last.event.seq) + 1, last: last, head: .signed(head), torn: torn), endOffset)
+    }
+
+        /// The older layout (a `head` file): works out the tail from the last `bytes` of the
+        /// log. Returns nil when the window is too small to see the start of the last command.
         private func tailState(bytes: [UInt8], windowStart: UInt64, fileSize: UInt64, recordedHead: RecordedHead) throws -> (LogState, UInt64)? {
             // Line boundaries inside the window: ends[i] is the index just after a newline.
             var lineEnds: [Int] = []
@@ -463,9 +553,9 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
             return offset
         }
         guard seq <= log.size else { throw integrity("the log has no entry \(seq)", line: seq + 1, seq: seq) }
-        let starts = try tailOffsets()
-        guard seq - usable < starts.count else { return end }
-        return starts[seq - usable]
+        let tail = try tailLocations()
+        guard seq - usable < tail.count else { return end }
+        return tail[seq - usable].offset
     }
 
     private func usableIndexCount() throws -> Int {
@@ -486,9 +576,10 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         return FileLedgerStore.decodeLocation(bytes[...])
     }
 
-    /// The start offsets of the entries past the usable index, read from the log itself.
-    private func tailOffsets() throws -> [UInt64] {
-        if let tailStarts { return tailStarts }
+    /// Where the entries past the usable index lie, read from the log itself: each event line's
+    /// offset and length, head lines skipped.
+    private func tailLocations() throws -> [(offset: UInt64, length: UInt32)] {
+        if let cachedTailLocations { return cachedTailLocations }
         let (_, end) = try currentState()
         let usable = try usableIndexCount()
         var position: UInt64 = 0
@@ -500,54 +591,36 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
             }
             position = offset + UInt64(length) + 1
         }
-        var starts: [UInt64] = []
-        var lineStart = position
-        let file = try logFile()
-        while position < end {
-            let chunk = try file.read(at: position, count: Int(min(UInt64(4 << 20), end - position)))
-            guard !chunk.isEmpty else { break }
-            chunk.withUnsafeBufferPointer { all in
-                let base = all.baseAddress!
-                var i = 0
-                while i < all.count, let hit = memchr(base + i, Int32(FileLedgerStore.newline), all.count - i) {
-                    let at = base.distance(to: hit.assumingMemoryBound(to: UInt8.self))
-                    starts.append(lineStart)
-                    lineStart = position + UInt64(at) + 1
-                    i = at + 1
-                }
-            }
-            position += UInt64(chunk.count)
+        var locations: [(offset: UInt64, length: UInt32)] = []
+        try forEachLines(from: position, to: end, eventsOnly: true) { buffer, bufferOffset, spans in
+            for span in spans { locations.append((bufferOffset + UInt64(span.lowerBound), UInt32(span.count))) }
+            return true
         }
-        tailStarts = starts
-        return starts
+        cachedTailLocations = locations
+        return locations
     }
 
-    func entries(_ range: Range<Int>, batchSize: Int, indexedKeys: Bool, _ visit: (EntryBatch) throws -> Void) throws {
-        guard !range.isEmpty else { return }
+    /// Whether a line is a head line, in a layout whose log holds them (in the older layout
+    /// every line is an event, and one that is not is damage the ledger reports).
+    private func isHeadLine(_ buffer: [UInt8], _ span: Range<Int>) -> Bool {
+        guard headIsInLog() else { return false }
+        return buffer.withUnsafeBufferPointer { SignedHead.isLogLine(UnsafeBufferPointer(rebasing: $0[span])) }
+    }
+
+    /// Reads the log's lines in `[from, to)` in chunks of a few MiB: `visit` gets each chunk
+    /// (with any partial line carried over from the one before), its offset in the file, and
+    /// the spans of the complete lines in it, without their 0x0A (only its event lines when
+    /// `eventsOnly`, in a layout with head lines); it returns false to stop.
+    private func forEachLines(from: UInt64, to stop: UInt64, eventsOnly: Bool = false, _ visit: ([UInt8], UInt64, [Range<Int>]) throws -> Bool) throws {
+        let skipHeads = eventsOnly && headIsInLog()
         let file = try logFile()
-        // Up to the end of the complete commits, or (a damaged tail being examined) of the
-        // complete lines.
-        var stop: UInt64
-        var offset: UInt64
-        if range.lowerBound == 0, (try? currentState()) == nil {
-            stop = try file.size()
-            offset = 0
-        } else {
-            let (log, end) = try currentState()
-            offset = try startOffset(of: range.lowerBound)
-            stop = range.upperBound <= log.size ? end : try file.size()
-            // Only the bytes of the entries asked for: up to where the next entry starts, when
-            // lines.idx says so plausibly (else the lines are counted up to the end: the entries
-            // found are the log's either way, and the ledger checks what they are).
-            if range.upperBound < log.size, let next = try? startOffset(of: range.upperBound), next > offset, next <= end { stop = next }
-        }
-        var seq = range.lowerBound
+        var offset = from
         var carry: [UInt8] = []
-        var carryOffset = offset
+        var carryOffset = from
         let chunkSize = 4 << 20
-        while offset < stop, seq < range.upperBound {
+        while offset < stop {
             let chunk = try file.read(at: offset, count: Int(min(UInt64(chunkSize), stop - offset)))
-            guard !chunk.isEmpty else { throw integrity("the log ended while being read", line: seq + 1) }
+            guard !chunk.isEmpty else { throw integrity("the log ended while being read (at byte offset \(offset))") }
             let bufferOffset = carry.isEmpty ? offset : carryOffset
             offset += UInt64(chunk.count)
             let buffer = carry.isEmpty ? chunk : carry + chunk
@@ -556,15 +629,40 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
             buffer.withUnsafeBufferPointer { all in
                 let base = all.baseAddress!
                 var start = 0
-                while start < all.count, seq + spans.count < range.upperBound, let hit = memchr(base + start, Int32(FileLedgerStore.newline), all.count - start) {
+                while start < all.count, let hit = memchr(base + start, Int32(FileLedgerStore.newline), all.count - start) {
                     let end = base.distance(to: hit.assumingMemoryBound(to: UInt8.self))
-                    spans.append(start..<end)
+                    if !skipHeads || !SignedHead.isLogLine(UnsafeBufferPointer(rebasing: all[start..<end])) { spans.append(start..<end) }
                     start = end + 1
                 }
                 consumed = start
             }
             carry = Array(buffer[consumed...])
             carryOffset = bufferOffset + UInt64(consumed)
+            guard try visit(buffer, bufferOffset, spans) else { return }
+        }
+    }
+
+    func entries(_ range: Range<Int>, batchSize: Int, indexedKeys: Bool, _ visit: (EntryBatch) throws -> Void) throws {
+        guard !range.isEmpty else { return }
+        // Up to the end of the complete commits, or (a damaged tail being examined) of the
+        // complete lines.
+        var stop: UInt64
+        let offset: UInt64
+        if range.lowerBound == 0, (try? currentState()) == nil {
+            stop = try logFile().size()
+            offset = 0
+        } else {
+            let (log, end) = try currentState()
+            offset = try startOffset(of: range.lowerBound)
+            stop = range.upperBound <= log.size ? end : try logFile().size()
+            // Only the bytes of the entries asked for: up to where the next entry starts, when
+            // lines.idx says so plausibly (else the lines are counted up to the end: the entries
+            // found are the log's either way, and the ledger checks what they are).
+            if range.upperBound < log.size, let next = try? startOffset(of: range.upperBound), next > offset, next <= end { stop = next }
+        }
+        var seq = range.lowerBound
+        try forEachLines(from: offset, to: stop, eventsOnly: true) { buffer, bufferOffset, lines in
+            let spans = lines.count <= range.upperBound - seq ? lines : Array(lines.prefix(range.upperBound - seq))
             var first = 0
             while first < spans.count {
                 let last = min(spans.count, first + max(1, batchSize))
@@ -574,6 +672,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
                 seq += part.count
                 first = last
             }
+            return seq < range.upperBound
         }
         if seq < range.upperBound, range.upperBound <= (state?.log.size ?? 0) {
             throw integrity("the log does not end with a newline where a commit should end", line: seq + 1)
@@ -716,6 +815,35 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         return found
     }
 
+    func heads(_ visit: (SignedHead) throws -> Void) throws {
+        let (log, end) = try currentState()
+        guard headIsInLog() else {
+            if let head = log.signedHead { try visit(head) }
+            return
+        }
+        var entries = 0
+        try forEachLines(from: 0, to: end) { buffer, bufferOffset, spans in
+            for span in spans {
+                guard isHeadLine(buffer, span) else {
+                    entries += 1
+                    continue
+                }
+                let at = bufferOffset + UInt64(span.lowerBound)
+                let head: SignedHead
+                do {
+                    head = try SignedHead(logLine: Array(buffer[span]))
+                } catch {
+                    throw integrity("the head line at byte offset \(at) (line \(store.lineNumber(atOffset: at))) is not a signed head: \(error)", kind: .head)
+                }
+                guard head.checkpoint.size == Int64(entries) else {
+                    throw integrity("the head line at byte offset \(at) (line \(store.lineNumber(atOffset: at))) covers \(head.checkpoint.size) entries but follows \(entries)", seq: entries, kind: .head)
+                }
+                try visit(head)
+            }
+            return true
+        }
+    }
+
     func checkpoints() throws -> [IssuedCheckpoint] {
         let bytes: [UInt8]
         do {
@@ -740,35 +868,43 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
 
     // MARK: Writing
 
-    /// In order: the new subject records, the log (a torn tail cut off first, kept in
-    /// `recovered/`), the derived data, each synced; then the head, renamed into place. So the
-    /// head is never ahead of what it names, and derived data past the head is not trusted.
+    /// Derived files are synced (for a crash of the machine, not just the process) when a commit
+    /// takes the log past a multiple of this many entries, or rewrites entries it did not add: a
+    /// reader after a power loss catches up at most about this many entries from the log.
+    static let derivedSyncInterval = 16_384
+
+    /// In order: the new subject records, synced; then the log (a torn tail cut off first, kept
+    /// in `recovered/`) with the commit's entries and its signed head line, in one write and one
+    /// `fdatasync`, which acknowledges the commit; then the derived data, written but synced only
+    /// every ``derivedSyncInterval`` entries (derived data a crash leaves behind is caught up from
+    /// the log). In the older layout (a `head` file) the derived data is synced and the head
+    /// renamed into place after the log, as that layout was written.
     func commit(_ commit: LedgerCommit) throws -> String? {
         let (log, end) = try currentState()
         guard commit.firstSeq == log.size else {
             throw ConsentError.conflict("a commit at entry \(commit.firstSeq) does not follow the log's \(log.size) entries: another writer appended first; nothing was written")
+        }
+        try commit.checkHead(following: log.size, at: store.directory)
+        let inLog = headIsInLog()
+        var headLine: [UInt8] = []
+        if inLog, let head = commit.head, !(commit.entries.isEmpty && head == log.signedHead) {
+            headLine = head.logLine + [FileLedgerStore.newline]
         }
         // Where each entry the index is rewritten for lies: old entries from the log, new ones
         // from the append.
         let derived = commit.derived
         var locations: [(offset: UInt64, length: UInt32)] = []
         if derived.indexFrom < log.size, !derived.streamKeys.isEmpty {
-            var previous: UInt64?
-            for seq in derived.indexFrom..<min(log.size, derived.indexFrom + derived.streamKeys.count) {
-                let start = try previous ?? startOffset(of: seq)
-                let next = seq + 1 < log.size ? try startOffset(of: seq + 1) : end
-                guard next > start else { throw integrity("entry \(seq) has no bytes", line: seq + 1, seq: seq) }
-                locations.append((start, UInt32(next - start - 1)))
-                previous = next
-            }
+            locations = try entryLocations(derived.indexFrom..<min(log.size, derived.indexFrom + derived.streamKeys.count))
         }
         var bytes: [UInt8] = []
-        bytes.reserveCapacity(commit.entries.reduce(0) { $0 + $1.count + 1 })
+        bytes.reserveCapacity(commit.entries.reduce(headLine.count) { $0 + $1.count + 1 })
         for entry in commit.entries {
             locations.append((end + UInt64(bytes.count), UInt32(entry.count)))
             bytes += entry
             bytes.append(FileLedgerStore.newline)
         }
+        bytes += headLine
         // Cutting a torn tail must never drop events a signed checkpoint covers: only a crash
         // leaves a torn tail, and nothing unfinished was ever signed.
         if log.torn != nil, let signed = try checkpoints().map(\.size).max(), signed > Int64(log.size) {
@@ -780,7 +916,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         let file = try PosixFile(path: store.logPath, flags: O_RDWR)
         if !bytes.isEmpty {
             try append(bytes, to: file, at: end, line: log.size + 1)
-        } else if log.size > Int(log.recordedHead.seq) + 1 {
+        } else if !inLog, log.size > Int(log.recordedHead.seq) + 1 {
             // Entries past the head may be a dead writer's, never synced: durable before the
             // derived data vouches for them.
             try file.sync()
@@ -788,17 +924,43 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         // Nothing cached describes the log any more.
         state = nil
         usableIndex = nil
-        tailStarts = nil
+        cachedTailLocations = nil
         index = nil
         tree = nil
         map = nil
         do {
-            try writeDerived(derived, locations: locations)
-            if let head = commit.head { try PosixFile.writeAtomically(Array(head.note.utf8), to: store.headPath) }
+            let newSize = log.size + commit.entries.count
+            let interval = Self.derivedSyncInterval
+            let sync = !inLog || newSize / interval != log.size / interval || derived.indexFrom < log.size || derived.treeFrom < Int64(MerkleTree.storedHashCount(Int64(log.size)))
+            try writeDerived(derived, locations: locations, sync: sync)
+            if !inLog, let head = commit.head { try PosixFile.writeAtomically(Array(head.note.utf8), to: store.headPath) }
             return nil
         } catch {
             return "\(error)"
         }
+    }
+
+    /// Where entries of the log lie: from lines.idx where it may be used, the rest read from
+    /// the log.
+    private func entryLocations(_ range: Range<Int>) throws -> [(offset: UInt64, length: UInt32)] {
+        let usable = try usableIndexCount()
+        let (_, end) = try currentState()
+        var locations: [(offset: UInt64, length: UInt32)] = []
+        locations.reserveCapacity(range.count)
+        for seq in range.lowerBound..<min(range.upperBound, usable) {
+            let (offset, length, _) = try indexRecord(seq)
+            guard offset < end, UInt64(length) < end - offset else {
+                throw integrity("lines.idx places entry \(seq) at offset \(offset), length \(length), past the log's \(end) bytes (\(store.names.derivedRepair))", line: seq + 1, seq: seq, kind: .derivedData)
+            }
+            locations.append((offset, length))
+        }
+        if range.upperBound > usable {
+            let tail = try tailLocations()
+            let from = max(range.lowerBound, usable) - usable
+            guard range.upperBound - usable <= tail.count else { throw integrity("the log has fewer entries than \(range.upperBound)", seq: range.upperBound - 1) }
+            locations += tail[from..<(range.upperBound - usable)]
+        }
+        return locations
     }
 
     private func append(_ bytes: [UInt8], to file: PosixFile, at expected: UInt64, line: Int) throws {
@@ -825,7 +987,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         }
     }
 
-    private func writeDerived(_ derived: DerivedUpdate, locations: [(offset: UInt64, length: UInt32)]) throws {
+    private func writeDerived(_ derived: DerivedUpdate, locations: [(offset: UInt64, length: UInt32)], sync: Bool) throws {
         let size = FileLedgerStore.locationSize
         // The index may stay behind the log (a copy appending in parts), never run past it.
         guard derived.streamKeys.count <= locations.count else {
@@ -840,7 +1002,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         let indexEnd = UInt64(derived.indexFrom * size + bytes.count)
         try index.write(bytes, at: UInt64(derived.indexFrom * size))
         if try index.size() > indexEnd { try index.truncate(to: indexEnd) }
-        try index.sync()
+        if sync { try index.sync() }
         let tree = try PosixFile(path: store.treePath, flags: O_RDWR | O_CREAT)
         var hashes: [UInt8] = []
         hashes.reserveCapacity(derived.treeHashes.count * 32)
@@ -848,7 +1010,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         let treeEnd = UInt64(derived.treeFrom) * 32 + UInt64(hashes.count)
         try tree.write(hashes, at: UInt64(derived.treeFrom) * 32)
         if try tree.size() > treeEnd { try tree.truncate(to: treeEnd) }
-        try tree.sync()
+        if sync { try tree.sync() }
         if let subjectMap = derived.subjectMap, subjectMap.at == 0 {
             // A whole map (a rebuild, or a compaction): written aside and renamed over the old
             // one, so a crash leaves one or the other, never a mixture.
@@ -859,7 +1021,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
             let bytes = subjectMap.records.bytes
             try map.write(bytes, at: start)
             if try map.size() > start + UInt64(bytes.count) { try map.truncate(to: start + UInt64(bytes.count)) }
-            try map.sync()
+            if sync { try map.sync() }
         }
     }
 

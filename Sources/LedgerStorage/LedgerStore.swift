@@ -59,7 +59,9 @@ public struct LedgerCommit: Sendable {
     public let derived: DerivedUpdate
     /// Subject records first used by these entries.
     public let subjects: [(subjectID: SubjectID, record: SubjectRecord)]
-    /// The head after the commit; nil keeps the recorded one (a copy appending in parts).
+    /// The head after the commit. Required when the commit has entries (a storage keeps each
+    /// commit's head with its entries); nil in a commit of derived data alone keeps the
+    /// recorded one.
     public let head: SignedHead?
 
     public init(firstSeq: Int, entries: [[UInt8]], derived: DerivedUpdate, subjects: [(subjectID: SubjectID, record: SubjectRecord)], head: SignedHead?) {
@@ -68,6 +70,20 @@ public struct LedgerCommit: Sendable {
         self.derived = derived
         self.subjects = subjects
         self.head = head
+    }
+}
+
+extension LedgerCommit {
+    /// Every storage refuses, before writing anything, a commit of entries without a head or
+    /// with a head of another size than the log after it.
+    public func checkHead(following size: Int, at location: String) throws {
+        if let head {
+            guard head.checkpoint.size == Int64(size + entries.count) else {
+                throw ConsentError.storage("\(location): a head of \(head.checkpoint.size) entries for a commit that brings the log to \(size + entries.count); nothing was written")
+            }
+        } else if !entries.isEmpty {
+            throw ConsentError.storage("\(location): a commit of entries without the signed head that vouches for them; nothing was written")
+        }
     }
 }
 
@@ -299,6 +315,11 @@ public protocol LedgerReadTransaction {
 
     /// Every recorded checkpoint, by tree size.
     func checkpoints() throws -> [IssuedCheckpoint]
+
+    /// Every signed head the storage keeps, oldest first, the newest being the recorded head.
+    /// A folder keeps one per commit, in its log; other storages keep only the newest. Each is
+    /// checked to stand where its size says (after that many entries), not that it verifies.
+    func heads(_ visit: (SignedHead) throws -> Void) throws
 }
 
 /// The one writer's transaction.

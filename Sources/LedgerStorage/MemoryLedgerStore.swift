@@ -149,6 +149,10 @@ final class MemoryLedgerTransaction: LedgerWriteTransaction {
 
     func subjectRecords() throws -> [SubjectID: SubjectRecord] { contents.subjects }
 
+    func heads(_ visit: (SignedHead) throws -> Void) throws {
+        if let head = contents.head { try visit(head) }
+    }
+
     func checkpoints() throws -> [IssuedCheckpoint] {
         contents.checkpoints.sorted { $0.key < $1.key }.map { IssuedCheckpoint(size: $0.key, note: $0.value) }
     }
@@ -157,6 +161,7 @@ final class MemoryLedgerTransaction: LedgerWriteTransaction {
         guard commit.firstSeq == contents.entries.count else {
             throw ConsentError.conflict("\(names.location): a commit at entry \(commit.firstSeq) does not follow the log's \(contents.entries.count) entries: another writer appended first; nothing was written")
         }
+        try commit.checkHead(following: contents.entries.count, at: names.location)
         for (id, record) in commit.subjects { contents.subjects[id] = record }
         contents.entries += commit.entries
         try Self.apply(commit.derived, to: &contents)

@@ -4,7 +4,7 @@
 //
 // For each size it builds a ledger in DIR (on disk, so syncs are real) and measures, each phase
 // in a child process of its own so that its peak memory (ru_maxrss) is its own:
-//   append, durable per command   one command per execute: log fsync + head rename + dir fsync
+//   append, durable per command   one command per execute: one fdatasync of the log (events and head line)
 //   append, batched               --batch commands per execute: one write, one set of syncs
 //   replay                        decode, hash links and rules for every event (Ledger.loadAll)
 //   verify                        replay plus every signature, on all cores (Ledger.verify)

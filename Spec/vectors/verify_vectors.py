@@ -707,6 +707,10 @@ class DecodeError(Exception):
 
 LINE_PREFIX = b'{"body":'
 SIG_PREFIX = b',"sig":"'
+# A log that holds its heads (a folder without a `head` file) has, after each commit's event
+# lines, one head line: the canonical JSON {"head":NOTE}, NOTE the signed head after the commit.
+# A line is a head line when its first three bytes are these (an event line starts {"body":).
+HEAD_LINE_PREFIX = b'{"h'
 # Every member name of format versions 1 and 2, in canonical (byte) order. The body reader refuses
 # any other name as soon as it meets it, and reports "first" extra or missing members in this order.
 BODY_NAMES = ["actor", "at", "catalog", "cause", "cmd", "cmdSize", "consent", "document", "feature", "kid", "ledger",
@@ -909,6 +913,24 @@ def _published(document, notices):
                 and isinstance(n["version"], str) and hex_decode(n["sha256"], 32) is not None):
             raise DecodeError("a notice must be {consent, feature, sha256 (64 hex digits), version}")
     return catalog, notices
+
+
+def is_head_line(line):
+    """Whether a line of a log that holds its heads (without its 0x0A) is a head line: its first
+    three bytes are {"h. (In the older layout, with a `head` file, every line is an event line,
+    and one that starts {"h is a malformed event.)"""
+    return line[:3] == HEAD_LINE_PREFIX
+
+
+def head_line(note):
+    """The head line (without its 0x0A) that holds the signed head `note`: {"head":NOTE}."""
+    return serialize({"head": note})
+
+
+def event_lines(log):
+    """The complete event lines of a log that holds its heads (each without its 0x0A), its head
+    lines left out; for a log of the older layout, all of its complete lines."""
+    return [line for line in log.split(b"\n")[:-1] if not is_head_line(line)]
 
 
 def decode_line(line):
@@ -1353,11 +1375,11 @@ def map_root_record(covered, ref, root, keys):
 
 
 def derive_subject_map(log, per="commit"):
-    """subjects.map for every line of `log`, as writers append it: one write (its new nodes, then
-    a root record) per commit, that is after each event that carries a root (per="commit"), or
-    for the whole log at once (per="log")."""
+    """subjects.map for every event line of `log` (head lines skipped), as writers append it: one
+    write (its new nodes, then a root record) per commit, that is after each event that carries a
+    root (per="commit"), or for the whole log at once (per="log")."""
     m, out = SubjectMap(), bytearray()
-    lines = log.split(b"\n")[:-1]
+    lines = event_lines(log)
     for n, raw in enumerate(lines, 1):
         e = decode_line(raw)
         if e.seq == e.cmd + e.cmd_size - 1:
@@ -1491,7 +1513,13 @@ def verify_folder(folder, log=None, head_text=None, derived=None, subjects=None,
     empty), `subject_map` the bytes of subjects.map (False: none; None: the folder's, if there is
     one), `subjects` the bytes of subjects.jsonl. Returns a Report or raises Failure naming the
     first bad entry. (Step 8, the recorded checkpoints, is in verify_export.py, which has signed
-    notes.)"""
+    notes.)
+
+    The layout: a folder with a `head` file, or a call with `head_text`, is of the older layout
+    (every line of the log an event line, the head in the file); otherwise the log holds its
+    heads (a head line after each commit's event lines; the recorded head is the newest, complete
+    commits after it are kept and the earlier head lines are checked, step 8), read from `log`
+    when given. Lines, seqs, leaves and the derived files count event lines only."""
     if derived is None:
         derived = tuple(read_file(folder, n) if os.path.isfile(os.path.join(folder, n)) else b"" for n in ("lines.idx", "tree.hashes"))
     if subject_map is None:
@@ -1507,9 +1535,12 @@ def verify_folder(folder, log=None, head_text=None, derived=None, subjects=None,
         raise Failure(None, None, "public.key does not hold a 64-digit lowercase hex Ed25519 public key")
     kid = key_id(public_key)
     catalog_bytes = read_file(folder, "catalog.json")
+    heads_in_log = head_text is None and not os.path.isfile(os.path.join(folder, "head"))
     newline = log.find(b"\n")
     if newline < 0:
         raise Failure(1, 0, "the genesis line is incomplete (no newline)")
+    if heads_in_log and is_head_line(log[:newline]):
+        raise Failure(1, 0, "the log begins with a head line, not the genesis event")
     try:
         genesis = decode_line(log[:newline])
     except DecodeError as e:
@@ -1531,18 +1562,33 @@ def verify_folder(folder, log=None, head_text=None, derived=None, subjects=None,
     except CatalogError as e:
         raise Failure(1, 0, "stored catalogue: %s" % e)
 
-    # Steps 3 and 4: the head file and the end of the log (torn tail). If either fails, an
-    # earlier line may be bad too, and the first bad line of the whole file is named instead.
-    if head_text is None:
-        head_text = read_file(folder, "head").decode("utf-8", "replace")
+    # Steps 3 and 4: the head and the end of the log (torn tail). If either fails, an earlier
+    # line may be bad too, and the first bad line of the whole file is named instead: the checks
+    # of step 5 over every complete event line (in a log that holds its heads, every complete line
+    # that is not a head line, those after the newest head line included), numbered among them.
     ends = [i + 1 for i, b in enumerate(log) if b == 0x0A]
     starts = [0] + ends[:-1]
-    try:
-        head_seq, head_hash, head_root = parse_head(head_text, genesis.ledger, public_key)
-        end, complete_lines, torn_lines = find_end(log, ends, starts)
-    except Failure:
-        check_lines(log, ends, starts, len(ends), public_key, kid, catalog, None, genesis.v)
-        raise
+    if heads_in_log:
+        # ends and starts of the event lines only: event line i is seq i, line i + 1.
+        kinds = [is_head_line(log[starts[k]:ends[k] - 1]) for k in range(len(ends))]
+        all_ends, all_starts = ends, starts
+        ends = [all_ends[k] for k in range(len(all_ends)) if not kinds[k]]
+        starts = [all_starts[k] for k in range(len(all_ends)) if not kinds[k]]
+        try:
+            (head_seq, head_hash, head_root), end, complete_lines, torn_lines = find_end_in_log(
+                log, all_ends, all_starts, genesis.ledger, public_key)
+        except Failure:
+            check_lines(log, ends, starts, len(ends), public_key, kid, catalog, None, genesis.v)
+            raise
+    else:
+        if head_text is None:
+            head_text = read_file(folder, "head").decode("utf-8", "replace")
+        try:
+            head_seq, head_hash, head_root = parse_head(head_text, genesis.ledger, public_key)
+            end, complete_lines, torn_lines = find_end(log, ends, starts)
+        except Failure:
+            check_lines(log, ends, starts, len(ends), public_key, kid, catalog, None, genesis.v)
+            raise
 
     # Step 5: every line up to the end of the last complete command, in order; the derived files
     # in the same pass: lines.idx when it covers the whole log, tree.hashes when it does too
@@ -1569,6 +1615,11 @@ def verify_folder(folder, log=None, head_text=None, derived=None, subjects=None,
         if tree_root(leaves) != head_root:
             raise Failure(None, None, "the signed head commits to root %s at size %d, but the log's first %d records hash to another root"
                           % (head_root.hex(), head_seq + 1, head_seq + 1))
+
+    # Step 8 (the part about the log itself; recorded checkpoints are in verify_export.py): every
+    # earlier head line of a log that holds its heads.
+    if heads_in_log:
+        check_earlier_heads(log, all_ends, all_starts, end, genesis.ledger, public_key, records)
 
     # Step 9 (format 2): the log's last event carries the subject map's root; the stored subject
     # map, when its newest root record covers the whole log, holds what the log builds (one that
@@ -1608,6 +1659,7 @@ def verify_folder(folder, log=None, head_text=None, derived=None, subjects=None,
     report.derived_checked = None if derived is None else "lines.idx" if derived[1] is None else "lines.idx and tree.hashes"
     report.map_checked, report.version, report.streams = map_checked, genesis.v, streams
     report.torn = None if end == len(log) else (end, len(log) - end, torn_lines)
+    report.heads_in_log = heads_in_log
     return report
 
 
@@ -1616,11 +1668,13 @@ def note_key_hash(name, public_key):
     return sha256(name.encode("utf-8") + b"\n\x01" + public_key)[:4]
 
 
-def parse_head(text, name, public_key):
+def parse_head(text, name, public_key, signed_only=False):
     """Step 3: the signed head (a checkpoint note with one 'chain HASH' extension line, signed by
-    the ledger's key) -> (seq, hash hex, root bytes); or the older unsigned `SEQ HASH` ->
-    (seq, hash hex, None)."""
+    the ledger's key) -> (seq, hash hex, root bytes); or, unless `signed_only` (a head line), the
+    older unsigned `SEQ HASH` -> (seq, hash hex, None)."""
     split = text.rfind("\n\n")
+    if split < 0 and signed_only:
+        raise Failure(None, None, "head is not a signed head (a checkpoint note with a 'chain' line and a signature block)")
     if split < 0:
         parts = text.rstrip("\n\r ").split(" ")
         if (len(parts) != 2 or not parts[0].isascii() or not parts[0].isdigit() or str(int(parts[0])) != parts[0]
@@ -1673,7 +1727,8 @@ def tree_root(leaves):
 
 
 def find_end(log, ends, starts):
-    """Step 4 (Torn tails): (end offset, lines before it, torn complete lines)."""
+    """Step 4 (Torn tails) of a log of the older layout (a `head` file; every line an event
+    line): (end offset, lines before it, torn complete lines)."""
     if not ends:
         raise Failure(1, 0, "the log holds no complete event")
 
@@ -1713,6 +1768,181 @@ def find_end(log, ends, starts):
             raise Failure(k + 1, before.seq, "the last commit's events are not contiguous")
         last = before
     return ends[k], k + 1, torn_lines
+
+
+def find_end_in_log(log, ends, starts, name, public_key):
+    """Step 4 (Torn tails) of a log that holds its heads, over all its complete lines (`ends` and
+    `starts`, head lines included): the recorded head is the newest head line, which must hold a
+    signed head of the ledger (step 3) and follow the event of seq SIZE - 1 (the nearest event
+    line before it; earlier head lines are skipped). The complete lines after it must be events,
+    their seqs following SEQ one by one. Going forward over them, the events up to the last one
+    that ends a commit (its seq is cmd + cmdSize - 1 and, in format 2, it carries streamRoot) are
+    kept: a commit whose head line never reached the disk, or was cut, is signed event by event
+    and part of the log, which is then ahead of its head. The events after it (a commit a crash
+    cut short, never acknowledged) and any partial line are the torn tail. Returns ((seq, hash
+    hex, root) of the head, end offset of the kept log, the event lines before it, the complete
+    event lines after it)."""
+    def line(k):
+        return log[starts[k]:ends[k] - 1]
+
+    def where(k):
+        return "the line at byte offset %d (line %d)" % (starts[k], k + 1)
+
+    k = len(ends) - 1
+    while k >= 0 and not is_head_line(line(k)):
+        k -= 1
+    if k < 0:
+        raise Failure(None, None, "the log holds no head line: the signed head that ends every commit is missing")
+    try:
+        note = head_line_note(line(k))
+    except HeadLineError as e:
+        raise Failure(None, None, "the head line at byte offset %d (line %d) is not a signed head: %s" % (starts[k], k + 1, e))
+    try:
+        head = parse_head(note, name, public_key, signed_only=True)
+    except Failure as f:
+        raise Failure(None, None, "the head line at byte offset %d (line %d): %s" % (starts[k], k + 1, f.reason))
+    # The event line just before the newest head line (earlier head lines skipped).
+    j = k - 1
+    while j >= 0 and is_head_line(line(j)):
+        j -= 1
+    if j < 0:
+        raise Failure(1, 0, "the log begins with a head line, not the genesis event")
+    try:
+        last = decode_line(line(j))
+    except DecodeError as e:
+        raise Failure(None, None, "%s, the event before the newest head line, is malformed: %s" % (where(j), e))
+    if last.seq != head[0]:
+        raise Failure(None, last.seq, "the head line at byte offset %d covers %d entries, but follows the event of seq %d"
+                      % (starts[k], head[0] + 1, last.seq))
+    # After the head: events only, in sequence; complete commits kept, the rest torn.
+    kept = sum(1 for j in range(k) if not is_head_line(line(j)))
+    end, torn, previous = ends[k], 0, last.seq
+    for j in range(k + 1, len(ends)):
+        try:
+            e = decode_line(line(j))
+        except DecodeError as err:
+            raise Failure(None, None, "%s, after the log's newest head line, is neither an event nor a head line: %s" % (where(j), err))
+        if e.seq != previous + 1:
+            raise Failure(None, e.seq, "the events after the newest head line are not contiguous: seq %d at byte offset %d" % (e.seq, starts[j]))
+        previous = e.seq
+        torn += 1
+        if e.seq == e.cmd + e.cmd_size - 1 and (e.v < 2 or e.stream_root is not None):
+            end, kept, torn = ends[j], kept + torn, 0
+    return head, end, kept, torn
+
+
+class HeadLineError(Exception):
+    pass
+
+
+def head_line_note(line):
+    """A head line (without its 0x0A) -> its NOTE: the line MUST be canonical JSON {"head":NOTE}.
+    Raises HeadLineError otherwise."""
+    try:
+        value = parse_canonical(line)
+    except JSONError as e:
+        raise HeadLineError("the head line is not canonical JSON: byte %d: %s" % (e.offset + 1, e.message))
+    if not (isinstance(value, dict) and list(value) == ["head"] and isinstance(value["head"], str)):
+        raise HeadLineError('the head line is not {"head":NOTE}')
+    return value["head"]
+
+
+def read_head_note(note):
+    """The form of a signed head, as a store reads it (the signature not checked, the origin any):
+    -> (origin, size, root bytes). Raises HeadLineError."""
+    split = note.rfind("\n\n")
+    if split < 0:
+        raise HeadLineError("the head has no signature block")
+    lines = note[:split].split("\n")
+    root = base64_decode(lines[2]) if len(lines) == 4 else None
+    if (len(lines) != 4 or not lines[0] or not lines[1].isascii() or not lines[1].isdigit() or str(int(lines[1])) != lines[1]
+            or int(lines[1]) < 1 or int(lines[1]) > 1 << 62 or root is None or len(root) != 32 or not lines[3].startswith("chain ")
+            or hex_decode(lines[3][6:], 32) is None):
+        raise HeadLineError("the head is not a checkpoint of at least one record with one extension line 'chain HASH'")
+    return lines[0], int(lines[1]), root
+
+
+def note_signature_problem(note, name, public_key):
+    """C2SP signed-note opening with the key (`name`, `public_key`): None if a signature by that
+    key verifies (and every signature line is well formed), else what is wrong."""
+    split = note.rfind("\n\n")
+    if split < 0:
+        return "note has no blank line before its signatures"
+    text, block = note[:split + 1], note[split + 2:]
+    if not block.endswith("\n"):
+        return "note's signature block does not end with a newline"
+    if any((ord(c) < 0x20 and c != "\n") or ord(c) == 0x7F for c in text):
+        return "note text contains control characters"
+    found = False
+    for line in block[:-1].split("\n"):
+        if not line.startswith("\u2014 "):
+            return "signature line does not start with '\u2014 '"
+        fields = line[2:].split(" ")
+        raw = base64_decode(fields[1]) if len(fields) == 2 else None
+        if raw is None or len(raw) <= 4:
+            return "malformed signature line"
+        if fields[0] != name or raw[:4] != note_key_hash(name, public_key):
+            continue
+        if len(raw) != 68 or not ed25519_verify(public_key, text.encode("utf-8"), raw[4:]):
+            return "the signature by %s does not verify" % name
+        found = True
+    return None if found else "the note has no signature by key %s+%s" % (name, note_key_hash(name, public_key).hex())
+
+
+def check_earlier_heads(log, ends, starts, end, name, public_key, records):
+    """Step 8, earlier head lines: every complete head line before `end` (the end of the kept
+    log), in file order, MUST be {"head":NOTE} with NOTE a signed head and its SIZE the number of
+    event lines before it (the newest included); then each one but the newest (a head line equal
+    to the newest is the newest), oldest first, MUST verify with the ledger's key, and name the
+    ledger and the root of the first SIZE event lines (`records`, the verified lines). Its chain
+    line is not checked. Raises Failure."""
+    heads, entries = [], 0
+    for k in range(len(ends)):
+        if ends[k] > end:
+            break
+        line = log[starts[k]:ends[k] - 1]
+        if not is_head_line(line):
+            entries += 1
+            continue
+        at = "the head line at byte offset %d (line %d)" % (starts[k], k + 1)
+        try:
+            note = head_line_note(line)
+            origin, size, root = read_head_note(note)
+        except HeadLineError as e:
+            raise Failure(None, None, "%s is not a signed head: %s" % (at, e))
+        if size != entries:
+            raise Failure(None, entries, "%s covers %d entries but follows %d" % (at, size, entries))
+        heads.append((note, origin, size, root))
+    newest = heads[-1][0] if heads else None
+    earlier = [h for h in heads if h[0] != newest]
+    if not earlier:
+        return
+    roots = prefix_roots([leaf_hash(log[e.offset:e.offset + e.length]) for e in records], {h[2] for h in earlier})
+    for note, origin, size, root in earlier:
+        problem = note_signature_problem(note, name, public_key)
+        if problem is not None:
+            raise Failure(None, size - 1, "the head kept after entry %d does not verify with the ledger's key: %s" % (size - 1, problem))
+        if origin != name or roots.get(size) != root:
+            raise Failure(None, size - 1, "the head kept after entry %d commits to root %s of '%s', but the log's first %d records hash to "
+                          "another root" % (size - 1, root.hex(), origin, size))
+
+
+def prefix_roots(leaves, sizes):
+    """{size: RFC 6962 root of the first `size` leaf hashes} for each of `sizes` (1 ≤ size ≤
+    len(leaves)), in one pass over the leaves."""
+    roots, frontier = {}, []
+    for n, h in enumerate(leaves):
+        m = n
+        while m & 1:
+            h = node_hash(frontier.pop(), h)
+            m >>= 1
+        frontier.append(h)
+        if n + 1 in sizes:
+            root = frontier[-1]
+            for x in reversed(frontier[:-1]):
+                root = node_hash(x, root)
+            roots[n + 1] = root
+    return roots
 
 
 def check_lines(log, ends, starts, count, public_key, kid, catalog, head, version, derived=None):
@@ -1845,10 +2075,15 @@ class DerivedTree:
 
 
 def derive_files(log):
-    """lines.idx and tree.hashes for every line of `log`, as the reference writes them."""
+    """lines.idx and tree.hashes for every event line of `log`, as the reference writes them: one
+    entry per event, at its byte offset in the file (head lines skipped, but counted in the
+    offsets)."""
     index, tree, t = bytearray(), bytearray(), DerivedTree()
     offset = 0
     for raw in log.split(b"\n")[:-1]:
+        if is_head_line(raw):
+            offset += len(raw) + 1
+            continue
         e = decode_line(raw)
         index += index_entry(offset, len(raw), subject_bytes(e))
         for h in t.expected_hashes(e, raw):
@@ -1952,15 +2187,28 @@ def read_subject_record(data, subject_id):
 # Writing events (only for the derived test ledgers, re-signed with the vectors' test key)
 # ---------------------------------------------------------------------------------------------
 
-def sign_log(bodies, seed):
+def signed_head_note(name, seed, size, root, chain_hash):
+    """The signed head a writer records after a commit: the checkpoint note of the log's first
+    `size` events (origin `name`, `root` their RFC 6962 root) with the 'chain HASH' line of event
+    size - 1, signed with the key of `seed`."""
+    text = "%s\n%d\n%s\nchain %s\n" % (name, size, base64.b64encode(root).decode(), chain_hash)
+    signature = note_key_hash(name, ed25519_public_key(seed)) + ed25519_sign(seed, text.encode())
+    return text + "\n\u2014 %s %s\n" % (name, base64.b64encode(signature).decode())
+
+
+def sign_log(bodies, seed, heads_in_log=False):
     """Chains, links and signs event bodies (dicts) into ledger.jsonl bytes: 'prev' is set here
     and, in a body of format 2 ('v' 2), the stream members are what a writer writes (any it holds
     are replaced; a format-1 body gets none). Commits: a body read from a ledger ends one where it
     carried a root, a body made by a test (no 'prev') is a commit of its own, and the last body ends
     one. A body's member '@streams', {name: value, or None to leave the member out}, then overrides
-    the stream members: for the derived cases that break a stream rule. Returns (log, head text)."""
-    lines, prev = [], ZERO_HASH
+    the stream members: for the derived cases that break a stream rule. Returns (log, head text):
+    in the older layout (no head lines; the head text `SEQ HASH` for a `head` file), or, with
+    `heads_in_log`, a log that holds its heads (after each commit that ends a command, and after
+    the last body, a head line signed with `seed` for the genesis body's ledger name) and None."""
+    lines, prev, leaves = [], ZERO_HASH, []
     linker = StreamLinker()
+    origin = bodies[0].get("ledger") if bodies else None
     for n, b in enumerate(bodies):
         ends_commit = n == len(bodies) - 1 or "streamRoot" in b or "prev" not in b
         b = {k: v for k, v in b.items() if k not in STREAM_MEMBERS}
@@ -1975,9 +2223,16 @@ def sign_log(bodies, seed):
             else:
                 b[name] = value
         body = serialize(b)
-        lines.append(LINE_PREFIX + body + SIG_PREFIX + ed25519_sign(seed, SIGNING_CONTEXT + body).hex().encode() + b'"}\n')
+        line = LINE_PREFIX + body + SIG_PREFIX + ed25519_sign(seed, SIGNING_CONTEXT + body).hex().encode() + b'"}'
+        lines.append(line + b"\n")
         prev = sha256(body).hex()
         linker.sealed(b)
+        leaves.append(leaf_hash(line))
+        ends_command = all(_is_int(b.get(k)) for k in ("seq", "cmd", "cmdSize")) and b["seq"] == b["cmd"] + b["cmdSize"] - 1
+        if heads_in_log and ((ends_commit and ends_command) or n == len(bodies) - 1):
+            lines.append(head_line(signed_head_note(origin, seed, len(leaves), tree_root(leaves), prev)) + b"\n")
+    if heads_in_log:
+        return b"".join(lines), None
     return b"".join(lines), "%d %s" % (bodies[-1]["seq"], prev)
 
 
@@ -2140,34 +2395,178 @@ def check_vectors(checks, here):
             "line %d (seq %d, %s): bodySha256, signedMessageSha256, prev, seq, type" % (e.line, e.seq, e.type))
         checks.check(ed25519_sign(seed, message) == e.signature,
                      "line %d: signature is reproduced by signing with the test key" % e.line)
-    head_file = read_file(folder, "head").decode()
     seed = hex_decode(trimmed_text(read_file(folder, "secret.key")), 32)
 
     def signed_head(size, root, chain_hash):
-        text = "%s\n%d\n%s\nchain %s\n" % (report.ledger_name, size, base64.b64encode(root).decode(), chain_hash)
-        signature = note_key_hash(report.ledger_name, report.public_key) + ed25519_sign(seed, text.encode())
-        return text + "\n\u2014 %s %s\n" % (report.ledger_name, base64.b64encode(signature).decode())
-    leaves = [leaf_hash(line) for line in read_file(folder, "ledger.jsonl").split(b"\n")[:-1]]
-    checks.check(head_file == signed_head(len(leaves), tree_root(leaves), expected["head"]["hash"])
-                 and report.head == report.recorded_head == (expected["head"]["seq"], expected["head"]["hash"]),
-                 "head file is the signed head of the tiny ledger (reproduced with the test key) and matches expected.json",
-                 head_file.split("\n")[3])
+        return signed_head_note(report.ledger_name, seed, size, root, chain_hash)
 
-    def head_verdict(text, phrase):
+    # The log holds its heads: a head line after each commit's event lines. `file_lines` are all
+    # its lines, `events` its event lines (each without its 0x0A).
+    log = read_file(folder, "ledger.jsonl")
+    file_lines = log.split(b"\n")[:-1]
+    events = event_lines(log)
+    newest = max(k for k, line in enumerate(file_lines) if is_head_line(line))
+    head_note = parse_canonical(file_lines[newest])["head"]
+    leaves = [leaf_hash(line) for line in events]
+    checks.check(not os.path.exists(os.path.join(folder, "head")) and newest == len(file_lines) - 1
+                 and head_note == signed_head(len(leaves), tree_root(leaves), expected["head"]["hash"])
+                 and report.heads_in_log and report.head == report.recorded_head == (expected["head"]["seq"], expected["head"]["hash"]),
+                 "tiny-ledger has no head file; its last line is the newest head line, {\"head\":NOTE} with NOTE the signed head of "
+                 "the tiny ledger (reproduced with the test key), and matches expected.json", head_note.split("\n")[3])
+
+    def every_head_line():
+        # One head line after each commit (after each event that carries a root), its size the
+        # log's size after the commit, its bytes the canonical JSON of the note signed then.
+        sizes, count = [], 0
+        for line in file_lines:
+            if not is_head_line(line):
+                count += 1
+                continue
+            e = report.records[count - 1]
+            if line != head_line(signed_head(count, tree_root(leaves[:count]), e.hash)) or e.stream_root is None:
+                return False, "the head line after %d events" % count
+            sizes.append(count)
+        commits = [e.seq + 1 for e in report.records if e.stream_root is not None]
+        return sizes == commits and len(file_lines) == len(events) + len(sizes), "head lines of sizes %s" % sizes
+    checks.run("ledger.jsonl: a head line after each commit's events (the genesis event's included), of the log's size after "
+               "the commit, reproduced byte for byte with the test key (JCS, the em dash as UTF-8)", every_head_line)
+
+    def with_heads(change):
+        """The tiny log with its head lines' notes changed by `change(size, note)` (None: the line
+        removed)."""
+        out = []
+        for line in file_lines:
+            if is_head_line(line):
+                note = parse_canonical(line)["head"]
+                changed = change(int(note.split("\n")[1]), note)
+                if changed is None:
+                    continue
+                line = head_line(changed)
+            out.append(line + b"\n")
+        return b"".join(out)
+
+    def newest_head(note):
+        """The tiny log with its newest head line's note replaced (None: the line removed)."""
+        return with_heads(lambda size, old: note if size == len(events) else old)
+
+    def head_verdict(data, phrase, line=None, seq=None, head=None):
         def run():
             try:
-                verify_folder(folder, head_text=text)
+                verify_folder(folder, log=data, head_text=head)
             except Failure as f:
-                return phrase in f.reason, str(f)
+                return phrase in f.reason and (f.line, f.seq) == (line, seq), str(f)
             return False, "verified"
         return run
-    flipped = head_file[:-6] + ("A" if head_file[-6] != "A" else "B") + head_file[-5:]
-    checks.run("a signed head whose signature is changed fails (step 3)",
-               head_verdict(flipped, "the signed head does not verify with the ledger's key"))
-    checks.run("a signed head re-signed over another root fails (step 3)",
-               head_verdict(signed_head(len(leaves), tree_root(leaves[:-1]), expected["head"]["hash"]), "the signed head commits to root"))
-    checks.run("an older unsigned head 'SEQ HASH' still verifies",
-               lambda: (verify_folder(folder, head_text="%d %s\n" % (expected["head"]["seq"], expected["head"]["hash"])).events == len(leaves), "ok"))
+
+    def flip_digit(note):
+        """The note with one base64 digit of its signature changed."""
+        return note[:-6] + ("A" if note[-6] != "A" else "B") + note[-5:]
+    flipped = flip_digit(head_note)
+    checks.run("a newest head line whose signature is changed (one base64 digit) fails (step 3)",
+               head_verdict(newest_head(flipped), "the signed head does not verify with the ledger's key"))
+    raw = base64.b64decode(head_note.split(" ")[-1])
+    one_byte = head_note[:head_note.rindex(" ") + 1] + base64.b64encode(raw[:30] + bytes([raw[30] ^ 0x01]) + raw[31:]).decode() + "\n"
+    checks.run("a newest head line with one flipped byte in its signature fails (step 3)",
+               head_verdict(newest_head(one_byte), "the signed head does not verify with the ledger's key"))
+    checks.run("a newest head line re-signed over another root fails (step 3)",
+               head_verdict(newest_head(signed_head(len(leaves), tree_root(leaves[:-1]), expected["head"]["hash"])),
+                            "the signed head commits to root"))
+    checks.run("a newest head line re-signed over another chain hash fails at line 10 (the recorded head)",
+               head_verdict(newest_head(signed_head(len(leaves), tree_root(leaves), report.records[8].hash)),
+                            "hash differs from the recorded head", 10, 9))
+    checks.run("a newest head line holding an unsigned 'SEQ HASH' fails: not a signed head",
+               head_verdict(newest_head("%d %s\n" % (expected["head"]["seq"], expected["head"]["hash"])), "is not a signed head"))
+    checks.run("a newest head line that is not {\"head\":NOTE} fails: not a signed head",
+               head_verdict(log[:-1 - len(file_lines[-1])] + serialize({"head": head_note, "size": 10}) + b"\n",
+                            'is not a signed head: the head line is not {"head":NOTE}'))
+    checks.run("a newest head line in non-canonical JSON fails: not a signed head",
+               head_verdict(log[:-1 - len(file_lines[-1])] + b'{"head": ' + file_lines[-1][8:] + b"\n",
+                            "is not a signed head: the head line is not canonical JSON"))
+    checks.run("a newest head line signed for another ledger name fails: not a signed head of this ledger",
+               head_verdict(newest_head(head_note.replace(report.ledger_name, "other.example/ledger")), "is not a signed head of this ledger"))
+
+    # Earlier head lines (every head line before the newest) are checked after the event lines,
+    # like recorded checkpoints (step 8): first the form and place of each, in file order; then
+    # the signature, the origin and the root of each, oldest first.
+    def head_at(size):
+        """The byte offset and file line number (1-based) of the tiny log's head line of `size`."""
+        k = next(k for k, line in enumerate(file_lines) if is_head_line(line) and parse_canonical(line)["head"].split("\n")[1] == str(size))
+        return sum(len(line) + 1 for line in file_lines[:k]), k + 1
+
+    def earlier(size, note):
+        """The tiny log with its head line of `size` holding `note` instead."""
+        return with_heads(lambda n, old: note if n == size else old)
+
+    def as_line(data, size, replacement):
+        """`data` with the head line of `size` replaced by the bytes `replacement`."""
+        old = head_line(signed_head(size, tree_root(leaves[:size]), report.records[size - 1].hash))
+        assert data.count(old + b"\n") == 1
+        return data.replace(old + b"\n", replacement + b"\n")
+    offset6, line6 = head_at(6)
+    offset8, line8 = head_at(8)
+    checks.run("an earlier head line that is only '{\"hx' fails: not a signed head (no line, no seq)",
+               head_verdict(as_line(log, 8, b'{"hx'), "the head line at byte offset %d (line %d) is not a signed head: the head line is not "
+                            "canonical JSON" % (offset8, line8)))
+    checks.run("an earlier head line that is only '{\"h' (3 bytes, still a head line) fails: not a signed head",
+               head_verdict(as_line(log, 8, b'{"h'), "(line %d) is not a signed head" % line8))
+    checks.run("an earlier head line {\"head\":\"x\"} fails: not a signed head (no signature block)",
+               head_verdict(earlier(8, "x"), "(line %d) is not a signed head: the head has no signature block" % line8))
+    checks.run("an earlier head line with a member besides 'head' fails: not a signed head",
+               head_verdict(as_line(log, 8, serialize({"head": signed_head(8, tree_root(leaves[:8]), report.records[7].hash), "size": 8})),
+                            'is not a signed head: the head line is not {"head":NOTE}'))
+    checks.run("an earlier head line whose signature is changed (one base64 digit) fails: the head kept after entry 5, seq 5",
+               head_verdict(with_heads(lambda size, note: flip_digit(note) if size == 6 else note),
+                            "the head kept after entry 5 does not verify with the ledger's key", seq=5))
+    checks.run("an earlier head line re-signed over another root fails: the head kept after entry 5 commits to root, seq 5",
+               head_verdict(earlier(6, signed_head(6, tree_root(leaves[:5]), report.records[5].hash)),
+                            "the head kept after entry 5 commits to root %s of '%s', but the log's first 6 records hash to another root"
+                            % (tree_root(leaves[:5]).hex(), report.ledger_name), seq=5))
+    other_origin_text = "other.example/ledger\n6\n%s\nchain %s\n" % (base64.b64encode(tree_root(leaves[:6])).decode(), report.records[5].hash)
+    other_origin = other_origin_text + "\n\u2014 %s %s\n" % (report.ledger_name, base64.b64encode(
+        note_key_hash(report.ledger_name, report.public_key) + ed25519_sign(seed, other_origin_text.encode())).decode())
+    checks.run("an earlier head line of another origin, signed by the ledger's key, fails: it commits to the root of another log",
+               head_verdict(earlier(6, other_origin), "the head kept after entry 5 commits to root %s of 'other.example/ledger'"
+                            % tree_root(leaves[:6]).hex(), seq=5))
+    checks.run("an earlier head line signed for another ledger name fails: it does not verify with the ledger's key",
+               head_verdict(earlier(6, head_note.replace(report.ledger_name, "other.example/ledger").replace("\n10\n", "\n6\n")),
+                            "the head kept after entry 5 does not verify with the ledger's key: the note has no signature by key", seq=5))
+    checks.run("an earlier head line of size 5 where 6 events precede it fails: covers 5 entries but follows 6, seq 6",
+               head_verdict(earlier(6, signed_head(5, tree_root(leaves[:5]), report.records[4].hash)),
+                            "the head line at byte offset %d (line %d) covers 5 entries but follows 6" % (offset6, line6), seq=6))
+    checks.run("the head lines of sizes 6 and 8 swapped fail at the first: covers 8 entries but follows 6, seq 6",
+               head_verdict(as_line(as_line(log, 6, b'{"h6'), 8, file_lines[line6 - 1]).replace(b'{"h6\n', file_lines[line8 - 1] + b"\n"),
+                            "(line %d) covers 8 entries but follows 6" % line6, seq=6))
+    checks.run("an earlier head line with an unchecked chain line (another event's hash) verifies",
+               lambda: (verify_folder(folder, log=earlier(6, signed_head(6, tree_root(leaves[:6]), report.records[4].hash))).events == 10,
+                        "10 events"))
+    checks.run("a bad signature on the head of size 6 and '{\"hx' for the head of size 8: the form is checked first (line %d)" % line8,
+               head_verdict(as_line(with_heads(lambda size, note: flip_digit(note) if size == 6 else note), 8, b'{"hx'),
+                            "(line %d) is not a signed head" % line8))
+    checks.run("a bad signature on the heads of sizes 6 and 8: the oldest is named (entry 5)",
+               head_verdict(with_heads(lambda size, note: flip_digit(note) if size in (6, 8) else note),
+                            "the head kept after entry 5 does not verify", seq=5))
+    bad_line_3 = file_lines[3][:-10] + (b"1" if file_lines[3][-10:-9] == b"0" else b"0") + file_lines[3][-9:]
+    checks.run("a bad earlier head line and a bad signature on event line 3 (seq 2): the event line is named first",
+               head_verdict(as_line(log, 8, b'{"hx').replace(file_lines[3], bad_line_3), "signature does not verify", 3, 2))
+    checks.run("the newest head line repeated (a commit of no entries) verifies: the copy before it is the newest's own head",
+               lambda: (verify_folder(folder, log=log + file_lines[-1] + b"\n").events == 10, "10 events"))
+
+    # The older layout (a `head` file; no head lines, every line an event line) stays readable:
+    # the tiny ledger in that layout, its log the event lines and its head the newest note.
+    older_log = b"".join(line + b"\n" for line in events)
+    checks.run("older layout: the tiny ledger's event lines with the newest head's note as the head file verify",
+               lambda: (verify_folder(folder, log=older_log, head_text=head_note).events == 10, "10 events"))
+    checks.run("older layout: a head file whose signature is changed fails (step 3)",
+               head_verdict(older_log, "the signed head does not verify with the ledger's key", head=flipped))
+    checks.run("older layout: a head file re-signed over another root fails (step 3)",
+               head_verdict(older_log, "the signed head commits to root",
+                            head=signed_head(len(leaves), tree_root(leaves[:-1]), expected["head"]["hash"])))
+    checks.run("older layout: an older unsigned head 'SEQ HASH' still verifies",
+               lambda: (verify_folder(folder, log=older_log, head_text="%d %s\n" % (expected["head"]["seq"], expected["head"]["hash"])).events
+                        == len(leaves), "ok"))
+    checks.run("older layout: a head line in the log is a malformed event (line 2)",
+               head_verdict(file_lines[0] + b"\n" + file_lines[1] + b"\n" + older_log[len(file_lines[0]) + 1:],
+                            'line does not start with {"body":', 2, head=head_note))
 
     salts = read_subjects(folder)
     refs_in_log = set(report.replay.subjects)
@@ -2250,7 +2649,7 @@ def check_vectors(checks, here):
                        'subjects.jsonl line 1 is not {"id":…,"salt":…[,"sig":…]}'))
 
     # Format 1: records are unsigned, and a 'sig' is not checked.
-    fmt1, head1 = sign_log([dict(parse_canonical(e.body), v=1) for e in report.records], seed)
+    fmt1, head1 = sign_log([dict(parse_canonical(e.body), v=1) for e in report.records], seed, heads_in_log=True)
     unsigned_lines = b"".join(unsigned(line) + b"\n" for line in subject_lines)
     checks.run("format 1: the tiny ledger with unsigned subject records verifies",
                step_10(unsigned_lines, None, fmt1, head1))
@@ -2339,47 +2738,188 @@ def check_vectors(checks, here):
             checks.check(f.line == t["line"] and t["reason"] in f.reason,
                          "tampered/%s fails at line %d" % (t["file"], t["line"]), str(f))
 
-    # Torn tails and the head file (derived from the tiny ledger, no new signatures needed).
+    # Torn tails in a log that holds its heads. `lines` are the tiny log's lines with their
+    # 0x0A: 0 seq 0, 1 head (size 1), 2-6 seq 1-5, 7 head (6), 8-9 seq 6-7, 10 head (8), 11 seq 8,
+    # 12 head (9), 13 seq 9, 14 head (10). `torn` is the next commit (seq 10-12, alice's timeline
+    # withdrawn with its cascades) as a writer signs it with the test key, and `commit_head` its
+    # head line. A commit whose event lines all reached the disk is kept even without its head
+    # line (every event is signed): the log is then ahead of its head. Only an unfinished commit
+    # (and any partial line) is torn.
     log = read_file(folder, "ledger.jsonl")
     lines = log.splitlines(keepends=True)
+    bodies = [parse_canonical(e.body) for e in report.records]
+    alice = bodies[1]["subject"]
+    withdrawal = [dict(v=2, seq=10 + i, at="2026-01-15T09:00:05.000Z", actor="self", cmd=10, cmdSize=3, kid=report.key_id,
+                       type="consent.revoked", subject=alice, feature=2, consent=consent, reason="withdrawn" if i == 0 else "cascade",
+                       **({} if i == 0 else {"cause": 10})) for i, consent in enumerate(("required", "optional-a", "optional-b"))]
+    after = sign_log(bodies + withdrawal, seed, heads_in_log=True)[0].splitlines(keepends=True)
+    torn, commit_head = after[15:18], after[18]
 
-    def torn_partial():
-        r = verify_folder(folder, log=log + lines[1][:40])
-        return r.events == 10 and r.torn == (len(log), 40, 0), describe_torn(r.torn)
-    checks.run("a partial last line is a torn tail: ignored, ledger still verifies", torn_partial)
+    def tail(data, count, torn_tail, head_seq=None, **options):
+        """Verifies with `data` as the log: `count` events, the recorded head at seq `head_seq`
+        (count - 1 unless given: a log ahead of its head), and the torn tail (offset, bytes,
+        complete lines) or None."""
+        def run():
+            r = verify_folder(folder, log=data, **options)
+            return (r.events == count and r.torn == torn_tail and r.head[0] == count - 1
+                    and r.recorded_head[0] == (count - 1 if head_seq is None else head_seq),
+                    "%d events, recorded head at seq %d, %s" % (r.events, r.recorded_head[0], describe_torn(r.torn)))
+        return run
+    checks.check(after[:15] == lines and len(after) == 19 and is_head_line(commit_head),
+                 "a writer's next commit (seq 10-12) and its head line, signed with the test key, after the tiny ledger's lines")
+    checks.run("the tiny ledger with that commit and its head line verifies: 13 events", tail(b"".join(after), 13, None))
+    checks.run("a partial last line is a torn tail: ignored, ledger still verifies",
+               tail(log + events[1][:40], 10, (len(log), 40, 0)))
+    checks.run("a torn commit after the newest head line (two complete event lines and a partial line) is ignored: 10 events",
+               tail(log + torn[0] + torn[1] + torn[2][:60], 10, (len(log), len(torn[0]) + len(torn[1]) + 60, 2)))
+    checks.run("a whole commit after the newest head line, its head line cut mid-line, is kept (13 events, head at seq 9); "
+               "the partial head line is the torn tail (0 complete lines)",
+               tail(log + b"".join(torn) + commit_head[:40], 13, (len(log) + len(b"".join(torn)), 40, 0), 9))
+    checks.run("a whole commit after the newest head line without its head line is kept: 13 events, the log ahead of its head (seq 9)",
+               tail(log + b"".join(torn), 13, None, 9))
+    # The commit after that one (seq 13-15, alice's consents of feature 2 given again).
+    regrant = [dict(v=2, seq=13 + i, at="2026-01-15T09:00:06.000Z", actor="self", cmd=13, cmdSize=3, kid=report.key_id,
+                    type="consent.given", subject=alice, feature=2, consent=consent, version="1.0")
+               for i, consent in enumerate(("required", "optional-a", "optional-b"))]
+    after2 = sign_log(bodies + withdrawal + regrant, seed, heads_in_log=True)[0].splitlines(keepends=True)
+    following = after2[19:22]
+    checks.check(after2[:19] == after and len(after2) == 23, "a writer's commit after that (seq 13-15) and its head line")
+    checks.run("a whole commit kept without its head line, then two complete lines and a partial line of the next: 13 events, "
+               "the head at seq 9, 2 complete torn lines",
+               tail(log + b"".join(torn) + following[0] + following[1] + following[2][:60], 13,
+                    (len(log) + len(b"".join(torn)), len(following[0]) + len(following[1]) + 60, 2), 9))
+    checks.run("two whole commits after the newest head line, both head lines missing: both kept, 16 events, the head at seq 9",
+               tail(log + b"".join(torn) + b"".join(following), 16, None, 9))
+    checks.run("the log cut after the head line of size 9 (a commit boundary): a validly signed older state, 9 events",
+               tail(b"".join(lines[:13]), 9, None))
+    checks.run("the newest head line alone removed: its commit's event (seq 9) is kept, 10 events, the head at seq 8",
+               tail(b"".join(lines[:14]), 10, None, 8))
+    checks.run("the head lines of sizes 9 and 10 removed: both commits are kept, 10 events, the head at seq 7",
+               tail(b"".join(lines[:12]) + lines[13], 10, None, 7))
+    checks.run("the head lines of sizes 8, 9 and 10 removed: 10 events, the head at seq 5 (the last kept commit's end is seq 9)",
+               tail(b"".join(lines[:10]) + lines[11] + lines[13], 10, None, 5))
+    checks.run("complete lines of an unfinished command after the head line of size 6 are a torn tail: 6 events",
+               tail(b"".join(lines[:9]), 6, (len(b"".join(lines[:8])), len(lines[8]), 1)))
+    checks.run("complete commands of an unfinished commit after the head line of size 1 are a torn tail: 1 event",
+               tail(b"".join(lines[:4]), 1, (len(b"".join(lines[:2])), len(lines[2]) + len(lines[3]), 2)))
+    fmt1_lines = sign_log([dict(b, v=1) for b in bodies], seed, heads_in_log=True)[0].splitlines(keepends=True)
+    checks.run("format 1: the same complete commands after the head line of size 1 end commits (no streamRoot in format 1): "
+               "kept, 3 events, the head at seq 0",
+               tail(b"".join(fmt1_lines[:4]), 3, None, 0, derived=False))
+    checks.run("format 1: a complete command and an unfinished one after the head line of size 6: 8 events kept, 1 torn line",
+               tail(b"".join(fmt1_lines[:9]) + fmt1_lines[9], 8, None, 5, derived=False)
+               if len(fmt1_lines) > 9 and not is_head_line(fmt1_lines[9]) else lambda: (False, "unexpected format-1 log"))
+
+    def tail_failure(data, phrase, line=None, seq=None):
+        def run():
+            try:
+                r = verify_folder(folder, log=data)
+            except Failure as f:
+                return phrase in f.reason and (f.line, f.seq) == (line, seq), str(f)
+            return False, "verified, %d events" % r.events
+        return run
+
+    def end_failure(data, phrase, seq=None):
+        """Step 4 alone (find_end_in_log, as the operations that do not scan see it): it fails
+        with `phrase`, no line and `seq`."""
+        def run():
+            ends = [i + 1 for i, b in enumerate(data) if b == 0x0A]
+            try:
+                find_end_in_log(data, ends, [0] + ends[:-1], report.ledger_name, report.public_key)
+            except Failure as f:
+                return phrase in f.reason and (f.line, f.seq) == (None, seq), str(f)
+            return False, "found the end"
+        return run
+    # A line after the newest head line that is not an event fails step 4; verification then
+    # scans every event line of the file (step 4's first bad entry), and that line is the first
+    # bad one: its own decode failure, its place among the event lines, no seq.
+    checks.run("step 4: a garbage complete line after the newest head line is neither an event nor a head line",
+               end_failure(log + b"garbage\n", "the line at byte offset %d (line 16), after the log's newest head line, is neither an "
+                           "event nor a head line: line is too short to be an event (7 bytes)" % len(log)))
+    checks.run("a garbage complete line after the newest head line fails verification as the first bad entry: line 11, no seq",
+               tail_failure(log + b"garbage\n", "line is too short to be an event (7 bytes)", 11))
+    checks.run("step 4: a malformed event after an event after the newest head line is neither an event nor a head line",
+               end_failure(log + torn[0] + torn[1].replace(b'"v":2', b'"v":3'), "(line 17), after the log's newest head line, is "
+                           "neither an event nor a head line: member 'v' must be 1 or 2"))
+    checks.run("a malformed event after an event after the newest head line fails verification at line 12, no seq",
+               tail_failure(log + torn[0] + torn[1].replace(b'"v":2', b'"v":3'), "member 'v' must be 1 or 2", 12))
+    checks.run("step 4: an event after the newest head line that skips a seq (11 after 9): the events are not contiguous, seq 11",
+               end_failure(log + torn[1], "the events after the newest head line are not contiguous: seq 11 at byte offset %d" % len(log), 11))
+    checks.run("step 4: the last event repeated after the newest head line: not contiguous, seq 9",
+               end_failure(log + lines[13], "the events after the newest head line are not contiguous: seq 9", 9))
+    checks.run("an event after the newest head line that skips a seq fails verification as the first bad entry: line 11 holds seq 11",
+               tail_failure(log + torn[1], "line 11 holds seq 11; expected seq 10", 11, 11))
+    checks.run("the last event repeated after the newest head line fails verification: line 11 holds seq 9",
+               tail_failure(log + lines[13], "line 11 holds seq 9; expected seq 10", 11, 9))
+    flipped_torn = torn[1][:-10] + (b"1" if torn[1][-10:-9] == b"0" else b"0") + torn[1][-9:]
+    checks.run("a kept commit (its head line missing) is verified like any line: a bad signature on its seq 11 fails at line 12",
+               tail_failure(log + torn[0] + flipped_torn + torn[2], "signature does not verify", 12, 11))
+    checks.run("a bad signature in an unfinished commit after the newest head line is a torn tail, not verified: 10 events",
+               tail(log + torn[0] + flipped_torn, 10, (len(log), len(torn[0]) + len(flipped_torn), 2)))
+    checks.run("the newest head line moved before the last event and a bad signature after it: the first bad entry (line 12, seq 11)",
+               tail_failure(b"".join(lines[:13]) + lines[14] + lines[13] + torn[0] + flipped_torn,
+                            "signature does not verify", 12, 11))
+    bad_signature = lines[3][:-10] + (b"1" if lines[3][-10:-9] == b"0" else b"0") + lines[3][-9:]
+    checks.run("a garbage line after the newest head line and a bad signature on line 3 (seq 2): the first bad line is named",
+               tail_failure(b"".join(lines[:3]) + bad_signature + b"".join(lines[4:]) + b"garbage\n", "signature does not verify", 3, 2))
+    checks.run("the newest head line moved before the last event fails: it follows the event of seq 8",
+               tail_failure(b"".join(lines[:13]) + lines[14] + lines[13],
+                            "the head line at byte offset %d covers 10 entries, but follows the event of seq 8" % len(b"".join(lines[:13])),
+                            seq=8))
+    checks.run("the head line of size 9 repeated after seq 9 as the newest fails: it follows the event of seq 9",
+               tail_failure(b"".join(lines[:14]) + lines[12], "covers 9 entries, but follows the event of seq 9", seq=9))
+    checks.run("the head line of size 9 repeated after the head line of size 10: the event before it (the head line of size 10 "
+               "skipped) is seq 9",
+               tail_failure(log + lines[12], "covers 9 entries, but follows the event of seq 9", seq=9))
+    checks.run("no head line at all fails: the log holds no head line",
+               tail_failure(older_log, "the log holds no head line"))
+    checks.run("no head line and a bad signature on line 3 (seq 2): the first bad line is named",
+               tail_failure(b"".join(line for line in lines[:3] if not is_head_line(line)) + bad_signature
+                            + b"".join(line for line in lines[4:] if not is_head_line(line)), "signature does not verify", 3, 2))
+    checks.run("a log that begins with a head line fails at line 1, seq 0",
+               tail_failure(lines[1] + lines[0] + b"".join(lines[2:]), "the log begins with a head line, not the genesis event", 1, 0))
+
+    # Torn tails and the head file in the older layout: the walk over complete commands and
+    # streamRoot, a head behind the log, a log behind the head.
+    old = [line + b"\n" for line in events]
+
+    def torn_partial_older():
+        r = verify_folder(folder, log=older_log + old[1][:40], head_text=head_note)
+        return r.events == 10 and r.torn == (len(older_log), 40, 0), describe_torn(r.torn)
+    checks.run("older layout: a partial last line is a torn tail: ignored, ledger still verifies", torn_partial_older)
 
     def torn_command():
-        r = verify_folder(folder, log=b"".join(lines[:7]), head_text="5 " + report.records[5].hash)
-        return r.events == 6 and r.torn == (len(b"".join(lines[:6])), len(lines[6]), 1), describe_torn(r.torn)
-    checks.run("complete lines of an unfinished command are a torn tail (head at seq 5)", torn_command)
+        r = verify_folder(folder, log=b"".join(old[:7]), head_text="5 " + report.records[5].hash)
+        return r.events == 6 and r.torn == (len(b"".join(old[:6])), len(old[6]), 1), describe_torn(r.torn)
+    checks.run("older layout: complete lines of an unfinished command are a torn tail (head at seq 5)", torn_command)
 
     def torn_commit():
         # Lines 2-6 are one commit of two commands; only line 6 carries streamRoot. Keep the
         # first command whole: it ends a command, not the commit.
-        r = verify_folder(folder, log=b"".join(lines[:3]), head_text="0 " + report.records[0].hash)
-        return r.events == 1 and r.torn == (len(lines[0]), len(lines[1]) + len(lines[2]), 2), describe_torn(r.torn)
-    checks.run("complete commands of an unfinished commit are a torn tail (format 2; head at seq 0)", torn_commit)
+        r = verify_folder(folder, log=b"".join(old[:3]), head_text="0 " + report.records[0].hash)
+        return r.events == 1 and r.torn == (len(old[0]), len(old[1]) + len(old[2]), 2), describe_torn(r.torn)
+    checks.run("older layout: complete commands of an unfinished commit are a torn tail (format 2; head at seq 0)", torn_commit)
 
     def truncated():
         try:
-            verify_folder(folder, log=b"".join(lines[:7]))
+            verify_folder(folder, log=b"".join(old[:7]), head_text=head_note)
         except Failure as f:
             return f.line == 7 and "truncated log" in f.reason, str(f)
         return False, "it verified"
-    checks.run("head at seq 9 with the log cut inside the command at seq 6: truncation found at line 7", truncated)
+    checks.run("older layout: head at seq 9 with the log cut inside the command at seq 6: truncation found at line 7", truncated)
 
     def ahead():
-        r = verify_folder(folder, head_text="5 " + report.records[5].hash)
+        r = verify_folder(folder, log=older_log, head_text="5 " + report.records[5].hash)
         return r.events == 10, "log runs ahead of head; accepted"
-    checks.run("head behind the log (crash between log sync and head write) is accepted", ahead)
+    checks.run("older layout: head behind the log (crash between log sync and head write) is accepted", ahead)
 
     def wrong_head():
         try:
-            verify_folder(folder, head_text="5 " + report.records[4].hash)
+            verify_folder(folder, log=older_log, head_text="5 " + report.records[4].hash)
         except Failure as f:
             return f.line == 6 and "recorded head" in f.reason, str(f)
         return False, "it verified"
-    checks.run("head naming seq 5 with another hash fails at line 6", wrong_head)
+    checks.run("older layout: head naming seq 5 with another hash fails at line 6", wrong_head)
 
 
 def check_resigned(checks, here):
@@ -2388,14 +2928,13 @@ def check_resigned(checks, here):
     against the spec's replay rules rather than against the vectors."""
     folder = os.path.join(here, "tiny-ledger")
     seed = bytes(range(32))
-    bodies = [parse_canonical(line[len(LINE_PREFIX):-(len(SIG_PREFIX) + 130)])
-              for line in read_file(folder, "ledger.jsonl").split(b"\n")[:-1]]
+    bodies = [parse_canonical(line[len(LINE_PREFIX):-(len(SIG_PREFIX) + 130)]) for line in event_lines(read_file(folder, "ledger.jsonl"))]
     bob = bodies[8]["subject"]
 
-    def build(change):
+    def build(change, heads_in_log=False):
         events = [dict(b) for b in bodies]
         events = change(events) or events
-        return sign_log(events, seed)
+        return sign_log(events, seed, heads_in_log)
 
     def edit(i, **members):
         def change(events):
@@ -2546,27 +3085,44 @@ def check_resigned(checks, here):
     ] + policy_cases(bodies, read_file(folder, "catalog.json")) + [
         ("malformed last line and a bad signature on line 3: the first bad line is named,", None, 3, "signature does not verify"),
         ("malformed last line alone", None, 10, "member 'v' must be 1 or 2 (this reader knows format versions 1 and 2)"),
-        ("malformed head file and a bad signature on line 3: the first bad line is named,", None, 3, "signature does not verify"),
+        ("malformed head and a bad signature on line 3: the first bad line is named,", None, 3, "signature does not verify"),
     ]
-    for name, change, line, reason in cases:
-        def run(change=change, line=line, reason=reason):
-            log, head = build(change or (lambda events: None))
-            if name.startswith("malformed"):
-                lines = log.split(b"\n")
-                if "line 3" in name:
-                    lines[2] = lines[2][:-9] + (b"1" if lines[2][-9:-8] == b"0" else b"0") + lines[2][-8:]
-                if "last line" in name:
-                    lines[9] = lines[9].replace(b'"v":2', b'"v":3')
-                if "head" in name:
-                    head = "9  " + head.split(" ")[1]
-                log = b"\n".join(lines)
-            try:
-                r = verify_folder(folder, log=log, head_text=head)
-            except Failure as f:
-                return line is not None and f.line == line and reason in f.reason, str(f)
-            return line is None, "verified, %d events" % r.events
-        expect = "verifies" if line is None else "fails at line %d" % line
-        checks.run("re-signed: %s %s" % (name, expect), run)
+    # Each case in both layouts: the older one (a head file 'SEQ HASH', every line an event line)
+    # and a log that holds its heads (a signed head line after each commit). Where the outcome
+    # differs, `in_log` says how: a last commit without its root has its head line there, so
+    # it is not taken for a torn tail, and step 9 refuses it.
+    in_log = {"no root on the log's last event": (10, "the log's last event carries no subject-map root (every commit ends with one)")}
+    checks.check(build(lambda events: None, True)[0] == read_file(folder, "ledger.jsonl"),
+                 "re-signed with head lines: the tiny ledger's events, re-signed with their head lines, are "
+                 "tiny-ledger/ledger.jsonl byte for byte")
+    for heads_in_log in (False, True):
+        for name, change, line, reason in cases:
+            if heads_in_log and name in in_log:
+                line, reason = in_log[name]
+
+            def run(name=name, change=change, line=line, reason=reason, heads_in_log=heads_in_log):
+                log, head = build(change or (lambda events: None), heads_in_log)
+                if name.startswith("malformed"):
+                    lines = log.split(b"\n")
+                    numbers = [k for k, data in enumerate(lines[:-1]) if not is_head_line(data)]  # the event lines
+                    if "line 3" in name:
+                        k = numbers[2]
+                        lines[k] = lines[k][:-9] + (b"1" if lines[k][-9:-8] == b"0" else b"0") + lines[k][-8:]
+                    if "last line" in name:
+                        lines[numbers[9]] = lines[numbers[9]].replace(b'"v":2', b'"v":3')
+                    if "head" in name and heads_in_log:
+                        note = parse_canonical(lines[-2])["head"]
+                        lines[-2] = head_line("9  " + note.split("\n")[3][6:])
+                    elif "head" in name:
+                        head = "9  " + head.split(" ")[1]
+                    log = b"\n".join(lines)
+                try:
+                    r = verify_folder(folder, log=log, head_text=head)
+                except Failure as f:
+                    return line is not None and f.line == line and reason in f.reason, str(f)
+                return line is None, "verified, %d events" % r.events
+            expect = "verifies" if line is None else "fails at line %d" % line
+            checks.run("re-signed (%s): %s %s" % ("heads in the log" if heads_in_log else "older layout", name, expect), run)
 
     # A torn tail whose lines are not one contiguous command. The tail check names the line of
     # the offending event's seq; verify names the first bad line of the whole file instead.
@@ -2580,7 +3136,7 @@ def check_resigned(checks, here):
         except Failure as f:
             return (f.line, f.seq) == (10, 9) and "not contiguous" in f.reason, str(f)
         return False, "no failure"
-    checks.run("torn tail not contiguous: the tail check fails at line 10, seq 9", tail_not_contiguous)
+    checks.run("older layout: torn tail not contiguous: the tail check fails at line 10, seq 9", tail_not_contiguous)
 
     def verify_not_contiguous():
         try:
@@ -2588,7 +3144,7 @@ def check_resigned(checks, here):
         except Failure as f:
             return f.line == 11 and "must start at its own seq" in f.reason, str(f)
         return False, "it verified"
-    checks.run("torn tail not contiguous: verify names line 11, the first line that fails", verify_not_contiguous)
+    checks.run("older layout: torn tail not contiguous: verify names line 11, the first line that fails", verify_not_contiguous)
 
     # The body reader on bytes that a serialiser cannot produce (spec: "Reading a body").
     body = serialize(bodies[9])
@@ -2773,7 +3329,7 @@ def check_policy_versions(checks, here):
     folder = os.path.join(here, "tiny-ledger")
     seed = bytes(range(32))
     tiny = read_file(folder, "ledger.jsonl")
-    bodies = [parse_canonical(line[len(LINE_PREFIX):-(len(SIG_PREFIX) + 130)]) for line in tiny.split(b"\n")[:-1]]
+    bodies = [parse_canonical(line[len(LINE_PREFIX):-(len(SIG_PREFIX) + 130)]) for line in event_lines(tiny)]
     cases = {name: change for name, change, _, _ in policy_cases(bodies, read_file(folder, "catalog.json"))}
     salts = read_subjects(folder)
     alice, bob = subject_ref("alice", salts["alice"]), subject_ref("bob", salts["bob"])
@@ -2781,7 +3337,7 @@ def check_policy_versions(checks, here):
     def states(case):
         events = [dict(b) for b in bodies]
         cases[case](events)
-        log, head = sign_log(events, seed)
+        log, head = sign_log(events, seed, heads_in_log=True)
         r = verify_folder(folder, log=log, head_text=head, derived=False)
         timeline = r.replay.catalog[2]
         out = {}
@@ -2812,7 +3368,7 @@ def check_policy_versions(checks, here):
 
     # Rule 4 in a subject's own history: a command's events are consecutive there too.
     catalog, _ = decode_catalog(parse_canonical(read_file(folder, "catalog.json")))
-    events = [decode_line(line) for line in tiny.split(b"\n")[:-1]]
+    events = [decode_line(line) for line in event_lines(tiny)]
 
     def subject_gap():
         st = SubjectState()
@@ -2867,10 +3423,15 @@ def check_derived_files(checks, here):
     folder = os.path.join(here, "tiny-ledger")
     log = read_file(folder, "ledger.jsonl")
     index, tree = derive_files(log)
+    # One entry per event line, at its byte offset in the file: record 1 (seq 1) is after the
+    # genesis line (640 bytes) and the head line of size 1 (293 bytes), at 935 = 0x3a7.
+    lines = log.split(b"\n")
     checks.check(index[:32] == bytes.fromhex("00000000000000008002000000000000") + bytes(16)
-                 and index[32:64] == bytes.fromhex("8102000000000000bc01000000000000" "4d0deb9245e18aa6cf570b7b4336ab00")
+                 and index[32:64] == bytes.fromhex("a703000000000000bc01000000000000" "4d0deb9245e18aa6cf570b7b4336ab00")
+                 and len(lines[0]) + 1 + len(lines[1]) + 1 == 0x3a7 and is_head_line(lines[1])
                  and len(index) == 320 and len(tree) == 576 == 32 * stored_hash_count(10),
-                 "derived files of the tiny ledger: lines.idx records 0 and 1 as documented, 10 entries; tree.hashes 18 hashes")
+                 "derived files of the tiny ledger: lines.idx records 0 (offset 0, 640 bytes) and 1 (offset 935, after the genesis "
+                 "line and its head line, 444 bytes), one per event line, 10 entries; tree.hashes 18 hashes")
 
     def verdict(data, line=None, reason=None, checked="lines.idx and tree.hashes"):
         def run():
@@ -2899,6 +3460,16 @@ def check_derived_files(checks, here):
                verdict((index[:-32], flip(tree, 0)), checked=None))
     checks.run("no lines.idx and no tree.hashes: nothing checked", verdict((b"", b""), checked=None))
 
+    def every_line(log):
+        """lines.idx as if every line of the log were an event line, its head lines included."""
+        out, offset = bytearray(), 0
+        for raw in log.split(b"\n")[:-1]:
+            out += index_entry(offset, len(raw), NO_SUBJECT if is_head_line(raw) else subject_bytes(decode_line(raw)))
+            offset += len(raw) + 1
+        return bytes(out)
+    checks.run("a lines.idx with an entry for each head line too (15 entries): fails at line 2, seq 1 (one entry per event line)",
+               verdict((every_line(log), tree), 2, "the line index entry differs from the log"))
+
 
 def check_subject_map(checks, here):
     """Streams and the subject map: the roots of the tiny ledger from the definition, the map
@@ -2907,7 +3478,7 @@ def check_subject_map(checks, here):
     import random
     folder = os.path.join(here, "tiny-ledger")
     log = read_file(folder, "ledger.jsonl")
-    events = [decode_line(line) for line in log.split(b"\n")[:-1]]
+    events = [decode_line(line) for line in event_lines(log)]
     alice, bob = bytes.fromhex(events[1].subject), bytes.fromhex(events[8].subject)
 
     # The worked example: the genesis event's root is the leaf of the ledger stream at seq 0.
@@ -3064,7 +3635,7 @@ def check_subject_map(checks, here):
     # The newest leaf of alice's stream: the map's records of the last write to it.
     alice_leaf = max(i for i, r in enumerate(records) if r[0] == 1 and r[8:24] == alice)
     inner = max(i for i, r in enumerate(records[:last_root]) if r[0] == 2)
-    earlier = derive_subject_map(b"".join(line + b"\n" for line in log.split(b"\n")[:9]))
+    earlier = derive_subject_map(b"".join(line + b"\n" for line in event_lines(log)[:9]))
     cases = [
         ("one that matches the log is checked and passes", data, None, True),
         ("one written in one go is checked and passes", compact, None, True),
@@ -3092,7 +3663,7 @@ def check_subject_map(checks, here):
     ]
     for name, stored, reason, checked in cases:
         checks.run("subjects.map: %s%s" % (name, "" if reason is None else ": fails, no line"), verdict(stored, reason, checked))
-    fmt1, head1 = sign_log([dict(parse_canonical(e.body), v=1) for e in events], bytes(range(32)))
+    fmt1, head1 = sign_log([dict(parse_canonical(e.body), v=1) for e in events], bytes(range(32)), heads_in_log=True)
     checks.run("subjects.map beside a format-1 ledger is not read", verdict(b"\x03" + bytes(87), None, False, fmt1, head1))
 
 
@@ -3108,7 +3679,7 @@ def check_folder(checks, folder):
     checks.check(True, "ledger %s verifies" % folder, "ledger %r, %d events, %d subjects" % (
         r.ledger_name, r.events, len(r.replay.subjects)))
     print("      head      seq %d %s" % r.head)
-    print("      recorded  seq %d %s" % r.recorded_head)
+    print("      recorded  seq %d %s (%s)" % (r.recorded_head + ("the log's newest head line" if r.heads_in_log else "the head file",)))
     print("      key       %s (kid %s)" % (r.public_key.hex(), r.key_id))
     print("      " + describe_torn(r.torn))
     print("      catalogue versions in force from seq %s" % ", ".join(str(seq) for seq, _, _ in r.replay.versions))

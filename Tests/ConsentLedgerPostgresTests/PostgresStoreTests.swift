@@ -187,10 +187,14 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
         let again = try LedgerCopy.copy(from: postgres, to: back)
         #expect(there == again)
         #expect(there.checkpoints == 2)
-        // The same bytes, file for file; the salts file may list subjects in another order.
-        for name in ["ledger.jsonl", "head", "catalog.json", "public.key", "secret.key", "lines.idx", "tree.hashes", "checkpoints.jsonl"] {
+        // The same bytes, file for file; the salts file may list subjects in another order, and
+        // the log's head lines are the copy's own (one per part it was written in), so the line
+        // index's offsets differ too.
+        for name in ["catalog.json", "public.key", "secret.key", "tree.hashes", "checkpoints.jsonl"] {
             #expect(readBytes(original.directory + "/" + name) == readBytes(back.directory + "/" + name), "\(name) differs after the round trip")
         }
+        #expect(eventLines(of: readBytes(original.directory + "/ledger.jsonl")) == eventLines(of: readBytes(back.directory + "/ledger.jsonl")))
+        #expect(newestHead(original.directory) == newestHead(back.directory), "the same signed head")
         #expect(try original.readSubjectRecords() == back.readSubjectRecords())
         // Checkpoints signed before the move still prove consistency with the copy.
         let copy = try Ledger.open(store: postgres)

@@ -155,20 +155,19 @@ import Testing
         #expect(failure.problem.contains("tree hash"))
     }
 
-    /// Derived entries after the recorded head are recomputed: a crash between the derived
-    /// data's sync and the head's leaves them untrusted.
+    /// Derived entries after the recorded head are recomputed: a crash that cut the newest
+    /// commit's head line leaves them untrusted.
     @Test func derivedEntriesAfterTheHeadAreRecomputed() throws {
         let (ledger, path) = try Self.ledger("after-head")
         defer { removeFolder(path) }
         let tree = readBytes(path + "/tree.hashes")
-        let head = readBytes(path + "/head")
         try ledger.execute(LedgerCommand(subjectID: "zed", request: .give(feature: "timeline", consents: ["required"])))
         let good = readBytes(path + "/tree.hashes")
-        // Simulate: new derived bytes garbled, head not yet updated.
+        // Simulate: new derived bytes garbled, the commit's head line cut off.
         var garbled = good
         for i in tree.count..<garbled.count { garbled[i] = 0xEE }
         writeBytes(garbled, to: path + "/tree.hashes")
-        writeBytes(head, to: path + "/head")
+        writeBytes(Array(lines(of: readBytes(path + "/ledger.jsonl")).dropLast().joined()), to: path + "/ledger.jsonl")
         let reopened = try Ledger.open(store: FileLedgerStore(directory: path))
         let (checkpoint, _) = try reopened.signedCheckpoint()
         #expect(checkpoint.size == 13, "the command past the head is read, its tree hashes computed again")

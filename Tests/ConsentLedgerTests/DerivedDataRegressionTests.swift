@@ -58,7 +58,7 @@ import Glibc
             let bytes = readBytes(path + "/" + name)
             writeBytes(Array(bytes.dropLast(drop)), to: path + "/" + name)
         }
-        let files = ["ledger.jsonl", "head", "lines.idx", "tree.hashes", "subjects.map", "subjects.jsonl", "checkpoints.jsonl"]
+        let files = ["ledger.jsonl", "lines.idx", "tree.hashes", "subjects.map", "subjects.jsonl", "checkpoints.jsonl"]
         let before = files.map { readBytes(path + "/" + $0) }
         let reopened = try Ledger.open(store: FileLedgerStore(directory: path))
         #expect(try reopened.report(for: "alice") == truth)
@@ -86,9 +86,9 @@ import Glibc
         try ledger.execute(LedgerCommand(subjectID: "p1", request: .revoke(feature: "timeline", consent: "required")))
         _ = try ledger.signedCheckpoint()
         #expect(verifyFolder(path) == .ok(events: 3))
-        // The cut: the log, its head and derived files as they were one command ago; the
-        // recorded checkpoints stay.
-        for name in ["ledger.jsonl", "head", "lines.idx", "tree.hashes"] {
+        // The cut: the log (with its head lines) and derived files as they were one command
+        // ago; the recorded checkpoints stay.
+        for name in ["ledger.jsonl", "lines.idx", "tree.hashes"] {
             writeBytes(readBytes(before + "/" + name), to: path + "/" + name)
         }
         guard case .failed(.integrity(let failure)) = verifyFolder(path) else {
@@ -111,10 +111,11 @@ import Glibc
         copyFolder(path, to: before)
         try ledger.execute(LedgerCommand(subjectID: "p1", request: .give(feature: "timeline", consents: ["optional-a", "optional-b"])))
         _ = try ledger.signedCheckpoint()
-        writeBytes(readBytes(before + "/head"), to: path + "/head")
-        let log = readBytes(path + "/ledger.jsonl")
+        // Take off the last commit's head line and cut inside its last event: its events look
+        // like a commit a crash cut short.
+        let log = Array(lines(of: readBytes(path + "/ledger.jsonl")).dropLast().joined())
         writeBytes(Array(log.dropLast(40)), to: path + "/ledger.jsonl")
-        let files = ["ledger.jsonl", "head", "subjects.jsonl", "checkpoints.jsonl"].map { readBytes(path + "/" + $0) }
+        let files = ["ledger.jsonl", "subjects.jsonl", "checkpoints.jsonl"].map { readBytes(path + "/" + $0) }
         let reopened = try Ledger.open(store: FileLedgerStore(directory: path))
         #expect {
             try reopened.execute(LedgerCommand(subjectID: "p2", request: .give(feature: "timeline", consents: ["required"])))
@@ -122,7 +123,7 @@ import Glibc
             guard case ConsentError.integrity(let failure) = error else { return false }
             return failure.kind == .head && failure.problem.contains("checkpoints.jsonl")
         }
-        #expect(["ledger.jsonl", "head", "subjects.jsonl", "checkpoints.jsonl"].map { readBytes(path + "/" + $0) } == files, "nothing changed")
+        #expect(["ledger.jsonl", "subjects.jsonl", "checkpoints.jsonl"].map { readBytes(path + "/" + $0) } == files, "nothing changed")
         guard case .failed(.integrity) = verifyFolder(path) else { Issue.record("verify passed a log cut below a signed checkpoint"); return }
     }
 
@@ -154,7 +155,7 @@ import Glibc
 /// the head's root does not vouch for.
 @Suite struct SignedHeadTests {
     static func trueRoot(_ path: String, size: Int64) throws -> Digest {
-        let lines = lines(of: readBytes(path + "/ledger.jsonl")).prefix(Int(size)).map { Array($0.dropLast()) }
+        let lines = eventLines(of: readBytes(path + "/ledger.jsonl")).prefix(Int(size)).map { Array($0.dropLast()) }
         var frontier = MerkleFrontier()
         for line in lines { frontier.append(MerkleTree.leafHash(line, hasher: OpenSSLSHA256()), hasher: OpenSSLSHA256()) }
         return frontier.root(hasher: OpenSSLSHA256())
@@ -165,15 +166,17 @@ import Glibc
         defer { removeFolder(path) }
         for (i, command) in seedScenario.enumerated() {
             try ledger.execute(command)
-            let head = try #require(RecordedHead.parse(String(decoding: readBytes(path + "/head"), as: UTF8.self))?.signed)
+            let head = try #require(newestHead(path))
             try head.verify(key: try ledger.verifierKey, verifier: Sodium())
-            let size = Int64(lines(of: readBytes(path + "/ledger.jsonl")).count)
+            let all = lines(of: readBytes(path + "/ledger.jsonl"))
+            let size = Int64(all.filter { !isHeadLine($0) }.count)
             #expect(head.checkpoint.size == size, "after command \(i)")
+            #expect(all.last.map(isHeadLine) == true && all.filter(isHeadLine).count == i + 2, "one head line per commit, the genesis's included, in the same write")
             #expect(head.checkpoint.root == (try Self.trueRoot(path, size: size)))
         }
         // A publication goes through the same commit path.
         _ = try ledger.publish(try CatalogCodec.decode(readBytes(packageRoot + "/Samples/catalog-v2.json")))
-        let head = try #require(RecordedHead.parse(String(decoding: readBytes(path + "/head"), as: UTF8.self))?.signed)
+        let head = try #require(newestHead(path))
         #expect(head.checkpoint.root == (try Self.trueRoot(path, size: head.checkpoint.size)))
     }
 
@@ -203,7 +206,7 @@ import Glibc
         // A write signs a new head only from a frontier the old head vouches for.
         do {
             try reopened.execute(LedgerCommand(subjectID: "p4", request: .give(feature: "timeline", consents: ["required"])))
-            let head = try #require(RecordedHead.parse(String(decoding: readBytes(path + "/head"), as: UTF8.self))?.signed)
+            let head = try #require(newestHead(path))
             #expect(head.checkpoint.root == (try Self.trueRoot(path, size: size + 1)), "a wrong root was signed")
         } catch let error as ConsentError {
             guard case .integrity(let failure) = error else { Issue.record("\(error)"); return }
@@ -226,11 +229,11 @@ import Glibc
         let (path, ledger) = try DerivedDataRegressionTests.ledger("badhead")
         defer { removeFolder(path) }
         try ledger.execute(LedgerCommand(subjectID: "p1", request: .give(feature: "timeline", consents: ["required"])))
-        var head = String(decoding: readBytes(path + "/head"), as: UTF8.self)
         // Another root, same signature: the signature no longer verifies.
-        let lines = head.split(separator: "\n", omittingEmptySubsequences: false)
-        head = ([lines[0], lines[1], Substring(Base64.encode([UInt8](repeating: 7, count: 32)))] + lines.dropFirst(3)).joined(separator: "\n")
-        writeBytes(Array(head.utf8), to: path + "/head")
+        rewriteNewestHead(path) { head in
+            let lines = head.split(separator: "\n", omittingEmptySubsequences: false)
+            return ([lines[0], lines[1], Substring(Base64.encode([UInt8](repeating: 7, count: 32)))] + lines.dropFirst(3)).joined(separator: "\n")
+        }
         let reopened = try Ledger.open(store: FileLedgerStore(directory: path))
         #expect(throws: ConsentError.self) { try reopened.report(for: "p1") }
         #expect(throws: ConsentError.self) { try reopened.execute(LedgerCommand(subjectID: "p1", request: .give(feature: "timeline", consents: ["optional-a"]))) }
@@ -241,19 +244,56 @@ import Glibc
         #expect(failure.problem.contains("does not verify with the ledger's key"), "\(failure.problem)")
     }
 
+    /// Every head line is checked by verify, not only the newest: one whose signature or root
+    /// is wrong, or that stands where its size does not say, fails it; reads skip them.
+    @Test(arguments: ["signature", "place"])
+    func anEarlierHeadLineThatIsWrongFailsVerify(_ change: String) throws {
+        let (path, ledger) = try DerivedDataRegressionTests.ledger("earlier-head")
+        defer { removeFolder(path) }
+        try ledger.execute(LedgerCommand(subjectID: "p1", request: .give(feature: "timeline", consents: ["required"])))
+        try ledger.execute(LedgerCommand(subjectID: "p2", request: .give(feature: "timeline", consents: ["required"])))
+        var all = lines(of: readBytes(path + "/ledger.jsonl"))
+        let heads = all.indices.filter { isHeadLine(all[$0]) }
+        #expect(heads.count == 3)
+        let middle = heads[1]
+        if change == "signature" {
+            let note = try SignedHead(logLine: Array(all[middle].dropLast())).note
+            var bytes = Array(note.utf8)
+            let at = bytes.count - 6
+            bytes[at] = bytes[at] == UInt8(ascii: "A") ? UInt8(ascii: "B") : UInt8(ascii: "A")
+            all[middle] = CanonicalJSON.serialize(.object(["head": .string(String(decoding: bytes, as: UTF8.self))])) + [0x0A]
+        } else {
+            // The head of size 2 moved after the genesis event's own head.
+            let moved = all.remove(at: middle)
+            all.insert(moved, at: heads[0] + 1)
+            // The events' offsets changed with it: the line index is rebuilt.
+            removeFolder(path + "/lines.idx")
+        }
+        writeBytes(Array(all.joined()), to: path + "/ledger.jsonl")
+        let reopened = try Ledger.open(store: FileLedgerStore(directory: path))
+        #expect(try reopened.report(for: "p1").listing.activeFeatures.map(\.feature.key) == ["timeline"], "reads skip earlier heads")
+        guard case .failed(.integrity(let failure)) = verifyFolder(path) else {
+            Issue.record("verify passed with a wrong earlier head line")
+            return
+        }
+        #expect(failure.kind == .head)
+        #expect(failure.problem.contains(change == "signature" ? "does not verify with the ledger's key" : "covers 2 entries but follows 1"), "\(failure.problem)")
+    }
+
     /// A ledger whose head is of the older `SEQ HASH` form opens, verifies, and gets a signed
     /// head at its next write.
     @Test func anUnsignedHeadIsReplacedByTheNextWrite() throws {
         let (path, ledger) = try DerivedDataRegressionTests.ledger("oldhead")
         defer { removeFolder(path) }
         try ledger.execute(LedgerCommand(subjectID: "p1", request: .give(feature: "timeline", consents: ["required"])))
-        let signed = try #require(RecordedHead.parse(String(decoding: readBytes(path + "/head"), as: UTF8.self))?.signed)
+        useHeadFileLayout(path)
+        let signed = try #require(newestHead(path))
         writeBytes(Array("\(signed.seq) \(signed.chainHash.hex)\n".utf8), to: path + "/head")
         let reopened = try Ledger.open(store: FileLedgerStore(directory: path))
         #expect(try reopened.verify().events == 2)
         #expect(try reopened.signedCheckpoint().checkpoint.root == signed.checkpoint.root)
         try reopened.execute(LedgerCommand(subjectID: "p2", request: .give(feature: "timeline", consents: ["required"])))
-        let next = try #require(RecordedHead.parse(String(decoding: readBytes(path + "/head"), as: UTF8.self))?.signed)
+        let next = try #require(newestHead(path))
         #expect(next.checkpoint.size == 3)
         #expect(next.checkpoint.root == (try Self.trueRoot(path, size: 3)))
     }

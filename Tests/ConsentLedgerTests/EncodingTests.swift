@@ -92,7 +92,7 @@ import Testing
     }
 
     @Test func unknownMembersAndTypesAreRefused() throws {
-        let tiny = lines(of: readBytes(packageRoot + "/Spec/vectors/tiny-ledger/ledger.jsonl"))
+        let tiny = eventLines(of: readBytes(packageRoot + "/Spec/vectors/tiny-ledger/ledger.jsonl"))
         let line = String(decoding: tiny[1].dropLast(), as: UTF8.self)
         let extra = line.replacingOccurrences(of: "\"version\":\"1.0\"}", with: "\"version\":\"1.0\",\"x\":1}")
         #expect(throws: EventDecodingError(problem: "member 'x' is not part of the ledger format")) {
@@ -119,7 +119,7 @@ import Testing
         ("a stream member in format 1", #""seq":1,"#, #""seq":1,"streamPrev":0,"#, "member 'streamPrev' does not belong to a 'consent.given' event"),
     ])
     func streamMembersFollowTheirRules(_ case_: (String, String, String, String)) throws {
-        let tiny = lines(of: readBytes(packageRoot + "/Spec/vectors/tiny-ledger/ledger.jsonl"))
+        let tiny = eventLines(of: readBytes(packageRoot + "/Spec/vectors/tiny-ledger/ledger.jsonl"))
         var line = String(decoding: tiny[1].dropLast(), as: UTF8.self).replacingOccurrences(of: case_.1, with: case_.2)
         if case_.0.hasSuffix("format 1") { line = line.replacingOccurrences(of: "\"v\":2,", with: "\"v\":1,") }
         #expect(throws: EventDecodingError(problem: case_.3), "\(case_.0)") { try EventCodec.decode(line: Array(line.utf8)) }

@@ -78,9 +78,14 @@ import Glibc
         #expect(try ledger.verify().events == 9)
     }
 
+    /// In the older layout the `head` file, apart from the log, names the newest acknowledged
+    /// event: a log cut below it is damage, not a torn tail. (With the heads in the log, a cut
+    /// of whole commits is caught against a recorded checkpoint: `aTornTailCutNeverDropsSignedEvents`.)
     @Test func aTornTailThatWouldCostAnAcknowledgedEventIsAnIntegrityFailure() throws {
-        let (ledger, path) = try makeLedger("acked")
+        let (_, path) = try makeLedger("acked")
         defer { removeFolder(path) }
+        useHeadFileLayout(path)
+        let ledger = try Ledger.open(store: FileLedgerStore(directory: path))
         let log = readBytes(path + "/ledger.jsonl")
         writeBytes(Array(log.dropLast(20)), to: path + "/ledger.jsonl")
         #expect(throws: ConsentError.self) { try ledger.verify() }
@@ -147,12 +152,15 @@ import Glibc
         }
         #expect(failure.problem.contains("catalogue"))
         writeBytes(catalog, to: path + "/catalog.json")
-        let head = readBytes(path + "/head")
-        var changed = head
-        changed[changed.count - 2] = changed[changed.count - 2] == 0x30 ? 0x31 : 0x30
-        writeBytes(changed, to: path + "/head")
+        let log = readBytes(path + "/ledger.jsonl")
+        rewriteNewestHead(path) { note in
+            var changed = Array(note.utf8)
+            changed[changed.count - 2] = changed[changed.count - 2] == 0x30 ? 0x31 : 0x30
+            return String(decoding: changed, as: UTF8.self)
+        }
+        #expect(readBytes(path + "/ledger.jsonl") != log)
         #expect(TamperTests.isCaught(verifyFolder(path)))
-        writeBytes(head, to: path + "/head")
+        writeBytes(log, to: path + "/ledger.jsonl")
         #expect(verifyFolder(path) == .ok(events: 8))
     }
 
@@ -235,32 +243,36 @@ final class Counter: Sendable {
     }
 }
 
-/// A crash after the log's sync but before the head's: the complete command is durable and
-/// valid. Reads accept it (they never sign, so the head stays), checkpoints and exports sign a
-/// root that includes it after checking its signatures, and the next write signs a head that
-/// covers it.
+/// A crash that left a commit's events whole on disk but not its head line (or cut inside
+/// it): the complete command is durable and valid. Reads accept it (they never sign, so the head
+/// stays), checkpoints and exports sign a root that includes it after checking its signatures,
+/// and the next write signs a head that covers it.
 @Suite struct LogAheadOfHeadTests {
-    @Test func aCompleteCommandPastTheHeadIsAdopted() throws {
+    @Test(arguments: [false, true])
+    func aCompleteCommandPastTheHeadIsAdopted(cutInsideTheHeadLine: Bool) throws {
         let path = LedgerPropertyTests.folder("ahead")
         defer { removeFolder(path) }
         let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "ahead")
         try ledger.execute(Array(seedScenario))
-        let head = readBytes(path + "/head"), index = readBytes(path + "/lines.idx"), tree = readBytes(path + "/tree.hashes")
+        let index = readBytes(path + "/lines.idx"), tree = readBytes(path + "/tree.hashes")
         try ledger.execute(LedgerCommand(subjectID: "bob", request: .give(feature: "timeline", consents: ["required", "optional-a"])))
-        // Put back the head and derived data from before: as if the crash hit right after the log's sync.
-        writeBytes(head, to: path + "/head")
+        // Take the last head line off (or most of it) and put back the derived data from before.
+        var all = lines(of: readBytes(path + "/ledger.jsonl"))
+        let headLine = all.removeLast()
+        let log = Array(all.joined()) + (cutInsideTheHeadLine ? Array(headLine.prefix(50)) : [])
+        writeBytes(log, to: path + "/ledger.jsonl")
         writeBytes(index, to: path + "/lines.idx")
         writeBytes(tree, to: path + "/tree.hashes")
         let reopened = try Ledger.open(store: FileLedgerStore(directory: path))
         #expect(try reopened.report(for: "bob").listing.activeFeatures.map(\.feature.key) == ["timeline"])
-        #expect(readBytes(path + "/head") == head, "a read signs nothing")
+        #expect(newestHead(path)?.checkpoint.size == 8, "the newest head is the first commit's")
         #expect(try reopened.verify().events == 10)
+        #expect(readBytes(path + "/ledger.jsonl") == log, "a read signs nothing")
         let (checkpoint, _) = try reopened.signedCheckpoint()
         #expect(checkpoint.size == 10)
         #expect(checkpoint.root == (try reopened.checkpoint(size: 10)).root, "the root includes the command past the head")
         try reopened.execute(LedgerCommand(subjectID: "carol", request: .give(feature: "timeline", consents: ["required"])))
-        let signed = try #require(RecordedHead.parse(String(decoding: readBytes(path + "/head"), as: UTF8.self))?.signed)
-        #expect(signed.checkpoint.size == 11, "the next write's head covers both commands")
+        #expect(newestHead(path)?.checkpoint.size == 11, "the next write's head covers both commands")
         #expect(try reopened.verify().events == 11)
     }
 }

@@ -116,7 +116,9 @@ import Testing
         defer { removeFolder(path) }
         try ledger.publish(Self.catalog(bumping: [("timeline", "required", "2.0")]))
         // Re-sign a publish event whose catalog member is another hash: the signature is good,
-        // the hash is not.
+        // the hash is not. (In the older layout, whose unsigned `SEQ HASH` head a tamperer
+        // without the key can write.)
+        useHeadFileLayout(path)
         let lines = readBytes(path + "/ledger.jsonl").split(separator: 0x0A).map(Array.init)
         let record = try EventCodec.decode(line: lines[8])
         guard case .catalogPublished(let published) = record.event.payload else { Issue.record("no publish"); return }

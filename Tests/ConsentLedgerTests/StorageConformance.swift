@@ -17,7 +17,7 @@ enum StorageConformance: String, CaseIterable, Sendable, CustomTestStringConvert
     case aWriteThatThrowsBeforeCommittingChangesNothing
     case entriesAreReadByRangeInBatchesInOrder
     case derivedDataIsReplacedFromWhereTheCommitSays
-    case aCommitWithoutHeadKeepsTheRecordedHead
+    case aCommitOfEntriesWithoutItsHeadIsRefused
     case theIndexFindsAStreamsEntriesBelowALimit
     case subjectRecordsRoundTripByteForByte
     case checkpointsAreRecordedOncePerSizeAndListedBySize
@@ -113,14 +113,17 @@ enum StorageConformance: String, CaseIterable, Sendable, CustomTestStringConvert
                 try tx.entries(0..<4, batchSize: 10, indexedKeys: true) { indexed += $0.indexedKeys ?? [] }
                 #expect(Array(indexed[1...]) == keys)
             }
-        case .aCommitWithoutHeadKeepsTheRecordedHead:
+        case .aCommitOfEntriesWithoutItsHeadIsRefused:
             let full = try fixture.commit(subject: "dave", count: 2)
             let headless = LedgerCommit(firstSeq: 1, entries: full.entries, derived: full.derived, subjects: full.subjects, head: nil)
-            _ = try store.write { try $0.commit(headless) }
+            #expect(throws: ConsentError.self) { _ = try store.write { try $0.commit(headless) } }
+            let wrongSize = LedgerCommit(firstSeq: 1, entries: Array(full.entries.prefix(1)), derived: full.derived, subjects: full.subjects, head: full.head)
+            #expect(throws: ConsentError.self) { _ = try store.write { try $0.commit(wrongSize) } }
             try store.read { tx throws -> Void in
                 let log = try tx.logState()
-                #expect(log.size == 3, "the entries are there, ahead of the head")
+                #expect(log.size == 1, "nothing was written")
                 #expect(log.recordedHead == fixture.genesisHead.chainHead)
+                #expect(try tx.subjectRecords().isEmpty)
             }
         case .theIndexFindsAStreamsEntriesBelowALimit:
             let alice = try fixture.commit(subject: "alice", count: 2)

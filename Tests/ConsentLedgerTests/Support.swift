@@ -210,3 +210,61 @@ func expectReadsMatchReplayOrFail(_ ledger: Ledger, truth: LedgerReplay, subject
         }
     }
 }
+
+/// Whether a line of `ledger.jsonl` is a head line (`{"head":…}`) rather than an event.
+func isHeadLine(_ line: [UInt8]) -> Bool { line.count > 2 && line[0] == 0x7B && line[1] == 0x22 && line[2] == 0x68 }
+
+/// The event lines of a log file, each with its 0x0A: its head lines left out.
+func eventLines(of bytes: [UInt8]) -> [[UInt8]] { lines(of: bytes).filter { !isHeadLine($0) } }
+
+/// Applies a change to the event lines of a log's lines, leaving its head lines where they are
+/// (events removed leave their place empty; events added go at the end).
+func changingEvents(_ all: [[UInt8]], _ change: ([[UInt8]]) -> [[UInt8]]) -> [[UInt8]] {
+    let changed = change(all.filter { !isHeadLine($0) })
+    var result: [[UInt8]] = []
+    var i = 0
+    for line in all {
+        if isHeadLine(line) {
+            result.append(line)
+        } else if i < changed.count {
+            result.append(changed[i])
+            i += 1
+        }
+    }
+    return result + changed[min(i, changed.count)...]
+}
+
+/// The newest signed head of a ledger folder: its newest head line (or, in the older layout,
+/// its `head` file).
+func newestHead(_ folder: String) -> SignedHead? {
+    if access(folder + "/head", F_OK) == 0 {
+        return RecordedHead.parse(String(decoding: readBytes(folder + "/head"), as: UTF8.self))?.signed
+    }
+    guard let line = lines(of: readBytes(folder + "/ledger.jsonl")).last(where: { isHeadLine($0) && $0.last == 0x0A }) else { return nil }
+    return try? SignedHead(logLine: Array(line.dropLast()))
+}
+
+/// Turns a ledger folder into the older layout, which the storage still reads and writes: the
+/// head lines taken out of the log and the newest one's note written to a `head` file.
+func useHeadFileLayout(_ folder: String) {
+    let all = lines(of: readBytes(folder + "/ledger.jsonl"))
+    let note = newestHead(folder)!.note
+    writeBytes(Array(all.filter { !isHeadLine($0) }.joined()), to: folder + "/ledger.jsonl")
+    writeBytes(Array(note.utf8), to: folder + "/head")
+    // The line index's offsets were the other layout's: rebuilt by the next write.
+    removeFolder(folder + "/lines.idx", folder + "/tree.hashes", folder + "/subjects.map")
+}
+
+/// Rewrites the note of a ledger folder's newest head (its newest head line, or its `head`
+/// file in the older layout), as a tamperer without the key would.
+func rewriteNewestHead(_ folder: String, _ change: (String) -> String) {
+    if access(folder + "/head", F_OK) == 0 {
+        writeBytes(Array(change(String(decoding: readBytes(folder + "/head"), as: UTF8.self)).utf8), to: folder + "/head")
+        return
+    }
+    var all = lines(of: readBytes(folder + "/ledger.jsonl"))
+    let i = all.lastIndex(where: isHeadLine)!
+    let note = try! SignedHead(logLine: Array(all[i].dropLast())).note
+    all[i] = CanonicalJSON.serialize(.object(["head": .string(change(note))])) + [0x0A]
+    writeBytes(Array(all.joined()), to: folder + "/ledger.jsonl")
+}

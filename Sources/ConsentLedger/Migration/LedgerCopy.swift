@@ -18,8 +18,9 @@ public struct LedgerCopyReport: Hashable, Sendable {
 }
 
 /// Copies a ledger from one store to another, byte for byte: the same lines (so the same
-/// signatures and hash chain), catalogue, key, subject salts and issued checkpoints. Nothing is
-/// re-signed. `consentctl migrate` uses it to move a ledger between a folder and PostgreSQL.
+/// signatures and hash chain), catalogue, key, subject salts, issued checkpoints and signed head.
+/// No event is re-signed: only heads of the parts the copy is written in (a storage keeps each
+/// commit's head with its entries). `consentctl migrate` uses it to move a ledger between a folder and PostgreSQL.
 public enum LedgerCopy {
     /// Verifies the source, copies it into `target` (which must hold no ledger yet; it is
     /// created with the source's head, so an interrupted copy is a truncated ledger), rebuilds
@@ -31,7 +32,7 @@ public enum LedgerCopy {
         let original = try Ledger.open(store: source)
         let sourceReport = try original.verify()
         let signer = try original.signingKey()
-        let (size, setup, head, checkpoints, salts) = try source.read { tx in
+        var (size, setup, head, checkpoints, salts, frontier) = try source.read { tx in
             let view = try original.view(tx)
             let log = view.log
             guard log.last.event.seq == sourceReport.head.seq else {
@@ -61,10 +62,11 @@ public enum LedgerCopy {
                 catalog: catalog, publicKey: publicKey, genesis: genesis,
                 derived: DerivedUpdate(indexFrom: 0, streamKeys: [SubjectMap.ledgerStream], treeFrom: 0, treeHashes: hashes, subjectMap: map.map { ($0, 0) }),
                 head: first)
-            return (log.size, setup, head, try tx.checkpoints(), try tx.subjectRecords())
+            return (log.size, setup, head, try tx.checkpoints(), try tx.subjectRecords(), frontier)
         }
         try target.create(setup)
         try target.keyStore.saveSeed(signer.seed)
+        let hasher = original.chain.hasher
         var next = 1
         var subjects = salts.sorted { $0.key < $1.key }.map { (subjectID: $0.key, record: $0.value) }
         // The source is read in one transaction per part; the parts are its lines up to the
@@ -79,10 +81,16 @@ public enum LedgerCopy {
             }
             let first = next
             let pending = subjects
+            // Each part is a commit with a head of its own, signed for the copy (a commit's
+            // entries and its head are stored together); the last part's is the source's head.
+            for entry in entries { _ = frontier.append(MerkleTree.leafHash(entry, hasher: hasher), hasher: hasher) }
+            let partHead = upper == size ? head : SignedHead.sign(
+                Checkpoint(origin: original.genesis.ledgerName, size: Int64(upper), root: frontier.root(hasher: hasher)),
+                chainHash: original.chain.hash(ofBody: try EventCodec.decode(line: entries[entries.count - 1]).body), key: try original.verifierKey, signer: signer)
             try target.write { tx in
                 let counts = try tx.derivedCounts()
                 let unchanged = DerivedUpdate(indexFrom: counts.indexed, streamKeys: [], treeFrom: counts.treeHashes, treeHashes: [], subjectMap: nil)
-                if let warning = try tx.commit(LedgerCommit(firstSeq: first, entries: entries, derived: unchanged, subjects: pending, head: upper == size ? head : nil)) {
+                if let warning = try tx.commit(LedgerCommit(firstSeq: first, entries: entries, derived: unchanged, subjects: pending, head: partHead)) {
                     throw ConsentError.storage("copying entries \(first)–\(upper - 1): \(warning)")
                 }
             }

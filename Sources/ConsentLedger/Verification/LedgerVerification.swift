@@ -41,6 +41,19 @@ extension Ledger {
             let recorded = try tx.checkpoints()
             var wanted = Set(recorded.map(\.size))
             if let signed = log.signedHead { wanted.insert(signed.checkpoint.size) }
+            // Every head the storage keeps (a folder: one per commit) is checked like a recorded
+            // checkpoint: signed by the ledger's key, committing to this log's prefix.
+            // Their failures come after the lines' (the first bad entry is wanted first).
+            var heads: [SignedHead] = []
+            var headsFailure: (any Error)?
+            do {
+                try tx.heads { head in
+                    if head != log.signedHead { heads.append(head) }
+                    wanted.insert(head.checkpoint.size)
+                }
+            } catch {
+                headsFailure = error
+            }
             let (replay, previous, headSeen, roots, streams) = try checkLines(tx, to: log.size, head: log.recordedHead, derived: derivedComplete, roots: wanted)
             let head = log.recordedHead
             guard headSeen, let lastSeq = replay.lastSeq else {
@@ -56,6 +69,8 @@ extension Ledger {
                 throw ConsentError.integrity(IntegrityFailure(.head, line: nil, seq: nil, problem: "the signed head commits to root \(signed.checkpoint.root.hex) at size \(signed.checkpoint.size), but the log's first \(signed.checkpoint.size) records hash to another root"))
             }
             try checkRecordedCheckpoints(recorded, roots: roots, size: Int64(replay.eventCount))
+            if let headsFailure { throw headsFailure }
+            try checkEarlierHeads(heads, roots: roots)
             try checkStoredMap(tx, streams, size: Int64(replay.eventCount))
             try checkSubjectRecords(tx, logSubjects: replay.subjects.keys)
             return VerificationReport(events: replay.eventCount, subjects: replay.subjects.count, head: ChainHead(seq: lastSeq, hash: previous), ledgerName: genesis.ledgerName, publicKey: publicKey, torn: log.torn)
@@ -125,6 +140,22 @@ extension Ledger {
         if !missing.isEmpty {
             let sample = missing.map(\.value).sorted().prefix(3).joined(separator: ", ")
             throw ConsentError.integrity(IntegrityFailure(.subjectRecord, line: nil, seq: nil, problem: "\(missing.count) pseudonym(s) in the log have no subject record in \(place) whose id and salt hash to them (\(sample)): subject records were altered, swapped or removed"))
+        }
+    }
+
+    /// The heads of earlier commits that the storage keeps: each signed by the ledger's key and
+    /// name, with the root of the log's first SIZE entries.
+    func checkEarlierHeads(_ heads: [SignedHead], roots: [Int64: Digest]) throws {
+        let key = try verifierKey
+        for head in heads {
+            do {
+                try head.verify(key: key, verifier: verifier)
+            } catch {
+                throw ConsentError.integrity(IntegrityFailure(.head, line: nil, seq: head.seq, problem: "the head kept after entry \(head.seq) does not verify with the ledger's key: \(error)"))
+            }
+            guard head.checkpoint.origin == genesis.ledgerName, roots[head.checkpoint.size] == head.checkpoint.root else {
+                throw ConsentError.integrity(IntegrityFailure(.head, line: nil, seq: head.seq, problem: "the head kept after entry \(head.seq) commits to root \(head.checkpoint.root.hex) of '\(head.checkpoint.origin)', but the log's first \(head.checkpoint.size) records hash to another root"))
+            }
         }
     }
 
