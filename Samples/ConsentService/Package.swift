@@ -1,7 +1,7 @@
 // swift-tools-version: 6.1
 import PackageDescription
 
-// The HTTP service of issue 5: a Hummingbird 2 server that embeds ConsentLedger. Its own
+// The HTTP service: a Hummingbird 2 server that embeds ConsentLedger. Its own
 // package, so the root package builds without NIO. It enables the root package's PostgreSQL
 // trait: the ledger is a folder by default, or a PostgreSQL schema given by URL.
 let package = Package(

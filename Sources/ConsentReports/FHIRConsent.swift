@@ -32,7 +32,7 @@ public enum FHIRConsent {
 
     /// The Bundle for one subject: their replayed state and history, the checkpoint it is proven
     /// against, and the ledger's name.
-    public static func bundle(subjectID: String, report: SubjectReport, checkpoint: Checkpoint, ledgerName: String, hasher: any SHA256Hasher) -> JSONValue {
+    package static func bundle(subjectID: String, report: SubjectReport, checkpoint: Checkpoint, ledgerName: String, hasher: any SHA256Hasher) -> JSONValue {
         let root = Base64.encode(checkpoint.root.bytes)
         let proof = "checkpoint \(checkpoint.origin) size \(checkpoint.size) root \(root)"
         let events = report.events
@@ -114,10 +114,10 @@ public enum FHIRConsent {
 
 extension Ledger {
     /// The subject's consents as a FHIR R5 Bundle of Consent resources (`Spec/fhir-mapping.md`).
-    public func fhirBundle(for subjectID: String) throws -> JSONValue {
+    public func fhirBundle(for subjectID: String) throws -> JSONDocument {
         guard try subjectRef(for: subjectID) != nil else { throw ConsentError.notFound(.subject, "the ledger has no subject '\(subjectID)'") }
         let report = try report(for: subjectID)
         let (checkpoint, _) = try signedCheckpoint()
-        return FHIRConsent.bundle(subjectID: subjectID, report: report, checkpoint: checkpoint, ledgerName: genesis.ledgerName, hasher: chain.hasher)
+        return JSONDocument(FHIRConsent.bundle(subjectID: subjectID, report: report, checkpoint: checkpoint, ledgerName: genesis.ledgerName, hasher: chain.hasher))
     }
 }

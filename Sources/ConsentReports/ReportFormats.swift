@@ -7,7 +7,10 @@ extension LedgerReport {
 
     private var entryType: (AuditReport.Entry) -> String { { $0.kind.rawValue } }
 
-    public var json: JSONValue {
+    /// The report as JSON (the members `report --json` prints).
+    public var jsonDocument: JSONDocument { JSONDocument(json) }
+
+    package var json: JSONValue {
         let r = report
         var scope: [String: JSONValue] = [:]
         if let s = r.scope.subject { scope["subject"] = .string(subjectID(s)) }

@@ -30,7 +30,7 @@ public struct AuditExport: Hashable, Sendable {
     /// The signed checkpoint note.
     public let checkpoint: String
     /// The catalogue, as JSON; its canonical bytes hash to the genesis event's `catalog`.
-    public let catalog: JSONValue
+    package let catalog: JSONValue
     public let genesis: ExportedEvent
     /// For a subject export: the subject's id, pseudonym and salt, so the holder can check the
     /// pseudonym is theirs.
@@ -39,7 +39,7 @@ public struct AuditExport: Hashable, Sendable {
     /// the verifier rebuilds the whole tree).
     public let events: [ExportedEvent]
     /// Subject scope: the projected state at the checkpoint (``ListingJSON``).
-    public let state: JSONValue?
+    package let state: JSONValue?
     /// Subject scope: every `catalog.published` event under the checkpoint, with its proof, so
     /// the subject's events replay under the catalogue in force at each.
     public let catalogEvents: [ExportedEvent]
@@ -51,7 +51,7 @@ public struct AuditExport: Hashable, Sendable {
     public static func == (a: AuditExport, b: AuditExport) -> Bool { a.json == b.json }
     public func hash(into hasher: inout Hasher) { hasher.combine(json) }
 
-    public var json: JSONValue {
+    package var json: JSONValue {
         func event(_ e: ExportedEvent) -> JSONValue {
             var m: [String: JSONValue] = ["seq": .int(e.seq), "line": .string(e.line)]
             if scope == .subject || e.seq == 0 { m["proof"] = .array(e.proof.map { .string(Base64.encode($0.bytes)) }) }
@@ -77,7 +77,7 @@ public struct AuditExport: Hashable, Sendable {
     /// The bundle file: canonical JSON and a newline.
     public var bytes: [UInt8] { CanonicalJSON.serialize(json) + [0x0A] }
 
-    public init(scope: Scope, ledger: String, verifierKey: String, checkpoint: String, catalog: JSONValue, genesis: ExportedEvent, subject: (id: String, ref: String, salt: String)?, events: [ExportedEvent], state: JSONValue?, catalogEvents: [ExportedEvent] = [], statement: String? = nil) {
+    package init(scope: Scope, ledger: String, verifierKey: String, checkpoint: String, catalog: JSONValue, genesis: ExportedEvent, subject: (id: String, ref: String, salt: String)?, events: [ExportedEvent], state: JSONValue?, catalogEvents: [ExportedEvent] = [], statement: String? = nil) {
         self.catalogEvents = catalogEvents
         self.statement = statement
         self.scope = scope
@@ -424,7 +424,7 @@ public enum ExportVerifier {
 }
 
 extension ConsistencyProof {
-    public var json: JSONValue {
+    package var json: JSONValue {
         .object([
             "format": .string("consentledger-consistency-v1"),
             "old": .string(oldNote),

@@ -2,7 +2,7 @@ import ConsentDomain
 import TransparencyLog
 /// A JSON value restricted to what the ledger format uses: no fractions or exponents, integers
 /// within ±(2^53 − 1), so that RFC 8785 (JCS) serialisation is plain decimal digits.
-public enum JSONValue: Hashable, Sendable {
+package enum JSONValue: Hashable, Sendable {
     case null
     case bool(Bool)
     case int(Int64)
@@ -10,49 +10,49 @@ public enum JSONValue: Hashable, Sendable {
     case array([JSONValue])
     case object([String: JSONValue])
 
-    public static let maxSafeInteger: Int64 = 9_007_199_254_740_991
+    package static let maxSafeInteger: Int64 = 9_007_199_254_740_991
 
-    public subscript(key: String) -> JSONValue? {
+    package subscript(key: String) -> JSONValue? {
         if case .object(let members) = self { return members[key] }
         return nil
     }
 
-    public var stringValue: String? {
+    package var stringValue: String? {
         if case .string(let s) = self { return s }
         return nil
     }
 
-    public var intValue: Int64? {
+    package var intValue: Int64? {
         if case .int(let i) = self { return i }
         return nil
     }
 
-    public var boolValue: Bool? {
+    package var boolValue: Bool? {
         if case .bool(let b) = self { return b }
         return nil
     }
 
-    public var arrayValue: [JSONValue]? {
+    package var arrayValue: [JSONValue]? {
         if case .array(let a) = self { return a }
         return nil
     }
 
-    public var objectValue: [String: JSONValue]? {
+    package var objectValue: [String: JSONValue]? {
         if case .object(let o) = self { return o }
         return nil
     }
 }
 
 /// Where and why JSON text could not be read.
-public struct JSONParseError: Error, Hashable, Sendable, CustomStringConvertible {
+package struct JSONParseError: Error, Hashable, Sendable, CustomStringConvertible {
     /// Byte offset into the input, from 0.
-    public let offset: Int
+    package let offset: Int
     /// Line and column (both from 1, column in bytes) of that offset.
-    public let line: Int
-    public let column: Int
-    public let message: String
+    package let line: Int
+    package let column: Int
+    package let message: String
 
-    public var description: String { "line \(line), column \(column): \(message)" }
+    package var description: String { "line \(line), column \(column): \(message)" }
 }
 
 /// RFC 8785 JSON Canonicalization Scheme, for the subset of JSON in ``JSONValue``.
@@ -61,15 +61,15 @@ public struct JSONParseError: Error, Hashable, Sendable, CustomStringConvertible
 /// and nothing else, so a successful strict parse proves the input was canonical without
 /// re-encoding it. `parse(_:canonical: false)` reads ordinary JSON (whitespace, any key order) and
 /// is for hand-written files such as the catalogue.
-public enum CanonicalJSON {
-    public static func serialize(_ value: JSONValue) -> [UInt8] {
+package enum CanonicalJSON {
+    package static func serialize(_ value: JSONValue) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(256)
         write(value, into: &out)
         return out
     }
 
-    public static func serialize(_ value: JSONValue, into out: inout [UInt8]) {
+    package static func serialize(_ value: JSONValue, into out: inout [UInt8]) {
         write(value, into: &out)
     }
 
@@ -124,13 +124,13 @@ public enum CanonicalJSON {
         out.append(UInt8(ascii: "\""))
     }
 
-    public static func parse(_ bytes: [UInt8], canonical: Bool) throws(JSONParseError) -> JSONValue {
+    package static func parse(_ bytes: [UInt8], canonical: Bool) throws(JSONParseError) -> JSONValue {
         try bytes.withUnsafeBufferPointer { (buffer) throws(JSONParseError) -> JSONValue in
             try parse(buffer, canonical: canonical)
         }
     }
 
-    public static func parse(_ buffer: UnsafeBufferPointer<UInt8>, canonical: Bool) throws(JSONParseError) -> JSONValue {
+    package static func parse(_ buffer: UnsafeBufferPointer<UInt8>, canonical: Bool) throws(JSONParseError) -> JSONValue {
         var parser = Parser(bytes: buffer, canonical: canonical)
         parser.skipWhitespace()
         let value = try parser.parseValue(depth: 0)
@@ -397,6 +397,53 @@ public enum CanonicalJSON {
                 index += 1
             }
             return v
+        }
+    }
+}
+
+/// A JSON document the library produces (a subject's consents, a report, a FHIR bundle): its
+/// canonical bytes (RFC 8785), or the document itself inside a caller's own `Encodable` value
+/// (a service's response body). The value type behind it is the library's own.
+public struct JSONDocument: Hashable, Sendable, Encodable, CustomStringConvertible {
+    package let value: JSONValue
+
+    package init(_ value: JSONValue) { self.value = value }
+
+    /// The canonical JSON bytes (RFC 8785), without a trailing newline.
+    public var canonicalBytes: [UInt8] { CanonicalJSON.serialize(value) }
+
+    public var description: String { String(decoding: canonicalBytes, as: UTF8.self) }
+
+    public func encode(to encoder: any Encoder) throws { try Self.encode(value, to: encoder) }
+
+    private struct Key: CodingKey {
+        let stringValue: String
+        init(_ string: String) { stringValue = string }
+        init?(stringValue: String) { self.stringValue = stringValue }
+        var intValue: Int? { nil }
+        init?(intValue: Int) { nil }
+    }
+
+    private static func encode(_ value: JSONValue, to encoder: any Encoder) throws {
+        switch value {
+        case .object(let members):
+            var container = encoder.container(keyedBy: Key.self)
+            for (key, member) in members { try container.encode(JSONDocument(member), forKey: Key(key)) }
+        case .array(let items):
+            var container = encoder.unkeyedContainer()
+            for item in items { try container.encode(JSONDocument(item)) }
+        case .null:
+            var container = encoder.singleValueContainer()
+            try container.encodeNil()
+        case .bool(let b):
+            var container = encoder.singleValueContainer()
+            try container.encode(b)
+        case .int(let i):
+            var container = encoder.singleValueContainer()
+            try container.encode(i)
+        case .string(let s):
+            var container = encoder.singleValueContainer()
+            try container.encode(s)
         }
     }
 }

@@ -53,7 +53,7 @@ public enum CatalogCodec {
         CanonicalJSON.serialize(encode(catalog))
     }
 
-    public static func encode(_ catalog: Catalog) -> JSONValue {
+    package static func encode(_ catalog: Catalog) -> JSONValue {
         .object([
             "features": .array(catalog.features.map { f in
                 .object([

@@ -4,11 +4,17 @@ import ConsentDomain
 /// The JSON form of a subject's consents: what `status --json` prints and what an audit export
 /// carries as the subject's projected state (see `Spec/export-format.md`).
 public enum ListingJSON {
-    public static func encode(_ listing: ConsentListing) -> JSONValue {
+    /// A subject's consents: one member per feature, as `status --json` prints them.
+    public static func document(_ listing: ConsentListing) -> JSONDocument { JSONDocument(encode(listing)) }
+
+    /// One feature's consents.
+    public static func document(_ line: FeatureLine) -> JSONDocument { JSONDocument(feature(line)) }
+
+    package static func encode(_ listing: ConsentListing) -> JSONValue {
         .array(listing.features.map(feature))
     }
 
-    public static func feature(_ line: FeatureLine) -> JSONValue {
+    package static func feature(_ line: FeatureLine) -> JSONValue {
         .object([
             "code": .int(Int64(line.feature.code)),
             "key": .string(line.feature.key),

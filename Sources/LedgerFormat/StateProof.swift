@@ -15,7 +15,7 @@ public struct StateProof: Hashable, Sendable {
     /// line) signed by the ledger's key.
     public let checkpoint: String
     /// The catalogue pinned by the genesis event, as JSON.
-    public let catalog: JSONValue
+    package let catalog: JSONValue
     public let genesis: ExportedEvent
     /// The event at the checkpoint's last position: it signs the subject map's root.
     public let last: ExportedEvent
@@ -30,12 +30,12 @@ public struct StateProof: Hashable, Sendable {
     public let subjectMapProof: SubjectMapProof
     public let ledgerMapProof: SubjectMapProof
     /// The state (``ListingJSON``) at `at`, or at the checkpoint.
-    public let state: JSONValue
+    package let state: JSONValue
 
     public static func == (a: StateProof, b: StateProof) -> Bool { a.json == b.json }
     public func hash(into hasher: inout Hasher) { hasher.combine(json) }
 
-    public init(ledger: String, verifierKey: String, checkpoint: String, catalog: JSONValue, genesis: ExportedEvent, last: ExportedEvent, subject: (id: String, ref: String, salt: String), at: Timestamp?, events: [ExportedEvent], catalogEvents: [ExportedEvent], subjectMapProof: SubjectMapProof, ledgerMapProof: SubjectMapProof, state: JSONValue) {
+    package init(ledger: String, verifierKey: String, checkpoint: String, catalog: JSONValue, genesis: ExportedEvent, last: ExportedEvent, subject: (id: String, ref: String, salt: String), at: Timestamp?, events: [ExportedEvent], catalogEvents: [ExportedEvent], subjectMapProof: SubjectMapProof, ledgerMapProof: SubjectMapProof, state: JSONValue) {
         self.ledger = ledger
         self.verifierKey = verifierKey
         self.checkpoint = checkpoint
@@ -64,7 +64,7 @@ public struct StateProof: Hashable, Sendable {
         return .object(members)
     }
 
-    public var json: JSONValue {
+    package var json: JSONValue {
         var members: [String: JSONValue] = [
             "format": .string(Self.format),
             "ledger": .string(ledger),

@@ -100,8 +100,8 @@ struct Export: ParsableCommand {
             let ledger = try root.openLedger()
             if format == "fhir", let subject {
                 let bundle = try ledger.fhirBundle(for: subject)
-                try LocalFile.write(CanonicalJSON.serialize(bundle) + [0x0A], to: out)
-                print("Wrote a FHIR R5 Bundle of \(bundle["entry"]?.arrayValue?.count ?? 0) Consent resources for \(subject) to \(out)")
+                try LocalFile.write(bundle.canonicalBytes + [0x0A], to: out)
+                print("Wrote a FHIR R5 Bundle of \(bundle.value["entry"]?.arrayValue?.count ?? 0) Consent resources for \(subject) to \(out)")
                 return
             }
             let bundle = try subject.map { try ledger.exportSubject($0) } ?? ledger.exportAll()

@@ -44,6 +44,25 @@ import Testing
     }
 }
 
+/// The library's JSON documents go into a caller's own `Encodable` values (a service's response
+/// bodies) as the same JSON: encoded with sorted members, an ASCII document's bytes are its
+/// canonical bytes.
+@Suite struct JSONDocumentTests {
+    @Test func aDocumentEncodesAsItsCanonicalJSON() throws {
+        let listing = ConsentListing(state: SubjectState(), catalog: SeedCatalog.catalog)
+        let document = ListingJSON.document(listing)
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        let encoded = try encoder.encode(document)
+        #expect(Array(encoded) == document.canonicalBytes)
+        struct Wrapper: Encodable { let features: JSONDocument; let n: Int }
+        let wrapped = try encoder.encode(Wrapper(features: document, n: 1))
+        #expect(Array(wrapped) == Array(#"{"features":"#.utf8) + document.canonicalBytes + Array(#","n":1}"#.utf8))
+        let nulls = JSONDocument(.object(["a": .null, "b": .array([.bool(true), .int(-3), .string("x\"y")])]))
+        #expect(Array(try encoder.encode(nulls)) == nulls.canonicalBytes)
+    }
+}
+
 @Suite struct CatalogFileTests {
     func decode(_ text: String) -> CatalogError? {
         do {

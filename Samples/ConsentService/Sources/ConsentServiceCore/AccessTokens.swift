@@ -1,5 +1,6 @@
 import ConsentDomain
 import ConsentLedger
+import Foundation
 
 /// Who a request acts for.
 public enum Principal: Hashable, Sendable {
@@ -10,9 +11,9 @@ public enum Principal: Hashable, Sendable {
 }
 
 /// Bearer tokens signed by the service with its own Ed25519 key (not the ledger's):
-/// `v1.<base64url(payload)>.<base64url(signature)>`, where the payload is canonical JSON
-/// `{"exp":<unix seconds>,"role":"subject"|"auditor","sub":<id>}` and the signature covers
-/// `"consent-service-token-v1\n" ‖ payload`.
+/// `v1.<base64url(payload)>.<base64url(signature)>`, where the payload is the JSON
+/// `{"exp":<unix seconds>,"role":"subject"|"auditor","sub":<id>}` (members sorted) and the
+/// signature covers `"consent-service-token-v1\n" ‖ payload`.
 public struct AccessTokens: Sendable {
     public let signer: SodiumSigner
     private let verifier = Sodium()
@@ -20,6 +21,12 @@ public struct AccessTokens: Sendable {
 
     public init(signer: SodiumSigner) {
         self.signer = signer
+    }
+
+    struct Payload: Codable {
+        let exp: Int64
+        let role: String
+        let sub: String
     }
 
     public enum Failure: Error, Equatable {
@@ -32,7 +39,9 @@ public struct AccessTokens: Sendable {
         case .subject(let id): ("subject", id)
         case .auditor(let id): ("auditor", id)
         }
-        let payload = CanonicalJSON.serialize(.object(["exp": .int(expires), "role": .string(role), "sub": .string(sub)]))
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        let payload = Array((try? encoder.encode(Payload(exp: expires, role: role, sub: sub))) ?? Data())
         let signature = (Self.context + payload).withUnsafeBytes { signer.sign($0) }
         return "v1." + Self.base64url(payload) + "." + Self.base64url(signature.bytes)
     }
@@ -44,13 +53,11 @@ public struct AccessTokens: Sendable {
             let sigBytes = Self.unbase64url(String(parts[2])), let signature = Signature(bytes: sigBytes)
         else { throw .malformed }
         guard (Self.context + payload).withUnsafeBytes({ verifier.isValid(signature, of: $0, by: signer.publicKey) }) else { throw .badSignature }
-        guard let value = try? CanonicalJSON.parse(payload, canonical: true), let exp = value["exp"]?.intValue,
-            let role = value["role"]?.stringValue, let sub = value["sub"]?.stringValue
-        else { throw .malformed }
-        guard exp > now else { throw .expired }
-        switch role {
-        case "subject": return .subject(sub)
-        case "auditor": return .auditor(sub)
+        guard let claims = try? JSONDecoder().decode(Payload.self, from: Data(payload)) else { throw .malformed }
+        guard claims.exp > now else { throw .expired }
+        switch claims.role {
+        case "subject": return .subject(claims.sub)
+        case "auditor": return .auditor(claims.sub)
         default: throw .malformed
         }
     }

@@ -1,5 +1,6 @@
 import ConsentDomain
 import ConsentLedger
+import Foundation
 import Hummingbird
 
 #if canImport(Glibc)
@@ -26,12 +27,68 @@ struct ServiceError: Error {
     let message: String
 }
 
-func json(_ value: JSONValue, status: HTTPResponse.Status = .ok) -> Response {
-    Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: CanonicalJSON.serialize(value) + [0x0A])))
+/// A response body: the value as JSON, members sorted, and a newline.
+func json(_ value: some Encodable, status: HTTPResponse.Status = .ok) -> Response {
+    let encoder = JSONEncoder()
+    encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+    guard let body = try? encoder.encode(value) else {
+        return bytes(Array(#"{"error":"the response could not be encoded","kind":"internal"}"#.utf8) + [0x0A], status: .internalServerError)
+    }
+    return bytes(Array(body) + [0x0A], status: status)
+}
+
+func bytes(_ body: [UInt8], status: HTTPResponse.Status = .ok) -> Response {
+    Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: body)))
+}
+
+struct ErrorBody: Encodable {
+    let error: String
+    let kind: String
 }
 
 func errorResponse(_ e: ServiceError) -> Response {
-    json(.object(["error": .string(e.message), "kind": .string(e.kind)]), status: e.status)
+    json(ErrorBody(error: e.message, kind: e.kind), status: e.status)
+}
+
+/// The bodies of the API's responses (`Spec/openapi.yaml`).
+struct CheckpointBody: Encodable {
+    let origin: String
+    let size: Int64
+    let root: String
+    let note: String
+}
+
+struct FeaturesBody: Encodable {
+    let features: [JSONDocument]
+
+    init(_ lines: [FeatureLine]) { features = lines.map(ListingJSON.document) }
+}
+
+struct HistoryBody: Encodable {
+    struct Event: Encodable {
+        let seq: Int64
+        let at: String
+        let type: String
+        let featureCode: Int64
+        let consent: String
+        let actor: String
+        let cause: Int64?
+        let renews: Int64?
+        let version: String?
+    }
+
+    let events: [Event]
+}
+
+/// The bodies of the API's requests.
+struct ActivateRequest: Decodable {
+    let consents: [String]
+    let actor: String?
+}
+
+struct RevokeRequest: Decodable {
+    let consent: String
+    let actor: String?
 }
 
 /// Maps the library's typed errors to HTTP: input problems are 4xx, never 500.
@@ -106,7 +163,9 @@ public struct ConsentRoutes: Sendable {
         return t
     }
 
-    static func body(_ request: Request, _ context: ServiceContext) async throws(ServiceError) -> JSONValue {
+    /// The request's JSON body as `T`: malformed JSON is `invalid-json`, JSON of another shape
+    /// `invalid-request` naming `shape`.
+    static func body<T: Decodable>(_ type: T.Type, _ request: Request, _ context: ServiceContext, shape: String) async throws(ServiceError) -> T {
         let buffer: ByteBuffer
         do {
             buffer = try await request.body.collect(upTo: context.maxUploadSize)
@@ -114,18 +173,12 @@ public struct ConsentRoutes: Sendable {
             throw ServiceError(status: .contentTooLarge, kind: "too-large", message: "the request body is larger than \(context.maxUploadSize) bytes")
         }
         do {
-            let value = try CanonicalJSON.parse(Array(buffer.readableBytesView), canonical: false)
-            guard value.objectValue != nil else { throw ServiceError(status: .badRequest, kind: "invalid-request", message: "the body must be a JSON object") }
-            return value
-        } catch let e as ServiceError {
-            throw e
+            return try JSONDecoder().decode(T.self, from: Data(buffer.readableBytesView))
+        } catch DecodingError.dataCorrupted(let context) where context.codingPath.isEmpty {
+            throw ServiceError(status: .badRequest, kind: "invalid-json", message: "malformed JSON: \(context.debugDescription)")
         } catch {
-            throw ServiceError(status: .badRequest, kind: "invalid-json", message: "malformed JSON: \(error)")
+            throw ServiceError(status: .badRequest, kind: "invalid-request", message: "the body must be \(shape)")
         }
-    }
-
-    static func features(_ lines: [FeatureLine]) -> JSONValue {
-        .object(["features": .array(lines.map(ListingJSON.feature))])
     }
 
     func handle(_ work: () async throws -> Response) async -> Response {
@@ -142,28 +195,28 @@ public struct ConsentRoutes: Sendable {
         api.get("checkpoint") { _, _ in
             await handle {
                 let (checkpoint, note) = try await consents.checkpoint()
-                return json(.object(["origin": .string(checkpoint.origin), "size": .int(checkpoint.size), "root": .string(Base64.encode(checkpoint.root.bytes)), "note": .string(note)]))
+                return json(CheckpointBody(origin: checkpoint.origin, size: checkpoint.size, root: Base64.encode(checkpoint.root.bytes), note: note))
             }
         }
         api.get("subjects/:subject/features/:feature") { _, context in
             await handle {
                 let subject = try context.parameters.require("subject"), feature = try context.parameters.require("feature")
                 try Self.authorize(context, subject: subject, write: false)
-                return json(ListingJSON.feature(try await consents.consents(of: feature, for: subject)))
+                return json(ListingJSON.document(try await consents.consents(of: feature, for: subject)))
             }
         }
         api.get("subjects/:subject/active") { _, context in
             await handle {
                 let subject = try context.parameters.require("subject")
                 try Self.authorize(context, subject: subject, write: false)
-                return json(Self.features(try await consents.activeConsents(for: subject)))
+                return json(FeaturesBody(try await consents.activeConsents(for: subject)))
             }
         }
         api.get("subjects/:subject/status") { request, context in
             await handle {
                 let subject = try context.parameters.require("subject")
                 try Self.authorize(context, subject: subject, write: false)
-                return json(Self.features(try await consents.state(of: subject, at: try Self.time(request, "at"))))
+                return json(FeaturesBody(try await consents.state(of: subject, at: try Self.time(request, "at"))))
             }
         }
         api.get("subjects/:subject/history") { request, context in
@@ -171,44 +224,35 @@ public struct ConsentRoutes: Sendable {
                 let subject = try context.parameters.require("subject")
                 try Self.authorize(context, subject: subject, write: false)
                 let entries = try await consents.history(of: subject, until: try Self.time(request, "until"))
-                return json(.object(["events": .array(entries.map { e in
-                    var m: [String: JSONValue] = ["seq": .int(Int64(e.seq)), "at": .string(e.at.rfc3339), "type": .string(e.kind.rawValue), "featureCode": .int(Int64(e.feature)), "consent": .string(e.consent), "actor": .string(e.actor)]
-                    if let c = e.cause { m["cause"] = .int(Int64(c)) }
-                    if let r = e.renews { m["renews"] = .int(Int64(r)) }
-                    if let v = e.version { m["version"] = .string(v) }
-                    return .object(m)
-                })]))
+                return json(HistoryBody(events: entries.map { e in
+                    HistoryBody.Event(seq: Int64(e.seq), at: e.at.rfc3339, type: e.kind.rawValue, featureCode: Int64(e.feature), consent: e.consent, actor: e.actor,
+                                      cause: e.cause.map { Int64($0) }, renews: e.renews.map { Int64($0) }, version: e.version)
+                }))
             }
         }
         api.post("subjects/:subject/features/:feature/activate") { request, context in
             await handle {
                 let subject = try context.parameters.require("subject"), feature = try context.parameters.require("feature")
                 try Self.authorize(context, subject: subject, write: true)
-                let body = try await Self.body(request, context)
-                guard let list = body["consents"]?.arrayValue, !list.isEmpty, list.allSatisfy({ $0.stringValue != nil }) else {
-                    throw ServiceError(status: .badRequest, kind: "invalid-request", message: "'consents' must be a non-empty array of consent codes")
-                }
-                let actor = body["actor"]?.stringValue ?? "self"
-                return json(Self.features(try await consents.activate(list.compactMap(\.stringValue), of: feature, for: subject, actor: actor)))
+                let shape = "an object whose 'consents' is a non-empty array of consent codes"
+                let body = try await Self.body(ActivateRequest.self, request, context, shape: shape)
+                guard !body.consents.isEmpty else { throw ServiceError(status: .badRequest, kind: "invalid-request", message: "the body must be \(shape)") }
+                return json(FeaturesBody(try await consents.activate(body.consents, of: feature, for: subject, actor: body.actor ?? "self")))
             }
         }
         api.post("subjects/:subject/features/:feature/revoke") { request, context in
             await handle {
                 let subject = try context.parameters.require("subject"), feature = try context.parameters.require("feature")
                 try Self.authorize(context, subject: subject, write: true)
-                let body = try await Self.body(request, context)
-                guard let consent = body["consent"]?.stringValue else {
-                    throw ServiceError(status: .badRequest, kind: "invalid-request", message: "'consent' must be a consent code")
-                }
-                let actor = body["actor"]?.stringValue ?? "self"
-                return json(Self.features(try await consents.revoke(consent, of: feature, for: subject, actor: actor)))
+                let body = try await Self.body(RevokeRequest.self, request, context, shape: "an object whose 'consent' is a consent code")
+                return json(FeaturesBody(try await consents.revoke(body.consent, of: feature, for: subject, actor: body.actor ?? "self")))
             }
         }
         api.get("subjects/:subject/export") { _, context in
             await handle {
                 let subject = try context.parameters.require("subject")
                 try Self.authorize(context, subject: subject, write: false)
-                return json(try await consents.export(subject: subject).json)
+                return bytes(try await consents.export(subject: subject).bytes)
             }
         }
     }
