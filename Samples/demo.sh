@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The seed scenario (shared/consent-rules.md, seed 001) against a ledger in a temporary folder.
+# The consent rules' seed scenario (docs: README, "The consent rules") against a ledger in a
+# temporary folder.
 # Usage: Samples/demo.sh [path/to/consentctl]
 set -euo pipefail
 consentctl=${1:-consentctl}
@@ -29,7 +30,9 @@ step "Export alice's events with inclusion proofs under a signed checkpoint" \
 step "Verify the export offline, trusting only the pinned key" \
   "$consentctl" verify-export "$(dirname "$ledger")/alice.json" --key "$key"
 
-step "Publish a new catalogue version: Timeline's required consent goes to policy version 2.0" \
+step "Preview a new catalogue version: Timeline's required consent goes to policy version 2.0" \
+  "$consentctl" catalog publish "$(dirname "${BASH_SOURCE[0]}")/catalog-v2.json" --dry-run
+step "Publish it" \
   "$consentctl" catalog publish "$(dirname "${BASH_SOURCE[0]}")/catalog-v2.json"
 step "Alice's Timeline consent is now outdated, and Timeline inactive" "$consentctl" status --subject alice
 step "Alice consents again: a re-consent that names the grant it renews" \

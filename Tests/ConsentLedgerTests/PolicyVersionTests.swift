@@ -36,7 +36,7 @@ import Testing
         let (ledger, path) = try Self.ledger("outdated")
         defer { removeFolder(path) }
         #expect(try line(ledger, "alice", "timeline").isActive)
-        let event = try ledger.publish(Self.catalog(bumping: [("timeline", "required", "2.0")]))
+        let event = try #require(try ledger.publish(Self.catalog(bumping: [("timeline", "required", "2.0")])))
         guard case .catalogPublished(let published) = event.payload else { Issue.record("not a publish event"); return }
         #expect(published.notices.count == 6)
         #expect(published.notices.first { $0.feature == 2 && $0.consent == "required" }?.version == "2.0")
@@ -86,14 +86,39 @@ import Testing
         #expect(versions.map(\.seq) == [0, 8])
     }
 
-    @Test func publishingRefusesStructuralChangesAndNoOps() throws {
+    /// Publishing the catalogue in force is a no-op; a structural change, or a policy version of
+    /// the wrong shape, is refused. Neither appends anything.
+    @Test func publishingRefusesStructuralChangesAndIgnoresNoOps() throws {
         let (ledger, path) = try Self.ledger("publish-refused")
         defer { removeFolder(path) }
         let log = readBytes(path + "/ledger.jsonl")
-        #expect(throws: ConsentError.self) { try ledger.publish(SeedCatalog.catalog) }
+        #expect(try ledger.publish(SeedCatalog.catalog) == nil)
+        #expect(try ledger.previewPublication(SeedCatalog.catalog).changes.isEmpty)
         let fewer = try Catalog(features: [SeedCatalog.catalog.features[0]])
         #expect(throws: ConsentError.self) { try ledger.publish(fewer) }
+        #expect(throws: ConsentError.self) { try ledger.previewPublication(fewer) }
+        #expect(throws: ConsentError.self) { try ledger.publish(Self.catalog(bumping: [("timeline", "required", "2.0 ")])) }
         #expect(readBytes(path + "/ledger.jsonl") == log)
+    }
+
+    /// The preview names each changed consent and counts the subjects whose current grant
+    /// would become outdated (a grant already outdated, or of another consent, is not counted).
+    @Test func aPreviewCountsTheSubjectsAPublicationWouldOutdate() throws {
+        let (ledger, path) = try Self.ledger("preview")
+        defer { removeFolder(path) }
+        let before = try ledger.loadAll().subjects.count
+        let preview = try ledger.previewPublication(Self.catalog(bumping: [("timeline", "required", "2.0"), ("timeline", "optional-b", "1.1")]))
+        #expect(preview.changes.map { "\($0.feature)/\($0.consent) \($0.oldVersion)->\($0.newVersion)" } == ["timeline/required 1.0->2.0", "timeline/optional-b 1.0->1.1"])
+        let replay = try ledger.loadAll()
+        let requiredGiven = replay.subjects.values.filter { $0.isGiven(feature: 2, consent: "required") }.count
+        let optionalBGiven = replay.subjects.values.filter { $0.isGiven(feature: 2, consent: "optional-b") }.count
+        #expect(preview.changes[0].subjectsOutdated == requiredGiven && preview.changes[1].subjectsOutdated == optionalBGiven)
+        #expect(preview.subjectsOutdated == requiredGiven && requiredGiven > 0 && requiredGiven <= before)
+    }
+
+    @Test(arguments: [("1.0", true), ("2026-06", true), ("v2", true), ("1.0+de", true), ("1_0", true), ("2.0 ", false), (" 2.0", false), ("", false), ("2 0", false), ("-1", false), ("1.", false), (String(repeating: "9", count: 33), false), ("é", false)])
+    func policyVersionsHaveOneShape(_ case_: (String, Bool)) {
+        #expect((Catalog.versionProblem(case_.0) == nil) == case_.1, "\(case_.0.debugDescription)")
     }
 
     @Test func exportsCarryTheCatalogueVersionsAndVerify() throws {

@@ -40,13 +40,12 @@ try:
     run("give", "--subject", "alice", "--feature", "timeline", "--consent", "required", "--consent", "optional-a", "--consent", "optional-b")
     run("revoke", "--subject", "alice", "--feature", "medication-management", "--consent", "required")
     run("give", "--subject", "bob", "--feature", "timeline", "--consent", "required")
-    catalog = json.loads(run("catalog", "--json").stdout)
-    v2 = {"features": []}
-    for f in catalog["features"]:
-        v2["features"].append({"code": f["code"], "key": f["key"], "name": f["names"], "consents": [
-            {"code": c["code"], "name": c["names"], "required": c["required"], "link": c["link"],
-             "version": "2.0" if (f["key"] == "timeline" and c["code"] == "required") else c["version"]}
-            for c in f["consents"]]})
+    # The catalogue file as `catalog show --format json` prints it, edited: the next version.
+    v2 = json.loads(run("catalog", "show", "--format", "json").stdout)
+    for f in v2["features"]:
+        for c in f["consents"]:
+            if f["key"] == "timeline" and c["code"] == "required":
+                c["version"] = "2.0"
     with open(os.path.join(work, "catalog-v2.json"), "w") as fh:
         json.dump(v2, fh)
     run("catalog", "publish", os.path.join(work, "catalog-v2.json"))

@@ -132,6 +132,31 @@ public struct Catalog: Hashable, Sendable {
         return nil
     }
 
+    /// Why a policy version cannot be published, or nil: a version is 1 to 32 characters from
+    /// letters, digits, `.`, `-`, `_` and `+`, beginning and ending with a letter or digit (`1.0`,
+    /// `2026-06`, `v2`, `1.0+de`). So `"2.0 "` is not `"2.0"` made new by accident.
+    public static func versionProblem(_ version: String) -> String? {
+        let bytes = Array(version.utf8)
+        func alphanumeric(_ b: UInt8) -> Bool { (b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5A) || (b >= 0x61 && b <= 0x7A) }
+        guard (1...32).contains(bytes.count) else { return "policy version '\(version)' must be 1 to 32 characters" }
+        guard alphanumeric(bytes.first!), alphanumeric(bytes.last!), bytes.allSatisfy({ alphanumeric($0) || $0 == 0x2E || $0 == 0x2D || $0 == 0x5F || $0 == 0x2B }) else {
+            return "policy version '\(version)' must be letters, digits, '.', '-', '_' and '+', beginning and ending with a letter or digit (such as 1.0 or 2026-06)"
+        }
+        return nil
+    }
+
+    /// Why this catalogue cannot be the first of a new ledger or a new published version, or nil:
+    /// every policy version has the shape ``versionProblem(_:)`` describes. (Catalogues already in
+    /// a ledger are read as they were written.)
+    public func problemAsNewVersion() -> String? {
+        for feature in features {
+            for consent in feature.consents {
+                if let problem = Self.versionProblem(consent.version) { return "\(feature.key)/\(consent.code): \(problem)" }
+            }
+        }
+        return nil
+    }
+
     static func isSlug(_ s: String) -> Bool {
         guard let first = s.utf8.first, first >= 0x61, first <= 0x7A, s.utf8.count <= 64 else { return false }
         return s.utf8.allSatisfy { ($0 >= 0x61 && $0 <= 0x7A) || ($0 >= 0x30 && $0 <= 0x39) || $0 == 0x2D }

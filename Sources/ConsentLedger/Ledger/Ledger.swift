@@ -159,6 +159,7 @@ public final class Ledger: Sendable {
         random: @escaping RandomSource = systemRandom
     ) throws -> Ledger {
         try validateText(name, what: "ledger name", maxBytes: 256)
+        if let problem = catalog.problemAsNewVersion() { throw ConsentError.invalidCatalog(CatalogError(entry: "catalogue", problem: problem)) }
         do {
             try NoteVerifierKey.checkName(name)
             if name == ExportStatement.magic { throw NoteError("'\(name)' is reserved") }

@@ -14,6 +14,26 @@ public struct CatalogVersion: Sendable {
     public let published: CatalogPublished?
 }
 
+/// What a catalogue publication would change (``Ledger/previewPublication(_:)``).
+public struct PublicationPreview: Hashable, Sendable {
+    public struct Change: Hashable, Sendable {
+        /// The feature's key and the consent's code.
+        public let feature: String
+        public let consent: String
+        public let oldVersion: String
+        public let newVersion: String
+        public let linkChanged: Bool
+        public let namesChanged: Bool
+        /// Subjects whose grant of this consent is current now and would be outdated.
+        public let subjectsOutdated: Int
+    }
+
+    /// The consents that change, in catalogue order; empty when the catalogue is the one in force.
+    public let changes: [Change]
+    /// Distinct subjects with at least one grant that would be outdated.
+    public let subjectsOutdated: Int
+}
+
 extension Ledger {
     /// Every catalogue version of the log: the genesis catalogue, then each published one, from
     /// the ledger's own stream. Call with derived data current.
@@ -51,6 +71,38 @@ extension Ledger {
     static func catalog(in versions: [CatalogVersion], at: Timestamp?) -> Catalog {
         guard let at else { return versions.last!.catalog }
         return versions.last { $0.at <= at }?.catalog ?? versions[0].catalog
+    }
+
+    /// Refuses a catalogue that cannot follow `current` (other features or consents, a version
+    /// of the wrong shape).
+    static func checkPublishable(_ newCatalog: Catalog, over current: Catalog) throws {
+        if let problem = newCatalog.problemAsUpdate(of: current) ?? newCatalog.problemAsNewVersion() {
+            throw ConsentError.invalidRequest("cannot publish this catalogue: \(problem)")
+        }
+    }
+
+    /// What publishing `newCatalog` would change, without publishing it: each consent whose
+    /// policy version, link or names change, and how many subjects' current grants of it would
+    /// become outdated. Throws as ``publish(_:actor:)`` would.
+    public func previewPublication(_ newCatalog: Catalog) throws -> PublicationPreview {
+        let current = try catalogHistory().last!.catalog
+        if newCatalog == current { return PublicationPreview(changes: [], subjectsOutdated: 0) }
+        try Self.checkPublishable(newCatalog, over: current)
+        let replay = try loadAll()
+        var changes: [PublicationPreview.Change] = []
+        var outdated: Set<SubjectRef> = []
+        for (new, old) in zip(newCatalog.features, current.features) {
+            for (c, o) in zip(new.consents, old.consents) where c != o {
+                let affected = c.version == o.version ? [] : replay.subjects.filter { _, state in
+                    if case .given(let grant) = state.status(feature: new.code, consent: c.code) { return grant.version == o.version }
+                    return false
+                }.map(\.key)
+                outdated.formUnion(affected)
+                changes.append(PublicationPreview.Change(feature: new.key, consent: c.code, oldVersion: o.version, newVersion: c.version,
+                                                          linkChanged: c.link != o.link, namesChanged: c.names != o.names, subjectsOutdated: affected.count))
+            }
+        }
+        return PublicationPreview(changes: changes, subjectsOutdated: outdated.count)
     }
 
     /// The catalogue versions of the ledger, oldest first.

@@ -147,17 +147,17 @@ extension Ledger {
     /// Publishes a new catalogue version as a signed event: from now on grants record its policy
     /// versions, and earlier grants of a changed version are outdated (a changed required
     /// consent deactivates its feature until the subject consents again). Each consent's notice
-    /// hash is the SHA-256 of its link.
+    /// hash is the SHA-256 of its link. Returns nil, appending nothing, when the catalogue is the
+    /// one in force.
     @discardableResult
-    public func publish(_ newCatalog: Catalog, actor: String = "consentctl") throws -> LedgerEvent {
+    public func publish(_ newCatalog: Catalog, actor: String = "consentctl") throws -> LedgerEvent? {
         try Self.validateText(actor, what: "actor", maxBytes: 128)
         let signer = try signingKey()
         return try writing { tx, view, afterCommit in
             let log = view.log
             let current = try catalogVersions(view).last!.catalog
-            if let problem = newCatalog.problemAsUpdate(of: current) {
-                throw ConsentError.invalidRequest("cannot publish this catalogue: \(problem)")
-            }
+            if newCatalog == current { return nil }
+            try Self.checkPublishable(newCatalog, over: current)
             let hasher = chain.hasher
             let notices = newCatalog.features.flatMap { f in
                 f.consents.map { PolicyNotice(feature: f.code, consent: $0.code, version: $0.version, sha256: hasher.sha256(Array($0.link.utf8)).hex) }
