@@ -33,26 +33,41 @@ struct CheckpointCommand: ParsableCommand {
 struct KeyCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "key",
-        abstract: "The ledger's keys: 'key show' prints the verifier key that auditors pin.",
+        abstract: "The ledger's keys.",
+        subcommands: [KeyShow.self],
+        defaultSubcommand: KeyShow.self
+    )
+}
+
+struct KeyShow: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "show",
+        abstract: "Print the verifier key that auditors pin.",
         discussion: """
-            'consentctl key show' prints the verifier key in the C2SP signed-note text form,
-            name+hash+key. Give this line to auditors; 'consentctl verify-export FILE --key KEY'
-            trusts only the key it is given.
+            The verifier key is the one spelling of the ledger's public key everywhere: \
+            NAME+HASH+BASE64, the C2SP signed-note form (the ledger's name, the key's 8-hex-digit \
+            hash, and base64 of the type byte 0x01 and the Ed25519 public key). Give it to \
+            auditors; 'verify-export', 'verify-state' and 'verify-consistency' take it with --key, \
+            as text or as a file holding it, and trust nothing else. No secret key is read.
+
+            Example:
+              consentctl key show > ledger.vkey
+              consentctl verify-export alice.json --key ledger.vkey
             """
     )
 
     @ParentCommand var root: ConsentCtl
-
-    @Argument(help: ArgumentHelp("What to do with the key: show.", valueName: "ACTION"))
-    var action: String
-
-    func validate() throws {
-        guard action == "show" else { throw ValidationError("unknown key action '\(action)'; try 'consentctl key show'") }
-    }
+    @OptionGroup var output: OutputOptions
 
     func run() throws {
-        try reporting {
-            print(try root.openLedger().verifierKey.text)
+        try reporting(json: output.isJSON) {
+            let ledger = try root.openLedger()
+            let key = try ledger.verifierKey
+            if output.isJSON {
+                printJSON(.object(["verifierKey": .string(key.text), "name": .string(key.name), "keyHash": .string(ledger.keyID)]))
+            } else {
+                print(key.text)
+            }
         }
     }
 }
@@ -140,18 +155,32 @@ func checkpointJSON(_ checkpoint: Checkpoint) -> JSONValue {
     .object(["origin": .string(checkpoint.origin), "size": .int(checkpoint.size), "root": .string(Base64.encode(checkpoint.root.bytes))])
 }
 
-/// A verifier key given as text, or as a file that holds it.
+/// A verifier key given as text (NAME+HASH+BASE64), or as a file that holds it. An argument with
+/// a '+' is read as the key; any other as a file. The error says which was tried, and why it
+/// failed.
 func readVerifierKey(_ argument: String) throws -> NoteVerifierKey {
-    var text = argument
-    if !argument.contains("+"), let bytes = try? LocalFile.read(argument) {
-        text = String(decoding: bytes, as: UTF8.self)
+    let form = "a verifier key NAME+HASH+BASE64, as 'consentctl key show' prints it"
+    func parse(_ text: String, from source: String) throws -> NoteVerifierKey {
+        var text = text
+        while let last = text.last, last == "\n" || last == "\r" || last == " " { text.removeLast() }
+        if text.utf8.count == 64, text.utf8.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) }) {
+            throw ConsentError.invalidRequest("--key: \(source) is a raw public key in hex; give \(form)")
+        }
+        do {
+            return try NoteVerifierKey(text: text)
+        } catch {
+            throw ConsentError.invalidRequest("--key: \(source) is not \(form): \(error)")
+        }
     }
-    while text.hasSuffix("\n") || text.hasSuffix(" ") { text.removeLast() }
+    if argument.contains("+") { return try parse(argument, from: "the text given") }
+    let bytes: [UInt8]
     do {
-        return try NoteVerifierKey(text: text)
+        bytes = try LocalFile.read(argument, limit: 4096)
     } catch {
-        throw ConsentError.invalidRequest("--key: \(error)")
+        if argument.utf8.count == 64 { return try parse(argument, from: "the text given") }
+        throw ConsentError.invalidRequest("--key: '\(argument)' is neither \(form) (it has no '+') nor a file that can be read: \(error)")
     }
+    return try parse(String(decoding: bytes, as: UTF8.self), from: "file '\(argument)'")
 }
 
 struct VerifyExport: ParsableCommand {

@@ -49,8 +49,8 @@ struct Init: ParsableCommand {
             let ledger = try Ledger.create(store: store, catalog: catalogValue, name: ledgerName, actor: actor)
             print("Created ledger '\(ledgerName)' at \(store.names.location)")
             print("  features:   \(catalogValue.features.map(\.key).joined(separator: ", "))")
-            print("  public key: \(ledger.publicKey.hex)")
-            print("  key id:     \(ledger.keyID)")
+            print("  verifier key: \(try ledger.verifierKey.text)")
+            print("Give the verifier key to auditors ('consentctl key show' prints it again).")
         }
     }
 }
@@ -355,7 +355,7 @@ struct Verify: ParsableCommand {
             if json {
                 printJSON(.object([
                     "ok": .bool(true), "ledger": .string(report.ledgerName), "events": .int(Int64(report.events)),
-                    "subjects": .int(Int64(report.subjects)), "publicKey": .string(report.publicKey.hex),
+                    "subjects": .int(Int64(report.subjects)), "verifierKey": .string(try ledger.verifierKey.text),
                     "head": .object(["seq": .int(Int64(report.head.seq)), "hash": .string(report.head.hash.hex)]),
                 ]))
                 return
@@ -365,7 +365,7 @@ struct Verify: ParsableCommand {
             table.add(["  events", String(report.events)])
             table.add(["  subjects", String(report.subjects)])
             table.add(["  head", "seq \(report.head.seq), \(report.head.hash.hex)"])
-            table.add(["  public key", report.publicKey.hex])
+            table.add(["  verifier key", try ledger.verifierKey.text])
             table.print()
         }
     }
