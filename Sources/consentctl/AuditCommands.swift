@@ -139,9 +139,10 @@ struct PinnedKey: ParsableArguments {
 
     /// Reads `file` (at most `limit` bytes) and checks it against the pinned key with `verify`;
     /// a file that does not verify is an integrity failure (exit 2) that names the reason.
-    func check<Report>(_ file: String, limit: Int, _ verify: ([UInt8], NoteVerifierKey) throws(ExportVerificationError) -> Report) throws -> Report {
+    func check<Report>(_ file: String, _ kind: EvidenceFile, limit: Int, _ verify: ([UInt8], NoteVerifierKey) throws(ExportVerificationError) -> Report) throws -> Report {
         let pinned = try verifierKey()
         let bytes = try LocalFile.read(file, limit: limit)
+        try kind.check(bytes, path: file)
         do throws(ExportVerificationError) {
             return try verify(bytes, pinned)
         } catch {
@@ -202,7 +203,7 @@ struct VerifyExport: ParsableCommand {
 
     func run() throws {
         try reporting(json: options.json) {
-            let report = try options.check(file, limit: 1 << 30) { (bytes, pinned) throws(ExportVerificationError) in try ExportVerifier.verify(bytes, pinnedKey: pinned) }
+            let report = try options.check(file, .exportBundle, limit: 1 << 30) { (bytes, pinned) throws(ExportVerificationError) in try ExportVerifier.verify(bytes, pinnedKey: pinned) }
             if options.json {
                 var members: [String: JSONValue] = [
                     "ok": .bool(true), "scope": .string(report.scope.rawValue), "events": .int(Int64(report.events)),
@@ -272,13 +273,8 @@ struct VerifyConsistency: ParsableCommand {
 
     func run() throws {
         try reporting(json: options.json) {
-            let pinned = try options.verifierKey()
-            let (old, new): (Checkpoint, Checkpoint)
-            do {
-                let proof = try ConsistencyProof(bytes: try LocalFile.read(file))
-                (old, new) = try ExportVerifier.verifyConsistency(proof, pinnedKey: pinned)
-            } catch let error as ExportVerificationError {
-                throw ConsentError.integrity(IntegrityFailure(line: nil, seq: nil, problem: error.problem))
+            let (old, new) = try options.check(file, .consistencyProof, limit: 1 << 24) { (bytes, pinned) throws(ExportVerificationError) in
+                try ExportVerifier.verifyConsistency(try ConsistencyProof(bytes: bytes), pinnedKey: pinned)
             }
             if options.json {
                 printJSON(.object(["ok": .bool(true), "oldSize": .int(old.size), "newSize": .int(new.size)]))
@@ -351,7 +347,7 @@ struct VerifyState: ParsableCommand {
 
     func run() throws {
         try reporting(json: options.json) {
-            let report = try options.check(file, limit: 1 << 28) { (bytes, pinned) throws(ExportVerificationError) in try StateProofVerifier.verify(bytes, pinnedKey: pinned) }
+            let report = try options.check(file, .stateProof, limit: 1 << 28) { (bytes, pinned) throws(ExportVerificationError) in try StateProofVerifier.verify(bytes, pinnedKey: pinned) }
             if options.json {
                 var members: [String: JSONValue] = [
                     "ok": .bool(true), "subject": .string(report.subjectID), "events": .int(Int64(report.events.count)),
