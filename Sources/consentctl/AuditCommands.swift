@@ -113,6 +113,7 @@ struct Export: ParsableCommand {
         try reporting {
             try checkOutputPath(out, ledger: root.ledgerDirectory)
             let ledger = try root.openLedger()
+            if let subject { try requireEvents(ledger, subject, for: "an export") }
             if format == "fhir", let subject {
                 let bundle = try ledger.fhirBundle(for: subject)
                 try LocalFile.write(bundle.canonicalBytes + [0x0A], to: out)
@@ -320,6 +321,7 @@ struct ProveState: ParsableCommand {
             let asOf = try at.map { try parseTime($0, option: "--at") }
             try checkOutputPath(out, ledger: root.ledgerDirectory)
             let ledger = try root.openLedger()
+            try requireEvents(ledger, subject, for: "a state proof")
             let proof = try ledger.proveState(for: subject, at: asOf)
             try LocalFile.write(proof.bytes, to: out)
             print("Wrote the state of \(subject)\(asOf.map { " as of \($0.rfc3339)" } ?? "") (\(proof.events.count) event\(proof.events.count == 1 ? "" : "s"), \(proof.catalogEvents.count + 1) catalogue version\(proof.catalogEvents.isEmpty ? "" : "s")) with proofs against the signed head, to \(out)")

@@ -133,11 +133,25 @@ struct Revoke: ParsableCommand {
     @Flag(help: "Print JSON.")
     var json = false
 
+    @OptionGroup var presence: SubjectPresence
+
     func validate() throws {
         if consents.isEmpty { throw ValidationError("revoke needs at least one --consent") }
     }
 
     func run() throws {
+        // A subject with no events has nothing to withdraw: nothing is appended, and the
+        // warning names the ids it may be a typo of.
+        var unknown = false
+        try reporting(json: json) {
+            let ledger = try root.openLedger()
+            unknown = try !presence.check(ledger, subject)
+            if unknown { printError("warning: " + unknownSubjectNote(ledger, subject) + " Nothing to withdraw; nothing was appended.") }
+        }
+        if unknown {
+            if json { printJSON(.object(["ok": .bool(true), "subject": .string(subject), "known": .bool(false), "appended": .array([])])) }
+            return
+        }
         try runCommand(root: root, LedgerCommand(subjectID: subject, request: .revoke(feature: feature, consents: consents), actor: actor), json: json)
     }
 }
@@ -209,22 +223,34 @@ struct Status: ParsableCommand {
     @Flag(help: "Print JSON: features[] with code, key, active, consents[] with code, required, state, validFrom.")
     var json = false
 
+    @OptionGroup var presence: SubjectPresence
+
     func run() throws {
         let asOf = try at.map { try parseTime($0, option: "--at") }
         try reporting(json: json) {
             let ledger = try root.openLedger()
+            let known = try presence.check(ledger, subject)
             let report = try ledger.report(for: subject, asOf: asOf)
             warnAboutTornTail(report.torn, removed: false, store: StoreSelection.folder(root.storeSpec))
             if json {
-                printJSON(.object([
+                var members: [String: JSONValue] = [
                     "subject": .string(subject),
                     "asOf": asOf.map { .string($0.rfc3339) } ?? .null,
+                    "known": .bool(known),
                     "empty": .bool(report.listing.isEmpty),
                     "features": .array(report.listing.features.map(ListingJSON.feature)),
-                ]))
+                ]
+                if !known { members["note"] = .string(unknownSubjectNote(ledger, subject)) }
+                printJSON(.object(members))
                 return
             }
             let when = asOf.map { " as of \($0.rfc3339)" } ?? ""
+            if !known {
+                // Rules R1 and R8: a subject with no events has every feature off; say so, and
+                // name the ids this may be a typo of.
+                print(unknownSubjectNote(ledger, subject) + " Every feature is off for it.")
+                return
+            }
             if report.listing.isEmpty {
                 // Rule R8: say plainly that nothing is given.
                 if report.events.isEmpty {
@@ -273,21 +299,30 @@ struct History: ParsableCommand {
     @Option(help: "The subject (patient) id.")
     var subject: String
 
-    @Option(help: ArgumentHelp("Only events up to this time (RFC 3339, or a date meaning the end of that day, UTC).", valueName: "TIME"))
-    var until: String?
+    @Option(name: [.customLong("at"), .customLong("until")], help: ArgumentHelp("Only events up to this time, as the ledger recorded them (RFC 3339, or a date meaning the end of that day, UTC). --until is the older name.", valueName: "TIME"))
+    var at: String?
 
     @Flag(help: "Print JSON: events[] with seq, at, type, feature, consent, actor, and cause on cascaded withdrawals.")
     var json = false
 
+    @OptionGroup var presence: SubjectPresence
+
     func run() throws {
-        let limit = try until.map { try parseTime($0, option: "--until") }
+        let limit = try at.map { try parseTime($0, option: "--at") }
         try reporting(json: json) {
             let ledger = try root.openLedger()
+            let known = try presence.check(ledger, subject)
             let report = try ledger.report(for: subject, asOf: limit)
             warnAboutTornTail(report.torn, removed: false, store: StoreSelection.folder(root.storeSpec))
             let entries = report.events.compactMap(HistoryEntry.init)
             if json {
-                printJSON(.object(["subject": .string(subject), "events": .array(entries.map { historyJSON($0, ledger.catalog) })]))
+                var members: [String: JSONValue] = ["subject": .string(subject), "known": .bool(known), "events": .array(entries.map { historyJSON($0, ledger.catalog) })]
+                if !known { members["note"] = .string(unknownSubjectNote(ledger, subject)) }
+                printJSON(.object(members))
+                return
+            }
+            if !known {
+                print(unknownSubjectNote(ledger, subject))
                 return
             }
             guard !entries.isEmpty else {

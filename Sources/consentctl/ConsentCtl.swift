@@ -46,7 +46,7 @@ struct ConsentCtl: ParsableCommand {
               73  a ledger (or other files) already exists where init would create one
             """,
         version: "0.1.0",
-        subcommands: [Init.self, CatalogCommand.self, Give.self, Revoke.self, Status.self, History.self, Report.self, Verify.self, CheckpointCommand.self, KeyCommand.self, Export.self, VerifyExport.self, ProveConsistency.self, VerifyConsistency.self, ProveState.self, VerifyState.self, Apply.self, Migrate.self]
+        subcommands: [Init.self, CatalogCommand.self, Give.self, Revoke.self, Status.self, History.self, SubjectsCommand.self, Report.self, Verify.self, CheckpointCommand.self, KeyCommand.self, Export.self, VerifyExport.self, ProveConsistency.self, VerifyConsistency.self, ProveState.self, VerifyState.self, Apply.self, Migrate.self]
     )
 
     /// Options that take several values; every other option may be given once. Argument

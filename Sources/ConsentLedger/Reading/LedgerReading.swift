@@ -32,6 +32,61 @@ extension Ledger {
 
     // MARK: - Reading
 
+    /// The ids of the subjects with events, in byte order, those starting with `prefix` only:
+    /// each from a subject record checked as every read checks it (its salt's length and, in
+    /// format 2, the ledger key's signature over id and salt), and kept only when the subject
+    /// map (format 2; the line index in format 1) holds events under its pseudonym.
+    public func subjectIDs(prefix: String = "") throws -> [String] {
+        try reading { view in
+            let salts = try subjectSalts(view.tx).filter { $0.key.text.utf8.starts(with: prefix.utf8) }
+            var ids: [String] = []
+            for (id, salt) in salts.sorted(by: { $0.key < $1.key }) {
+                let key = StreamKey.of(subject: subjectRef(id: id.text, salt: salt))
+                let hasEvents: Bool
+                if version >= 2 {
+                    do {
+                        hasEvents = try currentMap(view).map.lookup(key).seq != nil
+                    } catch {
+                        throw mapFailure("\(error)")
+                    }
+                } else {
+                    hasEvents = try !view.tx.indexedEntries(of: key, below: view.size).isEmpty
+                }
+                if hasEvents { ids.append(id.text) }
+            }
+            return ids
+        }
+    }
+
+    /// Subject ids close to `subjectID` (a typo): the known ids within two edits of it, or that
+    /// differ from it only in letter case, nearest first, at most `limit`.
+    public func subjectsNear(_ subjectID: String, limit: Int = 3) throws -> [String] {
+        let wanted = Array(subjectID.unicodeScalars)
+        let scored: [(String, Int)] = try subjectIDs().compactMap { id in
+            if id == subjectID { return nil }
+            if id.lowercased() == subjectID.lowercased() { return (id, 0) }
+            let distance = Self.editDistance(wanted, Array(id.unicodeScalars), atMost: 2)
+            return distance.map { (id, $0) }
+        }
+        return scored.sorted { $0.1 != $1.1 ? $0.1 < $1.1 : $0.0.utf8.lexicographicallyPrecedes($1.0.utf8) }.prefix(limit).map(\.0)
+    }
+
+    /// The Levenshtein distance of two strings when it is at most `bound`, else nil.
+    static func editDistance(_ a: [Unicode.Scalar], _ b: [Unicode.Scalar], atMost bound: Int) -> Int? {
+        guard abs(a.count - b.count) <= bound else { return nil }
+        var previous = Array(0...b.count)
+        for i in 1...max(1, a.count) where !a.isEmpty {
+            var current = [i] + Array(repeating: 0, count: b.count)
+            for j in 1...max(1, b.count) where !b.isEmpty {
+                current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
+            }
+            if current.min()! > bound { return nil }
+            previous = current
+        }
+        let distance = a.isEmpty ? b.count : (b.isEmpty ? a.count : previous[b.count])
+        return distance <= bound ? distance : nil
+    }
+
     /// One subject's consents and history, optionally as of a past time. Unknown subjects have
     /// no consents (rule R1). The subject's event signatures are checked; the whole chain is
     /// `verify`'s job.

@@ -1,0 +1,59 @@
+import Foundation
+import Testing
+
+/// Subjects can be listed and found, and a subject with no events is a normal answer that says
+/// so, naming the ids it may be a typo of; `--must-exist` makes it an error for scripts.
+@Suite(.serialized) struct SubjectCommandTests {
+    static func ledger() throws -> (dir: String, ledger: String) {
+        let dir = ConsentctlTests.temporaryFolder()
+        let ledger = dir + "/ledger"
+        try ConsentctlTests.run(["init"], ledger: ledger)
+        for subject in ["patient-1043", "alice", "patient-1042", "alicia", "bob"] {
+            try ConsentctlTests.run(["give", "--subject", subject, "--feature", "timeline", "--consent", "required"], ledger: ledger)
+        }
+        return (dir, ledger)
+    }
+
+    @Test func subjectsListShowsTheIdsWithEventsInByteOrder() throws {
+        let (dir, ledger) = try Self.ledger()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        // A give that is refused saves no events for its subject: not listed.
+        #expect(try ConsentctlTests.run(["give", "--subject", "carol", "--feature", "timeline", "--consent", "optional-a"], ledger: ledger).status == 1)
+        let listed = try ConsentctlTests.run(["subjects", "list"], ledger: ledger)
+        #expect(listed.status == 0 && listed.stdout == "alice\nalicia\nbob\npatient-1042\npatient-1043\n", "\(listed.stdout)")
+        let json = try ConsentctlTests.json(try ConsentctlTests.run(["subjects", "list", "--prefix", "patient-", "--format", "json"], ledger: ledger).stdout)
+        #expect(json["subjects"] as? [String] == ["patient-1042", "patient-1043"] && json["count"] as? Int == 2)
+        #expect(try ConsentctlTests.run(["subjects", "--prefix", "zz"], ledger: ledger).stdout.contains("No subject id starts with 'zz'"))
+    }
+
+    /// (command, expected exit code without --must-exist)
+    @Test(arguments: [(["status"], 0), (["history"], 0), (["revoke", "--feature", "timeline", "--consent", "required"], 0), (["export", "--out", "OUT"], 64), (["prove-state", "--out", "OUT"], 64)])
+    func anUnknownSubjectIsANormalAnswerThatNamesCloseMatches(_ case_: ([String], Int)) throws {
+        let (dir, ledger) = try Self.ledger()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let before = ConsentctlTests.snapshot(ledger)
+        let arguments = [case_.0[0], "--subject", "alcie"] + case_.0.dropFirst().map { $0 == "OUT" ? dir + "/out.json" : $0 }
+        let run = try ConsentctlTests.run(arguments, ledger: ledger)
+        #expect(Int(run.status) == case_.1, "\(arguments): \(run.stderr)")
+        let said = run.stdout + run.stderr
+        #expect(said.contains("Nothing was ever recorded for 'alcie'") && said.contains("Did you mean 'alice' or 'alicia'?"), "\(said)")
+        #expect(ConsentctlTests.snapshot(ledger) == before, "nothing appended, nothing written")
+        #expect(!FileManager.default.fileExists(atPath: dir + "/out.json"))
+        if case_.1 == 0 {
+            let strict = try ConsentctlTests.run(arguments + ["--must-exist"], ledger: ledger)
+            #expect(strict.status == 64 && strict.stderr.contains("Nothing was ever recorded for 'alcie'"), "\(strict.stderr)")
+        }
+    }
+
+    @Test func aKnownSubjectIsNotUnknownAndStatusJSONSaysWhichItIs() throws {
+        let (dir, ledger) = try Self.ledger()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let known = try ConsentctlTests.json(try ConsentctlTests.run(["status", "--subject", "alice", "--json", "--must-exist"], ledger: ledger).stdout)
+        #expect(known["known"] as? Bool == true && known["note"] == nil)
+        let unknown = try ConsentctlTests.json(try ConsentctlTests.run(["status", "--subject", "zed", "--json"], ledger: ledger).stdout)
+        #expect(unknown["known"] as? Bool == false && unknown["empty"] as? Bool == true && (unknown["note"] as? String)?.contains("Nothing was ever recorded for 'zed'.") == true)
+        // A withdrawn subject is known: its history is not empty.
+        try ConsentctlTests.run(["revoke", "--subject", "bob", "--feature", "timeline", "--consent", "required"], ledger: ledger)
+        #expect(try ConsentctlTests.run(["history", "--subject", "bob", "--must-exist"], ledger: ledger).status == 0)
+    }
+}
