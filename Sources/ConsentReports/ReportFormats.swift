@@ -90,9 +90,14 @@ extension LedgerReport {
         return rows.map { $0.map(Self.csvField).joined(separator: ",") }.joined(separator: "\r\n") + "\r\n"
     }
 
+    /// One CSV cell (RFC 4180), neutralised against formula injection as OWASP advises: a cell
+    /// that starts with `=`, `+`, `-`, `@`, a tab or a carriage return (an actor, a subject id)
+    /// gets a leading `'`, so a spreadsheet shows it as text instead of running it.
     static func csvField(_ s: String) -> String {
-        guard s.contains(where: { $0 == "," || $0 == "\"" || $0 == "\n" || $0 == "\r" }) else { return s }
-        return "\"" + s.replacingAll("\"", with: "\"\"") + "\""
+        var cell = s
+        if let first = s.unicodeScalars.first, ["=", "+", "-", "@", "\t", "\r"].contains(first) { cell = "'" + s }
+        guard cell.contains(where: { $0 == "," || $0 == "\"" || $0 == "\n" || $0 == "\r" }) else { return cell }
+        return "\"" + cell.replacingAll("\"", with: "\"\"") + "\""
     }
 
     // MARK: - Text

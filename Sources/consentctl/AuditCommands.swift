@@ -97,7 +97,7 @@ struct Export: ParsableCommand {
     @Flag(help: "Export the whole ledger.")
     var all = false
 
-    @Option(help: ArgumentHelp("Where to write the bundle.", valueName: "FILE"))
+    @Option(help: ArgumentHelp("Where to write the bundle; - for standard output.", valueName: "FILE"))
     var out: String
 
     @Option(help: ArgumentHelp("'bundle' (default): the verifiable export; 'fhir': a FHIR R5 Bundle of Consent resources (with --subject).", valueName: "FORMAT"))
@@ -116,14 +116,14 @@ struct Export: ParsableCommand {
             if let subject { try requireEvents(ledger, subject, for: "an export") }
             if format == "fhir", let subject {
                 let bundle = try ledger.fhirBundle(for: subject)
-                try LocalFile.write(bundle.canonicalBytes + [0x0A], to: out)
-                print("Wrote a FHIR R5 Bundle of \(bundle.value["entry"]?.arrayValue?.count ?? 0) Consent resources for \(subject) to \(out)")
+                let to = try writeOutput(bundle.canonicalBytes + [0x0A], to: out)
+                reportWritten("Wrote a FHIR R5 Bundle of \(bundle.value["entry"]?.arrayValue?.count ?? 0) Consent resources for \(subject) to \(to)", to: to)
                 return
             }
             let bundle = try subject.map { try ledger.exportSubject($0) } ?? ledger.exportAll()
-            try LocalFile.write(bundle.bytes, to: out)
+            let to = try writeOutput(bundle.bytes, to: out)
             let scope = bundle.scope == .all ? "the whole ledger, \(bundle.events.count + 1) events" : "subject \(subject!), \(bundle.events.count) events and the genesis event"
-            print("Wrote \(scope), with proofs against a new signed checkpoint, to \(out)")
+            reportWritten("Wrote \(scope), with proofs against a new signed checkpoint, to \(to)", to: to)
         }
     }
 }
@@ -242,7 +242,7 @@ struct ProveConsistency: ParsableCommand {
     @Option(help: ArgumentHelp("The older signed checkpoint.", valueName: "OLD_CHECKPOINT_FILE"))
     var from: String
 
-    @Option(help: ArgumentHelp("Where to write the proof (default: standard output).", valueName: "FILE"))
+    @Option(help: ArgumentHelp("Where to write the proof; - (the default) for standard output.", valueName: "FILE"))
     var out: String?
 
     func run() throws {
@@ -252,8 +252,8 @@ struct ProveConsistency: ParsableCommand {
             let proof = try root.openLedger().proveConsistency(from: old)
             let bytes = CanonicalJSON.serialize(proof.json) + [0x0A]
             if let out {
-                try LocalFile.write(bytes, to: out)
-                print("Wrote a consistency proof of \(proof.proof.count) hashes to \(out)")
+                let to = try writeOutput(bytes, to: out)
+                reportWritten("Wrote a consistency proof of \(proof.proof.count) hashes to \(to)", to: to)
             } else {
                 print(String(decoding: bytes.dropLast(), as: UTF8.self))
             }
@@ -313,7 +313,7 @@ struct ProveState: ParsableCommand {
     @Option(help: ArgumentHelp("Prove the state as of this time (RFC 3339, or a date meaning the end of that day, UTC).", valueName: "TIME"))
     var at: String?
 
-    @Option(help: ArgumentHelp("Where to write the proof.", valueName: "FILE"))
+    @Option(help: ArgumentHelp("Where to write the proof; - for standard output.", valueName: "FILE"))
     var out: String
 
     func run() throws {
@@ -323,8 +323,8 @@ struct ProveState: ParsableCommand {
             let ledger = try root.openLedger()
             try requireEvents(ledger, subject, for: "a state proof")
             let proof = try ledger.proveState(for: subject, at: asOf)
-            try LocalFile.write(proof.bytes, to: out)
-            print("Wrote the state of \(subject)\(asOf.map { " as of \($0.rfc3339)" } ?? "") (\(proof.events.count) event\(proof.events.count == 1 ? "" : "s"), \(proof.catalogEvents.count + 1) catalogue version\(proof.catalogEvents.isEmpty ? "" : "s")) with proofs against the signed head, to \(out)")
+            let to = try writeOutput(proof.bytes, to: out)
+            reportWritten("Wrote the state of \(subject)\(asOf.map { " as of \($0.rfc3339)" } ?? "") (\(proof.events.count) event\(proof.events.count == 1 ? "" : "s"), \(proof.catalogEvents.count + 1) catalogue version\(proof.catalogEvents.isEmpty ? "" : "s")) with proofs against the signed head, to \(to)", to: to)
         }
     }
 }

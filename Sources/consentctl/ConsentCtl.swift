@@ -46,7 +46,7 @@ struct ConsentCtl: ParsableCommand {
               73  a ledger (or other files) already exists where init would create one
             """,
         version: "0.1.0",
-        subcommands: [Init.self, CatalogCommand.self, Give.self, Revoke.self, Status.self, History.self, SubjectsCommand.self, Report.self, Verify.self, CheckpointCommand.self, KeyCommand.self, Export.self, VerifyExport.self, ProveConsistency.self, VerifyConsistency.self, ProveState.self, VerifyState.self, Apply.self, Migrate.self]
+        subcommands: [Init.self, CatalogCommand.self, Give.self, Revoke.self, Status.self, History.self, SubjectsCommand.self, Completion.self, Report.self, Verify.self, CheckpointCommand.self, KeyCommand.self, Export.self, VerifyExport.self, ProveConsistency.self, VerifyConsistency.self, ProveState.self, VerifyState.self, Apply.self, Migrate.self]
     )
 
     /// Options that take several values; every other option may be given once. Argument
@@ -59,7 +59,26 @@ struct ConsentCtl: ParsableCommand {
         if let repeated = repeatedOption(in: arguments) {
             exit(withError: ValidationError("\(repeated) is given more than once; it takes one value (only --consent may be repeated)"))
         }
+        if let unknown = unknownCommand(in: arguments) {
+            exit(withError: ValidationError(unknown))
+        }
         main(arguments)
+    }
+
+    /// The first word when it names no command: "unknown command 'stauts'; did you mean
+    /// 'status'?". (Left to itself the parser would complain about the options that follow.)
+    static func unknownCommand(in arguments: [String]) -> String? {
+        var rest = arguments[...]
+        while let first = rest.first, first.hasPrefix("-") {
+            rest = rest.dropFirst(first == "--ledger" || first == "--store" ? 2 : 1)
+        }
+        guard let word = rest.first else { return nil }
+        let names = configuration.subcommands.map { $0._commandName } + ["help"]
+        if names.contains(word) { return nil }
+        let near = names.compactMap { name in Ledger.editDistance(Array(word.unicodeScalars), Array(name.unicodeScalars), atMost: 2).map { (name, $0) } }
+            .sorted { $0.1 < $1.1 }.map(\.0)
+        let hint = near.isEmpty ? "see 'consentctl --help' for the commands" : "did you mean " + near.prefix(2).map { "'\($0)'" }.joined(separator: " or ") + "?"
+        return "unknown command '\(word)'; \(hint)"
     }
 
     /// The first option, other than the repeatable ones, that appears twice before `--`.
@@ -211,10 +230,39 @@ func parseTime(_ text: String, option: String) throws -> Timestamp {
     return t
 }
 
+/// Writes a command's file output: to standard output for `-`, else to the file (its folder
+/// must exist: a usage error naming it otherwise). Returns where it went, for the message.
+func writeOutput(_ bytes: [UInt8], to path: String) throws -> String {
+    if path == "-" {
+        bytes.withUnsafeBytes { raw in
+            var offset = 0
+            while offset < raw.count {
+                let n = write(1, raw.baseAddress! + offset, raw.count - offset)
+                if n <= 0 { break }
+                offset += n
+            }
+        }
+        return "standard output"
+    }
+    let folder = path.contains("/") ? String(path[..<path.lastIndex(of: "/")!]) : "."
+    var info = stat()
+    guard stat(folder.isEmpty ? "/" : folder, &info) == 0, (info.st_mode & S_IFMT) == S_IFDIR else {
+        throw ConsentError.invalidRequest("cannot write \(path): folder \(folder) does not exist")
+    }
+    try LocalFile.write(bytes, to: path)
+    return path
+}
+
+/// A command's message about the file it wrote: on standard error when the file itself went to
+/// standard output, so that a pipe gets the file alone.
+func reportWritten(_ message: String, to destination: String) {
+    if destination == "standard output" { printError(message) } else { print(message) }
+}
+
 /// Refuses an output path inside the ledger folder: a report or export written there could
 /// replace the log, the head or a key.
 func checkOutputPath(_ path: String, ledger: String?) throws {
-    guard let ledger else { return }
+    guard let ledger, path != "-" else { return }
     func resolved(_ p: String) -> String {
         guard let r = realpath(p, nil) else { return p }
         defer { free(r) }

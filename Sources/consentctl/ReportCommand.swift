@@ -45,7 +45,7 @@ struct Report: ParsableCommand {
     @Flag(help: "Print CSV (RFC 4180, one table; the 'section' column names the part of the report).")
     var csv = false
 
-    @Option(help: ArgumentHelp("Write a self-contained HTML page.", valueName: "FILE"))
+    @Option(help: ArgumentHelp("Write a self-contained HTML page to FILE; - for standard output.", valueName: "FILE"))
     var html: String?
 
     func validate() throws {
@@ -59,6 +59,9 @@ struct Report: ParsableCommand {
             return try parseTime(text, option: "--from")
         }
         let toTime = try to.map { try parseTime($0, option: "--to") }
+        if let fromTime, let toTime, fromTime >= toTime {
+            throw ValidationError("--from \(from!) is not before --to \(to!): the window is \(fromTime == toTime ? "empty" : "inverted")")
+        }
         try reporting(json: json) {
             if let html { try checkOutputPath(html, ledger: root.ledgerDirectory) }
             let ledger = try root.openLedger()
@@ -79,8 +82,8 @@ struct Report: ParsableCommand {
             } else if csv {
                 print(report.csv, terminator: "")
             } else if let html {
-                try LocalFile.write(Array(report.html.utf8), to: html)
-                print("Wrote the report (\(report.report.entries.count) events, \(report.report.subjects.count) subjects, checkpoint size \(report.checkpoint.size)) to \(html)")
+                let to = try writeOutput(Array(report.html.utf8), to: html)
+                reportWritten("Wrote the report (\(report.report.entries.count) events, \(report.report.subjects.count) subjects, checkpoint size \(report.checkpoint.size)) to \(to)", to: to)
             } else {
                 print(report.text, terminator: "")
             }

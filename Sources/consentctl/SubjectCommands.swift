@@ -69,12 +69,44 @@ struct SubjectPresence: ParsableArguments {
 
 /// Whether the ledger holds events for the subject (``Ledger/subjectIDs(prefix:)``).
 func subjectHasEvents(_ ledger: Ledger, _ subjectID: String) throws -> Bool {
-    try ledger.subjectRef(for: subjectID) != nil && ledger.subjectIDs(prefix: subjectID).contains(subjectID)
+    try ledger.hasEvents(subjectID: subjectID)
 }
 
 /// `export` and `prove-state` have nothing to prove for a subject without events: a usage error.
 func requireEvents(_ ledger: Ledger, _ subjectID: String, for what: String) throws {
     guard try subjectHasEvents(ledger, subjectID) else {
         throw ConsentError.notFound(.subject, unknownSubjectNote(ledger, subjectID) + " There is nothing for \(what) to prove.")
+    }
+}
+
+/// The shells `consentctl completion` writes a script for.
+enum Shell: String, ExpressibleByArgument, CaseIterable {
+    case bash, zsh, fish
+
+    var completionShell: CompletionShell {
+        switch self {
+        case .bash: .bash
+        case .zsh: .zsh
+        case .fish: .fish
+        }
+    }
+}
+
+struct Completion: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Print a shell completion script.",
+        discussion: """
+            Examples:
+              consentctl completion bash > /etc/bash_completion.d/consentctl
+              consentctl completion zsh > "${fpath[1]}/_consentctl"
+              consentctl completion fish > ~/.config/fish/completions/consentctl.fish
+            """
+    )
+
+    @Argument(help: ArgumentHelp("bash, zsh or fish.", valueName: "SHELL"))
+    var shell: Shell
+
+    func run() throws {
+        print(ConsentCtl.completionScript(for: shell.completionShell))
     }
 }

@@ -67,6 +67,25 @@ import Testing
         #expect(!window.entries.isEmpty)
     }
 
+    /// A cell a spreadsheet would run as a formula (OWASP "CSV injection") starts with `'`:
+    /// actors and subject ids come from whoever wrote the command.
+    @Test(arguments: [("=HYPERLINK(\"http://x\")", "\"'=HYPERLINK(\"\"http://x\"\")\""), ("+49 30 1234", "'+49 30 1234"), ("-2+3", "'-2+3"), ("@SUM(A1)", "'@SUM(A1)"),
+                      ("\tx", "'\tx"), ("\rx", "\"'\rx\""), ("dr.house", "dr.house"), ("a,b", "\"a,b\""), ("it's", "it's")])
+    func csvCellsAreNeutralisedAgainstFormulas(_ case_: (String, String)) {
+        #expect(LedgerReport.csvField(case_.0) == case_.1)
+    }
+
+    @Test func aFormulaActorReachesTheCSVAsText() throws {
+        let path = LedgerPropertyTests.folder("csv-injection")
+        defer { removeFolder(path) }
+        let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "csv")
+        try ledger.execute(LedgerCommand(subjectID: "=cmd|' /C calc'!A0", request: .give(feature: "timeline", consents: ["required"]), actor: "@SUM(1+1)*cmd"))
+        let csv = try ledger.auditReport(ReportScope()).csv
+        let cells = parseCSV(csv).dropFirst().flatMap { $0 }
+        #expect(cells.contains("'@SUM(1+1)*cmd") && cells.contains("'=cmd|' /C calc'!A0"), "\(csv)")
+        #expect(!cells.contains { $0.first.map { "=+-@".contains($0) } == true }, "no cell starts a formula")
+    }
+
     @Test func jsonCsvTextAndHtmlFormats() throws {
         let (ledger, path) = try Self.scenario("report-formats")
         defer { removeFolder(path) }

@@ -57,3 +57,24 @@ import Testing
         #expect(try ConsentctlTests.run(["history", "--subject", "bob", "--must-exist"], ledger: ledger).status == 0)
     }
 }
+
+/// Asking about one subject checks that subject's record only: an unrelated damaged record does
+/// not stop the answer (verify names it), and the read costs one record, not all of them (the
+/// first version checked every record's signature, 0.4 s at 10,000 subjects).
+@Suite(.serialized) struct SubjectRecordScopeTests {
+    @Test func aDamagedRecordOfAnotherSubjectDoesNotStopStatus() throws {
+        let (dir, ledger) = try SubjectCommandTests.ledger()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let path = ledger + "/subjects.jsonl"
+        var lines = String(decoding: try #require(FileManager.default.contents(atPath: path)), as: UTF8.self).split(separator: "\n").map(String.init)
+        let bob = try #require(lines.firstIndex { $0.contains(#""id":"bob""#) })
+        let sig = try #require(lines[bob].range(of: #""sig":""#))
+        let at = lines[bob].index(sig.upperBound, offsetBy: 3)
+        lines[bob].replaceSubrange(at...at, with: lines[bob][at] == "0" ? "1" : "0")
+        try Data((lines.joined(separator: "\n") + "\n").utf8).write(to: URL(fileURLWithPath: path))
+        let alice = try ConsentctlTests.run(["status", "--subject", "alice", "--must-exist"], ledger: ledger)
+        #expect(alice.status == 0 && alice.stdout.contains("Timeline"), "\(alice.stderr)")
+        #expect(try ConsentctlTests.run(["status", "--subject", "bob"], ledger: ledger).status == 2)
+        #expect(try ConsentctlTests.run(["verify"], ledger: ledger).status == 2)
+    }
+}

@@ -35,26 +35,27 @@ extension Ledger {
     /// The ids of the subjects with events, in byte order, those starting with `prefix` only:
     /// each from a subject record checked as every read checks it (its salt's length and, in
     /// format 2, the ledger key's signature over id and salt), and kept only when the subject
-    /// map (format 2; the line index in format 1) holds events under its pseudonym.
+    /// map (format 2; the line index in format 1) holds events under its pseudonym. Only the
+    /// records that match are checked.
     public func subjectIDs(prefix: String = "") throws -> [String] {
-        try reading { view in
-            let salts = try subjectSalts(view.tx).filter { $0.key.text.utf8.starts(with: prefix.utf8) }
-            var ids: [String] = []
-            for (id, salt) in salts.sorted(by: { $0.key < $1.key }) {
-                let key = StreamKey.of(subject: subjectRef(id: id.text, salt: salt))
-                let hasEvents: Bool
-                if version >= 2 {
-                    do {
-                        hasEvents = try currentMap(view).map.lookup(key).seq != nil
-                    } catch {
-                        throw mapFailure("\(error)")
-                    }
-                } else {
-                    hasEvents = try !view.tx.indexedEntries(of: key, below: view.size).isEmpty
-                }
-                if hasEvents { ids.append(id.text) }
-            }
-            return ids
+        try subjectIDs { $0.text.utf8.starts(with: prefix.utf8) }
+    }
+
+    /// Whether the ledger holds events for the subject: its record checked, its pseudonym looked
+    /// up in the subject map (O(log n)).
+    public func hasEvents(subjectID: String) throws -> Bool {
+        guard let ref = try subjectRef(for: subjectID) else { return false }
+        return try reading { view in try hasEvents(StreamKey.of(subject: ref), view) }
+    }
+
+    /// Whether stream `key` has events: the subject map's lookup (format 2), the line index
+    /// (format 1).
+    func hasEvents(_ key: [UInt8], _ view: LogView) throws -> Bool {
+        guard version >= 2 else { return try !view.tx.indexedEntries(of: key, below: view.size).isEmpty }
+        do {
+            return try currentMap(view).map.lookup(key).seq != nil
+        } catch {
+            throw mapFailure("\(error)")
         }
     }
 
@@ -62,17 +63,36 @@ extension Ledger {
     /// differ from it only in letter case, nearest first, at most `limit`.
     public func subjectsNear(_ subjectID: String, limit: Int = 3) throws -> [String] {
         let wanted = Array(subjectID.unicodeScalars)
-        let scored: [(String, Int)] = try subjectIDs().compactMap { id in
-            if id == subjectID { return nil }
-            if id.lowercased() == subjectID.lowercased() { return (id, 0) }
-            let distance = Self.editDistance(wanted, Array(id.unicodeScalars), atMost: 2)
-            return distance.map { (id, $0) }
+        var distance: [String: Int] = [:]
+        let ids = try subjectIDs { id in
+            guard id.text != subjectID else { return false }
+            if id.text.lowercased() == subjectID.lowercased() {
+                distance[id.text] = 0
+                return true
+            }
+            guard let d = Self.editDistance(wanted, Array(id.text.unicodeScalars), atMost: 2) else { return false }
+            distance[id.text] = d
+            return true
         }
-        return scored.sorted { $0.1 != $1.1 ? $0.1 < $1.1 : $0.0.utf8.lexicographicallyPrecedes($1.0.utf8) }.prefix(limit).map(\.0)
+        return ids.sorted { distance[$0]! != distance[$1]! ? distance[$0]! < distance[$1]! : $0.utf8.lexicographicallyPrecedes($1.utf8) }.prefix(limit).map { $0 }
+    }
+
+    /// The ids, among the subject records `matching` selects, whose records check and whose
+    /// pseudonyms have events, in byte order.
+    func subjectIDs(matching: (SubjectID) -> Bool) throws -> [String] {
+        try reading { view in
+            let records = try view.tx.subjectRecords().filter { matching($0.key) }.sorted { $0.key < $1.key }
+            var ids: [String] = []
+            for (id, record) in records {
+                try checkRecord(id, record)
+                if try hasEvents(StreamKey.of(subject: subjectRef(id: id.text, salt: record.salt)), view) { ids.append(id.text) }
+            }
+            return ids
+        }
     }
 
     /// The Levenshtein distance of two strings when it is at most `bound`, else nil.
-    static func editDistance(_ a: [Unicode.Scalar], _ b: [Unicode.Scalar], atMost bound: Int) -> Int? {
+    package static func editDistance(_ a: [Unicode.Scalar], _ b: [Unicode.Scalar], atMost bound: Int) -> Int? {
         guard abs(a.count - b.count) <= bound else { return nil }
         var previous = Array(0...b.count)
         for i in 1...max(1, a.count) where !a.isEmpty {

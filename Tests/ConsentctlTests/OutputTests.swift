@@ -1,0 +1,52 @@
+import Foundation
+import Testing
+
+/// `--out -` is standard output everywhere a file is written, and a folder that does not exist
+/// is a usage error (64) that names it, never "no ledger".
+@Suite(.serialized) struct OutputTests {
+    @Test(arguments: [["export", "--subject", "alice"], ["export", "--all"], ["prove-state", "--subject", "alice"], ["report", "--html"]])
+    func outDashIsStandardOutputAndAMissingFolderIsAUsageError(_ command: [String]) throws {
+        let dir = ConsentctlTests.temporaryFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ledger = dir + "/ledger"
+        try ConsentctlTests.run(["init"], ledger: ledger)
+        try ConsentctlTests.run(["give", "--subject", "alice", "--feature", "timeline", "--consent", "required"], ledger: ledger)
+        let flag = command[0] == "report" ? [String]() : ["--out"]
+        let piped = try ConsentctlTests.run(command + flag + ["-"], ledger: ledger)
+        #expect(piped.status == 0, "\(piped.stderr)")
+        #expect(piped.stdout.hasPrefix("{") || piped.stdout.hasPrefix("<!DOCTYPE html>"), "the file itself on standard output")
+        #expect(piped.stderr.contains("to standard output"), "the message goes to standard error")
+        #expect(!FileManager.default.fileExists(atPath: FileManager.default.currentDirectoryPath + "/-"), "no file named -")
+        let missing = try ConsentctlTests.run(command + flag + [dir + "/no-such-folder/out"], ledger: ledger)
+        #expect(missing.status == 64 && missing.stderr.contains("folder \(dir)/no-such-folder does not exist"), "\(missing.stderr)")
+    }
+}
+
+/// A mistyped command gets "did you mean", and completion scripts are a command of their own.
+@Suite struct CommandLineConventionTests {
+    @Test(arguments: [("stauts", "did you mean 'status'?"), ("histroy", "did you mean 'history'?"), ("verfy", "did you mean 'verify'?"), ("frobnicate", "see 'consentctl --help'")])
+    func aMistypedCommandIsNamedWithTheNearestOnes(_ case_: (String, String)) throws {
+        let run = try ConsentctlTests.run([case_.0, "--subject", "x"], ledger: nil)
+        #expect(run.status == 64 && run.stderr.contains("unknown command '\(case_.0)'") && run.stderr.contains(case_.1), "\(run.stderr)")
+    }
+
+    @Test(arguments: ["bash", "zsh", "fish"])
+    func completionScriptsNameTheCommands(_ shell: String) throws {
+        let run = try ConsentctlTests.run(["completion", shell], ledger: nil)
+        #expect(run.status == 0 && run.stdout.contains("verify-export") && run.stdout.contains("subjects"), "\(shell)")
+    }
+}
+
+/// A report window that is empty or inverted is a usage error, never an empty report.
+@Suite struct ReportWindowTests {
+    @Test(arguments: [("2026-06-30", "2026-01-01", "inverted"), ("2026-03-01T10:00:00Z", "2026-03-01T10:00:00Z", "empty")])
+    func anEmptyOrInvertedWindowIsRefused(_ case_: (String, String, String)) throws {
+        let dir = ConsentctlTests.temporaryFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ledger = dir + "/ledger"
+        try ConsentctlTests.run(["init"], ledger: ledger)
+        let run = try ConsentctlTests.run(["report", "--from", case_.0, "--to", case_.1], ledger: ledger)
+        #expect(run.status == 64 && run.stderr.contains("the window is \(case_.2)"), "\(run.stderr)")
+        #expect(try ConsentctlTests.run(["report", "--from", "2026-01-01", "--to", "2026-06-30"], ledger: ledger).status == 0)
+    }
+}
