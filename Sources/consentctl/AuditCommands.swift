@@ -21,11 +21,18 @@ struct CheckpointCommand: ParsableCommand {
     )
 
     @ParentCommand var root: ConsentCtl
+    @OptionGroup var output: OutputOptions
 
     func run() throws {
-        try reporting {
-            let (_, note) = try root.openLedger().signedCheckpoint()
-            print(note, terminator: "")
+        try reporting(json: output.isJSON) {
+            let (checkpoint, note) = try root.openLedger().signedCheckpoint()
+            if output.isJSON {
+                var members = checkpointJSON(checkpoint).objectValue!
+                members["note"] = .string(note)
+                printJSON(.object(members))
+            } else {
+                print(note, terminator: "")
+            }
         }
     }
 }
@@ -103,6 +110,9 @@ struct Export: ParsableCommand {
     @Option(help: ArgumentHelp("'bundle' (default): the verifiable export; 'fhir': a FHIR R5 Bundle of Consent resources (with --subject).", valueName: "FORMAT"))
     var format: String = "bundle"
 
+    @Flag(help: "Print what was written as JSON (ok, out, scope, events).")
+    var json = false
+
     func validate() throws {
         if (subject == nil) == !all { throw ValidationError("give exactly one of --subject S and --all") }
         guard format == "bundle" || format == "fhir" else { throw ValidationError("--format is 'bundle' or 'fhir'") }
@@ -110,20 +120,23 @@ struct Export: ParsableCommand {
     }
 
     func run() throws {
-        try reporting {
+        try reporting(json: json) {
             try checkOutputPath(out, ledger: root.ledgerDirectory)
             let ledger = try root.openLedger()
             if let subject { try requireEvents(ledger, subject, for: "an export") }
             if format == "fhir", let subject {
                 let bundle = try ledger.fhirBundle(for: subject)
                 let to = try writeOutput(bundle.canonicalBytes + [0x0A], to: out)
-                reportWritten("Wrote a FHIR R5 Bundle of \(bundle.value["entry"]?.arrayValue?.count ?? 0) Consent resources for \(subject) to \(to)", to: to)
+                let count = bundle.value["entry"]?.arrayValue?.count ?? 0
+                reportWritten("Wrote a FHIR R5 Bundle of \(count) Consent resources for \(subject) to \(to)", to: to, json: json,
+                              details: ["format": .string("fhir"), "subject": .string(subject), "resources": .int(Int64(count))])
                 return
             }
             let bundle = try subject.map { try ledger.exportSubject($0) } ?? ledger.exportAll()
             let to = try writeOutput(bundle.bytes, to: out)
             let scope = bundle.scope == .all ? "the whole ledger, \(bundle.events.count + 1) events" : "subject \(subject!), \(bundle.events.count) events and the genesis event"
-            reportWritten("Wrote \(scope), with proofs against a new signed checkpoint, to \(to)", to: to)
+            reportWritten("Wrote \(scope), with proofs against a new signed checkpoint, to \(to)", to: to, json: json,
+                          details: ["format": .string("bundle"), "scope": .string(bundle.scope.rawValue), "events": .int(Int64(bundle.events.count))])
         }
     }
 }
@@ -133,8 +146,8 @@ struct PinnedKey: ParsableArguments {
     @Option(help: ArgumentHelp("The verifier key to trust (name+hash+key, or a file holding it).", valueName: "KEY"))
     var key: String
 
-    @Flag(help: "Print JSON.")
-    var json = false
+    @OptionGroup var output: OutputOptions
+    var json: Bool { output.isJSON }
 
     func verifierKey() throws -> NoteVerifierKey { try readVerifierKey(key) }
 
@@ -238,6 +251,7 @@ struct ProveConsistency: ParsableCommand {
     )
 
     @ParentCommand var root: ConsentCtl
+    @OptionGroup var output: OutputOptions
 
     @Option(help: ArgumentHelp("The older signed checkpoint.", valueName: "OLD_CHECKPOINT_FILE"))
     var from: String
@@ -246,14 +260,14 @@ struct ProveConsistency: ParsableCommand {
     var out: String?
 
     func run() throws {
-        try reporting {
+        try reporting(json: output.isJSON) {
             if let out { try checkOutputPath(out, ledger: root.ledgerDirectory) }
             let old = String(decoding: try LocalFile.read(from), as: UTF8.self)
             let proof = try root.openLedger().proveConsistency(from: old)
             let bytes = CanonicalJSON.serialize(proof.json) + [0x0A]
             if let out {
                 let to = try writeOutput(bytes, to: out)
-                reportWritten("Wrote a consistency proof of \(proof.proof.count) hashes to \(to)", to: to)
+                reportWritten("Wrote a consistency proof of \(proof.proof.count) hashes to \(to)", to: to, json: output.isJSON, details: ["hashes": .int(Int64(proof.proof.count))])
             } else {
                 print(String(decoding: bytes.dropLast(), as: UTF8.self))
             }
@@ -306,6 +320,7 @@ struct ProveState: ParsableCommand {
     )
 
     @ParentCommand var root: ConsentCtl
+    @OptionGroup var output: OutputOptions
 
     @Option(help: "The subject whose state to prove.")
     var subject: String
@@ -317,14 +332,15 @@ struct ProveState: ParsableCommand {
     var out: String
 
     func run() throws {
-        try reporting {
+        try reporting(json: output.isJSON) {
             let asOf = try at.map { try parseTime($0, option: "--at") }
             try checkOutputPath(out, ledger: root.ledgerDirectory)
             let ledger = try root.openLedger()
             try requireEvents(ledger, subject, for: "a state proof")
             let proof = try ledger.proveState(for: subject, at: asOf)
             let to = try writeOutput(proof.bytes, to: out)
-            reportWritten("Wrote the state of \(subject)\(asOf.map { " as of \($0.rfc3339)" } ?? "") (\(proof.events.count) event\(proof.events.count == 1 ? "" : "s"), \(proof.catalogEvents.count + 1) catalogue version\(proof.catalogEvents.isEmpty ? "" : "s")) with proofs against the signed head, to \(to)", to: to)
+            reportWritten("Wrote the state of \(subject)\(asOf.map { " as of \($0.rfc3339)" } ?? "") (\(proof.events.count) event\(proof.events.count == 1 ? "" : "s"), \(proof.catalogEvents.count + 1) catalogue version\(proof.catalogEvents.isEmpty ? "" : "s")) with proofs against the signed head, to \(to)", to: to, json: output.isJSON,
+                          details: ["subject": .string(subject), "events": .int(Int64(proof.events.count)), "catalogueVersions": .int(Int64(proof.catalogEvents.count + 1))])
         }
     }
 }

@@ -26,8 +26,10 @@ struct Init: ParsableCommand {
     @Option(help: "Who creates the ledger.")
     var actor: String = "consentctl"
 
+    @OptionGroup var output: OutputOptions
+
     func run() throws {
-        try reporting {
+        try reporting(json: output.isJSON) {
             let catalogValue: Catalog
             if let catalog {
                 let bytes: [UInt8]
@@ -47,6 +49,13 @@ struct Init: ParsableCommand {
             let ledgerName = name ?? "consentledger.local/" + Hex.encode(Sodium().randomBytes(6))
             let store = try root.ledgerStore()
             let ledger = try Ledger.create(store: store, catalog: catalogValue, name: ledgerName, actor: actor)
+            if output.isJSON {
+                printJSON(.object([
+                    "ok": .bool(true), "ledger": .string(ledgerName), "location": .string(store.names.location),
+                    "features": .array(catalogValue.features.map { .string($0.key) }), "verifierKey": .string(try ledger.verifierKey.text),
+                ]))
+                return
+            }
             print("Created ledger '\(ledgerName)' at \(store.names.location)")
             print("  features:   \(catalogValue.features.map(\.key).joined(separator: ", "))")
             print("  verifier key: \(try ledger.verifierKey.text)")
@@ -85,8 +94,8 @@ struct Give: ParsableCommand {
     @Option(help: "Who acts: 'self' for the subject, or a clinician's or system's id.")
     var actor: String = "self"
 
-    @Flag(help: "Print JSON.")
-    var json = false
+    @OptionGroup var output: OutputOptions
+    var json: Bool { output.isJSON }
 
     func validate() throws {
         if consents.isEmpty { throw ValidationError("give needs at least one --consent") }
@@ -130,8 +139,8 @@ struct Revoke: ParsableCommand {
     @Option(help: "Who acts: 'self' for the subject, or a clinician's or system's id.")
     var actor: String = "self"
 
-    @Flag(help: "Print JSON.")
-    var json = false
+    @OptionGroup var output: OutputOptions
+    var json: Bool { output.isJSON }
 
     @OptionGroup var presence: SubjectPresence
 
@@ -220,8 +229,8 @@ struct Status: ParsableCommand {
     @Option(help: ArgumentHelp("Show the state as of this time (RFC 3339, or a date meaning the end of that day, UTC).", valueName: "TIME"))
     var at: String?
 
-    @Flag(help: "Print JSON: features[] with code, key, active, consents[] with code, required, state, validFrom.")
-    var json = false
+    @OptionGroup var output: OutputOptions
+    var json: Bool { output.isJSON }
 
     @OptionGroup var presence: SubjectPresence
 
@@ -302,8 +311,8 @@ struct History: ParsableCommand {
     @Option(name: [.customLong("at"), .customLong("until")], help: ArgumentHelp("Only events up to this time, as the ledger recorded them (RFC 3339, or a date meaning the end of that day, UTC). --until is the older name.", valueName: "TIME"))
     var at: String?
 
-    @Flag(help: "Print JSON: events[] with seq, at, type, feature, consent, actor, and cause on cascaded withdrawals.")
-    var json = false
+    @OptionGroup var output: OutputOptions
+    var json: Bool { output.isJSON }
 
     @OptionGroup var presence: SubjectPresence
 
@@ -379,8 +388,8 @@ struct Verify: ParsableCommand {
 
     @ParentCommand var root: ConsentCtl
 
-    @Flag(help: "Print JSON: ok, events, subjects, head {seq, hash}; or ok false with line, seq and problem.")
-    var json = false
+    @OptionGroup var output: OutputOptions
+    var json: Bool { output.isJSON }
 
     func run() throws {
         try reporting(json: json) {

@@ -255,8 +255,15 @@ func writeOutput(_ bytes: [UInt8], to path: String) throws -> String {
 
 /// A command's message about the file it wrote: on standard error when the file itself went to
 /// standard output, so that a pipe gets the file alone.
-func reportWritten(_ message: String, to destination: String) {
-    if destination == "standard output" { printError(message) } else { print(message) }
+/// With `json`, the message is a JSON object: `ok`, `out` and `details`.
+func reportWritten(_ message: String, to destination: String, json: Bool = false, details: [String: JSONValue] = [:]) {
+    if destination == "standard output" {
+        printError(message)
+    } else if json {
+        printJSON(.object(details.merging(["ok": .bool(true), "out": .string(destination)]) { $1 }))
+    } else {
+        print(message)
+    }
 }
 
 /// Refuses an output path inside the ledger folder: a report or export written there could

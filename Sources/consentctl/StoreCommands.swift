@@ -36,8 +36,8 @@ struct Migrate: ParsableCommand {
     @Option(help: ArgumentHelp("The store to copy into: a new folder or a postgres:// URL.", valueName: "STORE"))
     var to: String
 
-    @Flag(help: "Print JSON.")
-    var json = false
+    @OptionGroup var output: OutputOptions
+    var json: Bool { output.isJSON }
 
     func run() throws {
         try reporting(json: json) {

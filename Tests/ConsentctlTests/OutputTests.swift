@@ -50,3 +50,42 @@ import Testing
         #expect(try ConsentctlTests.run(["report", "--from", "2026-01-01", "--to", "2026-06-30"], ledger: ledger).status == 0)
     }
 }
+
+/// Every command that prints takes `--format json` (and `--json`, its short form) and prints
+/// one JSON object; `--json` with `--format text` is refused.
+@Suite(.serialized) struct JSONEverywhereTests {
+    static let commands: [[String]] = [
+        ["init"], ["give", "--subject", "bob", "--feature", "timeline", "--consent", "required"],
+        ["revoke", "--subject", "alice", "--feature", "timeline", "--consent", "optional-a"],
+        ["status", "--subject", "alice"], ["history", "--subject", "alice"], ["verify"], ["checkpoint"],
+        ["key", "show"], ["catalog", "show"], ["subjects", "list"],
+        ["prove-state", "--subject", "alice", "--out", "DIR/state.json"], ["prove-consistency", "--from", "DIR/old.checkpoint", "--out", "DIR/proof.json"],
+        ["verify-export", "DIR/export.json", "--key", "KEY"], ["verify-state", "DIR/state.json", "--key", "KEY"],
+    ]
+
+    @Test(arguments: commands)
+    func aCommandPrintsOneJSONObjectWithFormatJSONAndWithJSON(_ command: [String]) throws {
+        let dir = ConsentctlTests.temporaryFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ledger = dir + "/ledger"
+        if command != ["init"] {
+            try ConsentctlTests.run(["init"], ledger: ledger)
+            try ConsentctlTests.run(["give", "--subject", "alice", "--feature", "timeline", "--consent", "required", "--consent", "optional-a"], ledger: ledger)
+            try Data(try ConsentctlTests.run(["checkpoint"], ledger: ledger).stdout.utf8).write(to: URL(fileURLWithPath: dir + "/old.checkpoint"))
+            try ConsentctlTests.run(["give", "--subject", "carol", "--feature", "timeline", "--consent", "required"], ledger: ledger)
+            try ConsentctlTests.run(["export", "--subject", "alice", "--out", dir + "/export.json"], ledger: ledger)
+            try ConsentctlTests.run(["prove-state", "--subject", "alice", "--out", dir + "/state.json"], ledger: ledger)
+        }
+        let key = command == ["init"] ? "" : try ConsentctlTests.run(["key", "show"], ledger: ledger).stdout.trimmingCharacters(in: .newlines)
+        let arguments = command.map { $0.replacingOccurrences(of: "DIR", with: dir) == "KEY" ? key : $0.replacingOccurrences(of: "DIR", with: dir) }
+        for form in [["--format", "json"], ["--json"]] {
+            if command == ["init"] { try? FileManager.default.removeItem(atPath: ledger) }
+            let run = try ConsentctlTests.run(arguments + form, ledger: ledger)
+            #expect(run.status == 0, "\(arguments + form): \(run.stderr)")
+            #expect(run.stdout.filter { $0 == "\n" }.count == 1, "one line: \(run.stdout)")
+            #expect((try? ConsentctlTests.json(run.stdout)) != nil, "\(arguments + form): \(run.stdout)")
+        }
+        let both = try ConsentctlTests.run(arguments + ["--json", "--format", "text"], ledger: ledger)
+        #expect(both.status == 64, "\(both.stderr)")
+    }
+}
