@@ -14,8 +14,8 @@ struct CheckpointCommand: ParsableCommand {
         commandName: "checkpoint",
         abstract: "Print the ledger's current signed checkpoint (C2SP tlog-checkpoint as a signed note).",
         discussion: """
-            The checkpoint names the ledger (origin), the number of events (tree size) and the root
-            hash of the RFC 6962 Merkle tree over the log's lines. Keep it: with
+            The checkpoint names the ledger (origin), the number of events (tree size) and the root \
+            hash of the RFC 6962 Merkle tree over the log's lines. Keep it: with \
             'consentctl prove-consistency --from FILE' the ledger proves later that it only grew.
             """
     )
@@ -85,9 +85,9 @@ struct Export: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Write a self-contained, offline-verifiable export bundle.",
         discussion: """
-            --subject S: that subject's events, each with an inclusion proof against one signed
-            checkpoint, the genesis event with its proof, the catalogue, the verifier key and the
-            subject's state. Other subjects appear only as hashes on the audit paths.
+            --subject S: that subject's events, each with an inclusion proof against one signed \
+            checkpoint, the genesis event with its proof, the catalogue, the verifier key and the \
+            subject's state. Other subjects appear only as hashes on the audit paths. \
             --all: every event with the checkpoint.
 
             Example:
@@ -203,9 +203,9 @@ struct VerifyExport: ParsableCommand {
         commandName: "verify-export",
         abstract: "Check an export bundle offline against a pinned verifier key.",
         discussion: """
-            Checks the checkpoint's signature with the pinned key (never the key inside the bundle
-            alone), every event's signature and inclusion proof, and that the bundled state equals
-            a replay of the bundled events. Any failure exits 2 and names the event and the reason.
+            Checks the checkpoint's signature with the pinned key (never the key inside the bundle \
+            alone), every event's signature and inclusion proof, and that the bundled state equals \
+            a replay of the bundled events. Any failure exits 2 and names the event and the reason. \
             No ledger is needed.
             """
     )
@@ -239,7 +239,7 @@ struct ProveConsistency: ParsableCommand {
         commandName: "prove-consistency",
         abstract: "Prove that the ledger only grew since an older checkpoint.",
         discussion: """
-            Writes a consistency proof (RFC 6962) from the old checkpoint to a fresh one. Fails,
+            Writes a consistency proof (RFC 6962) from the old checkpoint to a fresh one. Fails, \
             exit 2, if the old checkpoint is not a prefix of this ledger.
 
             Example:
@@ -307,9 +307,9 @@ struct ProveState: ParsableCommand {
         commandName: "prove-state",
         abstract: "Write a proof of one subject's consent state that anyone can check offline.",
         discussion: """
-            The proof holds the subject's events and the catalogue versions, each with its
-            inclusion proof against the ledger's signed head, and the subject-map proofs that
-            they are all of them. It needs no secret key. A processor that receives data because
+            The proof holds the subject's events and the catalogue versions, each with its \
+            inclusion proof against the ledger's signed head, and the subject-map proofs that \
+            they are all of them. It needs no secret key. A processor that receives data because \
             a patient consented keeps it as evidence, and checks it with verify-state.
 
             Example:
@@ -350,10 +350,10 @@ struct VerifyState: ParsableCommand {
         commandName: "verify-state",
         abstract: "Check a state proof offline against a pinned verifier key and print the state.",
         discussion: """
-            Checks the signed head with the pinned key, every event's signature and inclusion
-            proof, that the subject map's proofs lead to the root the head's last event signs,
-            and that the events are exactly the subject's (none missing, added or out of order);
-            then replays them and prints the verified state. Any failure exits 2 with the reason.
+            Checks the signed head with the pinned key, every event's signature and inclusion \
+            proof, that the subject map's proofs lead to the root the head's last event signs, \
+            and that the events are exactly the subject's (none missing, added or out of order); \
+            then replays them and prints the verified state. Any failure exits 2 with the reason. \
             No ledger is needed.
             """
     )

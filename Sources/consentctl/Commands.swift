@@ -9,8 +9,8 @@ struct Init: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Create a new ledger: a key pair, the catalogue and the genesis event.",
         discussion: """
-            Refuses a folder that already holds a ledger or other files. Without --catalog the
-            seed's catalogue is used (Medication Management and Timeline; see 'consentctl catalog').
+            Refuses a folder that already holds a ledger or other files. Without --catalog the \
+            seed's catalogue is used (Medication Management and Timeline; see 'consentctl catalog'). \
             The secret key is written with mode 0600.
             """
     )
@@ -70,13 +70,14 @@ struct Give: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Give one or more consents of a feature.",
         discussion: """
-            To activate an inactive feature, give its required consent, with any optional ones in
-            the same command (rules R2 and R5). Once a feature is active, a withheld optional consent
-            can be given on its own (R6). Giving a consent that is already given appends nothing and
+            To activate an inactive feature, give its required consent, with any optional ones in \
+            the same command (rules R2 and R5). Once a feature is active, a withheld optional consent \
+            can be given on its own (R6). Giving a consent that is already given appends nothing and \
             succeeds. All events of one command are appended atomically.
 
             Example:
-              consentctl give --subject alice --feature timeline --consent required --consent optional-a
+              consentctl give --subject alice --feature timeline \\
+                --consent required --consent optional-a
             """
     )
 
@@ -110,18 +111,19 @@ struct Revoke: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Withdraw one or more consents of a feature.",
         discussion: """
-            Withdrawing a required consent also withdraws the feature's given optional consents,
-            each as its own event that names the cause (rule R4); the feature becomes inactive, and
-            the way back is to give the required consent again (R5). Withdrawing a withheld consent
+            Withdrawing a required consent also withdraws the feature's given optional consents, \
+            each as its own event that names the cause (rule R4); the feature becomes inactive, and \
+            the way back is to give the required consent again (R5). Withdrawing a withheld consent \
             appends nothing and succeeds.
 
-            Several --consent options withdraw all of them in one atomic command, each as its own
-            event: the named optional consents first, as the subject's own withdrawals, then the
+            Several --consent options withdraw all of them in one atomic command, each as its own \
+            event: the named optional consents first, as the subject's own withdrawals, then the \
             required one, whose cascade covers the optional consents still given.
 
             Examples:
-              consentctl revoke --subject alice --feature medication-management --consent required
-              consentctl revoke --subject alice --feature timeline --consent optional-a --consent optional-b
+              consentctl revoke --subject alice --feature timeline --consent required
+              consentctl revoke --subject alice --feature timeline \\
+                --consent optional-a --consent optional-b
             """
     )
 
@@ -216,7 +218,7 @@ struct Status: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Show a subject's consents, grouped by feature, required first.",
         discussion: """
-            With --at, shows the state as of that time, replayed from the events up to it.
+            With --at, shows the state as of that time, replayed from the events up to it. \
             Dates are shown dd.MM.yyyy (UTC) as in the app; --json gives full UTC times.
             """
     )
@@ -381,7 +383,7 @@ struct Verify: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Check every hash link, signature, sequence number and rule by replaying the whole log.",
         discussion: """
-            On success prints the number of events and subjects and the head hash, exit 0. On failure
+            On success prints the number of events and subjects and the head hash, exit 0. On failure \
             names the first bad entry (sequence number and line) and why, exit 2.
             """
     )

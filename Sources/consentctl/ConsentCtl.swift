@@ -15,13 +15,14 @@ struct ConsentCtl: ParsableCommand {
         commandName: "consentctl",
         abstract: "Record patients' consents in a signed, hash-chained, append-only ledger.",
         discussion: """
-            Every grant and withdrawal is an Ed25519-signed event appended to a hash-chained log.
+            Every grant and withdrawal is an Ed25519-signed event appended to a hash-chained log. \
             The current state is always what replaying the log gives.
 
             A typical session:
               consentctl init
-              consentctl give --subject alice --feature medication-management --consent required --consent optional-a
-              consentctl revoke --subject alice --feature medication-management --consent required
+              consentctl give --subject alice --feature timeline --consent required
+              consentctl give --subject alice --feature timeline --consent optional-a
+              consentctl revoke --subject alice --feature timeline --consent required
               consentctl status --subject alice
               consentctl history --subject alice
               consentctl verify
@@ -31,8 +32,8 @@ struct ConsentCtl: ParsableCommand {
             The ledger is in the folder --ledger DIR, or wherever --store STORE says:
             a folder, or a PostgreSQL URL (one ledger per schema), such as
               postgres://consentledger@127.0.0.1:5432/consent?schema=clinic_a
-            Without either: $CONSENTCTL_STORE, $CONSENTCTL_LEDGER, ./consent-ledger.
-            Every command works the same on both stores; 'consentctl migrate' copies
+            Without either: $CONSENTCTL_STORE, $CONSENTCTL_LEDGER, ./consent-ledger. \
+            Every command works the same on both stores; 'consentctl migrate' copies \
             a ledger between them.
 
             EXIT CODES

@@ -7,18 +7,19 @@ struct Report: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "An audit report: events, counts, outdated consents, feature activity, withdrawal times.",
         discussion: """
-            Every grant, revocation (by the subject, or cascaded with its cause), re-consent and
-            policy change in the window; counts per feature and consent; subjects with outdated
-            consents; for each subject in scope, the intervals during which each feature was active;
-            and, per feature, the median time from grant to revocation and the share of revocations
-            that came by cascade (GDPR Art. 7(3): withdrawing must be as easy as giving). The report
+            Every grant, revocation (by the subject, or cascaded with its cause), re-consent and \
+            policy change in the window; counts per feature and consent; subjects with outdated \
+            consents; for each subject in scope, the intervals during which each feature was active; \
+            and, per feature, the median time from grant to revocation and the share of revocations \
+            that came by cascade (GDPR Art. 7(3): withdrawing must be as easy as giving). The report \
             names the checkpoint (tree size and root) it was computed at.
 
-            Formats: aligned text (default), --json, --csv, or --html FILE (one self-contained page
+            Formats: aligned text (default), --json, --csv, or --html FILE (one self-contained page \
             with a timeline chart per subject; it fetches nothing and opens offline).
 
             Example:
-              consentctl report --feature timeline --from 2026-01-01 --to 2026-06-30 --html h1.html
+              consentctl report --feature timeline --from 2026-01-01 --to 2026-06-30 \\
+                --html h1.html
             """
     )
 

@@ -15,12 +15,12 @@ struct Migrate: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Copy the ledger into another store: a folder into PostgreSQL, or back.",
         discussion: """
-            Copies every line byte for byte (so the same signatures, hash chain and
-            Merkle root), the catalogue, the key pair, the subject salts and the issued
-            checkpoints. Nothing is re-signed. The source is verified first and its
-            log only read; the copy is then verified, and its head, tree root and
-            checkpoints are compared with the source's. The target must hold no ledger. If the
-            copy is interrupted, delete the target (the folder, or the schema with
+            Copies every line byte for byte (so the same signatures, hash chain and \
+            Merkle root), the catalogue, the key pair, the subject salts and the issued \
+            checkpoints. Nothing is re-signed. The source is verified first and its \
+            log only read; the copy is then verified, and its head, tree root and \
+            checkpoints are compared with the source's. The target must hold no ledger. If the \
+            copy is interrupted, delete the target (the folder, or the schema with \
             DROP SCHEMA NAME CASCADE) and run it again.
 
             Examples:
@@ -76,14 +76,14 @@ struct Apply: ParsableCommand {
               {"subject":"bob","feature":"timeline","revoke":["optional-a","optional-b"]}
             ("actor" defaults to "self"; blank lines are skipped).
 
-            Every line is checked first (JSON, members, subject and actor, feature and
-            consent names): a
-            bad line stops the run before anything is appended, with exit 64 and its
-            line number. Then each command is appended and made durable on its own and
+            Every line is checked first (JSON, members, subject and actor, feature and \
+            consent names): a \
+            bad line stops the run before anything is appended, with exit 64 and its \
+            line number. Then each command is appended and made durable on its own and \
             acknowledged with one line on standard output:
               {"events":[12,13],"line":1,"ok":true}
-            A command the rules refuse ends the run with exit 1; the commands before it
-            stay appended, as their acknowledgements say. With --atomic all commands
+            A command the rules refuse ends the run with exit 1; the commands before it \
+            stay appended, as their acknowledgements say. With --atomic all commands \
             are checked together and appended in one write and one sync: all or none.
             """
     )

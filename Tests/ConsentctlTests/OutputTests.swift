@@ -89,3 +89,17 @@ import Testing
         #expect(both.status == 64, "\(both.stderr)")
     }
 }
+
+/// Help text is written as paragraphs that the parser wraps to the terminal: at any width a
+/// sentence is not broken by hand-made line ends, and examples stay whole commands.
+@Suite struct HelpTextTests {
+    @Test(arguments: [
+        (["give", "--help"], "To activate an inactive feature, give its required consent, with any optional ones in the same command (rules R2 and R5)."),
+        (["verify-export", "--help"], "Checks the checkpoint's signature with the pinned key (never the key inside the bundle alone), every event's signature and inclusion proof,"),
+        (["catalog", "publish", "--help"], "FILE is a catalogue in the format 'consentctl catalog show --format json' prints."),
+    ])
+    func aParagraphIsOneLineOnAWideTerminal(_ case_: ([String], String)) throws {
+        let help = try ConsentctlTests.run(case_.0, ledger: nil, environment: ["COLUMNS": "400"])
+        #expect(help.stdout.split(separator: "\n").contains { $0.contains(case_.1) }, "\(help.stdout)")
+    }
+}
