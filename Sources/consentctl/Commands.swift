@@ -190,7 +190,7 @@ private func runCommand(root: ConsentCtl, _ command: LedgerCommand, json: Bool) 
             print("Appended \(result.events.count) event\(result.events.count == 1 ? "" : "s") for \(result.subjectID) (\(range)):")
             var table = Table()
             for entry in result.events.compactMap(HistoryEntry.init) {
-                table.add(["  " + (entry.kind == .reconsent ? "re-consent" : entry.kind.rawValue), featureKey(entry.feature, catalog) + "/" + entry.consent, entry.cause.map { "caused by seq \($0)" } ?? entry.renews.map { "renews seq \($0), now v\(entry.version ?? "")" } ?? ""])
+                table.add(["  " + entry.kind.rawValue, featureKey(entry.feature, catalog) + "/" + entry.consent, entry.cause.map { "caused by seq \($0)" } ?? entry.renews.map { "renews seq \($0), now v\(entry.version ?? "")" } ?? ""])
             }
             table.print()
         }
@@ -290,7 +290,7 @@ func printConsents(_ line: FeatureLine) {
         switch c.status {
         case .given(let grant) where c.isOutdated: detail = "v\(grant.version) since \(grant.validFrom.dayMonthYear); current v\(c.definition.version)"
         case .given(let grant): detail = "since " + grant.validFrom.dayMonthYear
-        case .withdrawn(let w): detail = w.cause == nil ? "withdrawn " + w.at.dayMonthYear : "withdrawn " + w.at.dayMonthYear + " (cascade)"
+        case .withdrawn(let w): detail = (w.cause == nil ? "withdrawn " : "cascade-withdrawn ") + w.at.dayMonthYear
         case nil: detail = "never given"
         }
         table.add(["  " + c.definition.code, c.definition.isRequired ? "required" : "optional", state, detail, c.definition.name])
@@ -351,14 +351,9 @@ struct History: ParsableCommand {
     }
 }
 
-/// The `type` of a history entry: given, re-consent or revoked.
-func historyType(_ e: HistoryEntry) -> String {
-    switch e.kind {
-    case .given: return "given"
-    case .reconsent: return "re-consent"
-    case .withdrawn, .cascade: return "revoked"
-    }
-}
+/// The `type` of a history entry, in the one vocabulary of every output: given, re-consent,
+/// withdrawn or cascade-withdrawn.
+func historyType(_ e: HistoryEntry) -> String { e.kind.rawValue }
 
 func historyJSON(_ e: HistoryEntry, _ catalog: Catalog) -> JSONValue {
     var members: [String: JSONValue] = [
@@ -370,7 +365,6 @@ func historyJSON(_ e: HistoryEntry, _ catalog: Catalog) -> JSONValue {
         "consent": .string(e.consent),
         "actor": .string(e.actor),
     ]
-    if e.kind == .withdrawn || e.kind == .cascade { members["reason"] = .string(e.kind == .cascade ? "cascade" : "withdrawn") }
     if let renews = e.renews { members["renews"] = .int(Int64(renews)) }
     if let cause = e.cause { members["cause"] = .int(Int64(cause)) }
     if let version = e.version { members["version"] = .string(version) }

@@ -80,7 +80,7 @@ import Testing
         #expect(events.count == 7)
         #expect(events.map { $0["seq"] as? Int } == [1, 2, 3, 4, 5, 6, 7])
         #expect(events[6]["cause"] as? Int == 6)
-        #expect(events[6]["type"] as? String == "revoked")
+        #expect(events[6]["type"] as? String == "cascade-withdrawn")
         #expect(events[5]["cause"] == nil)
         #expect(events.allSatisfy { $0["at"] is String && $0["actor"] as? String == "self" && $0["feature"] is String && $0["consent"] is String })
 

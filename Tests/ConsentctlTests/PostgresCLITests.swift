@@ -181,7 +181,7 @@ import Testing
             let events = try #require(history["events"] as? [[String: Any]])
             #expect(events.compactMap { $0["seq"] as? Int } == commands.flatMap { $0 }, "\(subject)")
             let kinds = events.compactMap { $0["type"] as? String }
-            #expect(kinds == expected[subject]!.flatMap { $0.give ? ["given", "given"] : ["revoked", "revoked"] }, "\(subject)")
+            #expect(kinds == expected[subject]!.flatMap { $0.give ? ["given", "given"] : ["withdrawn", "cascade-withdrawn"] }, "\(subject)")
         }
     }
 

@@ -55,7 +55,7 @@ import Testing
         #expect(revoke.status == 0, "\(revoke.stderr)")
         let appended = try #require(try CLI.json(revoke.stdout)["appended"] as? [[String: Any]])
         #expect(appended.map { $0["consent"] as? String } == ["optional-a", "required", "optional-b"])
-        #expect(appended.map { $0["reason"] as? String } == ["withdrawn", "withdrawn", "cascade"])
+        #expect(appended.map { $0["type"] as? String } == ["withdrawn", "withdrawn", "cascade-withdrawn"])
         let status = try CLI.json(try CLI.run(["status", "--subject", "p1", "--json"], ledger: ledger).stdout)
         let features = try #require(status["features"] as? [[String: Any]])
         let timeline = try #require(features.first { $0["key"] as? String == "timeline" })

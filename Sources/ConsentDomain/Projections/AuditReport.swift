@@ -20,8 +20,9 @@ public struct ReportScope: Hashable, Sendable {
 /// An audit report, built by replaying the log up to the scope's end (`to`) with
 /// ``AuditReportBuilder``. Pure values: the ledger adds subject ids and the checkpoint.
 public struct AuditReport: Hashable, Sendable {
+    /// The event types, as every output names them (text, JSON, CSV, HTML).
     public enum EntryKind: String, Hashable, Sendable {
-        case given, reconsent = "re-consent", withdrawn, cascade, policy = "policy-change"
+        case given, reconsent = "re-consent", withdrawn, cascade = "cascade-withdrawn", policy = "policy-change"
     }
 
     /// One grant, re-consent, revocation or policy change in the window.

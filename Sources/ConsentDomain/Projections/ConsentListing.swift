@@ -60,13 +60,14 @@ public struct ConsentListing: Hashable, Sendable {
 
 /// One line of a subject's history.
 public struct HistoryEntry: Hashable, Sendable {
+    /// The event types, as every output names them (the same words as the audit report's).
     public enum Kind: String, Hashable, Sendable {
         case given
         /// Given again under a new policy version; `renews` names the outdated grant.
-        case reconsent
+        case reconsent = "re-consent"
         case withdrawn
         /// Withdrawn by rule R4's cascade; `cause` names the event that caused it.
-        case cascade
+        case cascade = "cascade-withdrawn"
     }
 
     public let seq: UInt64

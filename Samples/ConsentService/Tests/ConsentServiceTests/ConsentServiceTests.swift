@@ -60,7 +60,7 @@ import Testing
             }
             try await client.execute(uri: "/v1/subjects/alice/history", method: .get, headers: Self.headers(f.alice)) { response in
                 let events = try #require(Self.object(response)["events"] as? [[String: Any]])
-                #expect(events.map { $0["type"] as? String } == ["given", "given", "withdrawn", "cascade"])
+                #expect(events.map { $0["type"] as? String } == ["given", "given", "withdrawn", "cascade-withdrawn"])
                 #expect(events[3]["cause"] as? Int == 3)
             }
             try await client.execute(uri: "/v1/subjects/alice/status?at=2000-01-01", method: .get, headers: Self.headers(f.auditor)) { response in
