@@ -219,7 +219,7 @@ struct Status: ParsableCommand {
         abstract: "Show a subject's consents, grouped by feature, required first.",
         discussion: """
             With --at, shows the state as of that time, replayed from the events up to it. \
-            Dates are shown dd.MM.yyyy (UTC) as in the app; --json gives full UTC times.
+            Times are shown dd.MM.yyyy HH:mm (UTC), the app's date format with the time; --json gives full RFC 3339 times.
             """
     )
 
@@ -288,9 +288,9 @@ func printConsents(_ line: FeatureLine) {
         let state = c.isOutdated ? "outdated" : (c.isGiven ? "given" : "withheld")
         let detail: String
         switch c.status {
-        case .given(let grant) where c.isOutdated: detail = "v\(grant.version) since \(grant.validFrom.dayMonthYear); current v\(c.definition.version)"
-        case .given(let grant): detail = "since " + grant.validFrom.dayMonthYear
-        case .withdrawn(let w): detail = (w.cause == nil ? "withdrawn " : "cascade-withdrawn ") + w.at.dayMonthYear
+        case .given(let grant) where c.isOutdated: detail = "v\(grant.version) since \(grant.validFrom.dayMonthYearTime); current v\(c.definition.version)"
+        case .given(let grant): detail = "since " + grant.validFrom.dayMonthYearTime
+        case .withdrawn(let w): detail = (w.cause == nil ? "withdrawn " : "cascade-withdrawn ") + w.at.dayMonthYearTime
         case nil: detail = "never given"
         }
         table.add(["  " + c.definition.code, c.definition.isRequired ? "required" : "optional", state, detail, c.definition.name])

@@ -225,8 +225,8 @@ func warnAboutTornTail(_ torn: TornTail?, removed: Bool, store: String) {
 
 /// Parses a time given on the command line.
 func parseTime(_ text: String, option: String) throws -> Timestamp {
-    guard let t = Timestamp(rfc3339: text) else {
-        throw ValidationError("\(option) '\(text)' is not a time like 2026-11-21T10:00:00Z, 2026-11-21T11:00:00+01:00 or a date 2026-11-21 (end of that day, UTC)")
+    guard let t = Timestamp(rfc3339: text) ?? Timestamp(dayMonthYear: text) else {
+        throw ValidationError("\(option) '\(text)' is not a time like 2026-11-21T10:00:00Z, 2026-11-21T11:00:00+01:00, '21.11.2026 10:00' (UTC, as output shows it) or a date 2026-11-21 or 21.11.2026 (end of that day, UTC)")
     }
     return t
 }

@@ -103,3 +103,21 @@ import Testing
         #expect(help.stdout.split(separator: "\n").contains { $0.contains(case_.1) }, "\(help.stdout)")
     }
 }
+
+/// Human output shows date and time (`dd.MM.yyyy HH:mm`, UTC), and `--at` takes that form back.
+@Suite struct HumanTimeTests {
+    @Test func statusShowsTheTimeAndAtTakesItBack() throws {
+        let dir = ConsentctlTests.temporaryFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ledger = dir + "/ledger"
+        try ConsentctlTests.run(["init"], ledger: ledger)
+        try ConsentctlTests.run(["give", "--subject", "alice", "--feature", "timeline", "--consent", "required"], ledger: ledger)
+        let status = try ConsentctlTests.run(["status", "--subject", "alice"], ledger: ledger).stdout
+        let shown = try #require(status.range(of: #"since \d\d\.\d\d\.\d{4} \d\d:\d\d"#, options: .regularExpression).map { String(status[$0].dropFirst(6)) }, "\(status)")
+        let later = try ConsentctlTests.run(["status", "--subject", "alice", "--at", "31.12.2099 23:59"], ledger: ledger)
+        #expect(later.status == 0 && later.stdout.contains("active"), "\(later.stderr)")
+        #expect(try ConsentctlTests.run(["history", "--subject", "alice", "--at", shown], ledger: ledger).status == 0)
+        let bad = try ConsentctlTests.run(["status", "--subject", "alice", "--at", "31.12.99"], ledger: ledger)
+        #expect(bad.status == 64 && bad.stderr.contains("'21.11.2026 10:00'"), "\(bad.stderr)")
+    }
+}

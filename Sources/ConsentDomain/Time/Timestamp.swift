@@ -40,6 +40,30 @@ public struct Timestamp: Hashable, Comparable, Sendable, CustomStringConvertible
         return "\(Self.pad(d, 2)).\(Self.pad(m, 2)).\(Self.pad(y, 4))"
     }
 
+    /// `dd.MM.yyyy HH:mm` in UTC: the app's date format (R7) with the time of day.
+    public var dayMonthYearTime: String {
+        let (_, ms) = Self.floorDivide(millisecondsSinceEpoch, 86_400_000)
+        let minutes = ms / 60_000
+        return dayMonthYear + " " + Self.pad(minutes / 60, 2) + ":" + Self.pad(minutes % 60, 2)
+    }
+
+    /// Parses `dd.MM.yyyy HH:mm` (UTC), the form human output shows, or `dd.MM.yyyy` alone,
+    /// meaning the end of that day, as a bare RFC 3339 date does.
+    public init?(dayMonthYear text: String) {
+        let parts = text.split(separator: " ", omittingEmptySubsequences: false)
+        guard parts.count == 1 || parts.count == 2 else { return nil }
+        let date = parts[0].split(separator: ".", omittingEmptySubsequences: false)
+        guard date.count == 3, date[0].count == 2, date[1].count == 2, date[2].count == 4 else { return nil }
+        var iso = "\(date[2])-\(date[1])-\(date[0])"
+        if parts.count == 2 {
+            let time = parts[1].split(separator: ":", omittingEmptySubsequences: false)
+            guard time.count == 2, time[0].count == 2, time[1].count == 2 else { return nil }
+            iso += "T\(time[0]):\(time[1]):00Z"
+        }
+        guard let t = Timestamp(rfc3339: iso) else { return nil }
+        self = t
+    }
+
     /// Parses exactly the canonical form written by ``rfc3339``; anything else is `nil`.
     /// Parses the canonical form from UTF-8 bytes.
     public init?(canonicalUTF8 b: UnsafeBufferPointer<UInt8>) {
