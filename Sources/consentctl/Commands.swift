@@ -240,8 +240,9 @@ struct Status: ParsableCommand {
         let asOf = try at.map { try parseTime($0, option: "--at") }
         try reporting(json: json) {
             let ledger = try root.openLedger()
-            let known = try presence.check(ledger, subject)
             let report = try ledger.report(for: subject, asOf: asOf)
+            // A subject whose report has events is known; only an empty one needs the lookup.
+            let known = try report.events.isEmpty ? presence.check(ledger, subject) : true
             warnAboutTornTail(report.torn, removed: false, store: StoreSelection.folder(root.storeSpec))
             if json {
                 var members: [String: JSONValue] = [
@@ -322,8 +323,9 @@ struct History: ParsableCommand {
         let limit = try at.map { try parseTime($0, option: "--at") }
         try reporting(json: json) {
             let ledger = try root.openLedger()
-            let known = try presence.check(ledger, subject)
             let report = try ledger.report(for: subject, asOf: limit)
+            // A subject whose report has events is known; only an empty one needs the lookup.
+            let known = try report.events.isEmpty ? presence.check(ledger, subject) : true
             warnAboutTornTail(report.torn, removed: false, store: StoreSelection.folder(root.storeSpec))
             let entries = report.events.compactMap(HistoryEntry.init)
             if json {
