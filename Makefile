@@ -11,7 +11,7 @@ PG_BUILD := --traits PostgreSQL --scratch-path .build-pg
 ## instead of 10-12 (measured in README, Benchmarks), which is most of a one-subject read.
 RELEASE := -c release --static-swift-stdlib
 
-.PHONY: deps test-deps build build-postgres demo test test-with-postgres bench bench-postgres service load-test clean
+.PHONY: deps test-deps build build-postgres demo test test-with-postgres bench bench-postgres service load-test docs install clean
 
 deps:
 	@if ! pkg-config --exists libsodium libcrypto 2>/dev/null || ! command -v python3 >/dev/null; then \
@@ -52,6 +52,12 @@ test: test-deps
 	swift build $(PG_BUILD) --build-tests
 	cd Samples/ConsentService && swift build --build-tests
 	bash scripts/with-test-postgres.sh $(MAKE) --no-print-directory test-with-postgres
+	@echo "==> make install into a scratch PREFIX: the binary and its man page"
+	@prefix=$$(mktemp -d) && $(MAKE) --no-print-directory install PREFIX="$$prefix" >/dev/null \
+		&& "$$prefix/bin/consentctl" --version >/dev/null && grep -q '^\.Dt CONSENTCTL 1' "$$prefix/share/man/man1/consentctl.1" \
+		&& echo "installed and ran $$prefix/bin/consentctl; man page $$prefix/share/man/man1/consentctl.1" && rm -rf "$$prefix"
+	@echo "==> the library's DocC documentation (warnings are errors)"
+	$(MAKE) --no-print-directory docs
 
 ## Run by `make test` inside scripts/with-test-postgres.sh (it needs CONSENTLEDGER_TEST_POSTGRES_URL).
 test-with-postgres:
@@ -87,6 +93,25 @@ service: deps
 ## wrk against the service on both stores (a throwaway PostgreSQL), then verify; DURATION=10 THREADS=8.
 load-test: deps
 	bash scripts/with-test-postgres.sh bash scripts/load-test.sh
+
+## The library's DocC documentation (static HTML in .build/docs; warnings are errors).
+docs: build
+	swift package --allow-writing-to-directory .build/docs generate-documentation \
+		--target ConsentLedger --target ConsentDomain --target LedgerFormat --target LedgerStorage \
+		--target TransparencyLog --target ConsentReports --enable-experimental-combined-documentation \
+		--transform-for-static-hosting --output-path .build/docs --warnings-as-errors
+	@echo "==> open .build/docs/documentation/consentledger/index.html through a web server (python3 -m http.server -d .build/docs)"
+
+## consentctl (release) and its man page (swift-argument-parser's generate-manual plugin) under
+## PREFIX: $(PREFIX)/bin/consentctl and $(PREFIX)/share/man/man1/consentctl.1.
+PREFIX ?= /usr/local
+install: deps
+	swift build $(RELEASE) --product consentctl
+	swift package plugin generate-manual
+	install -d "$(DESTDIR)$(PREFIX)/bin" "$(DESTDIR)$(PREFIX)/share/man/man1"
+	install -m 0755 "$$(swift build $(RELEASE) --show-bin-path)/consentctl" "$(DESTDIR)$(PREFIX)/bin/consentctl"
+	install -m 0644 .build/plugins/GenerateManual/outputs/consentctl/consentctl.1 "$(DESTDIR)$(PREFIX)/share/man/man1/consentctl.1"
+	@echo "==> installed $(DESTDIR)$(PREFIX)/bin/consentctl and its man page (man consentctl)"
 
 clean:
 	rm -rf .build .build-pg Samples/ConsentService/.build

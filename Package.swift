@@ -41,6 +41,9 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
         .package(url: "https://github.com/x-sheep/swift-property-based", from: "2.0.0"),
         .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.0"),
+        // `make docs`: the DocC plugin (swift package generate-documentation). A plugin only: it
+        // adds nothing to the library or the tool.
+        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.4.0"),
     ],
     targets: [
         .systemLibrary(

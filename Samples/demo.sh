@@ -1,57 +1,95 @@
 #!/usr/bin/env bash
-# The consent rules' seed scenario (docs: README, "The consent rules") against a ledger in a
-# temporary folder.
+# A day at a clinic, told with consentctl against a ledger in a temporary folder: patients give
+# and withdraw consents (the rules are in docs/consent-rules.md), the clinic publishes a new
+# notice, an auditor checks the evidence, a patient gets their own page, and someone tampers with
+# the log.
 # Usage: Samples/demo.sh [path/to/consentctl]
 set -euo pipefail
 consentctl=${1:-consentctl}
-ledger=$(mktemp -d /tmp/consent-demo.XXXXXX)/ledger
-export CONSENTCTL_LEDGER=$ledger
-step() { printf '\n\033[1m== %s\033[0m\n$ %s\n' "$1" "${*:2}"; "${@:2}"; }
+samples=$(dirname "${BASH_SOURCE[0]}")
+work=$(mktemp -d /tmp/consent-demo.XXXXXX)
+export CONSENTCTL_LEDGER=$work/ledger
 
-step "Create a ledger (key pair, seed catalogue, genesis event)" "$consentctl" init --name consentledger.example/demo
-step "The catalogue" "$consentctl" catalog
-step "Nothing is given yet (R1, R8)" "$consentctl" status --subject alice
-step "1. Activate Medication Management: required consent and optional consent A (R2)" \
-  "$consentctl" give --subject alice --feature medication-management --consent required --consent optional-a
-step "2. Activate Timeline with all three consents" \
-  "$consentctl" give --subject alice --feature timeline --consent required --consent optional-a --consent optional-b
-step "An optional consent alone cannot activate a feature (R2): refused, nothing appended" \
-  "$consentctl" give --subject bob --feature timeline --consent optional-a || echo "(exit code $?)"
-step "3. Revoke Medication Management's required consent: the optional one goes with it (R4)" \
-  "$consentctl" revoke --subject alice --feature medication-management --consent required
-step "4. Status, grouped by feature, required first (R3, R7)" "$consentctl" status --subject alice
-step "4. History, cascades linked to their cause" "$consentctl" history --subject alice
-step "5. Verify every hash link, signature, sequence number and rule" "$consentctl" verify
+chapter() { printf '\n\033[1m== %s\033[0m\n' "$1"; }
+say() { printf '%s\n' "$*" | fold -s -w 96; }
+# Runs consentctl, echoing the command with the short name a reader would type.
+run() {
+  printf '\n$ consentctl'; printf ' %q' "$@"; printf '\n'
+  "$consentctl" "$@"
+}
+# The same, for a command that is expected to fail: shows its exit code and goes on.
+refused() {
+  printf '\n$ consentctl'; printf ' %q' "$@"; printf '\n'
+  if "$consentctl" "$@"; then echo "(expected a refusal, got success)" >&2; exit 1; else echo "(exit code $?)"; fi
+}
 
-step "Pin the ledger's verifier key (what an auditor keeps)" "$consentctl" key show
+chapter "1. The clinic sets up its ledger"
+say "A ledger is a folder with a signing key, the consent catalogue and a log of signed events."
+run init --name clinic.example/consents
+run catalog show
+
+chapter "2. Alice starts with nothing"
+say "A new patient has every feature off (R1), and the listing says so plainly (R8)."
+run status --subject alice
+
+chapter "3. Alice turns on two features in the app"
+say "A feature is activated with its required consent; the optional ones are chosen on the same screen (R2)."
+run give --subject alice --feature medication-management --consent required --consent optional-a
+run give --subject alice --feature timeline --consent required --consent optional-a --consent optional-b
+
+chapter "4. Bob signs a paper form, recorded the next day"
+say "The grant keeps both times: when it was recorded (what the rules use) and when Bob agreed, with the channel, the notice's language and the scan."
+run give --subject bob --feature timeline --consent required --effective-at "$(date -u -d '1 day ago' +%Y-%m-%dT%H:%M:%SZ)" \
+  --channel paper --notice-language de --evidence scan-2026-0042 --actor dr.house
+say "An optional consent alone cannot activate a feature (R2): refused, nothing appended."
+refused give --subject carol --feature timeline --consent optional-a
+
+chapter "5. Alice withdraws Medication Management"
+say "Withdrawing the required consent takes the optional one with it, as an event of its own that names its cause (R4)."
+run revoke --subject alice --feature medication-management --consent required
+run status --subject alice
+run history --subject alice
+say "A typo in a subject id is a normal answer that names the ids it may have meant."
+run status --subject alcie
+
+chapter "6. The clinic publishes a new Timeline notice"
+say "A dry run shows what a publication would change before anything is appended."
+run catalog publish "$samples/catalog-v2.json" --dry-run
+run catalog publish "$samples/catalog-v2.json"
+say "Alice agreed to the old notice: her Timeline consent is outdated and the feature inactive until she consents again."
+run status --subject alice
+run give --subject alice --feature timeline --consent required
+
+chapter "7. The data-protection officer reads the report"
+run report
+run report --format html --out "$work/report.html"
+run report --actor dr.house --format json --out "$work/dr-house.json"
+
+chapter "8. An auditor checks the evidence with nothing but the public key"
+run verify
+run key show
 key=$("$consentctl" key show)
-step "Export alice's events with inclusion proofs under a signed checkpoint" \
-  "$consentctl" export --subject alice --out "$(dirname "$ledger")/alice.json"
-step "Verify the export offline, trusting only the pinned key" \
-  "$consentctl" verify-export "$(dirname "$ledger")/alice.json" --key "$key"
+run export --subject alice --out "$work/alice.json"
+run verify-export "$work/alice.json" --key "$key"
 
-step "Preview a new catalogue version: Timeline's required consent goes to policy version 2.0" \
-  "$consentctl" catalog publish "$(dirname "${BASH_SOURCE[0]}")/catalog-v2.json" --dry-run
-step "Publish it" \
-  "$consentctl" catalog publish "$(dirname "${BASH_SOURCE[0]}")/catalog-v2.json"
-step "Alice's Timeline consent is now outdated, and Timeline inactive" "$consentctl" status --subject alice
-step "Alice consents again: a re-consent that names the grant it renews" \
-  "$consentctl" give --subject alice --feature timeline --consent required
-step "The audit report: events, counts, outdated consents, activity, withdrawal times" "$consentctl" report
-step "The same report as one self-contained HTML page with timelines" \
-  "$consentctl" report --html "$(dirname "$ledger")/report.html"
-step "Alice's consents as a FHIR R5 Bundle of Consent resources" \
-  "$consentctl" export --subject alice --format fhir --out "$(dirname "$ledger")/alice.fhir.json"
+chapter "9. Alice asks for her own records"
+run export --subject alice --format html --lang en --out "$work/alice.html"
+run export --subject alice --format fhir --out "$work/alice.fhir.json"
 
-line=4
-offset=$(awk -v n=$line 'NR < n { sum += length($0) + 1 } END { print sum + 40 }' "$ledger/ledger.jsonl")
-step "6. Flip one byte (line $line, byte $offset of the log) and verify again" \
-  python3 -c "import sys; p=sys.argv[1]; o=int(sys.argv[2]); b=bytearray(open(p,'rb').read()); b[o]^=1; open(p,'wb').write(b)" "$ledger/ledger.jsonl" "$offset"
-if "$consentctl" verify; then
-  echo "verify did not catch the flipped byte" >&2
-  exit 1
-else
-  echo "(exit code $?: the tampered entry is named above)"
-fi
-echo
-echo "The ledger is in $ledger"
+chapter "10. Someone edits the log"
+say "One byte flipped in the event at seq 3, then verify again:"
+python3 - "$CONSENTCTL_LEDGER/ledger.jsonl" <<'FLIP'
+import sys
+path = sys.argv[1]
+data = bytearray(open(path, "rb").read())
+start = 0
+for line in data.split(b"\n"):
+    if b'"seq":3,' in line and line.startswith(b'{"body":'):
+        break
+    start += len(line) + 1
+data[start + 40] ^= 1
+open(path, "wb").write(data)
+FLIP
+refused verify
+
+printf '\nThe ledger and the files written are in %s\n' "$work"

@@ -1,14 +1,29 @@
 import ConsentLedger
 import ConsentDomain
 
-/// A subject's consents as a FHIR R5 Bundle of `Consent` resources: one per feature, the
-/// required consent as the provision and the optional ones nested in it, each tied back to the
-/// ledger event and checkpoint that prove it. The mapping is in `Spec/fhir-mapping.md`.
+/// Subjects' consents as a FHIR R5 Bundle: per subject a `Patient` and one `Consent` per feature,
+/// with R5's permit/deny semantics (the feature's decision, deny exceptions for the optional
+/// consents not given), each tied to the ledger events and the signed checkpoint that prove it.
+/// The mapping is in `Spec/fhir-mapping.md`; the extensions' StructureDefinitions in `Spec/fhir/`.
 public enum FHIRConsent {
     public static let extensionBase = "https://consentledger.example/fhir/StructureDefinition/"
     public static let consentSystem = "https://consentledger.example/fhir/CodeSystem/consent"
     public static let subjectSystem = "https://consentledger.example/fhir/NamingSystem/subject"
     public static let eventSystem = "https://consentledger.example/fhir/NamingSystem/ledger-event"
+    public static let recordSystem = "https://consentledger.example/fhir/NamingSystem/consent-record"
+    public static let evidenceSystem = "https://consentledger.example/fhir/NamingSystem/consent-evidence"
+
+    /// A `collection` to read, or a `transaction` to load into a server (conditional create of
+    /// the Patient, conditional update of each Consent).
+    public enum BundleType: String, CaseIterable, Sendable {
+        case collection, transaction
+    }
+
+    /// One subject's part of a Bundle: their id, pseudonymous reference and replayed report.
+    package struct Subject {
+        let id: String
+        let report: SubjectReport
+    }
 
     /// A deterministic urn:uuid from a hash of the parts (so the same ledger state gives the
     /// same Bundle): an RFC 9562 version 8 (custom) UUID with the variant bits set.
@@ -22,27 +37,66 @@ public enum FHIRConsent {
 
     static func date(_ t: Timestamp) -> String { String(t.rfc3339.prefix(10)) }
 
-    static func ext(_ name: String, string value: String) -> JSONValue {
-        .object(["url": .string(extensionBase + name), "valueString": .string(value)])
-    }
-
-    static func code(_ feature: Feature, _ consent: ConsentDefinition) -> JSONValue {
-        .array([.object(["coding": .array([.object(["system": .string(consentSystem), "code": .string("\(feature.key)/\(consent.code)"), "display": .string(consent.name)])])])])
-    }
-
-    /// The Bundle for one subject: their replayed state and history, the checkpoint it is proven
-    /// against, and the ledger's name.
-    package static func bundle(subjectID: String, report: SubjectReport, checkpoint: Checkpoint, ledgerName: String, hasher: any SHA256Hasher) -> JSONValue {
-        let root = Base64.encode(checkpoint.root.bytes)
-        let proof = "checkpoint \(checkpoint.origin) size \(checkpoint.size) root \(root)"
-        let events = report.events
-        func eventReference(_ seq: UInt64) -> JSONValue {
-            .object([
-                "identifier": .object(["system": .string(eventSystem), "value": .string("\(ledgerName)#\(seq)")]),
-                "display": .string("ledger event seq \(seq), included in \(proof)"),
-            ])
+    /// Percent-encodes a search parameter value (RFC 3986 unreserved characters stay).
+    static func queryValue(_ s: String) -> String {
+        var out = ""
+        for byte in s.utf8 {
+            let c = Character(Unicode.Scalar(byte))
+            if byte < 0x80, c.isLetter || c.isNumber || "-._~".contains(c) { out.append(c) } else { out += "%" + String(byte, radix: 16, uppercase: true).leftPadded(2) }
         }
-        func lastEvent(_ feature: Int, _ consent: String) -> LedgerEvent? {
+        return out
+    }
+
+    static func sub(_ url: String, _ key: String, _ value: JSONValue) -> JSONValue {
+        .object(["url": .string(url), key: value])
+    }
+
+    static func coding(_ system: String, _ code: String, _ display: String) -> JSONValue {
+        .object(["coding": .array([.object(["system": .string(system), "code": .string(code), "display": .string(display)])])])
+    }
+
+    /// The Bundle for one or more subjects, against a checkpoint whose root comes from the
+    /// signed head.
+    package static func bundle(subjects: [Subject], checkpoint: Checkpoint, ledgerName: String, type: BundleType, id: String, hasher: any SHA256Hasher) -> JSONValue {
+        var entries: [JSONValue] = []
+        var newest: Timestamp?
+        for subject in subjects {
+            entries += subjectEntries(subject, checkpoint: checkpoint, ledgerName: ledgerName, type: type, hasher: hasher)
+            if let last = subject.report.events.last?.at, newest.map({ last > $0 }) ?? true { newest = last }
+        }
+        return .object([
+            "resourceType": .string("Bundle"),
+            "id": .string(id),
+            "type": .string(type.rawValue),
+            "timestamp": .string((newest ?? Timestamp(millisecondsSinceEpoch: 0)).rfc3339),
+            "entry": .array(entries),
+        ])
+    }
+
+    static func subjectEntries(_ subject: Subject, checkpoint: Checkpoint, ledgerName: String, type: BundleType, hasher: any SHA256Hasher) -> [JSONValue] {
+        let report = subject.report
+        let ref = report.subject?.value ?? ""
+        let ref12 = String(ref.prefix(12))
+        let events = report.events
+        let patientURL = uuid(hasher, [ledgerName, subject.id, "Patient"])
+        let identifier: JSONValue = .object(["system": .string(subjectSystem), "value": .string(subject.id)])
+        var patient: [String: JSONValue] = [
+            "fullUrl": .string(patientURL),
+            "resource": .object(["resourceType": .string("Patient"), "id": .string("subject-\(ref12)"), "identifier": .array([identifier])]),
+        ]
+        if type == .transaction {
+            patient["request"] = .object(["method": .string("POST"), "url": .string("Patient"), "ifNoneExist": .string("identifier=\(queryValue(subjectSystem + "|" + subject.id))")])
+        }
+        var entries: [JSONValue] = [.object(patient)]
+        let checkpointExtension: JSONValue = .object([
+            "url": .string(extensionBase + "ledger-checkpoint"),
+            "extension": .array([
+                sub("origin", "valueString", .string(checkpoint.origin)),
+                sub("size", "valueInteger64", .string(String(checkpoint.size))),
+                sub("root", "valueBase64Binary", .string(Base64.encode(checkpoint.root.bytes))),
+            ]),
+        ])
+        func newestEvent(_ feature: Int, _ consent: String) -> LedgerEvent? {
             events.last { e in
                 switch e.payload {
                 case .consentGiven(let g): return g.feature == feature && g.consent == consent
@@ -51,73 +105,113 @@ public enum FHIRConsent {
                 }
             }
         }
-        func provision(_ feature: Feature, _ line: ConsentLine) -> [String: JSONValue] {
-            var p: [String: JSONValue] = ["code": code(feature, line.definition)]
-            let state = line.isOutdated ? "outdated" : (line.isGiven ? "given" : "withheld")
-            var extensions = [ext("consent-state", string: state), ext("policy-version", string: line.definition.version)]
-            if let given = line.givenVersion { extensions.append(ext("given-policy-version", string: given)) }
-            if let last = lastEvent(feature.code, line.definition.code) {
-                extensions.append(ext("ledger-event", string: "\(ledgerName)#\(last.seq)"))
-            }
-            p["extension"] = .array(extensions)
-            switch line.status {
-            case .given(let grant): p["period"] = .object(["start": .string(grant.validFrom.rfc3339)])
-            case .withdrawn(let w):
-                if let start = events.last(where: { if case .consentGiven(let g) = $0.payload { return g.feature == feature.code && g.consent == line.definition.code && $0.seq < w.seq } else { return false } }) {
-                    p["period"] = .object(["start": .string(start.at.rfc3339), "end": .string(w.at.rfc3339)])
-                }
-            case nil: break
-            }
-            return p
-        }
-        var entries: [JSONValue] = []
         for line in report.listing.features {
             let feature = line.feature
-            let required = line.consents.filter(\.definition.isRequired)
-            let optional = line.consents.filter { !$0.definition.isRequired }
-            guard let main = required.first else { continue }
-            var top = provision(feature, main)
-            if !optional.isEmpty { top["provision"] = .array(optional.map { .object(provision(feature, $0)) }) }
-            let seqs = line.consents.compactMap { lastEvent(feature.code, $0.definition.code)?.seq }
-            let dates = line.consents.compactMap { lastEvent(feature.code, $0.definition.code)?.at }
+            guard let main = line.consents.first(where: \.definition.isRequired) else { continue }
+            var states: [JSONValue] = []
+            var sources: [(UInt64, JSONValue)] = []
+            var evidence: [JSONValue] = []
+            for c in line.consents {
+                var parts = [sub("consent", "valueCode", .string(c.definition.code))]
+                let newest = newestEvent(feature.code, c.definition.code)
+                switch c.status {
+                case .given(let grant):
+                    parts.append(sub("state", "valueCode", .string(c.isOutdated ? "outdated" : "given")))
+                    parts.append(sub("policyVersion", "valueString", .string(c.definition.version)))
+                    parts.append(sub("givenPolicyVersion", "valueString", .string(grant.version)))
+                    if let t = newest?.at { parts.append(sub("recordedAt", "valueDateTime", .string(t.rfc3339))) }
+                    if let t = grant.evidence.effectiveAt { parts.append(sub("effectiveAt", "valueDateTime", .string(t.rfc3339))) }
+                    if let ch = grant.evidence.channel { parts.append(sub("channel", "valueCode", .string(ch.rawValue))) }
+                    if let l = grant.evidence.noticeLanguage { parts.append(sub("noticeLanguage", "valueCode", .string(l))) }
+                    if let r = grant.evidence.reference {
+                        evidence.append(.object([
+                            "identifier": .object(["system": .string(evidenceSystem), "value": .string(r)]),
+                            "display": .string("evidence for \(feature.key)/\(c.definition.code)"),
+                        ]))
+                    }
+                case .withdrawn(let w):
+                    parts.append(sub("state", "valueCode", .string("withheld")))
+                    parts.append(sub("reason", "valueCode", .string(w.cause == nil ? "withdrawn" : "cascade-withdrawn")))
+                    parts.append(sub("policyVersion", "valueString", .string(c.definition.version)))
+                    if let t = newest?.at { parts.append(sub("recordedAt", "valueDateTime", .string(t.rfc3339))) }
+                case nil:
+                    parts.append(sub("state", "valueCode", .string("withheld")))
+                    parts.append(sub("reason", "valueCode", .string("never-given")))
+                    parts.append(sub("policyVersion", "valueString", .string(c.definition.version)))
+                }
+                if let newest {
+                    parts.append(sub("ledgerEvent", "valueInteger64", .string(String(newest.seq))))
+                    sources.append((newest.seq, .object([
+                        "identifier": .object(["system": .string(eventSystem), "value": .string("\(ledgerName)#\(newest.seq)")]),
+                        "display": .string("ledger event seq \(newest.seq)"),
+                    ])))
+                }
+                states.append(.object(["url": .string(extensionBase + "consent-state"), "extension": .array(parts)]))
+            }
+            let recordValue = "\(ref)/\(feature.key)"
             var consent: [String: JSONValue] = [
                 "resourceType": .string("Consent"),
-                // FHIR ids are at most 64 characters.
-                "id": .string(String("\(feature.key)-\(report.subject?.value.prefix(12) ?? "none")".suffix(64))),
+                "id": .string("consent-\(ref12)-\(feature.code)"),
+                "identifier": .array([.object(["system": .string(recordSystem), "value": .string(recordValue)])]),
                 "status": .string(line.isActive ? "active" : "inactive"),
-                "category": .array([.object(["coding": .array([.object(["system": .string(consentSystem), "code": .string(feature.key), "display": .string(feature.name)])])])]),
-                "subject": .object(["identifier": .object(["system": .string(subjectSystem), "value": .string(subjectID)]), "display": .string(subjectID)]),
+                "category": .array([coding(consentSystem, feature.key, feature.name)]),
+                "subject": .object(["reference": .string(patientURL), "identifier": identifier]),
                 "decision": .string(line.isActive ? "permit" : "deny"),
                 "policyBasis": .object(["url": .string(main.definition.link)]),
-                "provision": .array([.object(top)]),
-                "extension": .array([ext("checkpoint", string: proof), ext("policy-version", string: main.definition.version)]),
+                "extension": .array([checkpointExtension] + states),
             ]
-            if let latest = dates.max() { consent["date"] = .string(date(latest)) }
-            if let grant = main.status, case .given(let g) = grant {
-                consent["period"] = .object(["start": .string(g.validFrom.rfc3339)])
+            // R5: the decision is the base; provisions are exceptions to it. Under an active
+            // feature (permit), each optional consent not given is a deny exception. Under an
+            // inactive one (deny) nothing is permitted, so there is no exception to state.
+            if line.isActive {
+                let exceptions = line.consents.filter { !$0.definition.isRequired && !($0.isGiven && !$0.isOutdated) }
+                if !exceptions.isEmpty {
+                    consent["provision"] = .array(exceptions.map { c in
+                        .object(["code": .array([coding(consentSystem, "\(feature.key)/\(c.definition.code)", c.definition.name)])])
+                    })
+                }
             }
-            if !seqs.isEmpty { consent["sourceReference"] = .array(seqs.sorted().map(eventReference)) }
-            entries.append(.object([
-                "fullUrl": .string(uuid(hasher, [ledgerName, subjectID, feature.key])),
+            if case .given(let grant)? = main.status {
+                consent["date"] = .string(date(grant.agreedAt))
+                consent["period"] = .object(["start": .string(grant.agreedAt.rfc3339)])
+            } else if let latest = sources.compactMap({ seq, _ in events.first { $0.seq == seq }?.at }).max() {
+                consent["date"] = .string(date(latest))
+            }
+            let references = sources.sorted { $0.0 < $1.0 }.map(\.1) + evidence
+            if !references.isEmpty { consent["sourceReference"] = .array(references) }
+            var entry: [String: JSONValue] = [
+                "fullUrl": .string(uuid(hasher, [ledgerName, subject.id, feature.key])),
                 "resource": .object(consent),
-            ]))
+            ]
+            if type == .transaction {
+                entry["request"] = .object(["method": .string("PUT"), "url": .string("Consent?identifier=\(queryValue(recordSystem + "|" + recordValue))")])
+            }
+            entries.append(.object(entry))
         }
-        return .object([
-            "resourceType": .string("Bundle"),
-            "id": .string("consents-\(report.subject?.value.prefix(12) ?? "none")"),
-            "type": .string("collection"),
-            "timestamp": .string((events.last?.at ?? Timestamp(millisecondsSinceEpoch: 0)).rfc3339),
-            "entry": .array(entries),
-        ])
+        return entries
     }
 }
 
+extension String {
+    func leftPadded(_ width: Int) -> String { String(repeating: "0", count: max(0, width - count)) + self }
+}
+
 extension Ledger {
-    /// The subject's consents as a FHIR R5 Bundle of Consent resources (`Spec/fhir-mapping.md`).
-    public func fhirBundle(for subjectID: String) throws -> JSONDocument {
+    /// The subject's consents as a FHIR R5 Bundle (`Spec/fhir-mapping.md`), against the checkpoint
+    /// of the signed head: no signing, so it needs no secret key.
+    public func fhirBundle(for subjectID: String, type: FHIRConsent.BundleType = .collection) throws -> JSONDocument {
         guard try subjectRef(for: subjectID) != nil else { throw ConsentError.notFound(.subject, "the ledger has no subject '\(subjectID)'") }
         let report = try report(for: subjectID)
-        let (checkpoint, _) = try signedCheckpoint()
-        return JSONDocument(FHIRConsent.bundle(subjectID: subjectID, report: report, checkpoint: checkpoint, ledgerName: genesis.ledgerName, hasher: chain.hasher))
+        return JSONDocument(FHIRConsent.bundle(
+            subjects: [FHIRConsent.Subject(id: subjectID, report: report)], checkpoint: try headCheckpoint(), ledgerName: genesis.ledgerName,
+            type: type, id: "consents-\(report.subject?.value.prefix(12) ?? "none")", hasher: chain.hasher))
+    }
+
+    /// Every subject's consents in one FHIR R5 Bundle, subjects in id order.
+    public func fhirBundleOfAllSubjects(type: FHIRConsent.BundleType = .collection) throws -> JSONDocument {
+        let subjects = try subjectIDs().map { FHIRConsent.Subject(id: $0, report: try report(for: $0)) }
+        // Read after the reports, so the checkpoint includes every event they name.
+        let checkpoint = try headCheckpoint()
+        return JSONDocument(FHIRConsent.bundle(subjects: subjects, checkpoint: checkpoint, ledgerName: genesis.ledgerName, type: type, id: "consents-all", hasher: chain.hasher))
     }
 }

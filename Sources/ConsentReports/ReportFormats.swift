@@ -5,10 +5,18 @@ import ConsentDomain
 extension LedgerReport {
     static func seconds(_ ms: Int64?) -> JSONValue { ms.map { .int($0 / 1000) } ?? .null }
 
-    private var entryType: (AuditReport.Entry) -> String { { $0.kind.rawValue } }
-
-    /// The report as JSON (the members `report --json` prints).
+    /// The report as JSON (the members `report --format json` prints).
     public var jsonDocument: JSONDocument { JSONDocument(json) }
+
+    /// Subjects in id order (the report itself orders them by pseudonym).
+    var outdatedByID: [AuditReport.Outdated] { report.outdated.sorted { (subjectID($0.subject), $0.feature) < (subjectID($1.subject), $1.feature) } }
+    var intervalsByID: [AuditReport.Interval] {
+        report.intervals.sorted { (subjectID($0.subject), $0.feature, $0.from) < (subjectID($1.subject), $1.feature, $1.from) }
+    }
+    var subjectsByID: [SubjectRef] { report.subjects.sorted { subjectID($0) < subjectID($1) } }
+
+    /// A policy change for people: "timeline/required 1.0→2.0".
+    func changeText(_ c: AuditReport.PolicyChange) -> String { "\(featureKey(c.feature))/\(c.consent) \(c.from ?? "new")→\(c.to)" }
 
     package var json: JSONValue {
         let r = report
@@ -17,31 +25,49 @@ extension LedgerReport {
         if let f = r.scope.feature { scope["feature"] = .string(featureKey(f)) }
         if let t = r.scope.from { scope["from"] = .string(t.rfc3339) }
         if let t = r.scope.to { scope["to"] = .string(t.rfc3339) }
+        if let t = r.scope.asOf { scope["at"] = .string(t.rfc3339) }
         if let a = r.scope.actor { scope["actor"] = .string(a) }
         return .object([
             "ledger": .string(ledgerName),
             "checkpoint": .object(["origin": .string(checkpoint.origin), "size": .int(checkpoint.size), "root": .string(Base64.encode(checkpoint.root.bytes))]),
             "scope": .object(scope),
-            "entries": .array(r.entries.map { e in
+            "features": .array(r.catalog.features.map { f in
+                .object(["key": .string(f.key), "code": .int(Int64(f.code)), "name": .string(f.name), "consents": .array(f.consents.map { c in
+                    .object(["code": .string(c.code), "name": .string(c.name), "required": .bool(c.isRequired), "version": .string(c.version)])
+                })])
+            }),
+            "events": .array(r.entries.map { e in
                 var m: [String: JSONValue] = ["seq": .int(Int64(e.seq)), "at": .string(e.at.rfc3339), "type": .string(e.kind.rawValue), "actor": .string(e.actor)]
                 if let s = e.subject { m["subject"] = .string(subjectID(s)) }
                 if let f = e.feature { m["feature"] = .string(featureKey(f)) }
                 if let c = e.consent { m["consent"] = .string(c) }
                 if let v = e.version { m["version"] = .string(v) }
                 if let c = e.cause { m[e.kind == .reconsent ? "renews" : "cause"] = .int(Int64(c)) }
+                m.merge(ListingJSON.evidenceMembers(e.evidence)) { $1 }
+                if e.kind == .policy {
+                    m["catalogue"] = .string(e.catalogueVersion ?? "")
+                    m["changes"] = .array(e.changes.map { c in
+                        .object(["feature": .string(featureKey(c.feature)), "consent": .string(c.consent), "from": c.from.map { .string($0) } ?? .null, "to": .string(c.to)])
+                    })
+                }
                 return .object(m)
             }),
             "counts": .array(r.counts.map {
-                .object(["feature": .string(featureKey($0.feature)), "consent": .string($0.consent), "given": .int(Int64($0.given)), "reconsent": .int(Int64($0.reconsent)), "withdrawn": .int(Int64($0.withdrawn)), "cascade": .int(Int64($0.cascade))])
+                .object(["feature": .string(featureKey($0.feature)), "consent": .string($0.consent), "given": .int(Int64($0.given)), "re-consent": .int(Int64($0.reconsent)), "withdrawn": .int(Int64($0.withdrawn)), "cascade-withdrawn": .int(Int64($0.cascadeWithdrawn))])
             }),
-            "outdated": .array(r.outdated.map {
+            "outdated": .array(outdatedByID.map {
                 .object(["subject": .string(subjectID($0.subject)), "feature": .string(featureKey($0.feature)), "consent": .string($0.consent), "givenVersion": .string($0.givenVersion), "currentVersion": .string($0.currentVersion)])
             }),
-            "activeIntervals": .array(r.intervals.map {
+            "activeIntervals": .array(intervalsByID.map {
                 .object(["subject": .string(subjectID($0.subject)), "feature": .string(featureKey($0.feature)), "from": .string($0.from.rfc3339), "until": $0.until.map { .string($0.rfc3339) } ?? .null])
             }),
             "withdrawal": .array(r.withdrawals.map {
-                .object(["feature": .string(featureKey($0.feature)), "medianGrantToRevocationSeconds": Self.seconds($0.medianGrantToRevocationMs), "revocations": .int(Int64($0.revocations)), "cascades": .int(Int64($0.cascades)), "cascadeShare": .string($0.cascadeShare.map { Self.percent($0) } ?? "")])
+                .object([
+                    "feature": .string(featureKey($0.feature)), "medianGrantToWithdrawalSeconds": Self.seconds($0.medianGrantToRevocationMs),
+                    // The share by cascade is cascadeWithdrawals / withdrawals: two exact counts
+                    // rather than a rounded fraction.
+                    "withdrawals": .int(Int64($0.revocations)), "cascadeWithdrawals": .int(Int64($0.cascades)),
+                ])
             }),
         ])
     }
@@ -62,7 +88,7 @@ extension LedgerReport {
 
     // MARK: - CSV (RFC 4180)
 
-    public static let csvHeader = ["section", "seq", "at", "until", "type", "subject", "feature", "consent", "actor", "version", "cause", "given", "reconsent", "withdrawn", "cascade", "value"]
+    public static let csvHeader = ["section", "seq", "at", "until", "type", "subject", "feature", "consent", "actor", "version", "cause", "effectiveAt", "channel", "noticeLanguage", "evidence", "given", "re-consent", "withdrawn", "cascade-withdrawn", "value"]
 
     /// One table, one header; the `section` column says which part of the report a row is.
     public var csv: String {
@@ -73,19 +99,24 @@ extension LedgerReport {
         }
         row("checkpoint", ["value": "\(checkpoint.origin) \(checkpoint.size) \(Base64.encode(checkpoint.root.bytes))"])
         for e in r.entries {
-            row("entry", ["seq": String(e.seq), "at": e.at.rfc3339, "type": e.kind.rawValue, "subject": subjectID(e.subject), "feature": featureKey(e.feature), "consent": e.consent ?? "", "actor": e.actor, "version": e.version ?? "", "cause": e.cause.map(String.init) ?? ""])
+            row("event", [
+                "seq": String(e.seq), "at": e.at.rfc3339, "type": e.kind.rawValue, "subject": subjectID(e.subject), "feature": featureKey(e.feature), "consent": e.consent ?? "",
+                "actor": e.actor, "version": e.version ?? "", "cause": e.cause.map(String.init) ?? "",
+                "effectiveAt": e.evidence.effectiveAt?.rfc3339 ?? "", "channel": e.evidence.channel?.rawValue ?? "", "noticeLanguage": e.evidence.noticeLanguage ?? "", "evidence": e.evidence.reference ?? "",
+                "value": e.changes.map(changeText).joined(separator: " "),
+            ])
         }
         for c in r.counts {
-            row("count", ["feature": featureKey(c.feature), "consent": c.consent, "given": String(c.given), "reconsent": String(c.reconsent), "withdrawn": String(c.withdrawn), "cascade": String(c.cascade)])
+            row("count", ["feature": featureKey(c.feature), "consent": c.consent, "given": String(c.given), "re-consent": String(c.reconsent), "withdrawn": String(c.withdrawn), "cascade-withdrawn": String(c.cascadeWithdrawn)])
         }
-        for o in r.outdated {
+        for o in outdatedByID {
             row("outdated", ["subject": subjectID(o.subject), "feature": featureKey(o.feature), "consent": o.consent, "version": o.givenVersion, "value": o.currentVersion])
         }
-        for i in r.intervals {
+        for i in intervalsByID {
             row("active", ["subject": subjectID(i.subject), "feature": featureKey(i.feature), "at": i.from.rfc3339, "until": i.until?.rfc3339 ?? ""])
         }
         for w in r.withdrawals {
-            row("withdrawal", ["feature": featureKey(w.feature), "withdrawn": String(w.revocations), "cascade": String(w.cascades), "value": w.medianGrantToRevocationMs.map { String($0 / 1000) } ?? ""])
+            row("withdrawal", ["feature": featureKey(w.feature), "withdrawn": String(w.revocations), "cascade-withdrawn": String(w.cascades), "value": w.medianGrantToRevocationMs.map { String($0 / 1000) } ?? ""])
         }
         return rows.map { $0.map(Self.csvField).joined(separator: ",") }.joined(separator: "\r\n") + "\r\n"
     }
@@ -102,58 +133,117 @@ extension LedgerReport {
 
     // MARK: - Text
 
-    /// Aligned tables for the terminal.
-    public var text: String {
+    /// The widest line of the text report: tables shorten their free-text columns (subject,
+    /// actor, note) with "…" to fit.
+    public static let textWidth = 100
+
+    /// Aligned tables for the terminal, at most ``textWidth`` columns wide, times in UTC.
+    public var text: String { text(in: .utc) }
+
+    /// Aligned tables for the terminal, at most ``textWidth`` columns wide, times in `zone`.
+    public func text(in zone: ZoneRules) -> String {
         let r = report
-        var out = "Audit report of \(ledgerName) at checkpoint size \(checkpoint.size), root \(Base64.encode(checkpoint.root.bytes))\n"
+        var out = "Audit report of \(ledgerName)\n"
+        out += "Checkpoint size \(checkpoint.size), root \(Base64.encode(checkpoint.root.bytes))\n"
         var scope: [String] = []
         if let s = r.scope.subject { scope.append("subject \(subjectID(s))") }
         if let f = r.scope.feature { scope.append("feature \(featureKey(f))") }
-        if let t = r.scope.from { scope.append("from \(t.rfc3339)") }
-        if let t = r.scope.to { scope.append("to \(t.rfc3339)") }
+        if let t = r.scope.from { scope.append("from \(t.dayMonthYearTime(in: zone))") }
+        if let t = r.scope.to { scope.append("to \(t.dayMonthYearTime(in: zone))") }
+        if let t = r.scope.asOf { scope.append("as recorded at \(t.dayMonthYearTime(in: zone))") }
         if let a = r.scope.actor { scope.append("actor \(a)") }
-        out += "Scope: " + (scope.isEmpty ? "everything" : scope.joined(separator: ", ")) + "\n"
+        out += "Scope: " + (scope.isEmpty ? "everything" : scope.joined(separator: ", ")) + " (times in \(zone.name))\n"
         out += "\nEvents (\(r.entries.count))\n"
-        out += TextTable(header: ["SEQ", "AT (UTC)", "TYPE", "SUBJECT", "FEATURE", "CONSENT", "ACTOR", "VERSION", "CAUSE"], rows: r.entries.map {
-            [String($0.seq), $0.at.rfc3339, $0.kind.rawValue, subjectID($0.subject), featureKey($0.feature), $0.consent ?? "", $0.actor, $0.version ?? "", $0.cause.map { String($0) } ?? ""]
-        }).rendered
+        out += TextTable(header: ["SEQ", "AT", "TYPE", "SUBJECT", "CONSENT", "ACTOR", "NOTE"], rows: r.entries.map { e in
+            var note: [String] = []
+            // The version is news on a re-consent; every grant's is in the JSON and CSV forms.
+            if let v = e.version, e.kind == .reconsent { note.append("v\(v)") }
+            if let c = e.cause { note.append(e.kind == .reconsent ? "renews \(c)" : "cause \(c)") }
+            note += e.changes.map(changeText)
+            if let t = e.evidence.effectiveAt { note.append("agreed \(t.dayMonthYearTime(in: zone))") }
+            if let c = e.evidence.channel { note.append(c.rawValue) }
+            let consent = e.feature.map { "\(featureKey($0))/\(e.consent ?? "")" } ?? ""
+            return [String(e.seq), e.at.dayMonthYearTime(in: zone), e.kind.rawValue, subjectID(e.subject), consent, e.actor, note.joined(separator: ", ")]
+        }, shrinkable: [3, 5, 6]).rendered
         out += "\nCounts per consent\n"
-        out += TextTable(header: ["FEATURE", "CONSENT", "GIVEN", "RE-CONSENT", "WITHDRAWN", "CASCADE"], rows: r.counts.map {
-            [featureKey($0.feature), $0.consent, String($0.given), String($0.reconsent), String($0.withdrawn), String($0.cascade)]
+        out += TextTable(header: ["CONSENT", "GIVEN", "RE-CONSENT", "WITHDRAWN", "CASCADE-WITHDRAWN"], rows: r.counts.map {
+            ["\(featureKey($0.feature))/\($0.consent)", String($0.given), String($0.reconsent), String($0.withdrawn), String($0.cascadeWithdrawn)]
         }).rendered
         out += "\nWithdrawal (GDPR Art. 7(3): as easy as giving)\n"
-        out += TextTable(header: ["FEATURE", "MEDIAN GRANT→REVOCATION", "REVOCATIONS", "BY CASCADE"], rows: r.withdrawals.map {
+        out += TextTable(header: ["FEATURE", "MEDIAN GRANT→WITHDRAWAL", "WITHDRAWALS", "BY CASCADE"], rows: r.withdrawals.map {
             [featureKey($0.feature), Self.duration($0.medianGrantToRevocationMs), String($0.revocations), $0.cascadeShare.map(Self.percent) ?? "-"]
         }).rendered
         out += "\nSubjects with outdated consents (\(Set(r.outdated.map(\.subject)).count))\n"
-        out += TextTable(header: ["SUBJECT", "FEATURE", "CONSENT", "GIVEN VERSION", "CURRENT VERSION"], rows: r.outdated.map {
-            [subjectID($0.subject), featureKey($0.feature), $0.consent, $0.givenVersion, $0.currentVersion]
-        }).rendered
+        out += TextTable(header: ["SUBJECT", "CONSENT", "GIVEN VERSION", "CURRENT VERSION"], rows: outdatedByID.map {
+            [subjectID($0.subject), "\(featureKey($0.feature))/\($0.consent)", $0.givenVersion, $0.currentVersion]
+        }, shrinkable: [0]).rendered
         out += "\nFeature activity\n"
-        out += TextTable(header: ["SUBJECT", "FEATURE", "ACTIVE FROM", "UNTIL"], rows: r.intervals.map {
-            [subjectID($0.subject), featureKey($0.feature), $0.from.rfc3339, $0.until?.rfc3339 ?? "(still active)"]
-        }).rendered
+        out += TextTable(header: ["SUBJECT", "FEATURE", "ACTIVE FROM", "UNTIL"], rows: intervalsByID.map {
+            [subjectID($0.subject), featureKey($0.feature), $0.from.dayMonthYearTime(in: zone), $0.until?.dayMonthYearTime(in: zone) ?? "(still active)"]
+        }, shrinkable: [0]).rendered
         return out
     }
 }
 
-/// Left-aligned columns separated by two spaces; "(none)" for an empty table.
+/// Left-aligned columns separated by two spaces; "(none)" for an empty table. When the table
+/// would be wider than `maxWidth`, the `shrinkable` columns give up width, widest first, down to
+/// 12 characters each, a cell cut short ending in "…"; then a last column that is shrinkable
+/// wraps onto continuation lines instead. Columns of numbers, times and codes are never cut.
 struct TextTable {
     let header: [String]
     let rows: [[String]]
+    var shrinkable: [Int] = []
+    var maxWidth = LedgerReport.textWidth
 
     var rendered: String {
         guard !rows.isEmpty else { return "  (none)\n" }
+        let last = header.count - 1
         var widths = header.map(\.count)
         for row in rows { for (i, cell) in row.enumerated() { widths[i] = max(widths[i], cell.count) } }
-        return ([header] + rows).map { row in
-            var line = "  "
-            for (i, cell) in row.enumerated() {
-                line += cell
-                if i < row.count - 1 { line += String(repeating: " ", count: widths[i] - cell.count + 2) }
+        func total() -> Int { 2 + widths.reduce(0, +) + 2 * (widths.count - 1) }
+        let wrapsLast = shrinkable.contains(last)
+        while total() > maxWidth, let widest = shrinkable.filter({ $0 != last && widths[$0] > 12 }).max(by: { widths[$0] < widths[$1] }) {
+            widths[widest] -= 1
+        }
+        // A last column left narrower than 20 goes below its row instead, indented and wrapped.
+        let room = maxWidth - (total() - widths[last])
+        let below = wrapsLast && room < min(widths[last], 20)
+        if below { widths[last] = maxWidth - 7 } else if wrapsLast { widths[last] = min(widths[last], room) }
+        func fit(_ cell: String, _ width: Int) -> String { cell.count <= width ? cell : String(cell.prefix(width - 1)) + "…" }
+        /// The last column's text in lines of at most `width`, broken at spaces where possible.
+        func wrapped(_ text: String, _ width: Int) -> [String] {
+            var lines: [String] = []
+            var current = ""
+            for word in text.split(separator: " ", omittingEmptySubsequences: false) {
+                var word = String(word)
+                while word.count > width {
+                    if !current.isEmpty { lines.append(current); current = "" }
+                    lines.append(String(word.prefix(width)))
+                    word = String(word.dropFirst(width))
+                }
+                if current.isEmpty { current = word } else if current.count + 1 + word.count <= width { current += " " + word } else { lines.append(current); current = word }
             }
-            while line.hasSuffix(" ") { line.removeLast() }
-            return line
+            lines.append(current)
+            return lines
+        }
+        return ([header] + rows).enumerated().flatMap { number, row -> [String] in
+            var line = "  "
+            for (i, whole) in row.enumerated() where i < last {
+                let cell = fit(whole, widths[i])
+                line += cell + String(repeating: " ", count: widths[i] - cell.count + 2)
+            }
+            if below {
+                while line.hasSuffix(" ") { line.removeLast() }
+                let notes = number == 0 || row[last].isEmpty ? [] : wrapped(row[last], widths[last]).map { "       " + $0 }
+                return [line] + notes
+            }
+            let indent = String(repeating: " ", count: line.count)
+            let tail = wrapsLast ? wrapped(row[last], widths[last]) : [fit(row[last], widths[last])]
+            return tail.enumerated().map { n, part in
+                var text = (n == 0 ? line : indent) + part
+                while text.hasSuffix(" ") { text.removeLast() }
+                return text
+            }
         }.joined(separator: "\n") + "\n"
     }
 }

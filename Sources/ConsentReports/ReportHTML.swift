@@ -26,7 +26,7 @@ extension LedgerReport {
             [featureKey($0.feature), Self.duration($0.medianGrantToRevocationMs), String($0.revocations), $0.cascadeShare.map(Self.percent) ?? "-"]
         })
         body += section("Counts per consent", ["Feature", "Consent", "Given", "Re-consent", "Withdrawn", "Cascade"], r.counts.map {
-            [featureKey($0.feature), $0.consent, String($0.given), String($0.reconsent), String($0.withdrawn), String($0.cascade)]
+            [featureKey($0.feature), $0.consent, String($0.given), String($0.reconsent), String($0.withdrawn), String($0.cascadeWithdrawn)]
         })
         body += section("Subjects with outdated consents", ["Subject", "Feature", "Consent", "Given version", "Current version"], r.outdated.map {
             [subjectID($0.subject), featureKey($0.feature), $0.consent, $0.givenVersion, $0.currentVersion]
@@ -35,7 +35,7 @@ extension LedgerReport {
             [subjectID($0.subject), featureKey($0.feature), $0.from.rfc3339, $0.until?.rfc3339 ?? "still active"]
         })
         body += section("Events", ["Seq", "At (UTC)", "Type", "Subject", "Feature", "Consent", "Actor", "Version", "Cause"], r.entries.map {
-            [String($0.seq), $0.at.rfc3339, $0.kind.rawValue, subjectID($0.subject), featureKey($0.feature), $0.consent ?? "", $0.actor, $0.version ?? "", $0.cause.map { String($0) } ?? ""]
+            [String($0.seq), $0.at.rfc3339, $0.kind.rawValue, subjectID($0.subject), featureKey($0.feature), $0.consent ?? "", $0.actor, ($0.version ?? $0.changes.map(changeText).joined(separator: " ")), $0.cause.map { String($0) } ?? ""]
         })
         return """
             <!DOCTYPE html>

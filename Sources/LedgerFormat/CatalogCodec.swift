@@ -4,7 +4,7 @@ import ConsentDomain
 /// Reads and writes the catalogue's JSON (`Samples/catalog.json`; `Spec/ledger-format.md`).
 public enum CatalogCodec {
     /// Parses and validates a catalogue. Malformed JSON, a missing or mistyped member, and every
-    /// rule of ``Catalog/init(features:)`` are reported as a ``CatalogError`` naming the entry.
+    /// rule of `Catalog.init(features:)` are reported as a `CatalogError` naming the entry.
     public static func decode(_ bytes: [UInt8]) throws(CatalogError) -> Catalog {
         let value: JSONValue
         do {

@@ -23,7 +23,9 @@ public enum IntegrityKind: String, Hashable, Sendable {
 /// Where in the log an integrity failure was found and what is wrong.
 public struct IntegrityFailure: Error, Hashable, Sendable, CustomStringConvertible {
     public let kind: IntegrityKind
-    /// 1-based line of the log file, when the failure is tied to a line.
+    /// 1-based number of the log entry (the Nth event, seq N-1), when the failure is tied to
+    /// one. Printed as "entry N": a file ledger's log also holds head lines, so it is not the
+    /// file's line number.
     public let line: Int?
     /// The event's sequence number, when known.
     public let seq: UInt64?
@@ -39,7 +41,7 @@ public struct IntegrityFailure: Error, Hashable, Sendable, CustomStringConvertib
     public var description: String {
         var location: [String] = []
         if let seq { location.append("seq \(seq)") }
-        if let line { location.append("line \(line)") }
+        if let line { location.append("entry \(line)") }
         return location.isEmpty ? problem : "\(location.joined(separator: ", ")): \(problem)"
     }
 }
@@ -101,7 +103,7 @@ public enum ConsentError: Error, Hashable, Sendable, CustomStringConvertible {
         case .ruleViolation(let rule, let message): self = .ruleViolation(rule: rule, message: message)
         case .unknownFeature: self = .notFound(.feature, rejection.description)
         case .unknownConsent: self = .notFound(.consent, rejection.description)
-        case .emptyRequest: self = .invalidRequest(rejection.description)
+        case .emptyRequest, .invalidEvidence: self = .invalidRequest(rejection.description)
         }
     }
 }

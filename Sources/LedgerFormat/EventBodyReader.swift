@@ -12,15 +12,17 @@ import ConsentDomain
 package struct EventBodyReader {
     /// Every member name of format versions 1 and 2, in canonical (sorted) order; a member's bit is
     /// 1 << its index here.
-    static let names: [[UInt8]] = ["actor", "at", "catalog", "cause", "cmd", "cmdSize", "consent", "document", "feature", "kid", "ledger", "notices", "prev", "publicKey", "reason", "renews", "seq", "streamPrev", "streamRoot", "subject", "type", "v", "version"].map { Array($0.utf8) }
+    static let names: [[UInt8]] = ["actor", "at", "catalog", "cause", "channel", "cmd", "cmdSize", "consent", "document", "effectiveAt", "evidence", "feature", "kid", "ledger", "noticeLanguage", "notices", "prev", "publicKey", "reason", "renews", "seq", "streamPrev", "streamRoot", "subject", "type", "v", "version"].map { Array($0.utf8) }
 
     enum Name: Int {
-        case actor, at, catalog, cause, cmd, cmdSize, consent, document, feature, kid, ledger, notices, prev, publicKey, reason, renews, seq, streamPrev, streamRoot, subject, type, v, version
+        case actor, at, catalog, cause, channel, cmd, cmdSize, consent, document, effectiveAt, evidence, feature, kid, ledger, noticeLanguage, notices, prev, publicKey, reason, renews, seq, streamPrev, streamRoot, subject, type, v, version
         var bit: UInt32 { 1 << UInt32(rawValue) }
         var text: String { String(decoding: EventBodyReader.names[rawValue], as: UTF8.self) }
     }
 
     static func bits(_ names: [Name]) -> UInt32 { names.reduce(0) { $0 | $1.bit } }
+    /// The optional members of a grant: its evidence (``GrantEvidence``).
+    static let evidenceBits = bits([.effectiveAt, .channel, .noticeLanguage, .evidence])
     static let commonBits = bits([.v, .seq, .at, .actor, .cmd, .cmdSize, .prev, .kid, .type])
     static let typeBits: [String: UInt32] = [
         "ledger.created": bits([.ledger, .catalog, .publicKey]),
@@ -35,7 +37,8 @@ package struct EventBodyReader {
     var document: JSONValue?, notices: JSONValue?
     var actor: String?, catalog: String?, consent: String?, kid: String?, ledger: String?
     var publicKey: String?, reason: String?, subject: String?, type: String?, version: String?
-    var at: Timestamp?
+    var channel: String?, evidence: String?, noticeLanguage: String?
+    var at: Timestamp?, effectiveAt: Timestamp?
     var prev: Digest?, streamRoot: Digest?
 
     /// What one body holds besides the domain event.
@@ -61,7 +64,7 @@ package struct EventBodyReader {
         return try reader.event()
     }
 
-    private static let staticNames: [StaticString] = ["actor", "at", "catalog", "cause", "cmd", "cmdSize", "consent", "document", "feature", "kid", "ledger", "notices", "prev", "publicKey", "reason", "renews", "seq", "streamPrev", "streamRoot", "subject", "type", "v", "version"]
+    private static let staticNames: [StaticString] = ["actor", "at", "catalog", "cause", "channel", "cmd", "cmdSize", "consent", "document", "effectiveAt", "evidence", "feature", "kid", "ledger", "noticeLanguage", "notices", "prev", "publicKey", "reason", "renews", "seq", "streamPrev", "streamRoot", "subject", "type", "v", "version"]
 
     /// Which member name the bytes spell: a guess from length and first letter, then an exact
     /// comparison.
@@ -71,7 +74,12 @@ package struct EventBodyReader {
         switch (range.count, first) {
         case (5, 0x61): guess = .actor
         case (2, 0x61): guess = .at
-        case (7, 0x63): guess = bytes[range.lowerBound + 2] == 0x74 ? .catalog : (bytes[range.lowerBound + 1] == 0x6D ? .cmdSize : .consent)
+        case (7, 0x63):
+            let second = bytes[range.lowerBound + 1]
+            guess = bytes[range.lowerBound + 2] == 0x74 ? .catalog : (second == 0x6D ? .cmdSize : (second == 0x68 ? .channel : .consent))
+        case (11, 0x65): guess = .effectiveAt
+        case (8, 0x65): guess = .evidence
+        case (14, 0x6E): guess = .noticeLanguage
         case (5, 0x63): guess = .cause
         case (3, 0x63): guess = .cmd
         case (7, 0x66): guess = .feature
@@ -141,11 +149,11 @@ package struct EventBodyReader {
                 case .streamPrev: streamPrev = value
                 default: cause = value
                 }
-            case .at:
+            case .at, .effectiveAt:
                 guard let r = p.plainASCIIString(), let t = Timestamp(canonicalUTF8: UnsafeBufferPointer(rebasing: bytes[r])) else {
-                    throw EventDecodingError(problem: "member 'at' is not a canonical UTC time like 2026-01-31T08:00:00.000Z")
+                    throw EventDecodingError(problem: "member '\(name.text)' is not a canonical UTC time like 2026-01-31T08:00:00.000Z")
                 }
-                at = t
+                if name == .at { at = t } else { effectiveAt = t }
             case .prev, .streamRoot:
                 guard let r = p.plainASCIIString(), let d = Digest(hexBytes: UnsafeBufferPointer(rebasing: bytes[r])) else {
                     throw EventDecodingError(problem: "member '\(name.text)' is not 64 lowercase hex digits")
@@ -164,6 +172,9 @@ package struct EventBodyReader {
                 case .reason: reason = value
                 case .subject: subject = value
                 case .type: type = value
+                case .channel: channel = value
+                case .evidence: evidence = value
+                case .noticeLanguage: noticeLanguage = value
                 default: version = value
                 }
             }
@@ -198,11 +209,11 @@ package struct EventBodyReader {
         allowed |= Self.commonBits
         if v == 2 { allowed |= Self.bits([.streamPrev, .streamRoot]) }
         if type == "consent.revoked", reason == "cascade" { allowed |= Name.cause.bit }
-        if type == "consent.given" { allowed |= Name.renews.bit }
+        if type == "consent.given" { allowed |= Name.renews.bit | Self.evidenceBits }
         if present & ~allowed != 0, let extra = (0..<Self.names.count).first(where: { present & ~allowed & (1 << UInt32($0)) != 0 }) {
             throw EventDecodingError(problem: "member '\(Name(rawValue: extra)!.text)' does not belong to a '\(type)' event")
         }
-        let optional: UInt32 = (type == "consent.given" ? Name.renews.bit : 0) | Self.bits([.streamPrev, .streamRoot])
+        let optional: UInt32 = (type == "consent.given" ? Name.renews.bit | Self.evidenceBits : 0) | Self.bits([.streamPrev, .streamRoot])
         if allowed & ~optional & ~present != 0, let missing = (0..<Self.names.count).first(where: { allowed & ~optional & ~present & (1 << UInt32($0)) != 0 }) {
             throw EventDecodingError(problem: "member '\(Name(rawValue: missing)!.text)' is missing from a '\(type)' event")
         }
@@ -220,7 +231,7 @@ package struct EventBodyReader {
             payload = .catalogPublished(try published())
         case "consent.given":
             if present & Name.renews.bit != 0, renews < 0 { throw EventDecodingError(problem: "member 'renews' must be a non-negative integer") }
-            payload = .consentGiven(ConsentGiven(subject: try subjectRef(), feature: Int(try integer(feature, .feature)), consent: try string(consent, .consent), version: try string(version, .version), renews: renews >= 0 ? UInt64(renews) : nil))
+            payload = .consentGiven(ConsentGiven(subject: try subjectRef(), feature: Int(try integer(feature, .feature)), consent: try string(consent, .consent), version: try string(version, .version), renews: renews >= 0 ? UInt64(renews) : nil, evidence: try grantEvidence()))
         default:
             let why: RevocationReason
             switch try string(reason, .reason) {
@@ -245,6 +256,20 @@ package struct EventBodyReader {
             throw EventDecodingError(problem: "member 'streamRoot' belongs only on the last event of a command")
         }
         return Read(event: event, prev: prev!, keyID: try string(kid, .kid), version: v, stream: stream)
+    }
+
+    /// A grant's evidence members, each checked as a command checks it.
+    private func grantEvidence() throws(EventDecodingError) -> GrantEvidence {
+        guard present & Self.evidenceBits != 0 else { return GrantEvidence() }
+        var evidence = GrantEvidence(effectiveAt: effectiveAt, noticeLanguage: noticeLanguage, reference: self.evidence)
+        if let channel {
+            guard let known = GrantEvidence.Channel(rawValue: channel) else {
+                throw EventDecodingError(problem: "member 'channel' must be one of \(GrantEvidence.Channel.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            evidence.channel = known
+        }
+        if let problem = evidence.problem { throw EventDecodingError(problem: problem) }
+        return evidence
     }
 
     /// A published catalogue version: the catalogue itself (validated as any catalogue), its

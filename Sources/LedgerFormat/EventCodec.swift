@@ -117,6 +117,8 @@ public enum EventCodec {
         }
         string("actor", event.actor)
         string("at", event.at.rfc3339)
+        let evidence = if case .consentGiven(let e) = event.payload { e.evidence } else { GrantEvidence() }
+        if let channel = evidence.channel { string("channel", channel.rawValue) }
         switch event.payload {
         case .catalogPublished(let e):
             string("catalog", e.catalogHash)
@@ -138,8 +140,11 @@ public enum EventCodec {
             integer("cmd", event.command.first)
             integer("cmdSize", event.command.size)
             string("consent", e.consent)
+            if let effective = evidence.effectiveAt { string("effectiveAt", effective.rfc3339) }
+            if let reference = evidence.reference { string("evidence", reference) }
             integer("feature", e.feature)
             string("kid", keyID)
+            if let language = evidence.noticeLanguage { string("noticeLanguage", language) }
             digest("prev", prev)
             if let renews = e.renews { integer("renews", renews) }
         case .consentRevoked(let e):
@@ -200,6 +205,10 @@ public enum EventCodec {
             members["consent"] = .string(e.consent)
             members["version"] = .string(e.version)
             if let renews = e.renews { members["renews"] = .int(Int64(renews)) }
+            if let effective = e.evidence.effectiveAt { members["effectiveAt"] = .string(effective.rfc3339) }
+            if let channel = e.evidence.channel { members["channel"] = .string(channel.rawValue) }
+            if let language = e.evidence.noticeLanguage { members["noticeLanguage"] = .string(language) }
+            if let reference = e.evidence.reference { members["evidence"] = .string(reference) }
         case .consentRevoked(let e):
             members["subject"] = .string(e.subject.value)
             members["feature"] = .int(Int64(e.feature))

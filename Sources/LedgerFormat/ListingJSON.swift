@@ -31,13 +31,29 @@ public enum ListingJSON {
                 ]
                 // `version` is the version the subject agreed to; `currentVersion` the one in force.
                 members["currentVersion"] = .string(c.definition.version)
+                // A withheld consent says why, so never-given stays apart from withdrawn.
                 switch c.status {
-                case .given(let grant): members["version"] = .string(grant.version)
-                case .withdrawn(let w): members["withdrawnAt"] = .string(w.at.rfc3339)
-                case nil: break
+                case .given(let grant):
+                    members["version"] = .string(grant.version)
+                    members.merge(evidenceMembers(grant.evidence)) { $1 }
+                case .withdrawn(let w):
+                    members["withdrawnAt"] = .string(w.at.rfc3339)
+                    members["reason"] = .string(w.cause == nil ? "withdrawn" : "cascade-withdrawn")
+                case nil:
+                    members["reason"] = .string("never-given")
                 }
                 return .object(members)
             }),
         ])
+    }
+
+    /// A grant's evidence as JSON members (only those recorded), named as in the event.
+    package static func evidenceMembers(_ evidence: GrantEvidence) -> [String: JSONValue] {
+        var members: [String: JSONValue] = [:]
+        if let t = evidence.effectiveAt { members["effectiveAt"] = .string(t.rfc3339) }
+        if let c = evidence.channel { members["channel"] = .string(c.rawValue) }
+        if let l = evidence.noticeLanguage { members["noticeLanguage"] = .string(l) }
+        if let r = evidence.reference { members["evidence"] = .string(r) }
+        return members
     }
 }

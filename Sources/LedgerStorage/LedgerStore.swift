@@ -12,7 +12,7 @@ public struct DerivedUpdate: Sendable {
     public var indexFrom: Int
     /// The 16-byte stream key of each entry from `indexFrom` on.
     public var streamKeys: [[UInt8]]
-    /// The storage index (``MerkleTree/storedHashIndex(level:n:)``) of `treeHashes[0]`.
+    /// The storage index (`MerkleTree.storedHashIndex(level:n:)`) of `treeHashes[0]`.
     public var treeFrom: Int64
     public var treeHashes: [Digest]
     /// Subject-map records from record index `at`; at 0, the map is replaced whole.
@@ -257,7 +257,7 @@ public struct StorageNames: Sendable {
 /// changes the ledger only through ``LedgerWriteTransaction/commit(_:)``. Byte offsets, torn
 /// tails, fsync order and recovery are the storage's own business.
 ///
-/// Every method may throw ``ConsentError``.
+/// Every method may throw `ConsentError`.
 public protocol LedgerStore: Sendable {
     /// Names for messages.
     var names: StorageNames { get }
@@ -265,7 +265,7 @@ public protocol LedgerStore: Sendable {
     /// Where this ledger's signing key is kept unless the caller names another ``KeyStore``.
     var keyStore: any KeyStore { get }
 
-    /// Creates a ledger holding the genesis entry. Fails with ``ConsentError/alreadyExists(_:)``
+    /// Creates a ledger holding the genesis entry. Fails with `ConsentError.alreadyExists(_:)`
     /// when there is one; a crash part-way leaves no ledger at all.
     func create(_ setup: LedgerSetup) throws
 
@@ -279,8 +279,8 @@ public protocol LedgerStore: Sendable {
     func write<T>(_ body: (any LedgerWriteTransaction) throws -> T) throws -> T
 }
 
-/// A consistent view of one ledger, valid only inside ``LedgerStore/read(_:)`` or
-/// ``LedgerStore/write(_:)``.
+/// A consistent view of one ledger, valid only inside `LedgerStore.read(_:)` or
+/// `LedgerStore.write(_:)`.
 public protocol LedgerReadTransaction {
     /// The catalogue's canonical bytes and the ledger's public key, as created.
     func metadata() throws -> (catalog: [UInt8], publicKey: PublicKey)
@@ -301,7 +301,7 @@ public protocol LedgerReadTransaction {
     /// Merkle tree hashes by storage index.
     func treeHashes(_ indexes: [Int64]) throws -> [Digest]
 
-    /// One subject-map record, ``SubjectMapRecord/size`` bytes.
+    /// One subject-map record, `SubjectMapRecord.size` bytes.
     func subjectMapRecord(_ index: Int64) throws -> [UInt8]
 
     /// The sequence numbers the per-subject index lists for stream `key`, below `limit`.

@@ -7,7 +7,7 @@ import Glibc
 import Musl
 #endif
 
-/// A thin wrapper over a POSIX file descriptor. Every failure becomes a ``ConsentError/storage(_:)``
+/// A thin wrapper over a POSIX file descriptor. Every failure becomes a `ConsentError.storage(_:)`
 /// that names the path and the system's reason.
 final class PosixFile {
     let fd: Int32

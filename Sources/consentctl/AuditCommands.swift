@@ -81,18 +81,37 @@ struct KeyShow: ParsableCommand {
 
 // MARK: - export, verify-export
 
+/// What `export --format` writes.
+enum ExportFormat: String, ExpressibleByArgument, CaseIterable {
+    case bundle, fhir, html
+}
+
+extension FHIRConsent.BundleType: ExpressibleByArgument {}
+extension PatientPage.Language: ExpressibleByArgument {}
+
 struct Export: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Write a self-contained, offline-verifiable export bundle.",
+        abstract: "Write a subject's or the whole ledger's consents: verifiable, FHIR, or a page for the patient.",
         discussion: """
+            --format bundle (default) writes the self-contained, offline-verifiable export. With \
             --subject S: that subject's events, each with an inclusion proof against one signed \
             checkpoint, the genesis event with its proof, the catalogue, the verifier key and the \
-            subject's state. Other subjects appear only as hashes on the audit paths. \
-            --all: every event with the checkpoint.
+            subject's state; other subjects appear only as hashes on the audit paths. With --all: \
+            every event with the checkpoint.
 
-            Example:
+            --format fhir writes a FHIR R5 Bundle: per subject a Patient and one Consent per \
+            feature (Spec/fhir-mapping.md), for --subject S or --all. --fhir-bundle transaction \
+            makes it a transaction a FHIR server loads (conditional create and update).
+
+            --format html writes one self-contained page for the patient (--subject S): what they \
+            consented to, when, under which notice version, and how to check it, in --lang en or \
+            de (default: the catalogue's first language).
+
+            Examples:
               consentctl export --subject alice --out alice.json
               consentctl verify-export alice.json --key "$(consentctl key show)"
+              consentctl export --all --format fhir --fhir-bundle transaction --out all.fhir.json
+              consentctl export --subject alice --format html --lang de --out alice.html
             """
     )
 
@@ -101,22 +120,33 @@ struct Export: ParsableCommand {
     @Option(help: "Export this subject.")
     var subject: String?
 
-    @Flag(help: "Export the whole ledger.")
+    @Flag(help: "Export every subject (bundle and fhir).")
     var all = false
 
-    @Option(help: ArgumentHelp("Where to write the bundle; - for standard output.", valueName: "FILE"))
+    @Option(help: ArgumentHelp("Where to write it; - for standard output.", valueName: "FILE"))
     var out: String
 
-    @Option(help: ArgumentHelp("'bundle' (default): the verifiable export; 'fhir': a FHIR R5 Bundle of Consent resources (with --subject).", valueName: "FORMAT"))
-    var format: String = "bundle"
+    @Option(help: ArgumentHelp("bundle (the verifiable export), fhir (FHIR R5) or html (a page for the patient).", valueName: "FORMAT"))
+    var format: ExportFormat = .bundle
 
-    @Flag(help: "Print what was written as JSON (ok, out, scope, events).")
+    @Option(help: ArgumentHelp("With --format fhir: a collection to read, or a transaction to load into a FHIR server.", valueName: "TYPE"))
+    var fhirBundle: FHIRConsent.BundleType = .collection
+
+    @Option(help: ArgumentHelp("With --format html: the page's language (default: the catalogue's first language).", valueName: "LANG"))
+    var lang: PatientPage.Language?
+
+    @Flag(help: "Print what was written as JSON (ok, out, format, scope, counts).")
     var json = false
+
+    @OptionGroup var zone: ZoneOption
 
     func validate() throws {
         if (subject == nil) == !all { throw ValidationError("give exactly one of --subject S and --all") }
-        guard format == "bundle" || format == "fhir" else { throw ValidationError("--format is 'bundle' or 'fhir'") }
-        if format == "fhir" && subject == nil { throw ValidationError("--format fhir exports one subject: give --subject S") }
+        if format == .html && subject == nil { throw ValidationError("--format html is a page for one patient: give --subject S") }
+        if format != .fhir && CommandLine.arguments.contains(where: { $0 == "--fhir-bundle" || $0.hasPrefix("--fhir-bundle=") }) {
+            throw ValidationError("--fhir-bundle goes with --format fhir")
+        }
+        if format != .html && lang != nil { throw ValidationError("--lang goes with --format html") }
     }
 
     func run() throws {
@@ -124,19 +154,27 @@ struct Export: ParsableCommand {
             try checkOutputPath(out, ledger: root.ledgerDirectory)
             let ledger = try root.openLedger()
             if let subject { try requireEvents(ledger, subject, for: "an export") }
-            if format == "fhir", let subject {
-                let bundle = try ledger.fhirBundle(for: subject)
+            switch format {
+            case .fhir:
+                let bundle = try subject.map { try ledger.fhirBundle(for: $0, type: fhirBundle) } ?? ledger.fhirBundleOfAllSubjects(type: fhirBundle)
                 let to = try writeOutput(bundle.canonicalBytes + [0x0A], to: out)
                 let count = bundle.value["entry"]?.arrayValue?.count ?? 0
-                reportWritten("Wrote a FHIR R5 Bundle of \(count) Consent resources for \(subject) to \(to)", to: to, json: json,
-                              details: ["format": .string("fhir"), "subject": .string(subject), "resources": .int(Int64(count))])
-                return
+                let whom = subject.map { "for \($0)" } ?? "for every subject"
+                reportWritten("Wrote a FHIR R5 \(fhirBundle.rawValue) Bundle of \(count) resources (Patient and Consents) \(whom) to \(to)", to: to, json: json,
+                              details: ["format": .string("fhir"), "scope": .string(subject == nil ? "all" : "subject"), "bundleType": .string(fhirBundle.rawValue), "resources": .int(Int64(count))])
+            case .html:
+                let page = try ledger.patientPage(for: subject!, language: lang, zone: displayZone)
+                let to = try writeOutput(Array(page.utf8), to: out)
+                let language = (lang ?? PatientPage.defaultLanguage(for: ledger.catalog)).rawValue
+                reportWritten("Wrote \(subject!)'s consents as a page in '\(language)' to \(to)", to: to, json: json,
+                              details: ["format": .string("html"), "scope": .string("subject"), "lang": .string(language)])
+            case .bundle:
+                let bundle = try subject.map { try ledger.exportSubject($0) } ?? ledger.exportAll()
+                let to = try writeOutput(bundle.bytes, to: out)
+                let scope = bundle.scope == .all ? "the whole ledger, \(bundle.events.count + 1) events" : "subject \(subject!), \(bundle.events.count) events and the genesis event"
+                reportWritten("Wrote \(scope), with proofs against a new signed checkpoint, to \(to)", to: to, json: json,
+                              details: ["format": .string("bundle"), "scope": .string(bundle.scope.rawValue), "events": .int(Int64(bundle.events.count))])
             }
-            let bundle = try subject.map { try ledger.exportSubject($0) } ?? ledger.exportAll()
-            let to = try writeOutput(bundle.bytes, to: out)
-            let scope = bundle.scope == .all ? "the whole ledger, \(bundle.events.count + 1) events" : "subject \(subject!), \(bundle.events.count) events and the genesis event"
-            reportWritten("Wrote \(scope), with proofs against a new signed checkpoint, to \(to)", to: to, json: json,
-                          details: ["format": .string("bundle"), "scope": .string(bundle.scope.rawValue), "events": .int(Int64(bundle.events.count))])
         }
     }
 }

@@ -75,9 +75,16 @@ struct Give: ParsableCommand {
             can be given on its own (R6). Giving a consent that is already given appends nothing and \
             succeeds. All events of one command are appended atomically.
 
-            Example:
+            A consent given on paper, by phone or to a clinician can carry how it was obtained: \
+            --effective-at for when the subject agreed (the event keeps the time it was recorded \
+            too), --channel, --notice-language and --evidence. They are evidence shown in history, \
+            reports and exports; the rules and every --at query use the recorded time.
+
+            Examples:
               consentctl give --subject alice --feature timeline \\
                 --consent required --consent optional-a
+              consentctl give --subject bob --feature timeline --consent required \\
+                --effective-at 22.11.2026 --channel paper --evidence scan-0042
             """
     )
 
@@ -95,15 +102,18 @@ struct Give: ParsableCommand {
     @Option(help: "Who acts: 'self' for the subject, or a clinician's or system's id.")
     var actor: String = "self"
 
+    @OptionGroup(title: "How the consent was obtained") var evidence: EvidenceOptions
+
     @OptionGroup var output: OutputOptions
     var json: Bool { output.isJSON }
 
     func validate() throws {
         if consents.isEmpty { throw ValidationError("give needs at least one --consent") }
+        _ = try evidence.grantEvidence()
     }
 
     func run() throws {
-        try runCommand(root: root, LedgerCommand(subjectID: subject, request: .give(feature: feature, consents: consents), actor: actor), json: json)
+        try runCommand(root: root, LedgerCommand(subjectID: subject, request: .give(feature: feature, consents: consents), actor: actor, evidence: try evidence.grantEvidence()), json: json)
     }
 }
 
@@ -273,7 +283,7 @@ struct Status: ParsableCommand {
                 print("To give one: consentctl give --subject \(subject) --feature <feature> --consent required")
                 return
             }
-            print("Consents of \(subject)\(when):")
+            print("Consents of \(subject)\(when)\(displayZone == .utc ? "" : " (times in \(displayZone.name))"):")
             for line in report.listing.features {
                 print("")
                 print("\(line.feature.name) (\(line.feature.key), code \(line.feature.code)): \(line.isActive ? "active" : "inactive")")
@@ -289,9 +299,11 @@ func printConsents(_ line: FeatureLine) {
         let state = c.isOutdated ? "outdated" : (c.isGiven ? "given" : "withheld")
         let detail: String
         switch c.status {
-        case .given(let grant) where c.isOutdated: detail = "v\(grant.version) since \(grant.validFrom.dayMonthYearTime); current v\(c.definition.version)"
-        case .given(let grant): detail = "since " + grant.validFrom.dayMonthYearTime
-        case .withdrawn(let w): detail = (w.cause == nil ? "withdrawn " : "cascade-withdrawn ") + w.at.dayMonthYearTime
+        case .given(let grant) where c.isOutdated: detail = "v\(grant.version) since \(grant.validFrom.shown); current v\(c.definition.version)"
+        case .given(let grant):
+            let effective = grant.evidence.effectiveAt.map { " (agreed \($0.shown))" } ?? ""
+            detail = "since " + grant.validFrom.shown + effective
+        case .withdrawn(let w): detail = (w.cause == nil ? "withdrawn " : "cascade-withdrawn ") + w.at.shown
         case nil: detail = "never given"
         }
         table.add(["  " + c.definition.code, c.definition.isRequired ? "required" : "optional", state, detail, c.definition.name])
@@ -343,14 +355,25 @@ struct History: ParsableCommand {
                 return
             }
             var table = Table()
-            table.add(["SEQ", "AT (UTC)", "TYPE", "FEATURE", "CONSENT", "ACTOR", "NOTE"])
+            table.add(["SEQ", "AT (\(displayZone.name))", "TYPE", "FEATURE", "CONSENT", "ACTOR", "NOTE"])
             for e in entries {
-                let note = e.cause.map { "cascade from seq \($0)" } ?? e.renews.map { "renews seq \($0) (v\(e.version ?? ""))" } ?? ""
-                table.add([String(e.seq), e.at.rfc3339, historyType(e), featureKey(e.feature, ledger.catalog), e.consent, e.actor, note])
+                let note = (e.cause.map { ["cascade from seq \($0)"] } ?? e.renews.map { ["renews seq \($0) (v\(e.version ?? ""))"] } ?? []) + evidenceNotes(e.evidence)
+                table.add([String(e.seq), e.at.shown, historyType(e), featureKey(e.feature, ledger.catalog), e.consent, e.actor, note.joined(separator: "; ")])
             }
             table.print()
         }
     }
+}
+
+/// A grant's evidence for people: "effective 22.11.2026 09:30", "paper", "notice de",
+/// "evidence scan-0042".
+func evidenceNotes(_ evidence: GrantEvidence) -> [String] {
+    var notes: [String] = []
+    if let t = evidence.effectiveAt { notes.append("effective \(t.shown)") }
+    if let c = evidence.channel { notes.append(c.rawValue) }
+    if let l = evidence.noticeLanguage { notes.append("notice \(l)") }
+    if let r = evidence.reference { notes.append("evidence \(r)") }
+    return notes
 }
 
 /// The `type` of a history entry, in the one vocabulary of every output: given, re-consent,
@@ -370,6 +393,7 @@ func historyJSON(_ e: HistoryEntry, _ catalog: Catalog) -> JSONValue {
     if let renews = e.renews { members["renews"] = .int(Int64(renews)) }
     if let cause = e.cause { members["cause"] = .int(Int64(cause)) }
     if let version = e.version { members["version"] = .string(version) }
+    members.merge(ListingJSON.evidenceMembers(e.evidence)) { $1 }
     return .object(members)
 }
 

@@ -186,7 +186,7 @@ func reporting(json: Bool = false, _ body: () throws -> Void) throws {
             if case .notFound(let what, _) = error { members["missing"] = .string(what.rawValue) }
             if case .integrity(let failure) = error {
                 members["integrity"] = .string(failure.kind.rawValue)
-                if let line = failure.line { members["line"] = .int(Int64(line)) }
+                if let line = failure.line { members["entry"] = .int(Int64(line)) }
                 if let seq = failure.seq { members["seq"] = .int(Int64(seq)) }
                 members["problem"] = .string(failure.problem)
             }
@@ -225,7 +225,10 @@ func warnAboutTornTail(_ torn: TornTail?, removed: Bool, store: String) {
 
 /// Parses a time given on the command line.
 func parseTime(_ text: String, option: String) throws -> Timestamp {
-    guard let t = Timestamp(rfc3339: text) ?? Timestamp(dayMonthYear: text) else {
+    // A time with its own offset is that moment; a bare date or the dd.MM.yyyy form is read in
+    // the zone people see times in (UTC unless --tz).
+    let explicit = text.count > 10 && (text.hasSuffix("Z") || text.dropFirst(10).contains("+") || text.dropFirst(10).contains("-"))
+    guard let t = (explicit ? Timestamp(rfc3339: text) : (Timestamp(rfc3339: text) ?? Timestamp(dayMonthYear: text)).map(displayZone.utc(fromLocal:))) else {
         throw ValidationError("\(option) '\(text)' is not a time like 2026-11-21T10:00:00Z, 2026-11-21T11:00:00+01:00, '21.11.2026 10:00' (UTC, as output shows it) or a date 2026-11-21 or 21.11.2026 (end of that day, UTC)")
     }
     return t

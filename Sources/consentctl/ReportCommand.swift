@@ -3,6 +3,11 @@ import ConsentDomain
 import ConsentLedger
 import ConsentReports
 
+/// The formats of `report --format`.
+enum ReportFormat: String, ExpressibleByArgument, CaseIterable {
+    case text, json, csv, html
+}
+
 struct Report: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "An audit report: events, counts, outdated consents, feature activity, withdrawal times.",
@@ -14,12 +19,21 @@ struct Report: ParsableCommand {
             that came by cascade (GDPR Art. 7(3): withdrawing must be as easy as giving). The report \
             names the checkpoint (tree size and root) it was computed at.
 
-            Formats: aligned text (default), --json, --csv, or --html FILE (one self-contained page \
-            with a timeline chart per subject; it fetches nothing and opens offline).
+            Formats (--format): text (default, at most 100 columns), json, csv (RFC 4180, one \
+            table; the 'section' column names the part of the report; cells that a spreadsheet would \
+            run as formulas are neutralised) and html (one self-contained page with a shared time \
+            axis for every subject, markers and a legend; it fetches nothing and opens offline). \
+            --out FILE writes it to a file; without it, or with -, it goes to standard output.
 
-            Example:
-              consentctl report --feature timeline --from 2026-01-01 --to 2026-06-30 \\
-                --html h1.html
+            --from and --to choose the window of events; --at replays the ledger as it was recorded \
+            at that time, so outdated consents and feature activity are those of that moment (the \
+            window's end defaults to it). --actor narrows every section to what that actor did and \
+            the subjects it acted on. Subjects are listed by id.
+
+            Examples:
+              consentctl report --feature timeline --from 2026-01-01 --to 2026-06-30
+              consentctl report --format html --out report.html
+              consentctl report --at 2026-03-31 --format json
             """
     )
 
@@ -31,26 +45,44 @@ struct Report: ParsableCommand {
     @Option(help: "Only this feature (key or code).")
     var feature: String?
 
-    @Option(help: ArgumentHelp("Start of the window (RFC 3339 or a date).", valueName: "TIME"))
+    @Option(help: ArgumentHelp("Start of the window: a time or a date (its start).", valueName: "TIME"))
     var from: String?
 
-    @Option(help: ArgumentHelp("End of the window; the state is replayed up to it (RFC 3339 or a date, meaning its end).", valueName: "TIME"))
+    @Option(help: ArgumentHelp("End of the window: a time or a date (its end).", valueName: "TIME"))
     var to: String?
 
-    @Option(help: "Only events by this actor.")
+    @Option(help: ArgumentHelp("The ledger as recorded at TIME: a time or a date (its end).", valueName: "TIME"))
+    var at: String?
+
+    @Option(help: "Only what this actor did, and the subjects it acted on.")
     var actor: String?
 
-    @Flag(help: "Print JSON.")
+    @Option(help: ArgumentHelp("text, json, csv or html.", valueName: "FORMAT"))
+    var format: ReportFormat?
+
+    @Option(help: ArgumentHelp("Where to write the report; - for standard output (the default).", valueName: "FILE"))
+    var out: String?
+
+    @Flag(help: ArgumentHelp("Same as --format json.", visibility: .hidden))
     var json = false
 
-    @Flag(help: "Print CSV (RFC 4180, one table; the 'section' column names the part of the report).")
+    @Flag(help: ArgumentHelp("Same as --format csv.", visibility: .hidden))
     var csv = false
 
-    @Option(help: ArgumentHelp("Write a self-contained HTML page to FILE; - for standard output.", valueName: "FILE"))
+    @Option(help: ArgumentHelp("Same as --format html --out FILE.", valueName: "FILE", visibility: .hidden))
     var html: String?
 
+    @OptionGroup var zone: ZoneOption
+
+    /// The format asked for, by --format or by one of the older flags.
+    var chosenFormat: ReportFormat { format ?? (json ? .json : csv ? .csv : html != nil ? .html : .text) }
+
     func validate() throws {
-        if [json, csv, html != nil].filter({ $0 }).count > 1 { throw ValidationError("choose one of --json, --csv and --html") }
+        let asked = [format != nil, json, csv, html != nil].filter { $0 }.count
+        if asked > 1, !(format == .json && json) && !(format == .csv && csv) && !(format == .html && html != nil) {
+            throw ValidationError("choose one format: --format \(ReportFormat.allCases.map(\.rawValue).joined(separator: "|")) (--json, --csv and --html FILE are its older spellings)")
+        }
+        if html != nil && out != nil { throw ValidationError("give the file once: --format html --out FILE") }
     }
 
     func run() throws {
@@ -60,13 +92,20 @@ struct Report: ParsableCommand {
             return try parseTime(text, option: "--from")
         }
         let toTime = try to.map { try parseTime($0, option: "--to") }
-        if let fromTime, let toTime, fromTime >= toTime {
-            throw ValidationError("--from \(from!) is not before --to \(to!): the window is \(fromTime == toTime ? "empty" : "inverted")")
+        let atTime = try at.map { try parseTime($0, option: "--at") }
+        if let fromTime, let end = toTime ?? atTime, fromTime >= end {
+            let option = toTime != nil ? "--to \(to!)" : "--at \(at!)"
+            throw ValidationError("--from \(from!) is not before \(option): the window is \(fromTime == end ? "empty" : "inverted")")
         }
-        try reporting(json: json) {
-            if let html { try checkOutputPath(html, ledger: root.ledgerDirectory) }
+        if let toTime, let atTime, toTime > atTime {
+            throw ValidationError("--to \(to!) is after --at \(at!): the ledger as recorded at --at has no events after it")
+        }
+        let format = chosenFormat
+        let destination = html ?? out ?? "-"
+        try reporting(json: format == .json) {
+            if destination != "-" { try checkOutputPath(destination, ledger: root.ledgerDirectory) }
             let ledger = try root.openLedger()
-            var scope = ReportScope(from: fromTime, to: toTime, actor: actor)
+            var scope = ReportScope(from: fromTime, to: toTime, actor: actor, asOf: atTime)
             if let subject {
                 guard let ref = try ledger.subjectRef(for: subject) else { throw ConsentError.notFound(.subject, "the ledger has no subject '\(subject)'") }
                 scope.subject = ref
@@ -78,15 +117,18 @@ struct Report: ParsableCommand {
                 scope.feature = f.code
             }
             let report = try ledger.auditReport(scope)
-            if json {
-                printJSON(report.json)
-            } else if csv {
-                print(report.csv, terminator: "")
-            } else if let html {
-                let to = try writeOutput(Array(report.html.utf8), to: html)
-                reportWritten("Wrote the report (\(report.report.entries.count) events, \(report.report.subjects.count) subjects, checkpoint size \(report.checkpoint.size)) to \(to)", to: to)
-            } else {
-                print(report.text, terminator: "")
+            let bytes: [UInt8]
+            switch format {
+            case .json: bytes = report.jsonDocument.canonicalBytes + [0x0A]
+            case .csv: bytes = Array(report.csv.utf8)
+            case .html: bytes = Array(report.html.utf8)
+            case .text: bytes = Array(report.text(in: displayZone).utf8)
+            }
+            let to = try writeOutput(bytes, to: destination)
+            // Named by --out (even as -): say what was written, on standard error for -.
+            if html != nil || out != nil {
+                let (events, subjects) = (report.report.entries.count, report.report.subjects.count)
+                reportWritten("Wrote the \(format.rawValue) report (\(events) event\(events == 1 ? "" : "s"), \(subjects) subject\(subjects == 1 ? "" : "s"), checkpoint size \(report.checkpoint.size)) to \(to)", to: to)
             }
         }
     }

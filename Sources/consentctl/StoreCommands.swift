@@ -74,7 +74,9 @@ struct Apply: ParsableCommand {
               {"subject":"alice","feature":"timeline","give":["required","optional-a"]}
               {"subject":"alice","feature":"timeline","revoke":"required","actor":"dr-house"}
               {"subject":"bob","feature":"timeline","revoke":["optional-a","optional-b"]}
-            ("actor" defaults to "self"; blank lines are skipped).
+              {"subject":"carol","feature":"timeline","give":["required"],"effectiveAt":"2026-11-20T09:30:00Z","channel":"paper","noticeLanguage":"de","evidence":"scan-0042"}
+            ("actor" defaults to "self"; blank lines are skipped; a give can carry \
+            effectiveAt, channel, noticeLanguage and evidence, as give's options).
 
             Every line is checked first (JSON, members, subject and actor, feature and \
             consent names): a \
@@ -145,8 +147,9 @@ struct Apply: ParsableCommand {
                 throw bad("not JSON: \(error)")
             }
             guard case .object(let members) = value else { throw bad("not a JSON object") }
-            if let unknown = members.keys.sorted().first(where: { !["subject", "feature", "give", "revoke", "actor"].contains($0) }) {
-                throw bad("unknown member \"\(unknown)\" (known: subject, feature, give, revoke, actor)")
+            let known = ["subject", "feature", "give", "revoke", "actor", "effectiveAt", "channel", "noticeLanguage", "evidence"]
+            if let unknown = members.keys.sorted().first(where: { !known.contains($0) }) {
+                throw bad("unknown member \"\(unknown)\" (known: \(known.joined(separator: ", ")))")
             }
             guard case .string(let subject)? = members["subject"] else { throw bad("\"subject\" must be a string") }
             guard case .string(let featureName)? = members["feature"] else { throw bad("\"feature\" must be a string") }
@@ -191,7 +194,27 @@ struct Apply: ParsableCommand {
             default:
                 throw bad("give exactly one of \"give\": [consent codes] or \"revoke\": a consent code or [consent codes]")
             }
-            commands.append((number, LedgerCommand(subjectID: subject, request: request, actor: actor)))
+            var evidence = GrantEvidence()
+            func text(_ member: String) throws -> String? {
+                guard let value = members[member] else { return nil }
+                guard case .string(let s) = value else { throw bad("\"\(member)\" must be a string") }
+                return s
+            }
+            if let time = try text("effectiveAt") {
+                guard let t = Timestamp(rfc3339: time) ?? Timestamp(dayMonthYear: time) else { throw bad("\"effectiveAt\" '\(time)' is not a time like 2026-11-21T10:00:00Z") }
+                evidence.effectiveAt = t
+            }
+            if let channel = try text("channel") {
+                guard let c = GrantEvidence.Channel(rawValue: channel) else {
+                    throw bad("\"channel\" must be one of \(GrantEvidence.Channel.allCases.map(\.rawValue).joined(separator: ", "))")
+                }
+                evidence.channel = c
+            }
+            evidence.noticeLanguage = try text("noticeLanguage")
+            evidence.reference = try text("evidence")
+            if !evidence.isEmpty, case .revoke = request { throw bad("effectiveAt, channel, noticeLanguage and evidence belong to a give, not a revoke") }
+            if let problem = evidence.problem { throw bad(problem) }
+            commands.append((number, LedgerCommand(subjectID: subject, request: request, actor: actor, evidence: evidence)))
         }
         guard !commands.isEmpty else { throw ConsentError.invalidRequest("\(file) holds no commands") }
         return commands

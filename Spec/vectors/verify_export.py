@@ -685,7 +685,8 @@ def listing_json(state, catalog):
     """The projected state (ListingJSON) of a replayed subject under `catalog`, the catalogue in
     force at the end: every feature in catalogue order, its consents required first; 'state'
     given, outdated (given under another version than the one in force) or withheld; 'version'
-    the version the subject agreed to, 'currentVersion' the one in force."""
+    the version the subject agreed to, 'currentVersion' the one in force; a withheld consent's
+    'reason' (never-given, withdrawn, cascade-withdrawn); a given one's evidence members."""
     out = []
     for f in catalog.ordered:
         consents = []
@@ -695,10 +696,15 @@ def listing_json(state, catalog):
                  "currentVersion": c["version"], "everGiven": status is not None}
             if status is not None and status[0] == "given":
                 m.update(state="given" if same_bytes(status[1], c["version"]) else "outdated", validFrom=status[3], version=status[1])
+                m.update(status[4])  # the grant's evidence members, as the event names them
             else:
+                # A withheld consent says why: never given, withdrawn, or withdrawn by cascade.
                 m.update(state="withheld", validFrom=None)
-                if status is not None:
+                if status is None:
+                    m["reason"] = "never-given"
+                else:
                     m["withdrawnAt"] = status[1]
+                    m["reason"] = "withdrawn" if status[3] is None else "cascade-withdrawn"
             consents.append(m)
         out.append({"code": f["code"], "key": f["key"], "name": display_name(f["names"]),
                     "active": state.is_active(f), "consents": consents})

@@ -713,15 +713,19 @@ SIG_PREFIX = b',"sig":"'
 HEAD_LINE_PREFIX = b'{"h'
 # Every member name of format versions 1 and 2, in canonical (byte) order. The body reader refuses
 # any other name as soon as it meets it, and reports "first" extra or missing members in this order.
-BODY_NAMES = ["actor", "at", "catalog", "cause", "cmd", "cmdSize", "consent", "document", "feature", "kid", "ledger",
-              "notices", "prev", "publicKey", "reason", "renews", "seq", "streamPrev", "streamRoot", "subject", "type",
-              "v", "version"]
+BODY_NAMES = ["actor", "at", "catalog", "cause", "channel", "cmd", "cmdSize", "consent", "document", "effectiveAt",
+              "evidence", "feature", "kid", "ledger", "noticeLanguage", "notices", "prev", "publicKey", "reason", "renews",
+              "seq", "streamPrev", "streamRoot", "subject", "type", "v", "version"]
 NAME_INDEX = {name.encode("ascii"): i for i, name in enumerate(BODY_NAMES)}
 INTEGER_MEMBERS = {"v", "seq", "cmd", "cmdSize", "feature", "cause", "renews", "streamPrev"}
 HEX64_MEMBERS = {"prev", "streamRoot"}  # strings of 64 lowercase hex digits
 # Format 2: every event's place in its stream (Spec/ledger-format.md, Streams and the subject map).
 # Allowed in format 2 only, on every type, each optional at the body level.
 STREAM_MEMBERS = {"streamPrev", "streamRoot"}
+# A grant's evidence (Spec/ledger-format.md, consent.given): optional, on consent.given only.
+EVIDENCE_MEMBERS = {"effectiveAt", "channel", "noticeLanguage", "evidence"}
+CHANNELS = ("app", "portal", "paper", "phone", "clinician")
+EVIDENCE_MAX_BYTES = 512
 FORMAT_VERSIONS = (1, 2)
 JSON_MEMBERS = {"document", "notices"}  # any canonical JSON value, checked after the scan
 COMMON = {"v", "seq", "at", "actor", "cmd", "cmdSize", "prev", "kid", "type"}
@@ -776,11 +780,11 @@ def _scan_body(p, members):
             if not (b[p.i] == 0x2D or 0x30 <= b[p.i] <= 0x39):
                 raise DecodeError("member '%s' must be an integer" % name)
             members[name] = p.integer()
-        elif name == "at":
+        elif name in ("at", "effectiveAt"):
             content = p.plain_ascii_string()
             text = b[content[0]:content[1]].decode("ascii") if content else None
             if text is None or parse_time(text) is None:
-                raise DecodeError("member 'at' is not a canonical UTC time like 2026-01-31T08:00:00.000Z")
+                raise DecodeError("member '%s' is not a canonical UTC time like 2026-01-31T08:00:00.000Z" % name)
             members[name] = text
         elif name in HEX64_MEMBERS:
             content = p.plain_ascii_string()
@@ -835,8 +839,9 @@ def read_body(body):
         allowed = allowed | STREAM_MEMBERS
     if etype == "consent.revoked" and m.get("reason") == "cascade":
         allowed = allowed | {"cause"}
-    optional = ({"renews"} if etype == "consent.given" else set()) | STREAM_MEMBERS
-    allowed = allowed | ({"renews"} if etype == "consent.given" else set())
+    grant_optional = ({"renews"} | EVIDENCE_MEMBERS) if etype == "consent.given" else set()
+    optional = grant_optional | STREAM_MEMBERS
+    allowed = allowed | grant_optional
     if set(m) - allowed:
         raise DecodeError("member '%s' does not belong to a '%s' event" % (_first(set(m) - allowed), etype))
     if allowed - optional - set(m):
@@ -869,6 +874,10 @@ def read_body(body):
         # Spec: a non-negative integer. (The reference reads a negative 'renews' as absent; see
         # Spec/ledger-format.md, consent.given.)
         e.renews = integer("renews") if "renews" in m else None
+        e.evidence = {k: m[k] for k in EVIDENCE_MEMBERS if k in m}
+        problem = evidence_problem(e.evidence)
+        if problem:
+            raise DecodeError(problem)
     else:
         e.reason = m["reason"]
         if e.reason == "cascade":
@@ -894,6 +903,34 @@ def read_body(body):
     if serialize(m) != e.body:
         raise DecodeError("body is not canonical JSON (re-serialisation differs)")
     return e
+
+
+def is_language_tag(tag):
+    """The shape of a BCP 47 tag: a primary subtag of 2-8 ASCII letters, then subtags of 1-8 ASCII
+    letters or digits, joined by '-' (the IANA registry is not consulted)."""
+    parts = tag.split("-")
+    ascii_alpha = lambda t: all("a" <= c.lower() <= "z" for c in t)
+    ascii_alnum = lambda t: all("a" <= c.lower() <= "z" or "0" <= c <= "9" for c in t)
+    return 2 <= len(parts[0]) <= 8 and ascii_alpha(parts[0]) and all(1 <= len(t) <= 8 and ascii_alnum(t) for t in parts[1:])
+
+
+def evidence_problem(evidence):
+    """Why a grant's evidence members cannot be read, or None (the reference's messages)."""
+    if "channel" in evidence and evidence["channel"] not in CHANNELS:
+        return "member 'channel' must be one of %s" % ", ".join(CHANNELS)
+    if "noticeLanguage" in evidence and not is_language_tag(evidence["noticeLanguage"]):
+        return "notice language '%s' is not a BCP 47 language tag (such as 'de' or 'en-GB')" % evidence["noticeLanguage"]
+    ref = evidence.get("evidence")
+    if ref is not None:
+        if ref == "":
+            return "the evidence reference is empty"
+        if len(ref.encode("utf-8")) > EVIDENCE_MAX_BYTES:
+            return "the evidence reference is longer than %d bytes" % EVIDENCE_MAX_BYTES
+        if any(ord(c) < 0x20 or ord(c) == 0x7F or 0x80 <= ord(c) <= 0x9F for c in ref):
+            return "the evidence reference contains a control character"
+        if ref[0] == " " or ref[-1] == " ":
+            return "the evidence reference has leading or trailing spaces"
+    return None
 
 
 def _published(document, notices):
@@ -976,8 +1013,8 @@ def same_bytes(a, b):
 
 class SubjectState:
     """One subject's consents (Spec/ledger-format.md, Replay, rules 6 to 15, and the subject part of
-    rule 4). A consent's status is absent (never given), ("given", version, seq, at) or
-    ("withdrawn", at, seq)."""
+    rule 4). A consent's status is absent (never given), ("given", version, seq, at, evidence) or
+    ("withdrawn", at, seq, cause), cause None for the subject's own withdrawal."""
 
     def __init__(self):
         self.consents = {}              # (feature, code) -> status
@@ -985,6 +1022,7 @@ class SubjectState:
         self.open = None                # (cmd, cmdSize) of the command being applied
         self.command_feature = None     # the one feature that command is about
         self.required_revocations = []  # seqs of that command's withdrawals of required consents
+        self.feature_times = {}         # feature -> at (ms) of the latest event of earlier commands
 
     def status(self, feature, code):
         return self.consents.get((feature, code))
@@ -1041,7 +1079,16 @@ class SubjectState:
                 raise Violation(e.seq, "optional consent '%s' given while '%s' is not active: a required consent is withheld or outdated (rule R2)" % label)
             if not same_bytes(e.version, definition["version"]):
                 raise Violation(e.seq, "consent '%s' of '%s' records policy version '%s' but the catalogue's is '%s'" % (label + (e.version, definition["version"])))
-            self.consents[key] = ("given", e.version, e.seq, e.at)
+            effective = e.evidence.get("effectiveAt")
+            if effective is not None:
+                # Evidence, never a rule input: an agreement before the recording, and not before
+                # the subject's previous command about the feature.
+                if parse_time(effective) > e.at_ms:
+                    raise Violation(e.seq, "consent '%s' of '%s' has an effective time after the time it was recorded" % label)
+                previous = self.feature_times.get(feature["code"])
+                if previous is not None and parse_time(effective) < previous:
+                    raise Violation(e.seq, "consent '%s' of '%s' has an effective time before the subject's previous event about '%s'" % (label + (feature["key"],)))
+            self.consents[key] = ("given", e.version, e.seq, e.at, e.evidence)
         else:
             if not self.is_given(*key):
                 raise Violation(e.seq, "consent '%s' of '%s' is revoked while it is withheld" % label)
@@ -1055,9 +1102,11 @@ class SubjectState:
                     raise Violation(e.seq, "required consent '%s' cannot be revoked by cascade (rule R4 cascades to optional consents only)" % e.consent)
                 if e.cause not in self.required_revocations:
                     raise Violation(e.seq, "cascade names cause seq %d, which is not a revocation of a required consent of '%s' in the same command" % (e.cause, feature["key"]))
-            self.consents[key] = ("withdrawn", e.at, e.seq)
+            self.consents[key] = ("withdrawn", e.at, e.seq, e.cause if e.reason == "cascade" else None)
         self.last_seq = e.seq
         if e.seq == e.cmd + e.cmd_size - 1:
+            if self.command_feature is not None:
+                self.feature_times[self.command_feature] = e.at_ms
             # Rule 15: no optional consent survives a *withheld* required consent. An outdated
             # required consent is still given, so it does not call for a cascade.
             f = catalog.get(self.command_feature) if self.command_feature is not None else None
@@ -3038,6 +3087,15 @@ def check_resigned(checks, here):
         ("unknown consent", edit(9, consent="optional-c"), 10, "unknown consent"),
         ("a key id that is not the ledger's", edit(3, kid="0000000000000000"), 4, "not the ledger's key"),
         ("a member that does not belong to the type", edit(8, cause=1), 9, "does not belong"),
+        # A grant's evidence (seq 9 carries all four members).
+        ("an unknown channel", edit(9, channel="fax"), 10, "member 'channel' must be one of app, portal, paper, phone, clinician"),
+        ("a notice language that is not a BCP 47 tag", edit(9, noticeLanguage="de_DE"), 10, "not a BCP 47 language tag"),
+        ("an empty evidence reference", edit(9, evidence=""), 10, "the evidence reference is empty"),
+        ("an effective time after the recorded time", edit(9, effectiveAt="2026-01-15T09:00:04.001Z"), 10, "effective time after the time it was recorded"),
+        ("an effective time before the subject's previous event about the feature", edit(9, effectiveAt="2026-01-15T09:00:02.999Z"), 10,
+         "effective time before the subject's previous event about 'timeline'"),
+        ("an effective time that is not a canonical time", edit(9, effectiveAt="2026-01-15T09:00:03Z"), 10, "member 'effectiveAt' is not a canonical UTC time"),
+        ("evidence on a withdrawal", edit(6, evidence="scan-1"), 7, "member 'evidence' does not belong to a 'consent.revoked' event"),
         ("genesis pinning another catalogue", edit(0, catalog="00" * 32), 1, "catalogue's SHA-256 differs"),
         ("a second genesis event", second_genesis, 10, "genesis event can only be the first"),
         ("a command that does not start at its own seq", edit(9, cmd=8, cmdSize=2), 10, "must start at its own seq"),

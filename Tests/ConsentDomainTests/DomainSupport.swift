@@ -31,9 +31,9 @@ struct DomainLedger {
     func listing(_ subject: String) -> ConsentListing { ConsentListing(state: state(subject), catalog: seedCatalog) }
 
     @discardableResult
-    mutating func run(_ subject: String, _ request: ConsentRequest, actor: String = "self") throws(CommandRejection) -> CommandOutcome {
+    mutating func run(_ subject: String, _ request: ConsentRequest, actor: String = "self", evidence: GrantEvidence = GrantEvidence()) throws(CommandRejection) -> CommandOutcome {
         now = Timestamp(millisecondsSinceEpoch: now.millisecondsSinceEpoch + 60_000)
-        let outcome = try ConsentRules.decide(request, subject: SubjectRef(subject), state: state(subject), catalog: seedCatalog, actor: actor, at: now, nextSeq: replay.lastSeq! + 1)
+        let outcome = try ConsentRules.decide(request, subject: SubjectRef(subject), state: state(subject), catalog: seedCatalog, actor: actor, at: now, nextSeq: replay.lastSeq! + 1, evidence: evidence)
         for event in outcome.events {
             try! replay.apply(event)
             events.append(event)

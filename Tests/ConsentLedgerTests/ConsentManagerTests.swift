@@ -6,7 +6,7 @@ import Testing
 @testable import LedgerStorage
 @testable import TransparencyLog
 
-/// The async library API (issue 5): R9's calls, typed errors, concurrent use.
+/// The async library API: R9's calls, typed errors, concurrent use.
 @Suite struct ConsentManagerTests {
     @Test func theAppsCallsAnswerWithTheUpdatedConsents() async throws {
         let path = LedgerPropertyTests.folder("api")

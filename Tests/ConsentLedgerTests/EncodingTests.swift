@@ -129,6 +129,36 @@ import Testing
         #expect(throws: EventDecodingError(problem: "member 'v' must be 1 or 2 (this reader knows format versions 1 and 2)")) { try EventCodec.decode(line: Array(future.utf8)) }
     }
 
+    /// Evidence members belong to a grant only, and carry checked values.
+    @Test(arguments: [
+        ("an unknown channel", #""cmd":"#, #""channel":"fax","cmd":"#, "member 'channel' must be one of app, portal, paper, phone, clinician"),
+        ("an effective time that is not a canonical time", #""feature":"#, #""effectiveAt":"2026-01-15T09:00:03Z","feature":"#, "member 'effectiveAt' is not a canonical UTC time like 2026-01-31T08:00:00.000Z"),
+        ("a notice language that is not a tag", #""prev":"#, #""noticeLanguage":"de_DE","prev":"#, "notice language 'de_DE' is not a BCP 47 language tag (such as 'de' or 'en-GB')"),
+        ("an empty evidence reference", #""feature":"#, #""evidence":"","feature":"#, "the evidence reference is empty"),
+    ])
+    func evidenceMembersAreChecked(_ case_: (String, String, String, String)) throws {
+        let tiny = eventLines(of: readBytes(packageRoot + "/Spec/vectors/tiny-ledger/ledger.jsonl"))
+        // seq 3 (line 4): bob's grant, which has no evidence.
+        var line = String(decoding: tiny[3].dropLast(), as: UTF8.self)
+        #expect(!line.contains("channel"))
+        line = line.replacingOccurrences(of: case_.1, with: case_.2)
+        #expect(throws: EventDecodingError(problem: case_.3), "\(case_.0)") { try EventCodec.decode(line: Array(line.utf8)) }
+    }
+
+    @Test func evidenceOnAWithdrawalIsNotPartOfItsEvent() throws {
+        let tiny = eventLines(of: readBytes(packageRoot + "/Spec/vectors/tiny-ledger/ledger.jsonl"))
+        let revoked = String(decoding: tiny.first { String(decoding: $0, as: UTF8.self).contains("consent.revoked") }!.dropLast(), as: UTF8.self)
+        let line = revoked.replacingOccurrences(of: #""feature":"#, with: #""evidence":"scan","feature":"#)
+        #expect(throws: EventDecodingError(problem: "member 'evidence' does not belong to a 'consent.revoked' event")) { try EventCodec.decode(line: Array(line.utf8)) }
+    }
+
+    @Test func theVectorGrantWithEvidenceDecodesWithIt() throws {
+        let tiny = eventLines(of: readBytes(packageRoot + "/Spec/vectors/tiny-ledger/ledger.jsonl"))
+        let last = try EventCodec.decode(line: Array(tiny[9].dropLast()))
+        guard case .consentGiven(let g) = last.event.payload else { Issue.record("not a grant"); return }
+        #expect(g.evidence == GrantEvidence(effectiveAt: Timestamp(rfc3339: "2026-01-15T09:00:03.500Z"), channel: .paper, noticeLanguage: "de", reference: "scan-0042"))
+    }
+
     /// Stream members: only in format 2, the previous event earlier, the subject map's root only
     /// on a command's last event.
     @Test(arguments: [
@@ -171,7 +201,13 @@ import Testing
             let payload: EventPayload
             switch kind {
             case 0: payload = .ledgerCreated(LedgerCreated(ledgerName: "n/\(actor)", catalogHash: "ab", publicKey: "cd"))
-            case 1: payload = .consentGiven(ConsentGiven(subject: subject, feature: seq % 7, consent: "optional-a", version: "v\(actor)"))
+            case 1:
+                // Evidence members of every combination, interleaved with the others in key order.
+                let evidence = GrantEvidence(
+                    effectiveAt: seq % 2 == 0 ? Timestamp(millisecondsSinceEpoch: at.millisecondsSinceEpoch - Int64(seq)) : nil,
+                    channel: seq % 3 == 0 ? nil : GrantEvidence.Channel.allCases[seq % 5],
+                    noticeLanguage: seq % 5 == 0 ? nil : "de-CH", reference: seq % 7 == 0 ? nil : "scan \(actor)")
+                payload = .consentGiven(ConsentGiven(subject: subject, feature: seq % 7, consent: "optional-a", version: "v\(actor)", evidence: evidence))
             case 2: payload = .consentRevoked(ConsentRevoked(subject: subject, feature: 2, consent: "required", reason: .withdrawn))
             default: payload = .consentRevoked(ConsentRevoked(subject: subject, feature: 2, consent: "optional-b", reason: .cascade(cause: UInt64(seq / 2))))
             }

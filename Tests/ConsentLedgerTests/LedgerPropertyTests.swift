@@ -7,7 +7,7 @@ import Testing
 @testable import LedgerStorage
 @testable import TransparencyLog
 
-/// Random command histories over several subjects, replayed and compared (issue 2's properties
+/// Random command histories over several subjects, replayed and compared (the ledger's properties
 /// 1, 2, 3 and 5; property 4 is in TamperTests). Ledgers live in /dev/shm when it exists, where
 /// fsync is cheap, so a hundred histories run in seconds; durability has its own tests.
 @Suite struct LedgerPropertyTests {

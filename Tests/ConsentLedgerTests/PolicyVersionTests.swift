@@ -7,7 +7,7 @@ import Testing
 @testable import LedgerStorage
 @testable import TransparencyLog
 
-/// Issue 4: publishing catalogue versions, outdated consents, re-consent, and replay under the
+/// Publishing catalogue versions, outdated consents, re-consent, and replay under the
 /// catalogue in force.
 @Suite struct PolicyVersionTests {
     /// The seed catalogue with some consents' versions changed.

@@ -8,7 +8,7 @@ import Testing
 @testable import LedgerStorage
 @testable import TransparencyLog
 
-/// Issue 4: every report section, every format, and as-of queries equal to replaying exactly the
+/// Every report section, every format, and as-of queries equal to replaying exactly the
 /// events up to the time.
 @Suite struct ReportTests {
     static func scenario(_ label: String) throws -> (Ledger, String) {
@@ -29,7 +29,7 @@ import Testing
         #expect(r.entries.map(\.kind) == [.given, .given, .given, .given, .given, .withdrawn, .cascade, .given, .given, .policy, .reconsent, .withdrawn])
         #expect(r.entries.first { $0.kind == .cascade }?.cause == 6)
         #expect(r.entries.first { $0.kind == .reconsent }?.cause == 3)
-        #expect(r.entries.first { $0.kind == .policy }?.version == "timeline/required 1.0→2.0")
+        #expect(r.entries.first { $0.kind == .policy }?.changes == [AuditReport.PolicyChange(feature: 2, consent: "required", from: "1.0", to: "2.0")])
         let timelineRequired = r.counts.first { $0.feature == 2 && $0.consent == "required" }
         #expect(timelineRequired?.given == 2 && timelineRequired?.reconsent == 1)
         #expect(r.outdated.map { report.subjectID($0.subject) } == ["bob"])
@@ -61,6 +61,11 @@ import Testing
         #expect(byFeature.entries.allSatisfy { $0.feature == nil || $0.feature == 1 })
         let byActor = try ledger.auditReport(ReportScope(actor: "dr.house")).report
         #expect(byActor.entries.count == 2 && byActor.entries.allSatisfy { $0.actor == "dr.house" })
+        // Every section, not only the events: only the subject dr.house acted on.
+        #expect(byActor.subjects == [bob])
+        #expect(byActor.intervals.allSatisfy { $0.subject == bob } && !byActor.intervals.isEmpty)
+        #expect(byActor.outdated.allSatisfy { $0.subject == bob })
+        #expect(byActor.counts.map(\.given).reduce(0, +) == 2)
         let events = try ledger.report(for: "alice").events
         let window = try ledger.auditReport(ReportScope(from: events[2].at, to: events[4].at)).report
         #expect(window.entries.allSatisfy { $0.at >= events[2].at && $0.at <= events[4].at })
@@ -91,13 +96,19 @@ import Testing
         defer { removeFolder(path) }
         let report = try ledger.auditReport(ReportScope())
         let json = try #require(try JSONSerialization.jsonObject(with: Data(CanonicalJSON.serialize(report.json))) as? [String: Any])
-        #expect((json["entries"] as? [Any])?.count == 12)
+        #expect((json["events"] as? [Any])?.count == 12)
+        let policy = (json["events"] as? [[String: Any]])?.first { $0["type"] as? String == "policy-change" }
+        #expect((policy?["changes"] as? [[String: Any]])?.first?["to"] as? String == "2.0", "typed policy changes, not a display string")
+        let counts = json["counts"] as? [[String: Any]]
+        #expect(counts?.allSatisfy { Set($0.keys) == ["feature", "consent", "given", "re-consent", "withdrawn", "cascade-withdrawn"] } == true, "one vocabulary")
+        #expect((json["withdrawal"] as? [[String: Any]])?.allSatisfy { $0["cascadeWithdrawals"] is Int && $0["withdrawals"] is Int } == true)
+        #expect(report.text.split(separator: "\n").allSatisfy { $0.count <= LedgerReport.textWidth }, "text fits 100 columns")
         #expect(((json["checkpoint"] as? [String: Any])?["size"] as? Int) == 13)
         // CSV parsed back: the same events and counts.
         let rows = parseCSV(report.csv)
         #expect(rows.first == LedgerReport.csvHeader)
         let records = rows.dropFirst().map { Dictionary(uniqueKeysWithValues: zip(LedgerReport.csvHeader, $0)) }
-        #expect(records.filter { $0["section"] == "entry" }.map { $0["seq"]! } == report.report.entries.map { String($0.seq) })
+        #expect(records.filter { $0["section"] == "event" }.map { $0["seq"]! } == report.report.entries.map { String($0.seq) })
         #expect(records.filter { $0["section"] == "count" }.count == report.report.counts.count)
         #expect(records.first { $0["section"] == "checkpoint" }?["value"]?.hasSuffix(Base64.encode(report.checkpoint.root.bytes)) == true)
         #expect(LedgerReport.csvField("a,\"b\"") == "\"a,\"\"b\"\"\"")

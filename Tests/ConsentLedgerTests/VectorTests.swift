@@ -28,7 +28,9 @@ import Glibc
         try ledger.execute(Array(seedScenario[0...1]))
         try ledger.execute(seedScenario[2])
         try ledger.execute(LedgerCommand(subjectID: "bob", request: .give(feature: "timeline", consents: ["required"]), actor: "dr.house"))
-        try ledger.execute(LedgerCommand(subjectID: "bob", request: .give(feature: "timeline", consents: ["optional-b"])))
+        // A grant with its evidence: agreed on paper half a second before it was recorded.
+        let evidence = GrantEvidence(effectiveAt: Timestamp(rfc3339: "2026-01-15T09:00:03.500Z"), channel: .paper, noticeLanguage: "de", reference: "scan-0042")
+        try ledger.execute(LedgerCommand(subjectID: "bob", request: .give(feature: "timeline", consents: ["optional-b"]), evidence: evidence))
         return ledger
     }
 

@@ -105,9 +105,9 @@ import Testing
         try log.write(to: URL(fileURLWithPath: ledger + "/ledger.jsonl"))
         let tampered = try Self.run(["verify"], ledger: ledger)
         #expect(tampered.status == 2)
-        #expect(tampered.stderr.contains("seq 3, line 4: signature does not verify"))
+        #expect(tampered.stderr.contains("seq 3, entry 4: signature does not verify"))
         let tamperedJSON = try Self.json(try Self.run(["verify", "--json"], ledger: ledger).stdout)
-        #expect(tamperedJSON["ok"] as? Bool == false && tamperedJSON["line"] as? Int == 4 && tamperedJSON["seq"] as? Int == 3)
+        #expect(tamperedJSON["ok"] as? Bool == false && tamperedJSON["entry"] as? Int == 4 && tamperedJSON["seq"] as? Int == 3)
     }
 
     @Test func badInputGetsItsExitCodeAndChangesNothing() throws {
@@ -165,7 +165,7 @@ import Testing
         let before = Self.snapshot(ledger)
         let verify = try Self.run(["verify"], ledger: ledger)
         #expect(verify.status == 2)
-        #expect(verify.stderr.contains("line 2"), "\(verify.stderr)")
+        #expect(verify.stderr.contains("entry 2"), "\(verify.stderr)")
         let give = try Self.run(["give", "--subject", "carol", "--feature", "timeline", "--consent", "required"], ledger: ledger)
         #expect(give.status == 2, "no append onto a damaged ledger: \(give.stderr)")
         #expect(Self.snapshot(ledger) == before)
@@ -296,7 +296,7 @@ import Testing
         #expect(verify.status == 2 && verify.stderr.contains("the log holds no head line"), "\(verify.stderr)")
     }
 
-    /// Issue 4 through the binary: publishing, outdated status, re-consent in history, and bad
+    /// Catalogue versions through the binary: publishing, outdated status, re-consent in history, and bad
     /// catalogues refused without changing a byte.
     @Test func publishOutdatedReconsentAndRefusedCatalogues() throws {
         let dir = Self.temporaryFolder()

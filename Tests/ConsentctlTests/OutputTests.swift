@@ -4,14 +4,14 @@ import Testing
 /// `--out -` is standard output everywhere a file is written, and a folder that does not exist
 /// is a usage error (64) that names it, never "no ledger".
 @Suite(.serialized) struct OutputTests {
-    @Test(arguments: [["export", "--subject", "alice"], ["export", "--all"], ["prove-state", "--subject", "alice"], ["report", "--html"]])
+    @Test(arguments: [["export", "--subject", "alice"], ["export", "--all"], ["prove-state", "--subject", "alice"], ["report", "--format", "html"], ["report", "--html"]])
     func outDashIsStandardOutputAndAMissingFolderIsAUsageError(_ command: [String]) throws {
         let dir = ConsentctlTests.temporaryFolder()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let ledger = dir + "/ledger"
         try ConsentctlTests.run(["init"], ledger: ledger)
         try ConsentctlTests.run(["give", "--subject", "alice", "--feature", "timeline", "--consent", "required"], ledger: ledger)
-        let flag = command[0] == "report" ? [String]() : ["--out"]
+        let flag = command.last == "--html" ? [String]() : ["--out"]
         let piped = try ConsentctlTests.run(command + flag + ["-"], ledger: ledger)
         #expect(piped.status == 0, "\(piped.stderr)")
         #expect(piped.stdout.hasPrefix("{") || piped.stdout.hasPrefix("<!DOCTYPE html>"), "the file itself on standard output")
@@ -119,5 +119,48 @@ import Testing
         #expect(try ConsentctlTests.run(["history", "--subject", "alice", "--at", shown], ledger: ledger).status == 0)
         let bad = try ConsentctlTests.run(["status", "--subject", "alice", "--at", "31.12.99"], ledger: ledger)
         #expect(bad.status == 64 && bad.stderr.contains("'21.11.2026 10:00'"), "\(bad.stderr)")
+    }
+}
+
+/// `--tz` shows times in a zone, reads dd.MM.yyyy HH:mm in it, and leaves JSON in UTC.
+@Suite(.serialized) struct TimeZoneOptionTests {
+    @Test func timesAreShownAndReadInTheZoneAndJSONStaysUTC() throws {
+        let dir = ConsentctlTests.temporaryFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ledger = dir + "/ledger"
+        try ConsentctlTests.run(["init"], ledger: ledger)
+        try ConsentctlTests.run(["give", "--subject", "alice", "--feature", "timeline", "--consent", "required"], ledger: ledger)
+        let history = try ConsentctlTests.json(try ConsentctlTests.run(["history", "--subject", "alice", "--json", "--tz", "+05:30"], ledger: ledger).stdout)
+        let at = try #require((history["events"] as? [[String: Any]])?.first?["at"] as? String)
+        #expect(at.hasSuffix("Z"), "JSON stays RFC 3339 UTC")
+        let utc = try #require(ISO8601DateFormatter.withFractions.date(from: at))
+        let shifted = DateFormatter.dayMonthYearTime(offset: 19_800).string(from: utc)
+        let text = try ConsentctlTests.run(["history", "--subject", "alice", "--tz", "+05:30"], ledger: ledger).stdout
+        #expect(text.contains("AT (+05:30)") && text.contains(shifted), "\(text)")
+        // A typed local time is read in the zone: the event is found as of its own local minute + 1.
+        let next = DateFormatter.dayMonthYearTime(offset: 19_800).string(from: utc.addingTimeInterval(60))
+        let status = try ConsentctlTests.run(["status", "--subject", "alice", "--at", next, "--tz", "+05:30", "--json"], ledger: ledger).stdout
+        let consents = try ConsentctlTests.json(status)["features"] as? [[String: Any]]
+        #expect(consents?.contains { $0["key"] as? String == "timeline" && $0["active"] as? Bool == true } == true, "\(status)")
+        let bad = try ConsentctlTests.run(["status", "--subject", "alice", "--tz", "Mars/Base"], ledger: ledger)
+        #expect(bad.status == 64 && bad.stderr.contains("is not a time zone"))
+    }
+}
+
+extension ISO8601DateFormatter {
+    static var withFractions: ISO8601DateFormatter {
+        let f = ISO8601DateFormatter()
+        f.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        return f
+    }
+}
+
+extension DateFormatter {
+    static func dayMonthYearTime(offset: Int) -> DateFormatter {
+        let f = DateFormatter()
+        f.dateFormat = "dd.MM.yyyy HH:mm"
+        f.timeZone = TimeZone(secondsFromGMT: offset)
+        f.locale = Locale(identifier: "en_US_POSIX")
+        return f
     }
 }

@@ -78,3 +78,64 @@ import Testing
         #expect(try ConsentctlTests.run(["verify"], ledger: ledger).status == 2)
     }
 }
+
+/// `give --effective-at/--channel/--notice-language/--evidence` and the same members in `apply`:
+/// recorded on the grant, shown by history and status, refused with exit 64 when wrong.
+@Suite(.serialized) struct GrantEvidenceCommandTests {
+    @Test func aPaperConsentGivenYesterdayKeepsBothTimes() throws {
+        let dir = ConsentctlTests.temporaryFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ledger = dir + "/ledger"
+        try ConsentctlTests.run(["init"], ledger: ledger)
+        let yesterday = String(ISO8601DateFormatter().string(from: Date(timeIntervalSinceNow: -86_400)))
+        let give = try ConsentctlTests.run(["give", "--subject", "bob", "--feature", "timeline", "--consent", "required", "--effective-at", yesterday,
+                                            "--channel", "paper", "--notice-language", "de", "--evidence", "scan-0042"], ledger: ledger)
+        #expect(give.status == 0, "\(give.stderr)")
+        let history = try ConsentctlTests.json(try ConsentctlTests.run(["history", "--subject", "bob", "--json"], ledger: ledger).stdout)
+        let event = (history["events"] as? [[String: Any]])?.first
+        #expect(event?["channel"] as? String == "paper" && event?["noticeLanguage"] as? String == "de" && event?["evidence"] as? String == "scan-0042")
+        let effective = event?["effectiveAt"] as? String, recorded = event?["at"] as? String
+        #expect(effective != nil && recorded != nil && effective! < recorded!)
+        let status = try ConsentctlTests.json(try ConsentctlTests.run(["status", "--subject", "bob", "--json"], ledger: ledger).stdout)
+        let timeline = (status["features"] as? [[String: Any]])?.first { $0["key"] as? String == "timeline" }
+        let required = (timeline?["consents"] as? [[String: Any]])?.first
+        #expect(required?["effectiveAt"] as? String == effective && required?["validFrom"] as? String == recorded)
+        let text = try ConsentctlTests.run(["history", "--subject", "bob"], ledger: ledger).stdout
+        #expect(text.contains("paper") && text.contains("evidence scan-0042"), "\(text)")
+        #expect(try ConsentctlTests.run(["verify"], ledger: ledger).status == 0)
+    }
+
+    /// (extra arguments, what the message names)
+    @Test(arguments: [
+        (["--effective-at", "2999-01-01T00:00:00Z"], "in the future"),
+        (["--effective-at", "yesterday"], "--effective-at"),
+        (["--channel", "fax"], "--channel"),
+        (["--notice-language", "de_DE"], "BCP 47"),
+        (["--evidence", ""], "evidence reference is empty"),
+    ])
+    func wrongEvidenceIsAUsageErrorAndAppendsNothing(extra: [String], names: String) throws {
+        let dir = ConsentctlTests.temporaryFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ledger = dir + "/ledger"
+        try ConsentctlTests.run(["init"], ledger: ledger)
+        let before = try Data(contentsOf: URL(fileURLWithPath: ledger + "/ledger.jsonl"))
+        let run = try ConsentctlTests.run(["give", "--subject", "bob", "--feature", "timeline", "--consent", "required"] + extra, ledger: ledger)
+        #expect(run.status == 64 && run.stderr.contains(names), "\(run.status) \(run.stderr)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: ledger + "/ledger.jsonl")) == before)
+    }
+
+    @Test func applyLinesCarryEvidenceAndARevokeWithEvidenceIsRefused() throws {
+        let dir = ConsentctlTests.temporaryFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ledger = dir + "/ledger"
+        try ConsentctlTests.run(["init"], ledger: ledger)
+        let good = dir + "/good.jsonl", bad = dir + "/bad.jsonl"
+        try #"{"subject":"carol","feature":"timeline","give":["required"],"channel":"phone","noticeLanguage":"en-GB"}"#.write(toFile: good, atomically: true, encoding: .utf8)
+        #expect(try ConsentctlTests.run(["apply", good], ledger: ledger).status == 0)
+        let history = try ConsentctlTests.json(try ConsentctlTests.run(["history", "--subject", "carol", "--json"], ledger: ledger).stdout)
+        #expect((history["events"] as? [[String: Any]])?.first?["channel"] as? String == "phone")
+        try #"{"subject":"carol","feature":"timeline","revoke":"required","channel":"phone"}"#.write(toFile: bad, atomically: true, encoding: .utf8)
+        let refused = try ConsentctlTests.run(["apply", bad], ledger: ledger)
+        #expect(refused.status == 64 && refused.stderr.contains("line 1"), "\(refused.stderr)")
+    }
+}

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks consentctl's outputs with real outside tools (issue 4):
+"""Checks consentctl's outputs with real outside tools:
 
 - the FHIR R5 Consent export validates against the official R5 definitions (fhir.resources 8.x,
   pydantic models generated from the FHIR R5 StructureDefinitions), plus the required value-set
@@ -65,28 +65,39 @@ try:
             check("FHIR R5: %s's Bundle validates" % subject, False, str(err)[:400])
             continue
         data = json.loads(text)
-        check("FHIR: %s's Bundle is a collection of 2 Consents" % subject,
-              data["type"] == "collection" and [e["resource"]["resourceType"] for e in data["entry"]] == ["Consent", "Consent"])
-        for entry in data["entry"]:
+        kinds = [e["resource"]["resourceType"] for e in data["entry"]]
+        check("FHIR: %s's Bundle is a collection of a Patient and 2 Consents" % subject, data["type"] == "collection" and kinds == ["Patient", "Consent", "Consent"], str(kinds))
+        patient_url = data["entry"][0]["fullUrl"]
+        for entry in data["entry"][1:]:
             c = entry["resource"]
             check("FHIR: %s status binding (ConsentState)" % c["id"], c["status"] in consent_states, c["status"])
             check("FHIR: %s decision binding (ConsentProvisionType)" % c["id"], c["decision"] in ("permit", "deny"))
             check("FHIR: %s decision follows status" % c["id"], (c["status"] == "active") == (c["decision"] == "permit"))
-            check("FHIR: %s names the checkpoint" % c["id"], any(x["url"].endswith("/checkpoint") for x in c["extension"]))
-            check("FHIR: %s has one provision, the optional consents nested" % c["id"],
-                  len(c["provision"]) == 1 and len(c["provision"][0].get("provision", [])) == 2)
-        by_key = {e["resource"]["category"][0]["coding"][0]["code"]: e["resource"] for e in data["entry"]}
+            check("FHIR: %s references its Patient" % c["id"], c["subject"]["reference"] == patient_url and c["subject"]["identifier"]["value"] == subject)
+            check("FHIR: %s names the checkpoint" % c["id"], any(x["url"].endswith("/ledger-checkpoint") for x in c["extension"]))
+        by_key = {e["resource"]["category"][0]["coding"][0]["code"]: e["resource"] for e in data["entry"][1:]}
+        def states(consent):
+            out = {}
+            for x in consent["extension"]:
+                if x["url"].endswith("/consent-state"):
+                    parts = {p["url"]: next(v for k, v in p.items() if k.startswith("value")) for p in x["extension"]}
+                    out[parts["consent"]] = parts
+            return out
         if subject == "alice":
-            check("FHIR: alice's Timeline is active after re-consent", by_key["timeline"]["status"] == "active")
-            check("FHIR: alice's Medication Management is inactive after the cascade", by_key["medication-management"]["status"] == "inactive")
+            tl = by_key["timeline"]
+            check("FHIR: alice's Timeline is active after re-consent", tl["status"] == "active")
+            check("FHIR: alice's Timeline permits with no exception: both optional consents are given", "provision" not in tl, str(tl.get("provision")))
+            mm = by_key["medication-management"]
+            check("FHIR: alice's Medication Management is inactive after the cascade, with no exception", mm["status"] == "inactive" and "provision" not in mm)
+            check("FHIR: the cascade is the reason of the optional consent's state", states(mm)["optional-a"].get("reason") == "cascade-withdrawn", str(states(mm)))
         else:
-            states = [x["valueString"] for x in by_key["timeline"]["provision"][0]["extension"] if x["url"].endswith("/consent-state")]
+            tl = states(by_key["timeline"])
             check("FHIR: bob's Timeline is inactive and its required consent outdated",
-                  by_key["timeline"]["status"] == "inactive" and states == ["outdated"], str(states))
+                  by_key["timeline"]["status"] == "inactive" and tl["required"]["state"] == "outdated", str(tl))
 
     # HTML in a real browser ------------------------------------------------------------------
     html = os.path.join(work, "report.html")
-    run("report", "--html", html)
+    run("report", "--format", "html", "--out", html)
     page = open(html).read()
     check("HTML: self-contained (no external script, style, image or font)",
           not re.search(r'<script[^>]+src=|<link\b|<img\b|@import|url\(', page))
@@ -109,17 +120,17 @@ try:
             shutil.copy(png, os.environ["REPORT_PNG"])
 
     # CSV parses back and agrees with JSON ----------------------------------------------------
-    rows = list(csv.DictReader(io.StringIO(run("report", "--csv").stdout)))
-    report = json.loads(run("report", "--json").stdout)
+    rows = list(csv.DictReader(io.StringIO(run("report", "--format", "csv").stdout)))
+    report = json.loads(run("report", "--format", "json").stdout)
     sections = {r["section"] for r in rows}
-    check("CSV: parses with the section column", {"checkpoint", "entry", "count", "active", "withdrawal"} <= sections, str(sections))
-    check("CSV: one entry row per JSON event", len([r for r in rows if r["section"] == "entry"]) == len(report["entries"]))
-    check("CSV: counts agree with JSON", sorted((r["feature"], r["consent"], int(r["given"]), int(r["reconsent"]), int(r["withdrawn"]), int(r["cascade"])) for r in rows if r["section"] == "count")
-          == sorted((c["feature"], c["consent"], c["given"], c["reconsent"], c["withdrawn"], c["cascade"]) for c in report["counts"]))
+    check("CSV: parses with the section column", {"checkpoint", "event", "count", "active", "withdrawal"} <= sections, str(sections))
+    check("CSV: one entry row per JSON event", len([r for r in rows if r["section"] == "event"]) == len(report["events"]))
+    check("CSV: counts agree with JSON", sorted((r["feature"], r["consent"], int(r["given"]), int(r["re-consent"]), int(r["withdrawn"]), int(r["cascade-withdrawn"])) for r in rows if r["section"] == "count")
+          == sorted((c["feature"], c["consent"], c["given"], c["re-consent"], c["withdrawn"], c["cascade-withdrawn"]) for c in report["counts"]))
     check("CSV: the checkpoint row names the JSON checkpoint", [r["value"] for r in rows if r["section"] == "checkpoint"]
           == ["%s %d %s" % (report["checkpoint"]["origin"], report["checkpoint"]["size"], report["checkpoint"]["root"])])
     check("report: the policy change and the re-consent are listed",
-          [e["type"] for e in report["entries"]].count("policy-change") == 1 and [e["type"] for e in report["entries"]].count("re-consent") == 1)
+          [e["type"] for e in report["events"]].count("policy-change") == 1 and [e["type"] for e in report["events"]].count("re-consent") == 1)
     check("report: bob is listed with an outdated consent", [(o["subject"], o["consent"]) for o in report["outdated"]] == [("bob", "required")])
 finally:
     shutil.rmtree(work, ignore_errors=True)

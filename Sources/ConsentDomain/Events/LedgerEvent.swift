@@ -56,13 +56,16 @@ public struct ConsentGiven: Hashable, Sendable {
     /// Set on a re-consent: the sequence number of the earlier grant, of an older policy
     /// version, that this one renews.
     public let renews: UInt64?
+    /// How the consent was obtained, when the command recorded it.
+    public let evidence: GrantEvidence
 
-    public init(subject: SubjectRef, feature: Int, consent: String, version: String, renews: UInt64? = nil) {
+    public init(subject: SubjectRef, feature: Int, consent: String, version: String, renews: UInt64? = nil, evidence: GrantEvidence = GrantEvidence()) {
         self.subject = subject
         self.feature = feature
         self.consent = consent
         self.version = version
         self.renews = renews
+        self.evidence = evidence
     }
 }
 

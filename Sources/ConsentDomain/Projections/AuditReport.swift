@@ -5,16 +5,23 @@ public struct ReportScope: Hashable, Sendable {
     public var from: Timestamp?
     public var to: Timestamp?
     public var actor: String?
+    /// "As the ledger recorded it at this time": the log is replayed up to it, so outdated
+    /// consents and activity are those of that moment. Nil: up to `to`, or the whole log.
+    public var asOf: Timestamp?
 
-    public init(subject: SubjectRef? = nil, feature: Int? = nil, from: Timestamp? = nil, to: Timestamp? = nil, actor: String? = nil) {
+    public init(subject: SubjectRef? = nil, feature: Int? = nil, from: Timestamp? = nil, to: Timestamp? = nil, actor: String? = nil, asOf: Timestamp? = nil) {
         self.subject = subject
         self.feature = feature
         self.from = from
         self.to = to
         self.actor = actor
+        self.asOf = asOf
     }
 
-    func inWindow(_ at: Timestamp) -> Bool { (from.map { at >= $0 } ?? true) && (to.map { at <= $0 } ?? true) }
+    /// The last recorded time the report replays to.
+    public var end: Timestamp? { asOf ?? to }
+
+    func inWindow(_ at: Timestamp) -> Bool { (from.map { at >= $0 } ?? true) && (end.map { at <= $0 } ?? true) && (to.map { at <= $0 } ?? true) }
 }
 
 /// An audit report, built by replaying the log up to the scope's end (`to`) with
@@ -23,6 +30,22 @@ public struct AuditReport: Hashable, Sendable {
     /// The event types, as every output names them (text, JSON, CSV, HTML).
     public enum EntryKind: String, Hashable, Sendable {
         case given, reconsent = "re-consent", withdrawn, cascade = "cascade-withdrawn", policy = "policy-change"
+    }
+
+    /// One consent's policy version changed by a publication.
+    public struct PolicyChange: Hashable, Sendable {
+        public let feature: Int
+        public let consent: String
+        /// Nil when the consent is new in this catalogue version.
+        public let from: String?
+        public let to: String
+
+        public init(feature: Int, consent: String, from: String?, to: String) {
+            self.feature = feature
+            self.consent = consent
+            self.from = from
+            self.to = to
+        }
     }
 
     /// One grant, re-consent, revocation or policy change in the window.
@@ -34,10 +57,15 @@ public struct AuditReport: Hashable, Sendable {
         public let feature: Int?
         public let consent: String?
         public let actor: String
-        /// The policy version given (grants) or published (policy changes, "feature/consent=v" list).
+        /// The policy version given (grants and re-consents).
         public let version: String?
         /// Cascades: the revocation that caused this one. Re-consents: the grant renewed.
         public let cause: UInt64?
+        /// Grants: how the consent was obtained.
+        public var evidence = GrantEvidence()
+        /// Policy changes: the catalogue version published and the consents whose version changed.
+        public var catalogueVersion: String? = nil
+        public var changes: [PolicyChange] = []
     }
 
     /// Counts in the window for one consent.
@@ -47,7 +75,8 @@ public struct AuditReport: Hashable, Sendable {
         public var given = 0
         public var reconsent = 0
         public var withdrawn = 0
-        public var cascade = 0
+        /// Withdrawn by rule R4's cascade.
+        public var cascadeWithdrawn = 0
     }
 
     /// A consent given under an older policy version than the one in force at the report's end.
@@ -93,7 +122,8 @@ public struct AuditReport: Hashable, Sendable {
     public let intervals: [Interval]
     public let givenSpans: [GivenSpan]
     public let withdrawals: [WithdrawalStats]
-    /// The subjects in scope that have any event up to the end, sorted.
+    /// The subjects in scope that have any event up to the end (with an actor in scope: any
+    /// event by that actor in the window), sorted by reference.
     public let subjects: [SubjectRef]
     /// The catalogue in force at the report's end.
     public let catalog: Catalog
@@ -111,6 +141,8 @@ public struct AuditReportBuilder: Sendable {
     private var spans: [AuditReport.GivenSpan] = []
     private var durations: [Int: [Int64]] = [:]
     private var revocations: [Int: (all: Int, cascades: Int)] = [:]
+    /// With an actor in scope: the subjects that actor acted on in the window.
+    private var actorSubjects: Set<SubjectRef> = []
 
     public init(catalog: Catalog, scope: ReportScope) {
         self.scope = scope
@@ -123,7 +155,7 @@ public struct AuditReportBuilder: Sendable {
 
     /// Adds the next event of the log. Events after the scope's end are ignored.
     public mutating func add(_ event: LedgerEvent) throws(ReplayViolation) {
-        if let to = scope.to, event.at > to { return }
+        if let end = scope.end, event.at > end { return }
         let before = replay.catalog
         try replay.apply(event)
         let inWindow = scope.inWindow(event.at)
@@ -133,14 +165,14 @@ public struct AuditReportBuilder: Sendable {
             break
         case .catalogPublished(let published):
             if inWindow && actorMatches {
-                // The consents whose policy version changed, "feature/consent old→new".
-                let versions = published.notices.filter { n in
+                // The consents whose policy version changed.
+                let changes = published.notices.filter { n in
                     (scope.feature == nil || n.feature == scope.feature)
                         && before.feature(code: n.feature)?.consent(code: n.consent)?.version != n.version
                 }.map { n in
-                    "\(published.catalog.feature(code: n.feature)?.key ?? String(n.feature))/\(n.consent) \(before.feature(code: n.feature)?.consent(code: n.consent)?.version ?? "?")→\(n.version)"
+                    AuditReport.PolicyChange(feature: n.feature, consent: n.consent, from: before.feature(code: n.feature)?.consent(code: n.consent)?.version, to: n.version)
                 }
-                entries.append(.init(seq: event.seq, at: event.at, kind: .policy, subject: nil, feature: nil, consent: nil, actor: event.actor, version: versions.joined(separator: " "), cause: nil))
+                entries.append(.init(seq: event.seq, at: event.at, kind: .policy, subject: nil, feature: nil, consent: nil, actor: event.actor, version: nil, cause: nil, catalogueVersion: published.catalogHash, changes: changes))
             }
             // An outdated required consent ends the feature's activity for every subject.
             for subject in activeSince.keys.sorted() { updateActivity(subject, at: event.at) }
@@ -149,7 +181,8 @@ public struct AuditReportBuilder: Sendable {
             if givenSince[e.subject]?[key] == nil { givenSince[e.subject, default: [:]][key] = event.at }
             if inScope(e.subject, e.feature) && inWindow && actorMatches {
                 let kind: AuditReport.EntryKind = e.renews == nil ? .given : .reconsent
-                entries.append(.init(seq: event.seq, at: event.at, kind: kind, subject: e.subject, feature: e.feature, consent: e.consent, actor: event.actor, version: e.version, cause: e.renews))
+                entries.append(.init(seq: event.seq, at: event.at, kind: kind, subject: e.subject, feature: e.feature, consent: e.consent, actor: event.actor, version: e.version, cause: e.renews, evidence: e.evidence))
+                if scope.actor != nil { actorSubjects.insert(e.subject) }
                 var c = counts[key] ?? AuditReport.Counts(feature: e.feature, consent: e.consent)
                 if kind == .given { c.given += 1 } else { c.reconsent += 1 }
                 counts[key] = c
@@ -165,7 +198,8 @@ public struct AuditReportBuilder: Sendable {
                 if case .cascade(let c) = e.reason { (cause, kind) = (c, .cascade) }
                 entries.append(.init(seq: event.seq, at: event.at, kind: kind, subject: e.subject, feature: e.feature, consent: e.consent, actor: event.actor, version: nil, cause: cause))
                 var c = counts[key] ?? AuditReport.Counts(feature: e.feature, consent: e.consent)
-                if kind == .cascade { c.cascade += 1 } else { c.withdrawn += 1 }
+                if kind == .cascade { c.cascadeWithdrawn += 1 } else { c.withdrawn += 1 }
+                if scope.actor != nil { actorSubjects.insert(e.subject) }
                 counts[key] = c
                 if let since { durations[e.feature, default: []].append(event.at.millisecondsSinceEpoch - since.millisecondsSinceEpoch) }
                 var r = revocations[e.feature] ?? (0, 0)
@@ -194,7 +228,8 @@ public struct AuditReportBuilder: Sendable {
 
     public func finish() -> AuditReport {
         let catalog = replay.catalog
-        let subjects = replay.subjects.keys.filter { scope.subject == nil || $0 == scope.subject }.sorted()
+        // An actor in scope narrows every section to the subjects that actor acted on.
+        let subjects = replay.subjects.keys.filter { (scope.subject == nil || $0 == scope.subject) && (scope.actor == nil || actorSubjects.contains($0)) }.sorted()
         let inSubjects = Set(subjects)
         // Intervals still open end "now" (nil); keep those that overlap the window.
         var allIntervals = intervals
@@ -203,7 +238,7 @@ public struct AuditReportBuilder: Sendable {
         }
         let overlapping = allIntervals.filter { i in
             inSubjects.contains(i.subject) && (scope.feature == nil || i.feature == scope.feature)
-                && (scope.to.map { i.from <= $0 } ?? true) && (scope.from.map { f in i.until.map { $0 >= f } ?? true } ?? true)
+                && (scope.end.map { i.from <= $0 } ?? true) && (scope.from.map { f in i.until.map { $0 >= f } ?? true } ?? true)
         }.sorted { ($0.subject, $0.feature, $0.from) < ($1.subject, $1.feature, $1.from) }
         var allSpans = spans
         for (subject, keys) in givenSince {

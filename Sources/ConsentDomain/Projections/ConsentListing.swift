@@ -80,6 +80,8 @@ public struct HistoryEntry: Hashable, Sendable {
     public let version: String?
     /// On a re-consent: the outdated grant it renews.
     public let renews: UInt64?
+    /// On a grant: how it was obtained.
+    public let evidence: GrantEvidence
 
     /// The history entry for a subject event; `nil` for ledger-level events.
     public init?(_ event: LedgerEvent) {
@@ -87,13 +89,13 @@ public struct HistoryEntry: Hashable, Sendable {
         case .ledgerCreated, .catalogPublished:
             return nil
         case .consentGiven(let e):
-            (kind, feature, consent, cause, version, renews) = (e.renews == nil ? .given : .reconsent, e.feature, e.consent, nil, e.version, e.renews)
+            (kind, feature, consent, cause, version, renews, evidence) = (e.renews == nil ? .given : .reconsent, e.feature, e.consent, nil, e.version, e.renews, e.evidence)
         case .consentRevoked(let e):
             switch e.reason {
             case .withdrawn: (kind, cause) = (.withdrawn, nil)
             case .cascade(let c): (kind, cause) = (.cascade, c)
             }
-            (feature, consent, version, renews) = (e.feature, e.consent, nil, nil)
+            (feature, consent, version, renews, evidence) = (e.feature, e.consent, nil, nil, GrantEvidence())
         }
         seq = event.seq
         at = event.at

@@ -16,6 +16,11 @@ public struct Grant: Hashable, Sendable {
     public let version: String
     /// The `ConsentGiven` event's sequence number.
     public let seq: UInt64
+    /// How it was obtained, as the grant recorded it.
+    public var evidence: GrantEvidence = GrantEvidence()
+
+    /// When the subject agreed: the recorded effective time, else the time it was recorded.
+    public var agreedAt: Timestamp { evidence.effectiveAt ?? validFrom }
 }
 
 /// A consent that was given once and later withdrawn.
@@ -54,8 +59,14 @@ public struct SubjectState: Hashable, Sendable {
     private var openCommand: CommandSpan?
     private var commandFeature: Int?
     private var requiredRevocations: [(seq: UInt64, consent: String)] = []
+    /// The recorded time of the subject's latest event about each feature, from the commands
+    /// before the one in progress: an effective time may not be earlier.
+    private var featureTimes: [Int: Timestamp] = [:]
 
     public init() {}
+
+    /// The recorded time of the subject's latest event about a feature, or nil if there is none.
+    public func latestEventTime(feature: Int) -> Timestamp? { featureTimes[feature] }
 
     public func status(feature: Int, consent: String) -> ConsentStatus? {
         consents[ConsentKey(feature: feature, consent: consent)]
@@ -136,7 +147,15 @@ public struct SubjectState: Hashable, Sendable {
             if !given.version.utf8.elementsEqual(definition.version.utf8) {
                 throw ReplayViolation(seq: seq, problem: "consent '\(definition.code)' of '\(feature.key)' records policy version '\(given.version)' but the catalogue's is '\(definition.version)'")
             }
-            consents[key] = .given(Grant(validFrom: event.at, version: given.version, seq: seq))
+            if let effective = given.evidence.effectiveAt {
+                if effective > event.at {
+                    throw ReplayViolation(seq: seq, problem: "consent '\(definition.code)' of '\(feature.key)' has an effective time after the time it was recorded")
+                }
+                if let previous = featureTimes[feature.code], effective < previous {
+                    throw ReplayViolation(seq: seq, problem: "consent '\(definition.code)' of '\(feature.key)' has an effective time before the subject's previous event about '\(feature.key)'")
+                }
+            }
+            consents[key] = .given(Grant(validFrom: event.at, version: given.version, seq: seq, evidence: given.evidence))
         case .consentRevoked(let revoked):
             let (feature, definition) = try resolve(revoked.feature, revoked.consent, seq: seq, catalog: catalog)
             try enter(feature, seq: seq)
@@ -165,6 +184,7 @@ public struct SubjectState: Hashable, Sendable {
         }
         lastSeq = seq
         if seq == event.command.last {
+            if let code = commandFeature { featureTimes[code] = event.at }
             // Rule R4, checked once the whole command is in: no optional consent survives a
             // withheld required consent.
             if let code = commandFeature, let feature = catalog.feature(code: code),

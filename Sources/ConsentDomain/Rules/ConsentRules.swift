@@ -27,6 +27,8 @@ public enum CommandRejection: Error, Hashable, Sendable, CustomStringConvertible
     case unknownFeature(String, known: [String])
     case unknownConsent(String, feature: String, known: [String])
     case emptyRequest(String)
+    /// The grant's evidence cannot be recorded (``GrantEvidence``).
+    case invalidEvidence(String)
     /// The request is well formed but a consent rule forbids it.
     case ruleViolation(rule: String, message: String)
 
@@ -36,7 +38,7 @@ public enum CommandRejection: Error, Hashable, Sendable, CustomStringConvertible
             return "unknown feature '\(f)'; the catalogue has: \(known.joined(separator: ", "))"
         case .unknownConsent(let c, let f, let known):
             return "unknown consent '\(c)' in feature '\(f)'; it has: \(known.joined(separator: ", "))"
-        case .emptyRequest(let message):
+        case .emptyRequest(let message), .invalidEvidence(let message):
             return message
         case .ruleViolation(let rule, let message):
             return "rule \(rule): \(message)"
@@ -56,12 +58,25 @@ public enum ConsentRules {
         catalog: Catalog,
         actor: String,
         at: Timestamp,
-        nextSeq: UInt64
+        nextSeq: UInt64,
+        evidence: GrantEvidence = GrantEvidence()
     ) throws(CommandRejection) -> CommandOutcome {
         switch request {
         case .give(let featureName, let codes):
             let feature = try resolveFeature(featureName, catalog)
             let requested = try consentCodes(codes, of: feature, verb: "give")
+            if let problem = evidence.problem { throw .invalidEvidence(problem) }
+            if let effective = evidence.effectiveAt {
+                // Evidence, not a rule input: the grant keeps its recorded time and place in the
+                // log, so an effective time may only tell of an agreement that came after
+                // everything already recorded about the feature, and before the recording.
+                if effective > at {
+                    throw .invalidEvidence("the effective time \(effective.rfc3339) is in the future (it is now \(at.rfc3339))")
+                }
+                if let previous = state.latestEventTime(feature: feature.code), effective < previous {
+                    throw .invalidEvidence("the effective time \(effective.rfc3339) is before the subject's previous event about '\(feature.key)' (\(previous.rfc3339))")
+                }
+            }
             // R2/R5: an inactive feature is activated only together with every required consent
             // still withheld. This also refuses an optional consent on its own (rules file: "what
             // the seed does not say", first point).
@@ -94,7 +109,7 @@ public enum ConsentRules {
                 let renews: UInt64? = if case .given(let grant)? = state.status(feature: feature.code, consent: definition.code) { grant.seq } else { nil }
                 return LedgerEvent(
                     seq: nextSeq + UInt64(i), at: at, actor: actor, command: span,
-                    payload: .consentGiven(ConsentGiven(subject: subject, feature: feature.code, consent: definition.code, version: definition.version, renews: renews))
+                    payload: .consentGiven(ConsentGiven(subject: subject, feature: feature.code, consent: definition.code, version: definition.version, renews: renews, evidence: evidence))
                 )
             }
             return CommandOutcome(events: events, notes: notes)
@@ -102,6 +117,9 @@ public enum ConsentRules {
         case .revoke(let featureName, let codes):
             let feature = try resolveFeature(featureName, catalog)
             let requested = try consentCodes(codes, of: feature, verb: "revoke")
+            if !evidence.isEmpty {
+                throw .invalidEvidence("evidence (effective time, channel, notice language, reference) is recorded on grants only, not on a withdrawal")
+            }
             // Optional consents first: each named one is the subject's own withdrawal, recorded as
             // such even when a required consent named in the same command would have cascaded
             // to it. Then the required ones, whose cascade covers the optional ones still given.

@@ -40,6 +40,9 @@ public struct Timestamp: Hashable, Comparable, Sendable, CustomStringConvertible
         return "\(Self.pad(d, 2)).\(Self.pad(m, 2)).\(Self.pad(y, 4))"
     }
 
+    /// `dd.MM.yyyy HH:mm` in a zone: the app's date format with the time of day, as people read it.
+    public func dayMonthYearTime(in zone: ZoneRules) -> String { zone.local(self).dayMonthYearTime }
+
     /// `dd.MM.yyyy HH:mm` in UTC: the app's date format (R7) with the time of day.
     public var dayMonthYearTime: String {
         let (_, ms) = Self.floorDivide(millisecondsSinceEpoch, 86_400_000)
@@ -170,7 +173,7 @@ public struct Timestamp: Hashable, Comparable, Sendable, CustomStringConvertible
 
     // MARK: - Calendar arithmetic (proleptic Gregorian, after Howard Hinnant's algorithms)
 
-    private static func floorDivide(_ a: Int64, _ b: Int64) -> (Int64, Int64) {
+    static func floorDivide(_ a: Int64, _ b: Int64) -> (Int64, Int64) {
         var q = a / b
         var r = a % b
         if r < 0 {
@@ -180,7 +183,7 @@ public struct Timestamp: Hashable, Comparable, Sendable, CustomStringConvertible
         return (q, r)
     }
 
-    private static func days(fromCivil y0: Int64, _ m: Int64, _ d: Int64) -> Int64 {
+    static func days(fromCivil y0: Int64, _ m: Int64, _ d: Int64) -> Int64 {
         let y = m <= 2 ? y0 - 1 : y0
         let era = (y >= 0 ? y : y - 399) / 400
         let yoe = y - era * 400
@@ -189,7 +192,7 @@ public struct Timestamp: Hashable, Comparable, Sendable, CustomStringConvertible
         return era * 146_097 + doe - 719_468
     }
 
-    private static func civilDate(fromDays z0: Int64) -> (Int64, Int64, Int64) {
+    static func civilDate(fromDays z0: Int64) -> (Int64, Int64, Int64) {
         let z = z0 + 719_468
         let era = (z >= 0 ? z : z - 146_096) / 146_097
         let doe = z - era * 146_097

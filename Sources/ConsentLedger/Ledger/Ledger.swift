@@ -15,15 +15,18 @@ public struct LedgerCommand: Hashable, Sendable {
     public let request: ConsentRequest
     /// Who acts: `self` for the subject, or a clinician's or system's id.
     public let actor: String
+    /// How a grant was obtained (recorded on each consent a `give` appends).
+    public let evidence: GrantEvidence
 
-    public init(subjectID: String, request: ConsentRequest, actor: String = "self") {
+    public init(subjectID: String, request: ConsentRequest, actor: String = "self", evidence: GrantEvidence = GrantEvidence()) {
         self.subjectID = subjectID
         self.request = request
         self.actor = actor
+        self.evidence = evidence
     }
 
-    /// Checks a subject id and an actor as ``Ledger/execute(_:)`` does, so that a batch can be
-    /// checked whole before any of it is appended. Throws ``ConsentError/invalidRequest(_:)``.
+    /// Checks a subject id and an actor as `Ledger.execute(_:)` does, so that a batch can be
+    /// checked whole before any of it is appended. Throws `ConsentError.invalidRequest(_:)`.
     public static func validate(subjectID: String, actor: String) throws {
         try Ledger.validateText(subjectID, what: "subject id", maxBytes: 256)
         try Ledger.validateText(actor, what: "actor", maxBytes: 128)
@@ -40,7 +43,7 @@ public struct CommandResult: Hashable, Sendable {
     public let listing: ConsentListing
 }
 
-/// The outcome of ``Ledger/execute(_:)``.
+/// The outcome of `Ledger.execute(_:)`.
 public struct ExecutionReport: Hashable, Sendable {
     public let results: [CommandResult]
     /// A torn tail that a crash had left and this write removed (its bytes are kept aside).
@@ -241,7 +244,7 @@ public final class Ledger: Sendable {
         guard text.utf8.first != 0x20, text.utf8.last != 0x20 else { throw ConsentError.invalidRequest("\(what) must not start or end with spaces") }
     }
 
-    /// The pseudonym of a subject id under a salt of ``Pseudonym/saltLength`` bytes.
+    /// The pseudonym of a subject id under a salt of `Pseudonym.saltLength` bytes.
     public func subjectRef(id: String, salt: [UInt8]) -> SubjectRef {
         guard let ref = Pseudonym.ref(id: Array(id.utf8), salt: salt, hasher: chain.hasher) else {
             preconditionFailure("salts are \(Pseudonym.saltLength) bytes; stores refuse any other length")
@@ -264,7 +267,7 @@ public final class Ledger: Sendable {
         return record.salt
     }
 
-    /// A subject record may be used only if its salt has ``Pseudonym/saltLength`` bytes and, in
+    /// A subject record may be used only if its salt has `Pseudonym.saltLength` bytes and, in
     /// a format-2 ledger, the ledger's key signed it: with a salt swapped between two records, or
     /// a record altered or made up, a read would find none of the patient's events and answer
     /// "no consents", and a write would file the patient's choices under another pseudonym.

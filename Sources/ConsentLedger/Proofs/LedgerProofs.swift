@@ -36,6 +36,12 @@ extension Ledger {
         Checkpoint(origin: genesis.ledgerName, size: Int64(view.size), root: try trustedRoot(view))
     }
 
+    /// The checkpoint of the whole log as the signed head commits to it: for naming the state a
+    /// view shows (FHIR, reports) without signing anything.
+    package func headCheckpoint() throws -> Checkpoint {
+        try reading { view in try currentCheckpoint(view) }
+    }
+
     /// An inclusion proof from the stored tree hashes, checked against the trusted root before
     /// it is handed out: a corrupted `tree.hashes` gives an integrity error, not a bad proof.
     func checkedInclusionProof(record: Int64, line: [UInt8], checkpoint: Checkpoint, _ view: LogView) throws -> [Digest] {

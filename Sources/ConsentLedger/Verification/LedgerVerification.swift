@@ -19,7 +19,7 @@ extension Ledger {
     /// Checks the whole ledger: every line's encoding, signature, hash link and sequence number,
     /// the rules on replay, and that the recorded head lies on the chain. Signatures and hashes
     /// are checked on all cores; the links and the replay in order. Throws
-    /// ``ConsentError/integrity(_:)`` naming the first bad entry.
+    /// `ConsentError.integrity(_:)` naming the first bad entry.
     public func verify() throws -> VerificationReport {
         try store.read { tx in
             let log: LogState

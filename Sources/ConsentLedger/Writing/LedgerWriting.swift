@@ -57,7 +57,7 @@ extension Ledger {
                 var state = states[ref] ?? SubjectState()
                 let outcome: CommandOutcome
                 do throws(CommandRejection) {
-                    outcome = try ConsentRules.decide(command.request, subject: ref, state: state, catalog: catalog, actor: command.actor, at: at, nextSeq: nextSeq)
+                    outcome = try ConsentRules.decide(command.request, subject: ref, state: state, catalog: catalog, actor: command.actor, at: at, nextSeq: nextSeq, evidence: command.evidence)
                 } catch {
                     throw ConsentError(error)
                 }
