@@ -121,7 +121,7 @@ struct Report: ParsableCommand {
             switch format {
             case .json: bytes = report.jsonDocument.canonicalBytes + [0x0A]
             case .csv: bytes = Array(report.csv.utf8)
-            case .html: bytes = Array(report.html.utf8)
+            case .html: bytes = Array(report.html(in: displayZone).utf8)
             case .text: bytes = Array(report.text(in: displayZone).utf8)
             }
             let to = try writeOutput(bytes, to: destination)

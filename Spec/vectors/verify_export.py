@@ -1128,6 +1128,7 @@ def check_vectors(checks, here):
     check_derived(checks, v, key, checkpoint)
     check_exporter(checks, v, key)
     check_policy_versions(checks, v, key)
+    check_evidence(checks, v, key)
 
 
 def check_derived(checks, v, key, checkpoint):
@@ -1507,6 +1508,139 @@ def check_policy_versions(checks, v, key):
     checks.check(b["state"] == "outdated" and b["version"] == "1.0" and b["currentVersion"] == "2.0" and not b_active,
                  "policy versions: bob's listing: timeline inactive, required 'outdated' with version 1.0 (agreed) and currentVersion 2.0",
                  json.dumps(b, sort_keys=True))
+
+
+def check_evidence(checks, v, key):
+    """A grant's evidence and why a consent is withheld, in bundles (Spec/export-format.md, The
+    state listing; Spec/ledger-format.md, consent.given and rule 11a): bob's subject bundle of the
+    tiny ledger, whose last grant (seq 9) carries all four evidence members, and derived ledgers
+    re-signed with the test key in which a grant's evidence or an event's members break the
+    format or the rules, exported as the reference would have exported them."""
+    catalog_value = parse_canonical(read_file(v.folder, "catalog.json"))
+    salts = {s["id"]: bytes.fromhex(s["salt"]) for s in json.loads(read_file(v.here, "expected.json"))["subjects"]}
+    bodies = [parse_canonical(line[len(LINE_PREFIX):-(len(SIG_PREFIX) + 130)]) for line in v.lines]
+
+    def resigned(i, **members):
+        """The tiny ledger with event i's members changed (None: removed), chained, linked and
+        signed with the test key: its event lines."""
+        events = [dict(b) for b in bodies]
+        events[i].update(members)
+        events[i] = {k: val for k, val in events[i].items() if val is not None}
+        log, _ = sign_log(events, v.seed)
+        return log.split(b"\n")[:-1]
+
+    def bundle_of(lines, who, like=None):
+        """`who`'s subject bundle of `lines`. A log the exporter cannot replay (an event it cannot
+        read) gets `like`'s bundle of the tiny ledger with every line, proof and the checkpoint
+        replaced by those of `lines`: the same seqs, so the signed statement still holds."""
+        if like is None:
+            return export_subject(lines, who, salts[who], key, v.seed, catalog_value)
+        n, stored = len(lines), build_stored(lines)
+        read = stored.__getitem__
+        o = json.loads(json.dumps(like))
+        o["checkpoint"] = sign_note(Checkpoint(key.name, n, stored_tree_hash(n, read)).text, key, v.seed)
+        for e in [o["genesis"]] + o["events"] + o["catalogVersions"]:
+            e["line"] = lines[e["seq"]].decode("utf-8")
+            e["proof"] = [b64encode(h) for h in stored_inclusion_proof(e["seq"], n, read)]
+        return o
+
+    bob = bundle_of(v.lines, "bob")
+    alice = json.loads(v.read("alice.bundle.json"))
+
+    def consent(bundle, feature, code):
+        f = next(f for f in bundle["state"]["features"] if f["key"] == feature)
+        return next(c for c in f["consents"] if c["code"] == code)
+
+    def verifies(obj):
+        try:
+            verify_bundle(serialize(obj) + b"\n", key)
+        except ExportFailure as f:
+            return False, str(f)
+        return True, "verifies"
+
+    # What the listing says, checked against the bundles (the reference's and this exporter's).
+    b9 = consent(bob, "timeline", "optional-b")
+    checks.check(verifies(bob)[0] and b9["state"] == "given" and "reason" not in b9
+                 and {k: b9.get(k) for k in ("effectiveAt", "channel", "noticeLanguage", "evidence")}
+                 == {"effectiveAt": "2026-01-15T09:00:03.500Z", "channel": "paper", "noticeLanguage": "de", "evidence": "scan-0042"}
+                 and b9["validFrom"] == "2026-01-15T09:00:04.000Z",
+                 "evidence: bob's bundle of the tiny ledger verifies; his timeline optional-b is given from its recorded time 09:00:04 "
+                 "with the grant's four evidence members (effectiveAt 09:00:03.500, paper, de, scan-0042)", json.dumps(b9, sort_keys=True))
+    b8 = consent(bob, "timeline", "required")
+    checks.check(not set(b8) & {"effectiveAt", "channel", "noticeLanguage", "evidence", "reason"},
+                 "evidence: a grant without evidence lists none (bob's timeline required)", json.dumps(b8, sort_keys=True))
+    reasons = {(f["key"], c["code"]): c.get("reason") for f in alice["state"]["features"] for c in f["consents"]}
+    checks.check(reasons == {("medication-management", "required"): "withdrawn", ("medication-management", "optional-a"): "cascade-withdrawn",
+                             ("medication-management", "optional-b"): "never-given", ("timeline", "required"): None,
+                             ("timeline", "optional-a"): None, ("timeline", "optional-b"): None},
+                 "evidence: alice's bundle says why each withheld consent is withheld: required withdrawn, optional-a "
+                 "cascade-withdrawn, optional-b never-given; a given consent has no reason", json.dumps(sorted(reasons.items())))
+    checks.check(all(c.get("reason") == "never-given" and not c["everGiven"] for c in bob["state"]["features"][0]["consents"])
+                 and consent(bob, "timeline", "optional-a")["reason"] == "never-given",
+                 "evidence: bob's consents never given are listed withheld with reason never-given")
+
+    def edit_state(feature, code, **members):
+        def change(o):
+            c = consent(o, feature, code)
+            c.update(members)
+            for k in [k for k, val in c.items() if val is None]:
+                del c[k]
+        return change
+
+    def edited(obj, change):
+        obj = json.loads(json.dumps(obj))
+        change(obj)
+        return obj
+
+    no_evidence = resigned(9, effectiveAt=None, channel=None, noticeLanguage=None, evidence=None)
+    cases = [
+        # The listing compared with the replay.
+        ("bob, the listed channel changed", edited(bob, edit_state("timeline", "optional-b", channel="app")), None, "bundled state differs"),
+        ("bob, the listed evidence reference left out", edited(bob, edit_state("timeline", "optional-b", evidence=None)), None,
+         "bundled state differs"),
+        ("bob, the effective time listed as validFrom", edited(bob, edit_state("timeline", "optional-b", validFrom="2026-01-15T09:00:03.500Z")),
+         None, "bundled state differs"),
+        ("bob, evidence listed on a grant that has none", edited(bob, edit_state("timeline", "required", channel="paper")), None,
+         "bundled state differs"),
+        ("alice, a cascade listed as her own withdrawal", edited(alice, edit_state("medication-management", "optional-a", reason="withdrawn")),
+         None, "bundled state differs"),
+        ("alice, a withdrawal listed as never given", edited(alice, edit_state("medication-management", "required", reason="never-given")),
+         None, "bundled state differs"),
+        ("alice, a never-given consent listed without its reason", edited(alice, edit_state("medication-management", "optional-b", reason=None)),
+         None, "bundled state differs"),
+        # Ledgers re-signed with the test key.
+        ("bob, the last grant without evidence (allowed)", bundle_of(no_evidence, "bob"), None, None),
+        ("bob, the last grant with an unknown channel", bundle_of(resigned(9, channel="fax"), "bob", like=bob), 9,
+         "malformed event: member 'channel' must be one of app, portal, paper, phone, clinician"),
+        ("all, the last grant with an unknown channel", export_all(resigned(9, channel="fax"), key, v.seed, catalog_value), 9,
+         "malformed event: member 'channel' must be one of app, portal, paper, phone, clinician"),
+        ("bob, a notice language that is not a BCP 47 tag", bundle_of(resigned(9, noticeLanguage="deutsch-deutschland"), "bob", like=bob), 9,
+         "malformed event: notice language 'deutsch-deutschland' is not a BCP 47 language tag"),
+        ("bob, an effective time after the recorded time", bundle_of(resigned(9, effectiveAt="2026-01-15T09:00:04.001Z"), "bob", like=bob), 9,
+         "replay: consent 'optional-b' of 'timeline' has an effective time after the time it was recorded"),
+        ("all, an effective time after the recorded time",
+         export_all(resigned(9, effectiveAt="2026-01-15T09:00:04.001Z"), key, v.seed, catalog_value), 9,
+         "replay: consent 'optional-b' of 'timeline' has an effective time after the time it was recorded"),
+        ("bob, an effective time before his previous event about the feature",
+         bundle_of(resigned(9, effectiveAt="2026-01-15T09:00:02.999Z"), "bob", like=bob), 9,
+         "replay: consent 'optional-b' of 'timeline' has an effective time before the subject's previous event about 'timeline'"),
+        ("alice, evidence on her withdrawal (seq 6)", bundle_of(resigned(6, evidence="scan-0042"), "alice", like=alice), 6,
+         "malformed event: member 'evidence' does not belong to a 'consent.revoked' event"),
+        ("all, evidence on alice's withdrawal (seq 6)", export_all(resigned(6, evidence="scan-0042"), key, v.seed, catalog_value), 6,
+         "malformed event: member 'evidence' does not belong to a 'consent.revoked' event"),
+    ]
+    for name, obj, seq, reason in cases:
+        def run(obj=obj, seq=seq, reason=reason):
+            try:
+                r = verify_bundle(serialize(obj) + b"\n", key)
+            except ExportFailure as f:
+                return reason is not None and reason in f.reason and f.seq == seq, str(f)
+            return reason is None, describe_report(r)
+        checks.run("evidence: %s %s" % (name, "verifies" if reason is None else "fails: %s%s" % (
+            "" if seq is None else "seq %d, " % seq, reason)), run)
+    plain = consent(bundle_of(no_evidence, "bob"), "timeline", "optional-b")
+    checks.check(not set(plain) & {"effectiveAt", "channel", "noticeLanguage", "evidence", "reason"},
+                 "evidence: without evidence on the grant, the listing has no evidence member", json.dumps(plain, sort_keys=True))
 
 
 def read_key_argument(argument):

@@ -408,6 +408,7 @@ def check_vectors(checks, here):
     check_log(checks, v, key)
     check_prover(checks, v, key)
     check_derived(checks, v, key)
+    check_evidence(checks, v, key)
 
 
 def check_log(checks, v, key):
@@ -673,6 +674,103 @@ def check_derived(checks, v, key):
             return "as its stream's previous event, but that is seq 12" in str(f), str(f)
         return False, "verified"
     checks.run("key holder: verifying that whole log refuses seq 13's link (ledger-format.md, Verifying, step 5, item 8)", whole_log)
+
+
+def check_evidence(checks, v, key):
+    """A grant's evidence and why a consent is withheld, in state proofs (Spec/export-format.md,
+    The state listing; Spec/ledger-format.md, consent.given and rule 11a): bob's proof, whose seq
+    9 carries all four evidence members, as of times around them; and the 12-line log re-signed
+    with the test key with a grant's evidence or an event's members breaking the format or the
+    rules, proved as a key holder would."""
+    lines, seed = v.lines, v.seed
+    bob = json.loads(v.read("bob.state.json"))
+    bodies = [parse_canonical(line[len(LINE_PREFIX):-(len(SIG_PREFIX) + 130)]) for line in lines]
+
+    def resigned(i, **members):
+        """The 12-line log with event i's members changed (None: removed), chained, linked and
+        signed with the test key."""
+        events = [dict(b) for b in bodies]
+        events[i].update(members)
+        events[i] = {k: val for k, val in events[i].items() if val is not None}
+        return sign_log(events, seed)[0].split(b"\n")[:-1]
+
+    def prove(who, log=None, at=None, strict=True):
+        log = log or lines
+        return prove_state(log, who, v.salts[who], key, head_note(log, key, seed), v.catalog_value, at, strict)
+
+    def relined(proof, log):
+        """`proof` (of the 12 vector lines) with every line, inclusion proof and the checkpoint
+        replaced by those of `log`: the same seqs and streams, so the map proofs still hold. For a
+        log the prover cannot read (an event it cannot decode)."""
+        n, stored = len(log), build_stored(log)
+        o = json.loads(json.dumps(proof))
+        o["checkpoint"] = head_note(log, key, seed)
+        for e in [o["genesis"], o["last"]] + o["events"] + o["catalogVersions"]:
+            e["line"] = log[e["seq"]].decode("utf-8")
+            e["proof"] = [b64encode(h) for h in stored_inclusion_proof(e["seq"], n, stored.__getitem__)]
+        return file_bytes(o)
+
+    def optional_b(listing):
+        return next(c for f in listing if f["key"] == "timeline" for c in f["consents"] if c["code"] == "optional-b")
+
+    evidence = {"effectiveAt": "2026-01-15T09:00:03.500Z", "channel": "paper", "noticeLanguage": "de", "evidence": "scan-0042"}
+    b9 = optional_b(bob["state"]["features"])
+    checks.check({k: b9.get(k) for k in evidence} == evidence and b9["validFrom"] == "2026-01-15T09:00:04.000Z" and "reason" not in b9,
+                 "evidence: bob.state.json lists timeline optional-b given from its recorded time 09:00:04 with the grant's four "
+                 "evidence members", json.dumps(b9, sort_keys=True))
+    never = [c for f in bob["state"]["features"] for c in f["consents"] if not c["everGiven"]]
+    checks.check(len(never) == 4 and all(c["reason"] == "never-given" and c["state"] == "withheld" for c in never),
+                 "evidence: bob.state.json lists his four consents never given as withheld with reason never-given")
+
+    def run(name, data, ok=True, reason=None, seq=None, extra=None):
+        def fn():
+            result, detail = outcome_check(data, key, ok, reason, seq)
+            if result and extra is not None:
+                r = verify_state(data, key)
+                result, detail = extra(r), json.dumps(optional_b(r.listing), sort_keys=True)
+            return result, detail
+        checks.run("evidence: %s %s" % (name, "verifies" if ok else "fails: %s%s" % ("" if seq is None else "seq %d, " % seq, reason)), fn)
+
+    # As of a time: the replay stops by the recorded 'at', never by the effective time.
+    run("bob as of 09:00:03.750, after seq 9's effective time (09:00:03.500), before its recorded time (09:00:04): optional-b "
+        "never given", file_bytes(prove("bob", at="2026-01-15T09:00:03.750Z")),
+        extra=lambda r: [e.seq for e in r.events] == [8] and optional_b(r.listing)["reason"] == "never-given"
+        and "effectiveAt" not in optional_b(r.listing))
+    run("bob as of 09:00:04.000: optional-b given, from 09:00:04, with its evidence", file_bytes(prove("bob", at="2026-01-15T09:00:04.000Z")),
+        extra=lambda r: optional_b(r.listing)["validFrom"] == "2026-01-15T09:00:04.000Z" and optional_b(r.listing)["channel"] == "paper")
+    bob_proof = prove("bob")
+    cases = [
+        ("bob, the evidence reference changed in the state", edited_bytes(bob_proof, lambda o: optional_b(o["state"]["features"]).update(
+            evidence="scan-0043")), False, "the proof's state differs from the replay of its events", None),
+        ("bob, the grant's effective time listed as validFrom", edited_bytes(bob_proof, lambda o: optional_b(o["state"]["features"]).update(
+            validFrom="2026-01-15T09:00:03.500Z")), False, "the proof's state differs from the replay of its events", None),
+        ("bob, a never-given consent listed as withdrawn", edited_bytes(bob_proof, lambda o: o["state"]["features"][0]["consents"][0].update(
+            reason="withdrawn")), False, "the proof's state differs from the replay of its events", None),
+        ("bob, the last grant without evidence, re-signed (allowed)",
+         file_bytes(prove("bob", log=resigned(9, effectiveAt=None, channel=None, noticeLanguage=None, evidence=None))), True, None, None),
+        ("bob, the last grant with an unknown channel, re-signed", relined(bob_proof, resigned(9, channel="fax")), False,
+         "malformed event: member 'channel' must be one of app, portal, paper, phone, clinician", 9),
+        ("bob, an evidence reference with a trailing space, re-signed", relined(bob_proof, resigned(9, evidence="scan-0042 ")), False,
+         "malformed event: the evidence reference has leading or trailing spaces", 9),
+        ("bob, an effective time after the recorded time, re-signed",
+         file_bytes(prove("bob", log=resigned(9, effectiveAt="2026-01-15T09:00:04.001Z"), strict=False)), False,
+         "replay: consent 'optional-b' of 'timeline' has an effective time after the time it was recorded", 9),
+        ("bob, an effective time before his previous event about the feature, re-signed",
+         file_bytes(prove("bob", log=resigned(9, effectiveAt="2026-01-15T09:00:02.999Z"), strict=False)), False,
+         "replay: consent 'optional-b' of 'timeline' has an effective time before the subject's previous event about 'timeline'", 9),
+        ("alice, evidence on her withdrawal (seq 6), re-signed", relined(prove("alice"), resigned(6, evidence="scan-0042")), False,
+         "malformed event: member 'evidence' does not belong to a 'consent.revoked' event", 6),
+        ("alice, a channel on the publication (seq 10), re-signed", relined(prove("alice"), resigned(10, channel="app")), False,
+         "malformed event: member 'channel' does not belong to a 'catalog.published' event", 10),
+    ]
+    for name, data, ok, reason, seq in cases:
+        run(name, data, ok, reason, seq)
+
+
+def edited_bytes(proof, change):
+    o = json.loads(json.dumps(proof))
+    change(o)
+    return file_bytes(o)
 
 
 def check_file(checks, path, key_argument):

@@ -726,6 +726,8 @@ STREAM_MEMBERS = {"streamPrev", "streamRoot"}
 EVIDENCE_MEMBERS = {"effectiveAt", "channel", "noticeLanguage", "evidence"}
 CHANNELS = ("app", "portal", "paper", "phone", "clinician")
 EVIDENCE_MAX_BYTES = 512
+ASCII_LETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+ASCII_DIGITS = frozenset("0123456789")
 FORMAT_VERSIONS = (1, 2)
 JSON_MEMBERS = {"document", "notices"}  # any canonical JSON value, checked after the scan
 COMMON = {"v", "seq", "at", "actor", "cmd", "cmdSize", "prev", "kid", "type"}
@@ -909,8 +911,10 @@ def is_language_tag(tag):
     """The shape of a BCP 47 tag: a primary subtag of 2-8 ASCII letters, then subtags of 1-8 ASCII
     letters or digits, joined by '-' (the IANA registry is not consulted)."""
     parts = tag.split("-")
-    ascii_alpha = lambda t: all("a" <= c.lower() <= "z" for c in t)
-    ascii_alnum = lambda t: all("a" <= c.lower() <= "z" or "0" <= c <= "9" for c in t)
+    # ASCII only, compared as code points: str.isalpha or lower() would let in letters such as
+    # U+212A KELVIN SIGN, whose lowercase is the ASCII 'k'.
+    ascii_alpha = lambda t: all(c in ASCII_LETTERS for c in t)
+    ascii_alnum = lambda t: all(c in ASCII_LETTERS or c in ASCII_DIGITS for c in t)
     return 2 <= len(parts[0]) <= 8 and ascii_alpha(parts[0]) and all(1 <= len(t) <= 8 and ascii_alnum(t) for t in parts[1:])
 
 
@@ -3014,6 +3018,27 @@ def check_resigned(checks, here):
             del events[i][member]
         return change
 
+    def remove_all(i, *members):
+        def change(events):
+            for member in members:
+                events[i].pop(member, None)
+        return change
+
+    def effective_from(*seqs, at):
+        def change(events):
+            for i in seqs:
+                events[i]["effectiveAt"] = at
+        return change
+
+    def alice_regrant(effective):
+        """Appends a command (seq 10) in which alice gives medication-management's required
+        consent again, after its withdrawal at 09:00:02, with the given effective time."""
+        def change(events):
+            b = {k: v for k, v in bodies[1].items() if k not in ("prev", "streamPrev", "streamRoot")}
+            b.update(seq=len(events), cmd=len(events), cmdSize=1, at="2026-01-15T09:00:05.000Z", effectiveAt=effective)
+            events.append(b)
+        return change
+
     alice = bodies[1]["subject"]
 
     def alice_timeline(*revocations, **members):
@@ -3096,6 +3121,22 @@ def check_resigned(checks, here):
          "effective time before the subject's previous event about 'timeline'"),
         ("an effective time that is not a canonical time", edit(9, effectiveAt="2026-01-15T09:00:03Z"), 10, "member 'effectiveAt' is not a canonical UTC time"),
         ("evidence on a withdrawal", edit(6, evidence="scan-1"), 7, "member 'evidence' does not belong to a 'consent.revoked' event"),
+        ("an effective time on a cascade", edit(7, effectiveAt="2026-01-15T09:00:02.000Z"), 8,
+         "member 'effectiveAt' does not belong to a 'consent.revoked' event"),
+        ("a channel on the genesis event", edit(0, channel="app"), 1, "member 'channel' does not belong to a 'ledger.created' event"),
+        ("an effective time equal to the recorded time (allowed)", edit(9, effectiveAt="2026-01-15T09:00:04.000Z"), None, None),
+        ("an effective time equal to the time of the subject's previous event about the feature (allowed)",
+         edit(9, effectiveAt="2026-01-15T09:00:03.000Z"), None, None),
+        ("no evidence at all on the last grant (allowed)", remove_all(9, "effectiveAt", "channel", "noticeLanguage", "evidence"), None, None),
+        ("bob's first grant effective before alice's events about the feature (another subject's events do not count: allowed)",
+         edit(8, effectiveAt="2026-01-15T09:00:00.500Z"), None, None),
+        ("a command of three grants effective before the subject's earlier command about another feature, and before "
+         "the recorded time of its own first event (neither counts: allowed)", effective_from(3, 4, 5, at="2026-01-15T09:00:00.500Z"), None, None),
+        ("a re-grant effective between the subject's two earlier commands about the feature (only the latest counts)",
+         alice_regrant("2026-01-15T09:00:01.500Z"), 11, "consent 'required' of 'medication-management' has an effective time before "
+         "the subject's previous event about 'medication-management'"),
+        ("a re-grant effective at the subject's latest earlier command about the feature (allowed)",
+         alice_regrant("2026-01-15T09:00:02.000Z"), None, None),
         ("genesis pinning another catalogue", edit(0, catalog="00" * 32), 1, "catalogue's SHA-256 differs"),
         ("a second genesis event", second_genesis, 10, "genesis event can only be the first"),
         ("a command that does not start at its own seq", edit(9, cmd=8, cmdSize=2), 10, "must start at its own seq"),
@@ -3238,6 +3279,121 @@ def check_resigned(checks, here):
                 return str(e) == message, str(e)
             return False, "accepted"
         checks.run("body reader: %s" % message.replace("\u00e9", "<U+00E9>"), run_raw)
+
+
+def check_evidence(checks, here):
+    """A grant's evidence (Spec/ledger-format.md, consent.given, Reading a body 2.3 and 2.5): the
+    body reader on the tiny ledger's last event (seq 9, which carries all four members) with the
+    members changed, and the replay rule 11a on decoded events. The bodies need no signature here:
+    the reader is given them directly (check_resigned re-signs whole ledgers)."""
+    folder = os.path.join(here, "tiny-ledger")
+    lines = event_lines(read_file(folder, "ledger.jsonl"))
+    bodies = [parse_canonical(line[len(LINE_PREFIX):-(len(SIG_PREFIX) + 130)]) for line in lines]
+    grant, withdrawal = bodies[9], bodies[6]
+    e = decode_line(lines[9])
+    checks.check(e.evidence == {"effectiveAt": "2026-01-15T09:00:03.500Z", "channel": "paper", "noticeLanguage": "de", "evidence": "scan-0042"},
+                 "evidence: the tiny ledger's seq 9 carries effectiveAt 09:00:03.500, channel paper, notice language de, evidence scan-0042",
+                 json.dumps(e.evidence, sort_keys=True))
+    checks.check(all(decode_line(line).evidence == {} for line in lines[1:9] if decode_line(line).type == "consent.given"),
+                 "evidence: the tiny ledger's other grants carry none")
+
+    def without(body, *members):
+        return {k: v for k, v in body.items() if k not in members}
+    tag = "notice language '%s' is not a BCP 47 language tag (such as 'de' or 'en-GB')"
+    cases = [(dict(grant, channel=c), None) for c in CHANNELS] + [
+        (dict(grant, channel="fax"), "member 'channel' must be one of app, portal, paper, phone, clinician"),
+        (dict(grant, channel="Paper"), "member 'channel' must be one of app, portal, paper, phone, clinician"),
+        (dict(grant, channel=""), "member 'channel' must be one of app, portal, paper, phone, clinician"),
+        (dict(grant, channel=1), "member 'channel' must be a string"),
+        (dict(grant, channel="fax", noticeLanguage="x", evidence=""), "member 'channel' must be one of app, portal, paper, phone, clinician"),
+    ] + [(dict(grant, noticeLanguage=t), None) for t in ("en-GB", "zh-Hant-TW", "sr-Latn-RS", "de-CH-1996", "abcdefgh", "EN", "es-419")] + [
+        (dict(grant, noticeLanguage=t), tag % t) for t in (
+            "", "d", "abcdefghi", "1de", "de-", "-de", "de--CH", "de_DE", "de-123456789", "x-private", "de CH",
+            "\u212ade", "\u0130t", "de-\u0661", "d\u00e9")] + [
+        (dict(grant, noticeLanguage="x", evidence=""), tag % "x"),
+        (dict(grant, noticeLanguage=None), "member 'noticeLanguage' must be a string"),
+    ] + [(dict(grant, evidence=r), None) for r in ("a", "scan 42", "\u00a0scan\u00a0", "\u00e9" * 256, "x" * 512, "\u2028")] + [
+        (dict(grant, evidence=""), "the evidence reference is empty"),
+        (dict(grant, evidence="x" * 513), "the evidence reference is longer than 512 bytes"),
+        (dict(grant, evidence="x" * 511 + "\u00e9"), "the evidence reference is longer than 512 bytes"),
+    ] + [(dict(grant, evidence=r), "the evidence reference contains a control character")
+         for r in ("a\tb", "a\nb", "\u0000", "a\u001f", "a\u007f", "a\u0080", "a\u0085", "a\u009f")] + [
+        (dict(grant, evidence=" scan-0042"), "the evidence reference has leading or trailing spaces"),
+        (dict(grant, evidence="scan-0042 "), "the evidence reference has leading or trailing spaces"),
+        (dict(grant, evidence=" "), "the evidence reference has leading or trailing spaces"),
+        (dict(grant, evidence=["scan"]), "member 'evidence' must be a string"),
+        (dict(grant, effectiveAt="2026-01-15T09:00:03.5Z"), "member 'effectiveAt' is not a canonical UTC time like 2026-01-31T08:00:00.000Z"),
+        (dict(grant, effectiveAt="2026-01-15T09:00:03.500+00:00"),
+         "member 'effectiveAt' is not a canonical UTC time like 2026-01-31T08:00:00.000Z"),
+        (dict(grant, effectiveAt=1768467603500), "member 'effectiveAt' is not a canonical UTC time like 2026-01-31T08:00:00.000Z"),
+        # Reading a body, 2.3: on another type an evidence member does not belong, whatever its value.
+        (dict(withdrawal, evidence="scan-0042"), "member 'evidence' does not belong to a 'consent.revoked' event"),
+        (dict(withdrawal, channel="fax"), "member 'channel' does not belong to a 'consent.revoked' event"),
+        (dict(withdrawal, effectiveAt="2026-01-15T09:00:01.000Z", noticeLanguage="de"),
+         "member 'effectiveAt' does not belong to a 'consent.revoked' event"),
+        (dict(bodies[7], noticeLanguage="de"), "member 'noticeLanguage' does not belong to a 'consent.revoked' event"),
+        (dict(bodies[0], evidence="scan-0042"), "member 'evidence' does not belong to a 'ledger.created' event"),
+        (dict(without(grant, "streamPrev", "streamRoot"), v=1), None),  # allowed in format 1 too
+    ]
+
+    def spelt(value, short=True):
+        """A value for a check's name: printable ASCII, a long string shortened."""
+        if short and isinstance(value, str) and len(value) > 32:
+            return "%s (%d UTF-8 bytes)" % (spelt(value[:2] + "\u2026" + value[-2:]), len(value.encode("utf-8")))
+        return "".join(c if 0x20 <= ord(c) < 0x7F else "<U+%04X>" % ord(c) for c in json.dumps(value, ensure_ascii=False))
+    for body, message in cases:
+        changed = {k: v for k, v in body.items() if k in EVIDENCE_MEMBERS and v != grant.get(k)}
+        label = ", ".join("%s %s" % (k, spelt(v)) for k, v in sorted(changed.items()))
+        if body.get("type") != "consent.given":
+            label = "%s on a %s" % (label or ", ".join(sorted(EVIDENCE_MEMBERS & set(body))), body["type"])
+        elif body.get("v") == 1:
+            label = "all four in a format-1 event"
+
+        def run(body=body, message=message):
+            data = serialize(body)
+            try:
+                read_body(data)
+            except DecodeError as err:
+                return message is not None and str(err) == message, str(err)
+            return message is None, "accepted"
+        checks.run("evidence: body reader, %s: %s" % (label or "unchanged", "accepted" if message is None else "refused (%s)" % spelt(message, False)[1:-1]), run)
+
+    # Rule 11a on the decoded events of the tiny ledger: evidence is never a rule input.
+    catalog, _ = decode_catalog(parse_canonical(read_file(folder, "catalog.json")))
+
+    def replay(changes):
+        """Bob's two commands (seq 8 and 9) with members changed, applied to a fresh subject
+        replay; the Violation's reason, or None."""
+        state = SubjectState()
+        try:
+            for i in (8, 9):
+                b = dict(bodies[i], **changes.get(i, {}))
+                for k in [k for k, v in b.items() if v is None]:
+                    del b[k]
+                state.apply(read_body(serialize(b)), catalog)
+        except Violation as v:
+            return "seq %d: %s" % (v.seq, v.reason), state
+        return None, state
+    rule_cases = [
+        ({}, None),
+        ({9: {"effectiveAt": "2026-01-15T09:00:04.001Z"}}, "seq 9: consent 'optional-b' of 'timeline' has an effective time after the time it was recorded"),
+        ({9: {"effectiveAt": "2026-01-15T09:00:02.999Z"}},
+         "seq 9: consent 'optional-b' of 'timeline' has an effective time before the subject's previous event about 'timeline'"),
+        ({8: {"effectiveAt": "2026-01-15T09:00:03.001Z"}}, "seq 8: consent 'required' of 'timeline' has an effective time after the time it was recorded"),
+        ({8: {"effectiveAt": "2000-01-01T00:00:00.000Z"}}, None),
+        ({9: {"effectiveAt": "2026-01-15T09:00:03.000Z"}}, None),
+        ({9: {"effectiveAt": "2026-01-15T09:00:04.000Z"}}, None),
+    ]
+    for changes, reason in rule_cases:
+        def run_rule(changes=changes, reason=reason):
+            got, state = replay(changes)
+            if got is None and reason is None:
+                # Evidence, never a rule input: the grant is valid from its recorded time.
+                status = state.status(2, "optional-b")
+                return status[3] == bodies[9]["at"], "optional-b valid from %s" % status[3]
+            return got == reason, got or "accepted"
+        what = ", ".join("seq %d effectiveAt %s" % (i, c["effectiveAt"]) for i, c in sorted(changes.items())) or "unchanged"
+        checks.run("evidence: rule 11a, bob's grants, %s: %s" % (what, "accepted" if reason is None else "refused (%s)" % reason), run_rule)
 
 
 def policy_cases(bodies, catalog_bytes):
@@ -3771,6 +3927,7 @@ def main(argv):
         self_tests(checks)
         check_vectors(checks, here)
         check_resigned(checks, here)
+        check_evidence(checks, here)
         check_policy_versions(checks, here)
         check_derived_files(checks, here)
         check_subject_map(checks, here)

@@ -97,3 +97,13 @@ import Testing
         #expect(throws: ReplayViolation.self) { try ledger.replay.apply(forged) }
     }
 }
+
+/// Regression: a space hidden in a larger character (a combining mark after it, or a prepended
+/// character before it) was not seen as a leading or trailing space, so such a reference was
+/// written although the format refuses it.
+@Suite struct EvidenceSpaceRegressionTests {
+    @Test(arguments: [" \u{301}abc", "abc\u{600} "])
+    func aSpaceInsideALargerCharacterIsStillASpace(reference: String) {
+        #expect(GrantEvidence(reference: reference).problem == "the evidence reference has leading or trailing spaces")
+    }
+}

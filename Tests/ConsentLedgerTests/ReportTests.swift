@@ -114,8 +114,8 @@ import Testing
         #expect(LedgerReport.csvField("a,\"b\"") == "\"a,\"\"b\"\"\"")
         #expect(report.text.contains("Subjects with outdated consents (1)"))
         let html = report.html
-        #expect(html.contains("<svg class=\"timeline\"") && html.contains("size \(report.checkpoint.size)"))
-        #expect(!html.contains("<script src") && !html.contains("<link"))
+        #expect(html.contains("<svg class=\"chart\"") && html.contains("size \(report.checkpoint.size)"))
+        #expect(!html.contains("<script src") && !html.contains("<link") && !html.contains("url(") && html.contains("default-src 'none'"))
     }
 
     /// The state at T equals replaying exactly the events up to T (with catalogue versions).
@@ -162,5 +162,32 @@ import Testing
             else { field.append(c) }
         }
         return rows
+    }
+
+    /// The HTML report a DPO reads at a glance: one chart, one time axis for every subject,
+    /// markers of every event type, the cascade linked to its cause, policy changes across the
+    /// chart, versions on the bars, a card per subject, the legend before the chart.
+    @Test func theHTMLReportHasOneSharedAxisMarkersAndALegendFirst() throws {
+        let (ledger, path) = try Self.scenario("report-html")
+        defer { removeFolder(path) }
+        try ledger.execute(LedgerCommand(subjectID: "<script>alert(1)</script>", request: .give(feature: "timeline", consents: ["required"])))
+        let report = try ledger.auditReport(ReportScope())
+        let html = report.html
+        func count(_ needle: String) -> Int { html.components(separatedBy: needle).count - 1 }
+        #expect(count("<svg class=\"chart\"") == 1, "one chart, so one axis")
+        #expect(count("<g class=\"axis\">") == 1)
+        let kinds = report.report.entries.filter { $0.kind != .policy }.map(\.kind.rawValue)
+        for kind in Set(kinds) { #expect(count("<g class=\"marker \(kind)\">") == kinds.filter { $0 == kind }.count, "\(kind)") }
+        #expect(count("<g class=\"policy-line\">") == report.report.entries.filter { $0.kind == .policy }.count)
+        #expect(count("class=\"cause-link\"") == report.report.entries.filter { $0.kind == .cascade }.count)
+        #expect(count("<g class=\"bar\">") == report.report.intervals.count)
+        #expect(html.contains(">v2.0</text>") || html.contains(">v1.0</text>"), "versions on the bars")
+        #expect(count("<article class=\"card\">") == report.report.subjects.count)
+        let legend = try #require(html.range(of: "id=\"legend\"")), chart = try #require(html.range(of: "id=\"timeline\""))
+        #expect(legend.lowerBound < chart.lowerBound)
+        #expect(!html.contains("<script>alert(1)</script>") && html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"), "data is text, not markup")
+        // Cards in subject-id order, not pseudonym order.
+        let cardNames = html.components(separatedBy: "<article class=\"card\"><h3>").dropFirst().map { String($0.prefix { $0 != "<" }) }
+        #expect(cardNames == cardNames.sorted())
     }
 }

@@ -101,23 +101,52 @@ try:
     page = open(html).read()
     check("HTML: self-contained (no external script, style, image or font)",
           not re.search(r'<script[^>]+src=|<link\b|<img\b|@import|url\(', page))
+    check("HTML: the page forbids every fetch itself (Content-Security-Policy default-src 'none')",
+          "default-src 'none'" in page and not re.search(r"fetch\(|XMLHttpRequest|src=", page))
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         check("HTML: chromium is installed", False, "install Debian's chromium (make test does)")
     else:
         flags = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run"]
-        dom = subprocess.run([chromium, *flags, "--dump-dom", "file://" + html], capture_output=True, text=True, timeout=120).stdout
-        body = re.search(r"<body([^>]*)>", dom)
-        attrs = dict(re.findall(r'(data-[a-z]+)="([^"]*)"', body.group(1))) if body else {}
+
+        def rendered(url):
+            dom = subprocess.run([chromium, *flags, "--dump-dom", url], capture_output=True, text=True, timeout=120).stdout
+            body = re.search(r"<body([^>]*)>", dom)
+            return dom, (dict(re.findall(r'(data-[a-z-]+)="([^"]*)"', body.group(1))) if body else {})
+
+        dom, attrs = rendered("file://" + html)
+        entries = [e for e in json.loads(run("report", "--format", "json").stdout)["events"]]
         check("HTML: the page loaded and its script ran in chromium", attrs.get("data-rendered") == "ok", str(attrs))
         check("HTML: no script errors", attrs.get("data-errors", "missing") == "", attrs.get("data-errors", "missing"))
-        check("HTML: the timeline charts are drawn", int(attrs.get("data-charts", "0")) >= 2 and int(attrs.get("data-bars", "0")) >= 4, str(attrs))
+        check("HTML: one chart, one time axis shared by every subject", attrs.get("data-axis") == "shared"
+              and dom.count('<svg class="chart"') == 1 and dom.count('<g class="axis">') == 1, str(attrs))
+        check("HTML: a marker for every subject event", int(attrs.get("data-markers", "0")) == len([e for e in entries if e["type"] != "policy-change"]), str(attrs))
+        for kind in ["given", "re-consent", "withdrawn", "cascade-withdrawn"]:
+            check("HTML: %s events have their marker" % kind, dom.count('class="marker %s"' % kind) == len([e for e in entries if e["type"] == kind]))
+        check("HTML: the policy change is a line across the chart", int(attrs.get("data-policy-lines", "0")) == 1)
+        check("HTML: the cascade is linked to its cause", int(attrs.get("data-cause-links", "0")) == len([e for e in entries if e["type"] == "cascade-withdrawn"]))
+        check("HTML: the policy versions are on the bars", re.search(r'<text [^>]*class="version"[^>]*>v[0-9.]+</text>', dom) is not None)
+        check("HTML: the legend comes before the chart", 0 <= int(attrs.get("data-legend-position", "-1")) < int(attrs.get("data-chart-position", "-1")), str(attrs))
+        check("HTML: a summary card per subject", int(attrs.get("data-cards", "0")) == 2)
+        check("HTML: the event table lists every event, by seq", int(attrs.get("data-table-rows", "0")) == len(entries) and attrs.get("data-first-row") == "1")
+        _, sorted_attrs = rendered("file://" + html + "#sort=0:desc")
+        check("HTML: the event table sorts in the browser (seq, descending)", sorted_attrs.get("data-first-row") == str(entries[-1]["seq"]), str(sorted_attrs))
+        _, filtered = rendered("file://" + html + "#filter=bob&type=given")
+        check("HTML: the event table filters in the browser (subject and type)",
+              int(filtered.get("data-table-rows", "-1")) == len([e for e in entries if e.get("subject") == "bob" and e["type"] == "given"]), str(filtered))
         png = os.path.join(work, "report.png")
-        subprocess.run([chromium, *flags, "--window-size=1100,1400", "--screenshot=" + png, "file://" + html], capture_output=True, timeout=120)
+        subprocess.run([chromium, *flags, "--window-size=1200,1600", "--screenshot=" + png, "file://" + html], capture_output=True, timeout=120)
         check("HTML: chromium renders it to a PNG", os.path.exists(png) and os.path.getsize(png) > 10000,
               str(os.path.getsize(png)) if os.path.exists(png) else "no file")
         if os.environ.get("REPORT_PNG"):
             shutil.copy(png, os.environ["REPORT_PNG"])
+
+        # The patient's page: in their language, self-contained.
+        patient = os.path.join(work, "alice.html")
+        run("export", "--subject", "alice", "--format", "html", "--lang", "de", "--out", patient)
+        pdom, _ = rendered("file://" + patient)
+        check("HTML: the patient's page renders in German with what was consented to",
+              'lang="de"' in pdom and "Ihre Einwilligungen" in pdom and "erteilt" in pdom)
 
     # CSV parses back and agrees with JSON ----------------------------------------------------
     rows = list(csv.DictReader(io.StringIO(run("report", "--format", "csv").stdout)))

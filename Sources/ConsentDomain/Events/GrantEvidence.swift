@@ -46,7 +46,7 @@ public struct GrantEvidence: Hashable, Sendable {
             if ref.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F || (0x80...0x9F).contains($0.value) }) {
                 return "the evidence reference contains a control character"
             }
-            if ref.first == " " || ref.last == " " { return "the evidence reference has leading or trailing spaces" }
+            if ref.unicodeScalars.first == " " || ref.unicodeScalars.last == " " { return "the evidence reference has leading or trailing spaces" }
         }
         return nil
     }
