@@ -137,6 +137,19 @@ extension LedgerReport {
     /// actor, note) with "…" to fit.
     public static let textWidth = 100
 
+    /// The report's scope for people: "subject alice, from 01.01.2026 00:00", or "everything".
+    func scopeDescription(in zone: ZoneRules) -> String {
+        let s = report.scope
+        var parts: [String] = []
+        if let ref = s.subject { parts.append("subject \(subjectID(ref))") }
+        if let f = s.feature { parts.append("feature \(featureKey(f))") }
+        if let t = s.from { parts.append("from \(t.dayMonthYearTime(in: zone))") }
+        if let t = s.to { parts.append("to \(t.dayMonthYearTime(in: zone))") }
+        if let t = s.asOf { parts.append("as recorded at \(t.dayMonthYearTime(in: zone))") }
+        if let a = s.actor { parts.append("actor \(a)") }
+        return parts.isEmpty ? "everything" : parts.joined(separator: ", ")
+    }
+
     /// Aligned tables for the terminal, at most ``textWidth`` columns wide, times in UTC.
     public var text: String { text(in: .utc) }
 
@@ -145,14 +158,7 @@ extension LedgerReport {
         let r = report
         var out = "Audit report of \(ledgerName)\n"
         out += "Checkpoint size \(checkpoint.size), root \(Base64.encode(checkpoint.root.bytes))\n"
-        var scope: [String] = []
-        if let s = r.scope.subject { scope.append("subject \(subjectID(s))") }
-        if let f = r.scope.feature { scope.append("feature \(featureKey(f))") }
-        if let t = r.scope.from { scope.append("from \(t.dayMonthYearTime(in: zone))") }
-        if let t = r.scope.to { scope.append("to \(t.dayMonthYearTime(in: zone))") }
-        if let t = r.scope.asOf { scope.append("as recorded at \(t.dayMonthYearTime(in: zone))") }
-        if let a = r.scope.actor { scope.append("actor \(a)") }
-        out += "Scope: " + (scope.isEmpty ? "everything" : scope.joined(separator: ", ")) + " (times in \(zone.name))\n"
+        out += "Scope: " + scopeDescription(in: zone) + " (times in \(zone.name))\n"
         out += "\nEvents (\(r.entries.count))\n"
         out += TextTable(header: ["SEQ", "AT", "TYPE", "SUBJECT", "CONSENT", "ACTOR", "NOTE"], rows: r.entries.map { e in
             var note: [String] = []

@@ -47,17 +47,10 @@ extension LedgerReport {
         var sections: [String] = []
 
         // Header.
-        var scope: [String] = []
-        if let s = r.scope.subject { scope.append("subject \(subjectID(s))") }
-        if let f = r.scope.feature { scope.append("feature \(featureKey(f))") }
-        if let t = r.scope.from { scope.append("from \(time(t))") }
-        if let t = r.scope.to { scope.append("to \(time(t))") }
-        if let t = r.scope.asOf { scope.append("as recorded at \(time(t))") }
-        if let a = r.scope.actor { scope.append("actor \(a)") }
         sections.append("""
             <header><h1>Consent audit report</h1>
             <p>Ledger <b>\(ledgerName.htmlEscaped)</b> at checkpoint <b>size \(checkpoint.size)</b>, root <code>\(root)</code>. \
-            Scope: \((scope.isEmpty ? "everything" : scope.joined(separator: ", ")).htmlEscaped). Times in \(zone.name.htmlEscaped).</p>
+            Scope: \(scopeDescription(in: zone).htmlEscaped). Times in \(zone.name.htmlEscaped).</p>
             <p class="verify">Check it: <code>consentctl verify</code> on the ledger, or an export of a subject with \
             <code>consentctl verify-export FILE --key KEY</code>, KEY being the ledger's verifier key; a checkpoint of this size must show this root.</p></header>
             """)
