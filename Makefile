@@ -11,7 +11,7 @@ PG_BUILD := --traits PostgreSQL --scratch-path .build-pg
 ## instead of 10-12 (measured in README, Benchmarks), which is most of a one-subject read.
 RELEASE := -c release --static-swift-stdlib
 
-.PHONY: deps test-deps build build-postgres demo test test-with-postgres bench bench-postgres service load-test docs install clean
+.PHONY: deps test-deps build build-postgres demo test test-with-postgres bench bench-postgres service load-test docs cli-docs install clean
 
 deps:
 	@if ! pkg-config --exists libsodium libcrypto 2>/dev/null || ! command -v python3 >/dev/null; then \
@@ -27,13 +27,15 @@ build-postgres: deps
 	swift build $(PG_BUILD) --product consentctl
 	@echo "==> $$(swift build $(PG_BUILD) --show-bin-path)/consentctl"
 
-## What only the tests need: a real browser for the HTML report, a FHIR R5 validator.
+## What only the tests need: a real browser for the HTML report; FHIR R5 models and FHIRPath for
+## the FHIR export; JSON Schema for every command's JSON; an OpenAPI validator for the service.
+PYPI_PACKAGES := fhir.resources fhirpathpy openapi-spec-validator "jsonschema>=4.18" referencing PyYAML
 test-deps: deps
 	@command -v chromium >/dev/null || { echo "==> installing chromium with apt-get"; \
 		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
-	@python3 -c "import fhir.resources, openapi_spec_validator, jsonschema, yaml" 2>/dev/null || { echo "==> installing fhir.resources, openapi-spec-validator, jsonschema, PyYAML from PyPI"; \
+	@python3 -c "import fhir.resources, fhirpathpy, openapi_spec_validator, jsonschema, referencing, yaml" 2>/dev/null || { echo "==> installing $(PYPI_PACKAGES) from PyPI"; \
 		python3 -m pip --version >/dev/null 2>&1 || $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pip >/dev/null; \
-		python3 -m pip install -q fhir.resources openapi-spec-validator jsonschema PyYAML || python3 -m pip install -q --break-system-packages fhir.resources openapi-spec-validator jsonschema PyYAML; }
+		python3 -m pip install -q $(PYPI_PACKAGES) || python3 -m pip install -q --break-system-packages $(PYPI_PACKAGES); }
 
 ## The seed scenario against a ledger in a temporary folder.
 demo: build
@@ -41,13 +43,16 @@ demo: build
 
 ## Every test: Swift Testing (unit, property, tamper, end-to-end, PostgreSQL), the independent
 ## Python verifiers of Spec/vectors, the scaling simulation's self-test, and the outside-tool
-## checks (FHIR R5 validator, headless chromium, the service against Spec/openapi.yaml on both
-## stores). PostgreSQL tests run against a throwaway server that scripts/with-test-postgres.sh
+## checks (every command's JSON against Spec/schemas, FHIR R5 over random histories, headless
+## chromium, the service against Spec/openapi.yaml on both stores, the docs against the code). PostgreSQL tests run against a throwaway server that scripts/with-test-postgres.sh
 ## installs (Debian's postgresql), starts on a loopback port and removes afterwards.
 test: test-deps
 	@echo "==> the core and consentctl without NIO (default traits)"
 	swift build
 	@test ! -e .build/debug/NIOPosix.build || { echo "NIO was compiled into the default build" >&2; exit 1; }
+	@echo "==> docs: cli.md and embedding.md against --help and the compiled sample; links; wording"
+	python3 scripts/generate_docs.py "$$(swift build --show-bin-path)/consentctl" --check
+	python3 Tests/external/check_docs.py
 	@echo "==> everything with the PostgreSQL trait"
 	swift build $(PG_BUILD) --build-tests
 	cd Samples/ConsentService && swift build --build-tests
@@ -67,6 +72,7 @@ test-with-postgres:
 	python3 Spec/vectors/verify_state.py
 	python3 Spec/scaling_sim.py --self-test
 	python3 Tests/external/check_outputs.py "$$(swift build $(PG_BUILD) --show-bin-path)/consentctl"
+	python3 Tests/external/check_schemas.py "$$(swift build $(PG_BUILD) --show-bin-path)/consentctl"
 	cd Samples/ConsentService && swift test --skip-build
 	python3 Tests/external/check_service.py "$$(cd Samples/ConsentService && swift build --show-bin-path)/consent-service"
 	python3 Tests/external/check_service.py "$$(cd Samples/ConsentService && swift build --show-bin-path)/consent-service" "$$CONSENTLEDGER_TEST_POSTGRES_URL?schema=service_check"
@@ -101,6 +107,10 @@ docs: build
 		--target TransparencyLog --target ConsentReports --enable-experimental-combined-documentation \
 		--transform-for-static-hosting --output-path .build/docs --warnings-as-errors
 	@echo "==> open .build/docs/documentation/consentledger/index.html through a web server (python3 -m http.server -d .build/docs)"
+
+## docs/cli.md from consentctl --help, and docs/embedding.md's code from Samples/Embedding/main.swift.
+cli-docs: build
+	python3 scripts/generate_docs.py "$$(swift build --show-bin-path)/consentctl"
 
 ## consentctl (release) and its man page (swift-argument-parser's generate-manual plugin) under
 ## PREFIX: $(PREFIX)/bin/consentctl and $(PREFIX)/share/man/man1/consentctl.1.

@@ -71,7 +71,7 @@ public enum ConsentError: Error, Hashable, Sendable, CustomStringConvertible {
     /// The request names something that does not exist.
     case notFound(MissingThing, String)
     /// A consent rule forbids the request; nothing was appended. `rule` names the rule of
-    /// `consent-rules.md` (for example `R2`).
+    /// `docs/consent-rules.md` (for example `R2`).
     case ruleViolation(rule: String, message: String)
     /// The catalogue file is malformed or breaks a catalogue rule.
     case invalidCatalog(CatalogError)

@@ -230,8 +230,10 @@ package struct EventBodyReader {
         case "catalog.published":
             payload = .catalogPublished(try published())
         case "consent.given":
-            if present & Name.renews.bit != 0, renews < 0 { throw EventDecodingError(problem: "member 'renews' must be a non-negative integer") }
-            payload = .consentGiven(ConsentGiven(subject: try subjectRef(), feature: Int(try integer(feature, .feature)), consent: try string(consent, .consent), version: try string(version, .version), renews: renews >= 0 ? UInt64(renews) : nil, evidence: try grantEvidence()))
+            // In the order Spec/ledger-format.md names the checks: subject, feature, renews, evidence.
+            let subject = try subjectRef(), featureCode = Int(try integer(feature, .feature))
+            if present & Name.renews.bit != 0, renews < 0 { throw EventDecodingError(problem: "member 'renews' is missing or negative") }
+            payload = .consentGiven(ConsentGiven(subject: subject, feature: featureCode, consent: try string(consent, .consent), version: try string(version, .version), renews: renews >= 0 ? UInt64(renews) : nil, evidence: try grantEvidence()))
         default:
             let why: RevocationReason
             switch try string(reason, .reason) {

@@ -71,7 +71,7 @@ struct KeyShow: ParsableCommand {
             let ledger = try root.openLedger()
             let key = try ledger.verifierKey
             if output.isJSON {
-                printJSON(.object(["verifierKey": .string(key.text), "name": .string(key.name), "keyHash": .string(ledger.keyID)]))
+                printJSON(.object(["verifierKey": .string(key.text), "name": .string(key.name), "keyID": .string(ledger.keyID)]))
             } else {
                 print(key.text)
             }

@@ -167,12 +167,19 @@ struct Revoke: ParsableCommand {
         try reporting(json: json) {
             let ledger = try root.openLedger()
             unknown = try !presence.check(ledger, subject)
-            if unknown { printError("warning: " + unknownSubjectNote(ledger, subject) + " Nothing to withdraw; nothing was appended.") }
+            guard unknown else { return }
+            let note = unknownSubjectNote(ledger, subject) + " Nothing to withdraw; nothing was appended."
+            printError("warning: " + note)
+            if json {
+                // The same shape as any other answer: every feature off (R1), nothing appended.
+                let listing = try ledger.report(for: subject, asOf: nil).listing
+                printJSON(.object([
+                    "ok": .bool(true), "subject": .string(subject), "known": .bool(false), "appended": .array([]),
+                    "notes": .array([.string(note)]), "features": .array(listing.features.map(ListingJSON.feature)),
+                ]))
+            }
         }
-        if unknown {
-            if json { printJSON(.object(["ok": .bool(true), "subject": .string(subject), "known": .bool(false), "appended": .array([])])) }
-            return
-        }
+        if unknown { return }
         try runCommand(root: root, LedgerCommand(subjectID: subject, request: .revoke(feature: feature, consents: consents), actor: actor), json: json)
     }
 }
@@ -188,6 +195,7 @@ private func runCommand(root: ConsentCtl, _ command: LedgerCommand, json: Bool) 
             printJSON(.object([
                 "ok": .bool(true),
                 "subject": .string(result.subjectID),
+                "known": .bool(true),
                 "appended": .array(result.events.compactMap(HistoryEntry.init).map { historyJSON($0, catalog) }),
                 "notes": .array(result.notes.map(JSONValue.string)),
                 "features": .array(result.listing.features.map(ListingJSON.feature)),

@@ -41,10 +41,14 @@ struct ConsentCtl: ParsableCommand {
               1   rule violation: a consent rule forbids the request; nothing was appended
               2   integrity failure: the ledger is damaged, tampered with or signed by another key
               3   storage error: reading, writing, syncing or locking failed
-              64  usage error: bad flags, unknown feature or consent, malformed subject id or time
-              65  invalid catalogue file (init --catalog)
-              66  no ledger at the given folder
+              64  usage error: bad flags, unknown feature or consent, malformed subject id or time,
+                  or a file of the wrong kind handed to a verifier
+              65  invalid catalogue file (init --catalog, catalog publish)
+              66  no ledger at the given folder or PostgreSQL schema, or no signing key for a
+                  command that signs
               73  a ledger (or other files) already exists where init would create one
+              75  conflict: another writer changed the PostgreSQL ledger first; nothing was
+                  changed, try again
             """,
         version: "0.1.0",
         subcommands: [Init.self, CatalogCommand.self, Give.self, Revoke.self, Status.self, History.self, SubjectsCommand.self, Completion.self, Report.self, Verify.self, CheckpointCommand.self, KeyCommand.self, Export.self, VerifyExport.self, ProveConsistency.self, VerifyConsistency.self, ProveState.self, VerifyState.self, Apply.self, Migrate.self]
@@ -176,12 +180,16 @@ func printError(_ message: String) {
 }
 
 /// Runs a command body, turning a ``ConsentError`` into a message on stderr and its exit code.
-func reporting(json: Bool = false, _ body: () throws -> Void) throws {
+/// `context` adds members to the JSON error and a prefix to the message, such as the line of a
+/// commands file that failed.
+func reporting(json: Bool = false, context: () -> (members: [String: JSONValue], prefix: String)? = { nil }, _ body: () throws -> Void) throws {
     do {
         try body()
     } catch let error as ConsentError {
+        let where_ = context()
         if json {
-            var members: [String: JSONValue] = ["ok": .bool(false), "error": .string(error.description), "kind": .string(kind(of: error))]
+            var members: [String: JSONValue] = ["ok": .bool(false), "error": .string((where_?.prefix ?? "") + error.description), "kind": .string(kind(of: error))]
+            if let extra = where_?.members { members.merge(extra) { $1 } }
             if case .ruleViolation(let rule, _) = error { members["rule"] = .string(rule) }
             if case .notFound(let what, _) = error { members["missing"] = .string(what.rawValue) }
             if case .integrity(let failure) = error {
@@ -192,7 +200,7 @@ func reporting(json: Bool = false, _ body: () throws -> Void) throws {
             }
             printJSON(.object(members))
         }
-        printError(error.description)
+        printError((where_?.prefix ?? "") + error.description)
         throw ExitCode(Exit.code(for: error))
     }
 }
@@ -223,12 +231,25 @@ func warnAboutTornTail(_ torn: TornTail?, removed: Bool, store: String) {
     }
 }
 
+/// Which moment of its day a bare date (`2026-11-21`, `21.11.2026`) names.
+enum BareDate {
+    /// The end of the day: "as of 21.11.2026" includes everything recorded that day.
+    case endOfDay
+    /// The start of the day: "agreed on 21.11.2026" is never later than the day's events, and a
+    /// paper form dated today is not a time in the future.
+    case startOfDay
+}
+
 /// Parses a time given on the command line.
-func parseTime(_ text: String, option: String) throws -> Timestamp {
+func parseTime(_ text: String, option: String, bareDate: BareDate = .endOfDay) throws -> Timestamp {
     // A time with its own offset is that moment; a bare date or the dd.MM.yyyy form is read in
     // the zone people see times in (UTC unless --tz).
     let explicit = text.count > 10 && (text.hasSuffix("Z") || text.dropFirst(10).contains("+") || text.dropFirst(10).contains("-"))
-    guard let t = (explicit ? Timestamp(rfc3339: text) : (Timestamp(rfc3339: text) ?? Timestamp(dayMonthYear: text)).map(displayZone.utc(fromLocal:))) else {
+    let local = explicit ? nil : (Timestamp(rfc3339: text) ?? Timestamp(dayMonthYear: text)).map { day in
+        // Both parsers read a bare date as its last millisecond.
+        text.count == 10 && bareDate == .startOfDay ? Timestamp(millisecondsSinceEpoch: day.millisecondsSinceEpoch - 86_399_999) : day
+    }
+    guard let t = (explicit ? Timestamp(rfc3339: text) : local.map(displayZone.utc(fromLocal:))) else {
         throw ValidationError("\(option) '\(text)' is not a time like 2026-11-21T10:00:00Z, 2026-11-21T11:00:00+01:00, '21.11.2026 10:00' (UTC, as output shows it) or a date 2026-11-21 or 21.11.2026 (end of that day, UTC)")
     }
     return t

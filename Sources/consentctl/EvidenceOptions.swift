@@ -5,7 +5,7 @@ extension GrantEvidence.Channel: ExpressibleByArgument {}
 
 /// How a consent was obtained, recorded on every consent a `give` appends (`GrantEvidence`).
 struct EvidenceOptions: ParsableArguments {
-    @Option(help: ArgumentHelp("When the subject agreed, if earlier than now (a paper form signed yesterday): a time or a date, as --at takes it. Never in the future, never before the subject's previous event about the feature. Rules and --at use the recorded time; this one is shown beside it.", valueName: "TIME"))
+    @Option(help: ArgumentHelp("When the subject agreed, if earlier than now (a paper form signed yesterday): a time, or a date meaning the start of that day. Never in the future, never before the subject's previous event about the feature. Rules and --at use the recorded time; this one is shown beside it.", valueName: "TIME"))
     var effectiveAt: String?
 
     @Option(help: ArgumentHelp("Where the consent was given.", valueName: "CHANNEL"))
@@ -20,7 +20,7 @@ struct EvidenceOptions: ParsableArguments {
     /// The evidence, its time parsed; the rules check the rest when the command runs.
     func grantEvidence() throws -> GrantEvidence {
         GrantEvidence(
-            effectiveAt: try effectiveAt.map { try parseTime($0, option: "--effective-at") },
+            effectiveAt: try effectiveAt.map { try parseTime($0, option: "--effective-at", bareDate: .startOfDay) },
             channel: channel, noticeLanguage: noticeLanguage, reference: evidence)
     }
 }

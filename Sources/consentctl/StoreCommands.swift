@@ -99,7 +99,11 @@ struct Apply: ParsableCommand {
     var atomic = false
 
     func run() throws {
-        try reporting(json: true) {
+        let source = file == "-" ? "standard input" : file
+        // The command being appended, so that a failure names its line; nil while reading and
+        // checking, whose errors name their line themselves.
+        var failing: Int? = nil
+        try reporting(json: true, context: { failing.map { (["line": .int(Int64($0))], "\(source) line \($0): ") } }) {
             let bytes: [UInt8]
             do {
                 bytes = file == "-" ? readStandardInput() : try LocalFile.read(file, limit: 256 << 20)
@@ -107,7 +111,7 @@ struct Apply: ParsableCommand {
                 throw ConsentError.invalidRequest("cannot read \(file): \(error)")
             }
             let ledger = try root.openLedger()
-            let commands = try Self.parse(bytes, catalog: ledger.catalog, file: file == "-" ? "standard input" : file)
+            let commands = try Self.parse(bytes, catalog: ledger.catalog, file: source)
             if atomic {
                 let report = try ledger.execute(commands.map(\.command))
                 for (entry, result) in zip(commands, report.results) { acknowledge(entry.line, result) }
@@ -118,7 +122,9 @@ struct Apply: ParsableCommand {
             // appended since the previous one, not its subject's whole history.
             if commands.count > 1 { _ = try ledger.loadAll() }
             for entry in commands {
+                failing = entry.line
                 let (result, _) = try ledger.execute(entry.command)
+                failing = nil
                 acknowledge(entry.line, result)
                 if let warning = ledger.takeWarning() { printError("warning: " + warning) }
             }

@@ -1,7 +1,7 @@
 import ConsentDomain
 import Testing
 
-/// One test per rule of `shared/consent-rules.md`, named after it.
+/// One test per rule of `docs/consent-rules.md`, named after it.
 @Suite struct ConsentRuleTests {
     @Test func r1StartNewSubjectHasNoConsentsAndEveryFeatureIsOff() {
         let ledger = DomainLedger()

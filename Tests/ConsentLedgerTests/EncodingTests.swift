@@ -145,6 +145,23 @@ import Testing
         #expect(throws: EventDecodingError(problem: case_.3), "\(case_.0)") { try EventCodec.decode(line: Array(line.utf8)) }
     }
 
+    /// A grant's checks run in the order Spec/ledger-format.md gives them (subject, feature,
+    /// renews, evidence), with its messages: a negative `renews` is refused, not read as absent.
+    @Test(arguments: [
+        ("a negative renews", [(#""seq":"#, #""renews":-1,"seq":"#)], "member 'renews' is missing or negative"),
+        ("a bad subject before a negative renews", [(#""seq":"#, #""renews":-1,"seq":"#), (#""subject":""#, #""subject":"X"#)], "member 'subject' is not 32 lowercase hex digits"),
+        ("a negative renews before a bad channel", [(#""seq":"#, #""renews":-1,"seq":"#), (#""cmd":"#, #""channel":"fax","cmd":"#)], "member 'renews' is missing or negative"),
+    ])
+    func grantChecksRunInTheSpecifiedOrder(_ case_: (String, [(String, String)], String)) throws {
+        let tiny = eventLines(of: readBytes(packageRoot + "/Spec/vectors/tiny-ledger/ledger.jsonl"))
+        var line = String(decoding: tiny[3].dropLast(), as: UTF8.self)
+        for (from, to) in case_.1 {
+            #expect(line.contains(from))
+            line = line.replacingOccurrences(of: from, with: to)
+        }
+        #expect(throws: EventDecodingError(problem: case_.2), "\(case_.0)") { try EventCodec.decode(line: Array(line.utf8)) }
+    }
+
     @Test func evidenceOnAWithdrawalIsNotPartOfItsEvent() throws {
         let tiny = eventLines(of: readBytes(packageRoot + "/Spec/vectors/tiny-ledger/ledger.jsonl"))
         let revoked = String(decoding: tiny.first { String(decoding: $0, as: UTF8.self).contains("consent.revoked") }!.dropLast(), as: UTF8.self)

@@ -359,7 +359,10 @@ import Testing
         let partial = try Self.run(["apply", dir + "/commands.jsonl"], ledger: ledger)
         #expect(partial.status == 1)
         #expect(partial.stdout.split(separator: "\n").first == #"{"events":[1,2],"line":1,"ok":true}"#)
-        #expect(partial.stdout.contains(#""ok":false"#))
+        // The refusal names the line whose command it refused, in JSON and on standard error.
+        let refusal = try Self.json(String(try #require(partial.stdout.split(separator: "\n").last)))
+        #expect(refusal["ok"] as? Bool == false && refusal["line"] as? Int == 3 && refusal["rule"] as? String == "R2")
+        #expect(partial.stderr.contains("commands.jsonl line 3: rule violation"), "\(partial.stderr)")
         #expect(try Self.json(try Self.run(["verify", "--json"], ledger: ledger).stdout)["events"] as? Int == 3)
         // --atomic: all or nothing.
         let atomic = try Self.run(["apply", "--atomic", dir + "/commands.jsonl"], ledger: ledger)

@@ -52,6 +52,13 @@ import Testing
         #expect(known["known"] as? Bool == true && known["note"] == nil)
         let unknown = try ConsentctlTests.json(try ConsentctlTests.run(["status", "--subject", "zed", "--json"], ledger: ledger).stdout)
         #expect(unknown["known"] as? Bool == false && unknown["empty"] as? Bool == true && (unknown["note"] as? String)?.contains("Nothing was ever recorded for 'zed'.") == true)
+        // revoke answers an unknown subject in the shape of every command result: every feature
+        // off, nothing appended, the warning as a note.
+        let revoked = try ConsentctlTests.json(try ConsentctlTests.run(["revoke", "--subject", "zed", "--feature", "timeline", "--consent", "required", "--json"], ledger: ledger).stdout)
+        let features = try #require(revoked["features"] as? [[String: Any]])
+        #expect(revoked["known"] as? Bool == false && (revoked["appended"] as? [Any])?.isEmpty == true)
+        #expect(features.count == 2 && features.allSatisfy { $0["active"] as? Bool == false })
+        #expect((revoked["notes"] as? [String])?.first?.contains("Nothing was ever recorded for 'zed'.") == true)
         // A withdrawn subject is known: its history is not empty.
         try ConsentctlTests.run(["revoke", "--subject", "bob", "--feature", "timeline", "--consent", "required"], ledger: ledger)
         #expect(try ConsentctlTests.run(["history", "--subject", "bob", "--must-exist"], ledger: ledger).status == 0)
@@ -103,6 +110,26 @@ import Testing
         let text = try ConsentctlTests.run(["history", "--subject", "bob"], ledger: ledger).stdout
         #expect(text.contains("paper") && text.contains("evidence scan-0042"), "\(text)")
         #expect(try ConsentctlTests.run(["verify"], ledger: ledger).status == 0)
+    }
+
+    /// A paper form dated today is recorded with the date alone: a bare date means the start of
+    /// that day here (the end of the day would be a time in the future), in the zone of --tz.
+    @Test(arguments: [("UTC", "T00:00:00.000Z"), ("+02:00", "T22:00:00.000Z")])
+    func aBareEffectiveDateMeansTheStartOfThatDay(zone: String, suffix: String) throws {
+        let dir = ConsentctlTests.temporaryFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ledger = dir + "/ledger"
+        try ConsentctlTests.run(["init"], ledger: ledger)
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withFullDate]
+        let today = formatter.string(from: Date())
+        let give = try ConsentctlTests.run(["give", "--subject", "bob", "--feature", "timeline", "--consent", "required", "--effective-at", today, "--tz", zone, "--json"], ledger: ledger)
+        #expect(give.status == 0, "\(give.stderr)")
+        let event = (try ConsentctlTests.json(give.stdout)["appended"] as? [[String: Any]])?.first
+        let effective = try #require(event?["effectiveAt"] as? String)
+        // With +02:00 the local day starts at 22:00 UTC the day before.
+        #expect(effective.hasSuffix(suffix), "\(effective)")
+        #expect(zone != "UTC" || effective.hasPrefix(today))
     }
 
     /// (extra arguments, what the message names)

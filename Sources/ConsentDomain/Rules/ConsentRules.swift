@@ -46,7 +46,7 @@ public enum CommandRejection: Error, Hashable, Sendable, CustomStringConvertible
     }
 }
 
-/// The consent rules of `consent-rules.md`, as a pure decision: given the catalogue, a subject's
+/// The consent rules of `docs/consent-rules.md`, as a pure decision: given the catalogue, a subject's
 /// replayed state and a request, which events does the request append?
 public enum ConsentRules {
     /// Decides a request. `nextSeq` and `at` are the sequence number and time the first event will
