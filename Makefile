@@ -73,6 +73,7 @@ test-with-postgres:
 	python3 Spec/scaling_sim.py --self-test
 	python3 Tests/external/check_outputs.py "$$(swift build $(PG_BUILD) --show-bin-path)/consentctl"
 	python3 Tests/external/check_schemas.py "$$(swift build $(PG_BUILD) --show-bin-path)/consentctl"
+	python3 Tests/external/check_fhir.py "$$(swift build $(PG_BUILD) --show-bin-path)/consentctl" --histories 1000
 	cd Samples/ConsentService && swift test --skip-build
 	python3 Tests/external/check_service.py "$$(cd Samples/ConsentService && swift build --show-bin-path)/consent-service"
 	python3 Tests/external/check_service.py "$$(cd Samples/ConsentService && swift build --show-bin-path)/consent-service" "$$CONSENTLEDGER_TEST_POSTGRES_URL?schema=service_check"

@@ -13,19 +13,10 @@ import re
 import subprocess
 import sys
 
+from tally import check, finish
+
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
-passed = failed = 0
-
-
-def check(name, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print("ok   %s" % name)
-    else:
-        failed += 1
-        print("FAIL %s %s" % (name, detail))
 
 
 def tracked():
@@ -92,8 +83,7 @@ def main():
             continue
         offenders += ["%s: %s" % (p, m.group(0)) for m in history.finditer(text)]
     check("no file names internal history (seed documents, issue numbers)", not offenders, "; ".join(offenders[:5]))
-    print("%d passed, %d failed" % (passed, failed))
-    sys.exit(1 if failed else 0)
+    finish()
 
 
 if __name__ == "__main__":

@@ -21,6 +21,8 @@ import tempfile
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
+from tally import check, finish
+
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 SCHEMAS = os.path.join(ROOT, "Spec", "schemas")
 CATALOG_V2 = os.path.join(ROOT, "Samples", "catalog-v2.json")
@@ -28,18 +30,6 @@ CATALOG_V2 = os.path.join(ROOT, "Samples", "catalog-v2.json")
 # Commands that print no JSON, and why.
 NO_JSON = {"completion": "prints a shell completion script"}
 
-passed = 0
-failed = 0
-
-
-def check(name, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print("ok   %s" % name)
-    else:
-        failed += 1
-        print("FAIL %s %s" % (name, detail))
 
 
 def load_schemas():
@@ -239,8 +229,7 @@ def main():
             check("%s.schema.json refuses %s" % (schema, what), refused)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print("%d passed, %d failed" % (passed, failed))
-    sys.exit(1 if failed else 0)
+    finish()
 
 
 if __name__ == "__main__":
