@@ -33,7 +33,7 @@ PYPI_PACKAGES := fhir.resources fhirpathpy openapi-spec-validator "jsonschema>=4
 test-deps: deps
 	@command -v chromium >/dev/null || { echo "==> installing chromium with apt-get"; \
 		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
-	@python3 -c "import fhir.resources, fhirpathpy, openapi_spec_validator, jsonschema, referencing, yaml" 2>/dev/null || { echo "==> installing $(PYPI_PACKAGES) from PyPI"; \
+	@python3 -c "import fhir.resources, fhirpathpy, openapi_spec_validator, jsonschema, referencing, yaml" 2>/dev/null || { echo '==> installing $(PYPI_PACKAGES) from PyPI'; \
 		python3 -m pip --version >/dev/null 2>&1 || $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pip >/dev/null; \
 		python3 -m pip install -q $(PYPI_PACKAGES) || python3 -m pip install -q --break-system-packages $(PYPI_PACKAGES); }
 
@@ -73,7 +73,7 @@ test-with-postgres:
 	python3 Spec/scaling_sim.py --self-test
 	python3 Tests/external/check_outputs.py "$$(swift build $(PG_BUILD) --show-bin-path)/consentctl"
 	python3 Tests/external/check_schemas.py "$$(swift build $(PG_BUILD) --show-bin-path)/consentctl"
-	python3 Tests/external/check_fhir.py "$$(swift build $(PG_BUILD) --show-bin-path)/consentctl" --histories 1000
+	python3 Tests/external/check_fhir.py "$$(swift build $(PG_BUILD) --show-bin-path)/consentctl" --histories 1000 --edge-cases
 	cd Samples/ConsentService && swift test --skip-build
 	python3 Tests/external/check_service.py "$$(cd Samples/ConsentService && swift build --show-bin-path)/consent-service"
 	python3 Tests/external/check_service.py "$$(cd Samples/ConsentService && swift build --show-bin-path)/consent-service" "$$CONSENTLEDGER_TEST_POSTGRES_URL?schema=service_check"

@@ -47,6 +47,18 @@ public enum FHIRConsent {
         return out
     }
 
+    /// A token search `system|value` for a conditional request. FHIR search gives `\`, `|`, `,`
+    /// and `$` a meaning, so the value escapes each with a backslash before percent-encoding;
+    /// otherwise a subject id holding `|` would search for another system's token.
+    static func tokenSearch(_ system: String, _ value: String) -> String {
+        var escaped = ""
+        for c in value {
+            if c == "\\" || c == "|" || c == "," || c == "$" { escaped.append("\\") }
+            escaped.append(c)
+        }
+        return queryValue(system + "|" + escaped)
+    }
+
     static func sub(_ url: String, _ key: String, _ value: JSONValue) -> JSONValue {
         .object(["url": .string(url), key: value])
     }
@@ -64,13 +76,15 @@ public enum FHIRConsent {
             entries += subjectEntries(subject, checkpoint: checkpoint, ledgerName: ledgerName, type: type, hasher: hasher)
             if let last = subject.report.events.last?.at, newest.map({ last > $0 }) ?? true { newest = last }
         }
-        return .object([
+        var bundle: [String: JSONValue] = [
             "resourceType": .string("Bundle"),
             "id": .string(id),
             "type": .string(type.rawValue),
             "timestamp": .string((newest ?? Timestamp(millisecondsSinceEpoch: 0)).rfc3339),
-            "entry": .array(entries),
-        ])
+        ]
+        // FHIR forbids empty arrays: a ledger without subjects exports a Bundle with no entry.
+        if !entries.isEmpty { bundle["entry"] = .array(entries) }
+        return .object(bundle)
     }
 
     static func subjectEntries(_ subject: Subject, checkpoint: Checkpoint, ledgerName: String, type: BundleType, hasher: any SHA256Hasher) -> [JSONValue] {
@@ -85,7 +99,7 @@ public enum FHIRConsent {
             "resource": .object(["resourceType": .string("Patient"), "id": .string("subject-\(ref12)"), "identifier": .array([identifier])]),
         ]
         if type == .transaction {
-            patient["request"] = .object(["method": .string("POST"), "url": .string("Patient"), "ifNoneExist": .string("identifier=\(queryValue(subjectSystem + "|" + subject.id))")])
+            patient["request"] = .object(["method": .string("POST"), "url": .string("Patient"), "ifNoneExist": .string("identifier=\(tokenSearch(subjectSystem, subject.id))")])
         }
         var entries: [JSONValue] = [.object(patient)]
         let checkpointExtension: JSONValue = .object([
@@ -184,7 +198,7 @@ public enum FHIRConsent {
                 "resource": .object(consent),
             ]
             if type == .transaction {
-                entry["request"] = .object(["method": .string("PUT"), "url": .string("Consent?identifier=\(queryValue(recordSystem + "|" + recordValue))")])
+                entry["request"] = .object(["method": .string("PUT"), "url": .string("Consent?identifier=\(tokenSearch(recordSystem, recordValue))")])
             }
             entries.append(.object(entry))
         }

@@ -1078,20 +1078,63 @@ public struct FileKeyStore: KeyStore {
     public func loadSeed() throws -> [UInt8] {
         let file: PosixFile
         do {
-            file = try PosixFile(path: path, flags: O_RDONLY)
+            // Never through a symlink (someone else's file), never blocking on a FIFO.
+            file = try PosixFile(path: path, flags: O_RDONLY | O_NOFOLLOW | O_NONBLOCK)
         } catch ConsentError.notFound {
             throw ConsentError.notFound(.signingKey, "no signing key at \(path): this ledger can be read and verified, but not written")
+        } catch ConsentError.storage where PosixFile.ownKind(of: path) == .symlink {
+            throw ConsentError.invalidRequest("the signing key \(path) is a symbolic link; it must be a file of its own, readable by its owner only: replace the link with the file it names (mv \"$(readlink -f \(path))\" \(path))")
         }
-        let text = FileLedgerStore.trimmedText(try file.read(at: 0, count: 4096))
-        guard let seed = Hex.decode(text), seed.count == 32 else {
+        try Self.checkPrivate(file)
+        // The file's bytes are decoded in place and zeroed: no String copy of the secret.
+        var raw = try file.read(at: 0, count: 4096)
+        defer { zeroize(&raw) }
+        var end = raw.count
+        while end > 0, raw[end - 1] == 0x0A || raw[end - 1] == 0x0D || raw[end - 1] == 0x20 { end -= 1 }
+        func nibble(_ c: UInt8) -> UInt8? {
+            switch c {
+            case 0x30...0x39: return c - 0x30
+            case 0x61...0x66: return c - 0x61 + 10
+            default: return nil
+            }
+        }
+        var seed = [UInt8](repeating: 0, count: 32)
+        var valid = end == 64
+        for i in 0..<(valid ? 32 : 0) {
+            guard let high = nibble(raw[2 * i]), let low = nibble(raw[2 * i + 1]) else { valid = false; break }
+            seed[i] = high << 4 | low
+        }
+        guard valid else {
+            zeroize(&seed)
             throw ConsentError.integrity(IntegrityFailure(.ledgerFiles, line: nil, seq: nil, problem: "\(path) does not hold a 64-digit lowercase hex Ed25519 seed"))
         }
         return seed
     }
 
+    /// The key must be a regular file that only its owner can read or write: a key that group
+    /// or others can read may already be copied, and one they can write may be swapped.
+    static func checkPrivate(_ file: PosixFile) throws {
+        var st = stat()
+        guard fstat(file.fd, &st) == 0 else { throw ConsentError.storage("cannot stat \(file.path): \(PosixFile.reason())") }
+        guard (st.st_mode & S_IFMT) == S_IFREG else {
+            throw ConsentError.invalidRequest("the signing key \(file.path) is not a regular file; put the key file there (mode 0600)")
+        }
+        let mode = st.st_mode & 0o777
+        guard mode & 0o077 == 0 else {
+            throw ConsentError.invalidRequest("the signing key \(file.path) can be read or written by group or others (mode 0\(String(mode, radix: 8))); make it private to its owner: chmod 600 \(file.path)")
+        }
+    }
+
     public func saveSeed(_ seed: [UInt8]) throws {
         do {
-            try PosixFile.writeNew(Array((Hex.encode(seed) + "\n").utf8), to: path, mode: 0o600)
+            let digits = Array("0123456789abcdef".utf8)
+            var text = [UInt8](repeating: 0x0A, count: 2 * seed.count + 1)
+            defer { zeroize(&text) }
+            for (i, byte) in seed.enumerated() {
+                text[2 * i] = digits[Int(byte >> 4)]
+                text[2 * i + 1] = digits[Int(byte & 0x0F)]
+            }
+            try PosixFile.writeNew(text, to: path, mode: 0o600)
         } catch ConsentError.storage(let why) where PosixFile.kind(of: path) != .missing {
             throw ConsentError.alreadyExists("\(path) already exists (\(why)); a new ledger's key is never written over another")
         }

@@ -355,3 +355,20 @@ public protocol KeyStore: Sendable {
     /// Stores the seed of a new ledger. Fails if a key is already stored.
     func saveSeed(_ seed: [UInt8]) throws
 }
+
+extension KeyStore {
+    /// Stores a signer's key, its seed copied out of secret memory only for the call and
+    /// zeroed afterwards.
+    public func save(_ signer: SodiumSigner) throws {
+        var seed = signer.withSeed { Array($0) }
+        defer { zeroize(&seed) }
+        try saveSeed(seed)
+    }
+
+    /// The stored key as a signer; the seed read from storage is zeroed once the signer holds it.
+    public func loadSigner() throws -> SodiumSigner? {
+        var seed = try loadSeed()
+        defer { zeroize(&seed) }
+        return SodiumSigner(seed: seed)
+    }
+}

@@ -95,6 +95,32 @@ import Testing
         #expect(Set(entries.compactMap { $0["fullUrl"] as? String }).count == entries.count, "fullUrl unique (bdl-7)")
     }
 
+    /// FHIR search gives `\\`, `|`, `,` and `$` a meaning in a token, so a subject id holding one
+    /// is escaped with a backslash before percent-encoding; unescaped, `a|b` would search for
+    /// value `b` in system `…subject|a`.
+    @Test(arguments: [
+        ("alice", "alice"),
+        ("a|b", "a%5C%7Cb"),
+        ("a,b", "a%5C%2Cb"),
+        ("a$b", "a%5C%24b"),
+        ("a\\b", "a%5C%5Cb"),
+        ("José", "Jos%C3%A9"),
+    ])
+    func aConditionalSearchEscapesTheSubjectIdAsOneToken(id: String, encoded: String) {
+        #expect(FHIRConsent.tokenSearch("urn:x", id) == "urn%3Ax%7C" + encoded)
+    }
+
+    /// FHIR forbids empty arrays (ele-1), so a ledger without subjects exports no `entry`.
+    @Test(arguments: [FHIRConsent.BundleType.collection, .transaction])
+    func aLedgerWithoutSubjectsExportsABundleWithoutEntries(type: FHIRConsent.BundleType) throws {
+        let path = LedgerPropertyTests.folder("fhir-empty-\(type.rawValue)")
+        defer { removeFolder(path) }
+        let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "fhir-empty", clock: SteppingClock(step: 1000).clock)
+        let json = try #require(try JSONSerialization.jsonObject(with: Data(ledger.fhirBundleOfAllSubjects(type: type).canonicalBytes)) as? [String: Any])
+        #expect(json["resourceType"] as? String == "Bundle")
+        #expect(json["entry"] == nil)
+    }
+
     @Test func evidenceOfAGrantIsItsDateAndASourceReference() throws {
         let (ledger, path) = try ReportTests.scenario("fhir-evidence")
         defer { removeFolder(path) }

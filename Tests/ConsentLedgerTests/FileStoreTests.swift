@@ -129,7 +129,7 @@ import Glibc
         let other = SodiumSigner.generate()
         let before = snapshot(path)
         // Another secret key: writing fails, nothing changes.
-        writeBytes(Array((Hex.encode(other.seed) + "\n").utf8), to: path + "/secret.key")
+        writeBytes(Array((other.withSeed { Hex.encode(Array($0)) } + "\n").utf8), to: path + "/secret.key")
         let reopened = try Ledger.open(store: FileLedgerStore(directory: path))
         #expect(throws: ConsentError.self) {
             try reopened.execute(LedgerCommand(subjectID: "bob", request: .give(feature: "timeline", consents: ["required"])))

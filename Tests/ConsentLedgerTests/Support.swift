@@ -75,8 +75,10 @@ func writeBytes(_ bytes: [UInt8], to path: String) {
     fclose(f)
 }
 
+/// Copies a ledger folder. Git keeps no file modes but the executable bit, so a ledger checked
+/// in (the vectors) has a key readable by others, which signing refuses: the copy's is made private.
 func copyFolder(_ from: String, to: String) {
-    _ = system("rm -rf '\(to)' && cp -a '\(from)' '\(to)'")
+    _ = system("rm -rf '\(to)' && cp -a '\(from)' '\(to)' && if [ -f '\(to)/secret.key' ]; then chmod 600 '\(to)/secret.key'; fi")
 }
 
 /// The lines of a file, each with its newline.

@@ -65,7 +65,7 @@ public enum LedgerCopy {
             return (log.size, setup, head, try tx.checkpoints(), try tx.subjectRecords(), frontier)
         }
         try target.create(setup)
-        try target.keyStore.saveSeed(signer.seed)
+        try target.keyStore.save(signer)
         let hasher = original.chain.hasher
         var next = 1
         var subjects = salts.sorted { $0.key < $1.key }.map { (subjectID: $0.key, record: $0.value) }

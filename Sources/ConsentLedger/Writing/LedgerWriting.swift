@@ -178,8 +178,7 @@ extension Ledger {
 
     func signingKey() throws -> SodiumSigner {
         if let signer = memory.withLock({ $0.signer }) { return signer }
-        let seed = try keys.loadSeed()
-        guard let signer = SodiumSigner(seed: seed), signer.publicKey == publicKey else {
+        guard let signer = try keys.loadSigner(), signer.publicKey == publicKey else {
             throw ConsentError.integrity(IntegrityFailure(.ledgerFiles, line: nil, seq: nil, problem: "the secret key does not belong to the ledger's public key"))
         }
         memory.withLock { $0.signer = signer }

@@ -34,7 +34,7 @@ func tokenKey() -> SodiumSigner {
         return signer
     }
     let signer = SodiumSigner.generate()
-    do { try LocalFile.write(Array((signer.seed.map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined() + "\n").utf8), to: keyPath) } catch { fail("cannot write \(keyPath): \(error)") }
+    do { try LocalFile.write(Array((signer.withSeed { Array($0) }.map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined() + "\n").utf8), to: keyPath) } catch { fail("cannot write \(keyPath): \(error)") }
     return signer
 }
 
