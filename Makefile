@@ -29,11 +29,11 @@ build-postgres: deps
 
 ## What only the tests need: a real browser for the HTML report; FHIR R5 models and FHIRPath for
 ## the FHIR export; JSON Schema for every command's JSON; an OpenAPI validator for the service.
-PYPI_PACKAGES := fhir.resources fhirpathpy openapi-spec-validator "jsonschema>=4.18" referencing PyYAML
+PYPI_PACKAGES := fhir.resources fhirpathpy openapi-spec-validator "jsonschema>=4.18" referencing PyYAML PyNaCl
 test-deps: deps
 	@command -v chromium >/dev/null || { echo "==> installing chromium with apt-get"; \
 		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
-	@python3 -c "import fhir.resources, fhirpathpy, openapi_spec_validator, jsonschema, referencing, yaml" 2>/dev/null || { echo '==> installing $(PYPI_PACKAGES) from PyPI'; \
+	@python3 -c "import fhir.resources, fhirpathpy, openapi_spec_validator, jsonschema, referencing, yaml, nacl" 2>/dev/null || { echo '==> installing $(PYPI_PACKAGES) from PyPI'; \
 		python3 -m pip --version >/dev/null 2>&1 || $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pip >/dev/null; \
 		python3 -m pip install -q $(PYPI_PACKAGES) || python3 -m pip install -q --break-system-packages $(PYPI_PACKAGES); }
 
@@ -70,6 +70,7 @@ test-with-postgres:
 	python3 Spec/vectors/verify_vectors.py
 	python3 Spec/vectors/verify_export.py
 	python3 Spec/vectors/verify_state.py
+	python3 Spec/vectors/verify_key_file.py
 	python3 Spec/scaling_sim.py --self-test
 	python3 Tests/external/check_outputs.py "$$(swift build $(PG_BUILD) --show-bin-path)/consentctl"
 	python3 Tests/external/check_schemas.py "$$(swift build $(PG_BUILD) --show-bin-path)/consentctl"
@@ -95,7 +96,7 @@ STORE ?= consent-ledger
 service: deps
 	cd Samples/ConsentService && swift build -c release --product consent-service
 	@echo "==> a token for alice: Samples/ConsentService/.build/release/consent-service token --subject alice"
-	Samples/ConsentService/.build/release/consent-service serve --store "$(STORE)" --port 8080 --token-key consent-service.key
+	Samples/ConsentService/.build/release/consent-service serve --store "$(STORE)" --port 8080 --token-key consent-service.key $(SERVICE_FLAGS)
 
 ## wrk against the service on both stores (a throwaway PostgreSQL), then verify; DURATION=10 THREADS=8.
 load-test: deps

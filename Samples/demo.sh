@@ -24,7 +24,8 @@ refused() {
 }
 
 chapter "1. The clinic sets up its ledger"
-say "A ledger is a folder with a signing key, the consent catalogue and a log of signed events."
+say "A ledger is a folder with a signing key, the consent catalogue and a log of signed events. The signing key is sealed under a passphrase; every command that signs needs it, and reads never do. Here it comes from \$CONSENTCTL_PASSPHRASE; a clinic uses --passphrase-file or types it at the prompt."
+export CONSENTCTL_PASSPHRASE="correct horse battery staple"
 run init --name clinic.example/consents
 run catalog show
 

@@ -42,7 +42,7 @@ run_store() {
     port="$(free_port)"
     key="$work/$label.key"
     tokens="$work/$label.tokens"
-    "$BIN/consent-service" serve --store "$store" --port "$port" --token-key "$key" >"$work/$label.log" 2>&1 &
+    "$BIN/consent-service" serve --store "$store" --port "$port" --token-key "$key" --insecure-plaintext-key >"$work/$label.log" 2>&1 &
     server=$!
     for _ in $(seq 100); do
         curl -s -o /dev/null "http://127.0.0.1:$port/v1/checkpoint" && break

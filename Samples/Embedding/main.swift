@@ -1,9 +1,14 @@
 // Embedding ConsentLedger in a backend: the app's consent logic (rule R9) in about 20 lines.
 // Run: swift run embedding-sample [DIR]
 import ConsentLedger
+import Glibc
 
 let folder = CommandLine.arguments.dropFirst().first ?? "/tmp/consent-embedding-\(systemClock().millisecondsSinceEpoch)"
-let consents = try await ConsentManager.create(directory: folder, name: "clinic.example/consents")
+// The signing key is sealed under a passphrase (Argon2id); a backend reads it from its secret
+// store. The sample takes $CONSENTS_PASSPHRASE, and a demo phrase without it.
+let phrase = getenv("CONSENTS_PASSPHRASE").map { String(cString: $0) } ?? "a passphrase for the demo"
+let passphrase = SecretBytes(copying: Array(phrase.utf8))
+let consents = try await ConsentManager.create(directory: folder, name: "clinic.example/consents", keyProtection: .passphrase(passphrase))
 
 // The patient activates Timeline with its required consent and optional consent A (R2).
 var features = try await consents.activate(["required", "optional-a"], of: "timeline", for: "patient-42")

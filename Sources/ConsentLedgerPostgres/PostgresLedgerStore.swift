@@ -379,25 +379,38 @@ struct PostgresKeyStore: KeyStore {
 
     var keyLocation: String { "table \(store.address.schema).signing_key of \(store.address)" }
 
-    func loadSeed() throws -> [UInt8] {
+    func loadKeyFile() throws -> SecretBytes {
         try store.inTransaction(exclusive: false) { session in
             guard let row = try session.query("SELECT seed FROM \(store.s).signing_key").first else {
                 throw ConsentError.notFound(.signingKey, "no signing key in \(keyLocation): this ledger can be read and verified, but not written")
             }
-            let seed = try row.decode(ByteBuffer.self).bytes
-            guard seed.count == 32 else {
-                throw ConsentError.integrity(IntegrityFailure(.ledgerFiles, line: nil, seq: nil, problem: "\(keyLocation) does not hold a 32-byte Ed25519 seed"))
-            }
-            return seed
+            var stored = try row.decode(ByteBuffer.self).bytes
+            defer { zeroize(&stored) }
+            // Ledgers made before key files kept the bare 32-byte seed: read it as the plaintext form.
+            if stored.count == 32, let signer = SodiumSigner(seed: stored) { return SigningKeyFile.plaintext(signer) }
+            return SecretBytes(copying: stored)
         }
     }
 
-    func saveSeed(_ seed: [UInt8]) throws {
+    func saveKeyFile(_ file: SecretBytes) throws {
+        var bytes = file.withUnsafeBytes { Array($0) }
+        defer { zeroize(&bytes) }
         try store.inTransaction(exclusive: true) { session in
             guard try session.query("SELECT 1 FROM \(store.s).signing_key").count == 0 else {
                 throw ConsentError.alreadyExists("\(keyLocation) already holds a key; a new ledger's key is never written over another")
             }
-            try session.query("INSERT INTO \(store.s).signing_key (seed) VALUES ($1)", PostgresBindings(seed.buffer))
+            try session.query("INSERT INTO \(store.s).signing_key (seed) VALUES ($1)", PostgresBindings(bytes.buffer))
+        }
+    }
+
+    func replaceKeyFile(_ file: SecretBytes) throws {
+        var bytes = file.withUnsafeBytes { Array($0) }
+        defer { zeroize(&bytes) }
+        try store.inTransaction(exclusive: true) { session in
+            guard try session.query("SELECT 1 FROM \(store.s).signing_key").count == 1 else {
+                throw ConsentError.notFound(.signingKey, "no signing key in \(keyLocation)")
+            }
+            try session.query("UPDATE \(store.s).signing_key SET seed = $1", PostgresBindings(bytes.buffer))
         }
     }
 }

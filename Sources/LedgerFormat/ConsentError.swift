@@ -84,6 +84,9 @@ public enum ConsentError: Error, Hashable, Sendable, CustomStringConvertible {
     case conflict(String)
     /// Reading, writing, syncing or locking failed.
     case storage(String)
+    /// The signing key is encrypted and could not be unlocked: no passphrase was given, or it
+    /// was not the key's passphrase. Nothing was changed.
+    case keyLocked(String)
 
     public var description: String {
         switch self {
@@ -95,6 +98,7 @@ public enum ConsentError: Error, Hashable, Sendable, CustomStringConvertible {
         case .alreadyExists(let m): return m
         case .conflict(let m): return "conflict: \(m)"
         case .storage(let m): return "storage error: \(m)"
+        case .keyLocked(let m): return m
         }
     }
 

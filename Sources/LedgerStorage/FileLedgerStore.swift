@@ -1067,7 +1067,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
     }
 }
 
-/// The signing key in a file of its own: the seed in hex, mode 0600.
+/// The signing key in a file of its own (`Spec/key-file.md`), mode 0600.
 public struct FileKeyStore: KeyStore {
     public let path: String
 
@@ -1075,7 +1075,7 @@ public struct FileKeyStore: KeyStore {
 
     public var keyLocation: String { path }
 
-    public func loadSeed() throws -> [UInt8] {
+    public func loadKeyFile() throws -> SecretBytes {
         let file: PosixFile
         do {
             // Never through a symlink (someone else's file), never blocking on a FIFO.
@@ -1086,29 +1086,10 @@ public struct FileKeyStore: KeyStore {
             throw ConsentError.invalidRequest("the signing key \(path) is a symbolic link; it must be a file of its own, readable by its owner only: replace the link with the file it names (mv \"$(readlink -f \(path))\" \(path))")
         }
         try Self.checkPrivate(file)
-        // The file's bytes are decoded in place and zeroed: no String copy of the secret.
-        var raw = try file.read(at: 0, count: 4096)
+        // One byte more than a key file may have, so that an over-long file is seen as such.
+        var raw = try file.read(at: 0, count: SigningKeyFile.maximumSize + 1)
         defer { zeroize(&raw) }
-        var end = raw.count
-        while end > 0, raw[end - 1] == 0x0A || raw[end - 1] == 0x0D || raw[end - 1] == 0x20 { end -= 1 }
-        func nibble(_ c: UInt8) -> UInt8? {
-            switch c {
-            case 0x30...0x39: return c - 0x30
-            case 0x61...0x66: return c - 0x61 + 10
-            default: return nil
-            }
-        }
-        var seed = [UInt8](repeating: 0, count: 32)
-        var valid = end == 64
-        for i in 0..<(valid ? 32 : 0) {
-            guard let high = nibble(raw[2 * i]), let low = nibble(raw[2 * i + 1]) else { valid = false; break }
-            seed[i] = high << 4 | low
-        }
-        guard valid else {
-            zeroize(&seed)
-            throw ConsentError.integrity(IntegrityFailure(.ledgerFiles, line: nil, seq: nil, problem: "\(path) does not hold a 64-digit lowercase hex Ed25519 seed"))
-        }
-        return seed
+        return SecretBytes(copying: raw)
     }
 
     /// The key must be a regular file that only its owner can read or write: a key that group
@@ -1125,19 +1106,22 @@ public struct FileKeyStore: KeyStore {
         }
     }
 
-    public func saveSeed(_ seed: [UInt8]) throws {
+    public func saveKeyFile(_ file: SecretBytes) throws {
+        var bytes = file.withUnsafeBytes { Array($0) }
+        defer { zeroize(&bytes) }
         do {
-            let digits = Array("0123456789abcdef".utf8)
-            var text = [UInt8](repeating: 0x0A, count: 2 * seed.count + 1)
-            defer { zeroize(&text) }
-            for (i, byte) in seed.enumerated() {
-                text[2 * i] = digits[Int(byte >> 4)]
-                text[2 * i + 1] = digits[Int(byte & 0x0F)]
-            }
-            try PosixFile.writeNew(text, to: path, mode: 0o600)
+            try PosixFile.writeNew(bytes, to: path, mode: 0o600)
         } catch ConsentError.storage(let why) where PosixFile.kind(of: path) != .missing {
             throw ConsentError.alreadyExists("\(path) already exists (\(why)); a new ledger's key is never written over another")
         }
         try PosixFile.syncDirectory(PosixFile.parent(of: path))
+    }
+
+    public func replaceKeyFile(_ file: SecretBytes) throws {
+        // The old key must be there and be private: replacing is for the same key, sealed anew.
+        _ = try loadKeyFile()
+        var bytes = file.withUnsafeBytes { Array($0) }
+        defer { zeroize(&bytes) }
+        try PosixFile.writeAtomically(bytes, to: path, mode: 0o600)
     }
 }

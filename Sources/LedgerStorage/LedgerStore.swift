@@ -345,30 +345,46 @@ extension LedgerReadTransaction {
     }
 }
 
-/// Where a ledger's Ed25519 signing key is kept: apart from the log, so that reads, exports of
-/// evidence and proofs never need it, and a signer kept elsewhere can take its place.
+/// Where a ledger's signing key file is kept: apart from the log, so that reads, exports of
+/// evidence and proofs never need it, and a signer kept elsewhere can take its place. A key
+/// store keeps bytes; what they mean (`Spec/key-file.md`) is ``SigningKeyFile``'s business.
 public protocol KeyStore: Sendable {
     /// Where the key is, for messages.
     var keyLocation: String { get }
-    /// The 32-byte Ed25519 seed.
-    func loadSeed() throws -> [UInt8]
-    /// Stores the seed of a new ledger. Fails if a key is already stored.
-    func saveSeed(_ seed: [UInt8]) throws
+    /// The stored key file, in secret memory (a plaintext key file is the seed itself).
+    func loadKeyFile() throws -> SecretBytes
+    /// Stores the key file of a new ledger. Fails if a key is already stored.
+    func saveKeyFile(_ file: SecretBytes) throws
+    /// Puts a new key file for the same key in place of the stored one, atomically (a changed
+    /// passphrase). Fails if no key is stored.
+    func replaceKeyFile(_ file: SecretBytes) throws
 }
 
 extension KeyStore {
-    /// Stores a signer's key, its seed copied out of secret memory only for the call and
-    /// zeroed afterwards.
-    public func save(_ signer: SodiumSigner) throws {
-        var seed = signer.withSeed { Array($0) }
-        defer { zeroize(&seed) }
-        try saveSeed(seed)
+    /// Stores `signer`'s key as `protection` says.
+    public func save(_ signer: SodiumSigner, protection: KeyProtection, random: (Int) -> [UInt8] = { Sodium().randomBytes($0) }) throws {
+        try saveKeyFile(try SigningKeyFile.file(for: signer, protection: protection, random: random))
     }
 
-    /// The stored key as a signer; the seed read from storage is zeroed once the signer holds it.
-    public func loadSigner() throws -> SodiumSigner? {
-        var seed = try loadSeed()
-        defer { zeroize(&seed) }
-        return SodiumSigner(seed: seed)
+    /// Whether the stored key is sealed under a passphrase (`nil` when there is no key).
+    public func isEncrypted() throws -> Bool? {
+        let file: SecretBytes
+        do { file = try loadKeyFile() } catch ConsentError.notFound(.signingKey, _) { return nil }
+        if case .encrypted = try SigningKeyFile.read(file, location: keyLocation) { return true }
+        return false
+    }
+
+    /// The stored key as a signer: a plaintext key as it is, an encrypted one opened with the
+    /// passphrase that `passphrase` gives (asked for only here, when a key must sign).
+    public func unlockSigner(passphrase: PassphraseSource?) throws -> SodiumSigner {
+        switch try SigningKeyFile.read(try loadKeyFile(), location: keyLocation) {
+        case .plaintext(let signer):
+            return signer
+        case .encrypted(let sealed):
+            guard let passphrase else {
+                throw ConsentError.keyLocked("the signing key \(keyLocation) is encrypted and no passphrase was given")
+            }
+            return try sealed.unlock(passphrase: try passphrase(), location: keyLocation)
+        }
     }
 }

@@ -186,21 +186,28 @@ final class MemoryLedgerTransaction: LedgerWriteTransaction {
     }
 }
 
-/// A signing key held in memory.
+/// A signing key file held in memory.
 final class MemoryKeyStore: KeyStore {
-    private let seed = Mutex<[UInt8]?>(nil)
+    private let file = Mutex<SecretBytes?>(nil)
 
     var keyLocation: String { "memory" }
 
-    func loadSeed() throws -> [UInt8] {
-        guard let seed = seed.withLock({ $0 }) else { throw ConsentError.notFound(.signingKey, "no signing key in memory") }
-        return seed
+    func loadKeyFile() throws -> SecretBytes {
+        guard let file = file.withLock({ $0 }) else { throw ConsentError.notFound(.signingKey, "no signing key in memory") }
+        return file
     }
 
-    func saveSeed(_ new: [UInt8]) throws {
-        try seed.withLock { seed in
-            guard seed == nil else { throw ConsentError.alreadyExists("a signing key is already held in memory") }
-            seed = new
+    func saveKeyFile(_ new: SecretBytes) throws {
+        try file.withLock { file in
+            guard file == nil else { throw ConsentError.alreadyExists("a signing key is already held in memory") }
+            file = new
+        }
+    }
+
+    func replaceKeyFile(_ new: SecretBytes) throws {
+        try file.withLock { file in
+            guard file != nil else { throw ConsentError.notFound(.signingKey, "no signing key in memory") }
+            file = new
         }
     }
 }

@@ -211,7 +211,29 @@ public enum LocalFile {
 extension LocalFile {
     /// Writes a file durably and atomically (temporary name, sync, rename), readable by its
     /// owner only: exports and reports hold subject ids.
+    /// A device or a FIFO already at `path` (`/dev/null`, `/dev/stdout`, a named pipe) is
+    /// written to as it is: renaming a file over it would replace the device itself.
     public static func write(_ bytes: [UInt8], to path: String) throws {
+        var st = stat()
+        if stat(path, &st) == 0, case let type = st.st_mode & S_IFMT, type == S_IFCHR || type == S_IFIFO {
+            // Non-blocking open: a FIFO nobody reads fails at once instead of hanging.
+            let fd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC)
+            guard fd >= 0 else { throw ConsentError.storage("cannot open \(path) for writing: \(PosixFile.reason())") }
+            defer { close(fd) }
+            _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)
+            var done = 0
+            try bytes.withUnsafeBytes { raw in
+                while done < raw.count {
+                    let n = Glibc.write(fd, raw.baseAddress! + done, raw.count - done)
+                    if n < 0 {
+                        if errno == EINTR { continue }
+                        throw ConsentError.storage("cannot write \(path): \(PosixFile.reason())")
+                    }
+                    done += n
+                }
+            }
+            return
+        }
         try PosixFile.writeAtomically(bytes, to: path, mode: 0o600)
     }
 }

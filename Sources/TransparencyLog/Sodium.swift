@@ -79,11 +79,22 @@ public struct SodiumSigner: EventSigner {
     private let secretKey: SecretBytes
 
     public init?(seed: [UInt8]) {
+        guard let signer = seed.withUnsafeBytes({ SodiumSigner(seedBytes: $0) }) else { return nil }
+        self = signer
+    }
+
+    /// A signer from a seed already in secret memory (an unlocked key file), with no Swift copy.
+    public init?(seed: SecretBytes) {
+        guard let signer = seed.withUnsafeBytes({ SodiumSigner(seedBytes: $0) }) else { return nil }
+        self = signer
+    }
+
+    private init?(seedBytes seed: UnsafeRawBufferPointer) {
         guard seed.count == 32 else { return nil }
         let secret = SecretBytes(count: 64)
         var pk = [UInt8](repeating: 0, count: 32)
         let ok = secret.withUnsafeMutableBytes { sk in
-            crypto_sign_seed_keypair(&pk, sk.baseAddress!.assumingMemoryBound(to: UInt8.self), seed) == 0
+            crypto_sign_seed_keypair(&pk, sk.baseAddress!.assumingMemoryBound(to: UInt8.self), seed.baseAddress!.assumingMemoryBound(to: UInt8.self)) == 0
         }
         guard ok else { return nil }
         publicKey = PublicKey(bytes: pk)!

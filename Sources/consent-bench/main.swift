@@ -67,7 +67,7 @@ func emit(_ key: String, _ events: Int, _ seconds: Double, _ extra: String = "")
 
 /// Builds a ledger of at least `target` events with batched appends.
 func phaseBuild(dir: String, target: Int, subjects: Int, batch: Int) throws {
-    let ledger = try Ledger.create(store: FileLedgerStore(directory: dir), catalog: SeedCatalog.catalog, name: "bench")
+    let ledger = try Ledger.create(store: FileLedgerStore(directory: dir), catalog: SeedCatalog.catalog, name: "bench", keyProtection: .insecurePlaintext)
     try ledger.loadAll()
     var k = 0, events = 0
     let start = now()
@@ -301,7 +301,7 @@ if let url = option("--postgres", args) {
     let perWriter = Int(option("--commands", args) ?? "2000") ?? 2000
     let location = url + (url.contains("?") ? "&" : "?") + "schema=bench_\(time(nil))"
     do {
-        _ = try Ledger.create(store: try store(location), catalog: SeedCatalog.catalog, name: "bench")
+        _ = try Ledger.create(store: try store(location), catalog: SeedCatalog.catalog, name: "bench", keyProtection: .insecurePlaintext)
     } catch {
         printError("consent-bench: \(error)\n")
         exit(1)

@@ -41,7 +41,7 @@ struct KeyCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "key",
         abstract: "The ledger's keys.",
-        subcommands: [KeyShow.self],
+        subcommands: [KeyShow.self, KeyPassphrase.self],
         defaultSubcommand: KeyShow.self
     )
 }
@@ -74,6 +74,66 @@ struct KeyShow: ParsableCommand {
                 printJSON(.object(["verifierKey": .string(key.text), "name": .string(key.name), "keyID": .string(ledger.keyID)]))
             } else {
                 print(key.text)
+            }
+        }
+    }
+}
+
+struct KeyPassphrase: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "passphrase",
+        abstract: "Seal the signing key under a new passphrase, or encrypt a plaintext key.",
+        discussion: """
+            Unlocks the key with its passphrase (none for a plaintext key; from --passphrase-file, \
+            --passphrase-fd, $CONSENTCTL_PASSPHRASE or the terminal), then writes the same key \
+            sealed under the new passphrase, in place of the old file and atomically. The new \
+            passphrase comes from --new-passphrase-file, $CONSENTCTL_NEW_PASSPHRASE or, asked \
+            twice, the terminal. The key, and so every signature and the verifier key, stay the \
+            same. Older copies of the key file still open with the old passphrase: delete them.
+
+            Examples:
+              consentctl key passphrase                   # asks for both on the terminal
+              consentctl --passphrase-file old.txt key passphrase --new-passphrase-file new.txt
+            """
+    )
+
+    @ParentCommand var root: ConsentCtl
+
+    @Option(help: ArgumentHelp("Read the new passphrase from FILE (its one trailing line end is dropped).", valueName: "FILE"))
+    var newPassphraseFile: String?
+
+    @Option(help: "How hard the new passphrase is made to guess: interactive (the default) or moderate.")
+    var kdf: KeyHardness = .interactive
+
+    @OptionGroup var output: OutputOptions
+
+    static let newPassphraseVariable = "CONSENTCTL_NEW_PASSPHRASE"
+
+    func run() throws {
+        try reporting(json: output.isJSON) {
+            let store = try root.ledgerStore()
+            let ledger = try Ledger.open(store: store, passphrase: root.passphrase.source(for: store.keyStore.keyLocation))
+            let keys = ledger.keys
+            guard let wasEncrypted = try keys.isEncrypted() else {
+                throw ConsentError.notFound(.signingKey, "no signing key at \(keys.keyLocation)")
+            }
+            // Unlock first, so that a wrong current passphrase is known before a new one is asked.
+            try ledger.unlock()
+            let newPassphrase: SecretBytes
+            if let newPassphraseFile {
+                newPassphrase = try PassphraseOptions.readAll(path: newPassphraseFile)
+            } else if let value = environment(Self.newPassphraseVariable) {
+                newPassphrase = SecretBytes(copying: Array(value.utf8))
+            } else {
+                newPassphrase = try PassphraseOptions.prompt("New passphrase: ", missing: "no new passphrase: give --new-passphrase-file FILE, set $\(Self.newPassphraseVariable), or run in a terminal to be asked")
+                let again = try PassphraseOptions.prompt("Again, to confirm: ", missing: "no terminal to confirm the passphrase")
+                guard again.constantTimeEquals(newPassphrase) else { throw ConsentError.invalidRequest("the two passphrases differ; the key is unchanged") }
+            }
+            try ledger.reprotectKey(.passphrase(newPassphrase, hardness: kdf.hardness))
+            if output.isJSON {
+                printJSON(.object(["ok": .bool(true), "key": .string(keys.keyLocation), "wasEncrypted": .bool(wasEncrypted), "opslimit": .int(Int64(kdf.hardness.opslimit)), "memlimit": .int(Int64(kdf.hardness.memlimit))]))
+            } else {
+                print("The signing key \(keys.keyLocation) is sealed under the new passphrase (\(kdf.hardness)).")
             }
         }
     }

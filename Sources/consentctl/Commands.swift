@@ -10,8 +10,18 @@ struct Init: ParsableCommand {
         abstract: "Create a new ledger: a key pair, the catalogue and the genesis event.",
         discussion: """
             Refuses a folder that already holds a ledger or other files. Without --catalog the \
-            seed's catalogue is used (Medication Management and Timeline; see 'consentctl catalog'). \
-            The secret key is written with mode 0600.
+            seed's catalogue is used (Medication Management and Timeline; see 'consentctl catalog').
+
+            The secret key is sealed under a passphrase (Argon2id, then XSalsa20-Poly1305) in a \
+            file of mode 0600. The passphrase (at least 8 bytes) comes from --passphrase-file, \
+            --passphrase-fd or $CONSENTCTL_PASSPHRASE, or is asked for twice on the terminal. \
+            Every command that signs needs it again; reads, verification and 'key show' never do. \
+            'consentctl key passphrase' changes it.
+
+            Examples:
+              consentctl init --name clinic.example/consents
+              consentctl --passphrase-file /run/secrets/consents init --kdf moderate
+              consentctl init --insecure-plaintext-key     # tests and demos only
             """
     )
 
@@ -25,6 +35,12 @@ struct Init: ParsableCommand {
 
     @Option(help: "Who creates the ledger.")
     var actor: String = "consentctl"
+
+    @Option(help: "How hard the passphrase is made to guess: interactive (Argon2id over 64 MiB; the default) or moderate (256 MiB; each unlock takes about a second).")
+    var kdf: KeyHardness = .interactive
+
+    @Flag(help: "Store the secret key unencrypted, for tests and demos only: anyone who can read the file can sign as this ledger.")
+    var insecurePlaintextKey = false
 
     @OptionGroup var output: OutputOptions
 
@@ -48,16 +64,24 @@ struct Init: ParsableCommand {
             }
             let ledgerName = name ?? "consentledger.local/" + Hex.encode(Sodium().randomBytes(6))
             let store = try root.ledgerStore()
-            let ledger = try Ledger.create(store: store, catalog: catalogValue, name: ledgerName, actor: actor)
+            let protection: KeyProtection = insecurePlaintextKey
+                ? .insecurePlaintext
+                : .passphrase(try root.passphrase.read(prompt: "New passphrase for the signing key: ", missing: "a new ledger's key is sealed under a passphrase, and none was given (--insecure-plaintext-key stores it unencrypted, for tests and demos)", confirm: true, missingIsUsage: true), hardness: kdf.hardness)
+            let ledger = try Ledger.create(store: store, catalog: catalogValue, name: ledgerName, keyProtection: protection, actor: actor)
+            if insecurePlaintextKey {
+                printError("warning: the secret key is stored unencrypted in \(store.keyStore.keyLocation) (--insecure-plaintext-key): use this ledger for tests and demos only")
+            }
             if output.isJSON {
                 printJSON(.object([
                     "ok": .bool(true), "ledger": .string(ledgerName), "location": .string(store.names.location),
+                    "keyProtection": .string(insecurePlaintextKey ? "insecure-plaintext" : "passphrase"),
                     "features": .array(catalogValue.features.map { .string($0.key) }), "verifierKey": .string(try ledger.verifierKey.text),
                 ]))
                 return
             }
             print("Created ledger '\(ledgerName)' at \(store.names.location)")
             print("  features:   \(catalogValue.features.map(\.key).joined(separator: ", "))")
+            print("  signing key: \(store.keyStore.keyLocation), " + (insecurePlaintextKey ? "UNENCRYPTED (tests and demos only)" : "sealed under your passphrase (\(kdf.hardness))"))
             print("  verifier key: \(try ledger.verifierKey.text)")
             print("Give the verifier key to auditors ('consentctl key show' prints it again).")
         }

@@ -49,6 +49,16 @@ struct ConsentCtl: ParsableCommand {
               73  a ledger (or other files) already exists where init would create one
               75  conflict: another writer changed the PostgreSQL ledger first; nothing was
                   changed, try again
+              77  the signing key is encrypted and no passphrase was given, or a wrong one;
+                  nothing was changed
+
+            THE SIGNING KEY
+            The secret key is sealed under a passphrase (Argon2id and XSalsa20-Poly1305, \
+            Spec/key-file.md). Only commands that sign ask for it: init, give, revoke, apply, \
+            catalog publish, checkpoint, export of a bundle, prove-consistency, migrate and key \
+            passphrase. It comes from --passphrase-file FILE, --passphrase-fd N or \
+            $CONSENTCTL_PASSPHRASE, in that order, or else from a prompt on the terminal; never \
+            from an argument.
             """,
         version: "0.1.0",
         subcommands: [Init.self, CatalogCommand.self, Give.self, Revoke.self, Status.self, History.self, SubjectsCommand.self, Completion.self, Report.self, Verify.self, CheckpointCommand.self, KeyCommand.self, Export.self, VerifyExport.self, ProveConsistency.self, VerifyConsistency.self, ProveState.self, VerifyState.self, Apply.self, Migrate.self]
@@ -75,7 +85,7 @@ struct ConsentCtl: ParsableCommand {
     static func unknownCommand(in arguments: [String]) -> String? {
         var rest = arguments[...]
         while let first = rest.first, first.hasPrefix("-") {
-            rest = rest.dropFirst(first == "--ledger" || first == "--store" ? 2 : 1)
+            rest = rest.dropFirst(["--ledger", "--store", "--passphrase-file", "--passphrase-fd"].contains(first) ? 2 : 1)
         }
         guard let word = rest.first else { return nil }
         let names = configuration.subcommands.map { $0._commandName } + ["help"]
@@ -107,9 +117,24 @@ struct ConsentCtl: ParsableCommand {
         valueName: "STORE"))
     var store: String?
 
+    @Option(name: .customLong("passphrase-file"), help: ArgumentHelp(
+        "Read the signing key's passphrase from FILE (its one trailing line end is dropped). Only commands that sign read it.",
+        valueName: "FILE"))
+    var passphraseFile: String?
+
+    @Option(name: .customLong("passphrase-fd"), help: ArgumentHelp(
+        "Read the signing key's passphrase from the open file descriptor N, to its end.",
+        valueName: "N"))
+    var passphraseFD: Int32?
+
     func validate() throws {
         if ledger != nil && store != nil { throw ValidationError("give --ledger DIR or --store STORE, not both") }
+        if passphraseFile != nil && passphraseFD != nil { throw ValidationError("give --passphrase-file or --passphrase-fd, not both") }
+        if let passphraseFD, passphraseFD < 0 { throw ValidationError("--passphrase-fd must be a file descriptor (0 or more)") }
     }
+
+    /// Where the signing key's passphrase comes from.
+    var passphrase: PassphraseOptions { PassphraseOptions(file: passphraseFile, fd: passphraseFD) }
 
     /// Where the ledger lives: --store or --ledger, then $CONSENTCTL_STORE or $CONSENTCTL_LEDGER,
     /// then ./consent-ledger.
@@ -125,8 +150,10 @@ struct ConsentCtl: ParsableCommand {
 
     func ledgerStore() throws -> any LedgerStore { try StoreSelection.store(storeSpec) }
 
+    /// Opens the ledger; an encrypted key's passphrase is asked for only if a write needs it.
     func openLedger() throws -> Ledger {
-        try Ledger.open(store: try ledgerStore())
+        let store = try ledgerStore()
+        return try Ledger.open(store: store, passphrase: passphrase.source(for: store.keyStore.keyLocation))
     }
 }
 
@@ -157,6 +184,8 @@ enum Exit {
     static let invalidCatalog: Int32 = 65
     static let notFound: Int32 = 66
     static let alreadyExists: Int32 = 73
+    /// The signing key is encrypted and was not unlocked (EX_NOPERM).
+    static let keyLocked: Int32 = 77
 
     static func code(for error: ConsentError) -> Int32 {
         switch error {
@@ -170,6 +199,7 @@ enum Exit {
         case .notFound(.subject, _), .notFound(.feature, _), .notFound(.consent, _): return usage
         case .notFound: return notFound
         case .alreadyExists: return alreadyExists
+        case .keyLocked: return keyLocked
         }
     }
 }
@@ -215,6 +245,7 @@ func kind(of error: ConsentError) -> String {
     case .invalidCatalog: return "invalid-catalog"
     case .notFound: return "not-found"
     case .alreadyExists: return "already-exists"
+    case .keyLocked: return "key-locked"
     }
 }
 

@@ -46,7 +46,7 @@ struct Migrate: ParsableCommand {
             guard source.names.location != target.names.location else {
                 throw ConsentError.invalidRequest("the source and the target are the same store (\(source.names.location))")
             }
-            let report = try LedgerCopy.copy(from: source, to: target)
+            let report = try LedgerCopy.copy(from: source, to: target, passphrase: root.passphrase.source(for: source.keyStore.keyLocation))
             if json {
                 printJSON(.object([
                     "ok": .bool(true), "from": .string(source.names.location), "to": .string(target.names.location),

@@ -67,7 +67,7 @@ func allLines(_ store: any LedgerStore) throws -> [[UInt8]] { try store.snapshot
 /// A ledger with the vectors' key, a stepping clock and counting randomness: the same commands
 /// give the same bytes in any store.
 func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
-    try Ledger.create(store: store, catalog: SeedCatalog.catalog, name: "pg.test/same", signer: SodiumSigner(seed: vectorSeed)!,
+    try Ledger.create(store: store, catalog: SeedCatalog.catalog, name: "pg.test/same", keyProtection: .insecurePlaintext, signer: SodiumSigner(seed: vectorSeed)!,
                       clock: SteppingClock().clock, random: CountingRandom().source)
 }
 
@@ -119,7 +119,7 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
         let url = try TestDatabase.url() + "?schema=user"
         let ledger: Ledger
         do {
-            ledger = try Ledger.create(store: try PostgresLedgerStore(url: url), catalog: SeedCatalog.catalog, name: "pg.test/user")
+            ledger = try Ledger.create(store: try PostgresLedgerStore(url: url), catalog: SeedCatalog.catalog, name: "pg.test/user", keyProtection: .insecurePlaintext)
         } catch ConsentError.alreadyExists {
             ledger = try Ledger.open(store: try PostgresLedgerStore(url: url))
         }
@@ -210,7 +210,7 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
     @Test func derivedRowsDecideNothing() throws {
         let url = try TestDatabase.freshURL("derived_rows")
         let schema = try PostgresLedgerAddress(url: url).schema
-        let ledger = try Ledger.create(store: try PostgresLedgerStore(url: url), catalog: SeedCatalog.catalog, name: "pg.test/derived")
+        let ledger = try Ledger.create(store: try PostgresLedgerStore(url: url), catalog: SeedCatalog.catalog, name: "pg.test/derived", keyProtection: .insecurePlaintext)
         try ledger.execute(LedgerCommand(subjectID: "p1", request: .give(feature: "timeline", consents: ["required", "optional-a"])))
         try ledger.execute(LedgerCommand(subjectID: "p2", request: .give(feature: "timeline", consents: ["required"])))
         try ledger.execute(LedgerCommand(subjectID: "p1", request: .revoke(feature: "timeline", consent: "required")))
@@ -264,7 +264,7 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
         await propertyCheck(count: 16, input: input) { numbers, table, row, write in
             let url = try TestDatabase.freshURL("tamper")
             let schema = try PostgresLedgerAddress(url: url).schema
-            let ledger = try Ledger.create(store: try PostgresLedgerStore(url: url), catalog: SeedCatalog.catalog, name: "pg.test/tamper-prop")
+            let ledger = try Ledger.create(store: try PostgresLedgerStore(url: url), catalog: SeedCatalog.catalog, name: "pg.test/tamper-prop", keyProtection: .insecurePlaintext)
             for n in numbers { _ = try? ledger.execute(Self.command(n)) }
             _ = try ledger.signedCheckpoint()
             let truth = try Ledger.open(store: PostgresLedgerStore(url: url)).loadAll()
@@ -298,7 +298,7 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
     @Test func schemaIsVersionedAndEventsAreAppendOnly() throws {
         let url = try TestDatabase.freshURL("schema")
         let schema = try PostgresLedgerAddress(url: url).schema
-        let ledger = try Ledger.create(store: try PostgresLedgerStore(url: url), catalog: SeedCatalog.catalog, name: "pg.test/schema")
+        let ledger = try Ledger.create(store: try PostgresLedgerStore(url: url), catalog: SeedCatalog.catalog, name: "pg.test/schema", keyProtection: .insecurePlaintext)
         try ledger.execute(LedgerCommand(subjectID: "alice", request: .give(feature: "timeline", consents: ["required"])))
         let versions = try TestDatabase.sql(url, "SELECT version FROM \(schema).schema_migrations ORDER BY version").map { try $0.decode(Int32.self) }
         #expect(versions == [1, 2, 3, 4, 5])
@@ -337,7 +337,7 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
     @Test func tamperedRowsAreFoundByVerify() throws {
         let url = try TestDatabase.freshURL("tamper")
         let schema = try PostgresLedgerAddress(url: url).schema
-        let ledger = try Ledger.create(store: try PostgresLedgerStore(url: url), catalog: SeedCatalog.catalog, name: "pg.test/tamper")
+        let ledger = try Ledger.create(store: try PostgresLedgerStore(url: url), catalog: SeedCatalog.catalog, name: "pg.test/tamper", keyProtection: .insecurePlaintext)
         for n in [0, 1, 2, 3, 4, 5] { _ = try? ledger.execute(Self.command(n)) }
         let events = try ledger.verify().events
         #expect(events >= 6)
@@ -376,7 +376,7 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
     @Test func aSerializationFailureIsAConflict() throws {
         let url = try TestDatabase.freshURL("serialization")
         let schema = try PostgresLedgerAddress(url: url).schema
-        let ledger = try Ledger.create(store: try PostgresLedgerStore(url: url), catalog: SeedCatalog.catalog, name: "pg.test/serialization")
+        let ledger = try Ledger.create(store: try PostgresLedgerStore(url: url), catalog: SeedCatalog.catalog, name: "pg.test/serialization", keyProtection: .insecurePlaintext)
         let before = try TestDatabase.fingerprint(url)
         try TestDatabase.sql(url, """
             CREATE FUNCTION \(schema).lose_race() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'could not serialize access due to concurrent update' USING ERRCODE = '40001'; END $$
@@ -399,7 +399,7 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
     @Test func aFailedTransactionIsReportedAndForgotten() throws {
         let url = try TestDatabase.freshURL("rollback")
         let schema = try PostgresLedgerAddress(url: url).schema
-        let ledger = try Ledger.create(store: try PostgresLedgerStore(url: url), catalog: SeedCatalog.catalog, name: "pg.test/rollback")
+        let ledger = try Ledger.create(store: try PostgresLedgerStore(url: url), catalog: SeedCatalog.catalog, name: "pg.test/rollback", keyProtection: .insecurePlaintext)
         _ = try ledger.loadAll()
         try ledger.execute(LedgerCommand(subjectID: "alice", request: .give(feature: "timeline", consents: ["required"])))
         let before = try TestDatabase.fingerprint(url)
@@ -423,7 +423,7 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
 
     @Test func aRefusedCommandChangesNoRow() throws {
         let url = try TestDatabase.freshURL("refused")
-        let ledger = try Ledger.create(store: try PostgresLedgerStore(url: url), catalog: SeedCatalog.catalog, name: "pg.test/refused")
+        let ledger = try Ledger.create(store: try PostgresLedgerStore(url: url), catalog: SeedCatalog.catalog, name: "pg.test/refused", keyProtection: .insecurePlaintext)
         try ledger.execute(LedgerCommand(subjectID: "alice", request: .give(feature: "timeline", consents: ["required"])))
         let before = try TestDatabase.fingerprint(url)
         let refused: [LedgerCommand] = [
@@ -444,7 +444,7 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
     /// every acknowledged command present. (The four-process test is in ConsentctlTests.)
     @Test func concurrentWritersInOneProcessKeepOneChain() async throws {
         let url = try TestDatabase.freshURL("threads")
-        _ = try Ledger.create(store: try PostgresLedgerStore(url: url), catalog: SeedCatalog.catalog, name: "pg.test/threads")
+        _ = try Ledger.create(store: try PostgresLedgerStore(url: url), catalog: SeedCatalog.catalog, name: "pg.test/threads", keyProtection: .insecurePlaintext)
         let acknowledged = try await withThrowingTaskGroup(of: [UInt64].self) { group in
             for writer in 0..<4 {
                 group.addTask {

@@ -12,7 +12,7 @@ import Testing
     /// A ledger with the seed scenario and two more subjects.
     static func ledger(_ label: String) throws -> (Ledger, String) {
         let path = LedgerPropertyTests.folder(label)
-        let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "consentledger.example/\(label)")
+        let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "consentledger.example/\(label)", keyProtection: .insecurePlaintext)
         try ledger.execute(Array(seedScenario))
         try ledger.execute(LedgerCommand(subjectID: "bob", request: .give(feature: "timeline", consents: ["required", "optional-b"])))
         try ledger.execute(LedgerCommand(subjectID: "carol", request: .give(feature: "medication-management", consents: ["required"])))
@@ -126,7 +126,7 @@ import Testing
             try ExportVerifier.verifyConsistency(ConsistencyProof(oldNote: proof.oldNote, newNote: proof.newNote, proof: bad), pinnedKey: try ledger.verifierKey)
         }
         // An old checkpoint whose root is not this log's prefix (a rewritten history) is refused.
-        let signer = SodiumSigner(seed: try ledger.keys.loadSeed())!
+        let signer = try ledger.keys.unlockSigner(passphrase: nil)
         let forged = SignedNote.sign(Checkpoint(origin: ledger.genesis.ledgerName, size: 5, root: Digest.zero).text, key: try ledger.verifierKey, signer: signer)
         #expect(throws: ConsentError.self) { try ledger.proveConsistency(from: forged) }
     }

@@ -11,7 +11,7 @@ import Testing
     @Test func theAppsCallsAnswerWithTheUpdatedConsents() async throws {
         let path = LedgerPropertyTests.folder("api")
         defer { removeFolder(path) }
-        let consents = try await ConsentManager.create(directory: path, name: "api")
+        let consents = try await ConsentManager.create(directory: path, name: "api", keyProtection: .insecurePlaintext)
         let afterGive = try await consents.activate(["required", "optional-a"], of: "timeline", for: "p1")
         #expect(afterGive.filter(\.isActive).map(\.feature.key) == ["timeline"])
         #expect(try await consents.consents(of: "2", for: "p1").consents.filter(\.isGiven).map(\.definition.code) == ["required", "optional-a"])
@@ -31,7 +31,7 @@ import Testing
     @Test func errorsAreTyped() async throws {
         let path = LedgerPropertyTests.folder("api-errors")
         defer { removeFolder(path) }
-        let consents = try await ConsentManager.create(directory: path, name: "api-errors")
+        let consents = try await ConsentManager.create(directory: path, name: "api-errors", keyProtection: .insecurePlaintext)
         await #expect(throws: ConsentError.self) { try await consents.activate(["optional-a"], of: "timeline", for: "p1") }
         do {
             _ = try await consents.activate(["optional-a"], of: "timeline", for: "p1")
@@ -58,7 +58,7 @@ import Testing
     @Test func manyTasksAtOnceKeepOneChain() async throws {
         let path = LedgerPropertyTests.folder("api-tasks")
         defer { removeFolder(path) }
-        let consents = try await ConsentManager.create(directory: path, name: "api-tasks")
+        let consents = try await ConsentManager.create(directory: path, name: "api-tasks", keyProtection: .insecurePlaintext)
         try await withThrowingTaskGroup(of: Void.self) { group in
             for i in 0..<16 {
                 group.addTask { _ = try await consents.activate(["required", "optional-b"], of: "medication-management", for: "p\(i)") }

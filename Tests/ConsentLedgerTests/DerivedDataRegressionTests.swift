@@ -15,7 +15,7 @@ import Glibc
 @Suite struct DerivedDataRegressionTests {
     static func ledger(_ label: String) throws -> (String, Ledger) {
         let path = LedgerPropertyTests.folder(label)
-        let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "test.example/\(label)", clock: SteppingClock().clock)
+        let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "test.example/\(label)", keyProtection: .insecurePlaintext, clock: SteppingClock().clock)
         return (path, ledger)
     }
 
@@ -324,7 +324,7 @@ import Glibc
             return
         }
         let salt = [UInt8](repeating: 7, count: 16)
-        let signer = SodiumSigner(seed: try ledger.keys.loadSeed())!
+        let signer = try ledger.keys.unlockSigner(passphrase: nil)
         let signature = Pseudonym.recordMessage(id: SubjectID("nobody"), salt: salt).withUnsafeBytes { signer.sign($0) }
         writeBytes(original + Array(#"{"id":"nobody","salt":"07070707070707070707070707070707","sig":"\#(signature.hex)"}"#.utf8) + [0x0A], to: path + "/subjects.jsonl")
         #expect(verifyFolder(path) == .ok(events: 3))
@@ -406,7 +406,7 @@ import Glibc
         mkdir(target, 0o700)
         #expect(symlink(victim, target + "/.init-1") == 0)
         #expect(throws: ConsentError.self) {
-            try Ledger.create(store: FileLedgerStore(directory: target), catalog: SeedCatalog.catalog, name: "t")
+            try Ledger.create(store: FileLedgerStore(directory: target), catalog: SeedCatalog.catalog, name: "t", keyProtection: .insecurePlaintext)
         }
         #expect(readBytes(victim + "/data.txt") == Array("precious\n".utf8), "the linked folder is untouched")
         #expect(PosixFile.ownKind(of: target + "/.init-1") == .symlink, "the link is not removed either")
@@ -418,7 +418,7 @@ import Glibc
         let planted = PosixFile.parent(of: target) + "/.\(target.split(separator: "/").last!).init-\(getpid())"
         defer { removeFolder(victim, target); unlink(planted) }
         #expect(symlink(victim, planted) == 0)
-        _ = try Ledger.create(store: FileLedgerStore(directory: target), catalog: SeedCatalog.catalog, name: "t")
+        _ = try Ledger.create(store: FileLedgerStore(directory: target), catalog: SeedCatalog.catalog, name: "t", keyProtection: .insecurePlaintext)
         #expect(readBytes(victim + "/data.txt") == Array("precious\n".utf8))
         #expect(PosixFile.directoryEntries(victim) == ["data.txt"])
         #expect(verifyFolder(target) == .ok(events: 1))
@@ -430,7 +430,7 @@ import Glibc
         defer { removeFolder(victim); unlink(target) }
         #expect(symlink(victim, target) == 0)
         #expect(throws: ConsentError.self) {
-            try Ledger.create(store: FileLedgerStore(directory: target), catalog: SeedCatalog.catalog, name: "t")
+            try Ledger.create(store: FileLedgerStore(directory: target), catalog: SeedCatalog.catalog, name: "t", keyProtection: .insecurePlaintext)
         }
         #expect(PosixFile.directoryEntries(victim) == ["data.txt"])
     }
@@ -442,7 +442,7 @@ import Glibc
         mkdir(target, 0o700)
         #expect(symlink(victim + "/data.txt", target + "/head") == 0)
         #expect(throws: ConsentError.self) {
-            try Ledger.create(store: FileLedgerStore(directory: target), catalog: SeedCatalog.catalog, name: "t")
+            try Ledger.create(store: FileLedgerStore(directory: target), catalog: SeedCatalog.catalog, name: "t", keyProtection: .insecurePlaintext)
         }
         #expect(readBytes(victim + "/data.txt") == Array("precious\n".utf8))
     }

@@ -50,7 +50,7 @@ import Testing
         await propertyCheck(count: 80, input: input) { numbers, file, kind, position, write in
             let path = LedgerPropertyTests.folder("tamper-prop")
             defer { removeFolder(path) }
-            let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "tamper-prop")
+            let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "tamper-prop", keyProtection: .insecurePlaintext)
             var model = LedgerPropertyTests.ReferenceModel()
             for n in numbers {
                 let command = LedgerPropertyTests.command(n)

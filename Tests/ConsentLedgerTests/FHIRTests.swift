@@ -115,7 +115,7 @@ import Testing
     func aLedgerWithoutSubjectsExportsABundleWithoutEntries(type: FHIRConsent.BundleType) throws {
         let path = LedgerPropertyTests.folder("fhir-empty-\(type.rawValue)")
         defer { removeFolder(path) }
-        let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "fhir-empty", clock: SteppingClock(step: 1000).clock)
+        let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "fhir-empty", keyProtection: .insecurePlaintext, clock: SteppingClock(step: 1000).clock)
         let json = try #require(try JSONSerialization.jsonObject(with: Data(ledger.fhirBundleOfAllSubjects(type: type).canonicalBytes)) as? [String: Any])
         #expect(json["resourceType"] as? String == "Bundle")
         #expect(json["entry"] == nil)

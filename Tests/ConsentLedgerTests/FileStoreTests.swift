@@ -19,7 +19,7 @@ import Glibc
 
     func makeLedger(_ label: String) throws -> (Ledger, String) {
         let path = LedgerPropertyTests.folder(label)
-        let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: label)
+        let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: label, keyProtection: .insecurePlaintext)
         try ledger.execute(Array(seedScenario))
         return (ledger, path)
     }
@@ -64,7 +64,7 @@ import Glibc
             LedgerEvent(seq: 8, at: at, actor: "self", command: span, payload: .consentRevoked(ConsentRevoked(subject: alice, feature: 2, consent: "required", reason: .withdrawn))),
             LedgerEvent(seq: 9, at: at, actor: "self", command: span, payload: .consentRevoked(ConsentRevoked(subject: alice, feature: 2, consent: "optional-a", reason: .cascade(cause: 8)))),
         ]
-        let signer = SodiumSigner(seed: try ledger.keys.loadSeed())!
+        let signer = try ledger.keys.unlockSigner(passphrase: nil)
         let (records, _) = try ledger.chain.seal(events, after: ledger.chain.hash(ofBody: last.body), signer: signer, streams: ledger.streamStateForSealing(events))
         let tornBytes = records[0].line + records[1].line
         append(tornBytes, to: path + "/ledger.jsonl")
@@ -169,7 +169,7 @@ import Glibc
         defer { removeFolder(path) }
         let before = snapshot(path)
         #expect(throws: ConsentError.alreadyExists("a ledger already exists at \(path)")) {
-            try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "again")
+            try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "again", keyProtection: .insecurePlaintext)
         }
         #expect(snapshot(path) == before)
         var st = stat()
@@ -181,7 +181,7 @@ import Glibc
     @Test func concurrentWritersKeepOneLinearChain() throws {
         let path = LedgerPropertyTests.folder("concurrent")
         defer { removeFolder(path) }
-        _ = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "c")
+        _ = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "c", keyProtection: .insecurePlaintext)
         let writers = 4, commands = 15
         let failures = Counter()
         DispatchQueue.concurrentPerform(iterations: writers) { w in
@@ -211,7 +211,7 @@ final class Counter: Sendable {
     @Test func canonicallyEquivalentSpellingsAreDistinctSubjects() throws {
         let path = LedgerPropertyTests.folder("nfc")
         defer { removeFolder(path) }
-        let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "nfc")
+        let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "nfc", keyProtection: .insecurePlaintext)
         let composed = "Jos\u{E9}", decomposed = "Jose\u{301}"
         #expect(composed == decomposed, "Swift calls them equal")
         try ledger.execute(LedgerCommand(subjectID: composed, request: .give(feature: "timeline", consents: ["required"])))
@@ -232,7 +232,7 @@ final class Counter: Sendable {
     @Test func idsWithQuotesEscapesAndUnicodeRoundTrip() throws {
         let path = LedgerPropertyTests.folder("ids")
         defer { removeFolder(path) }
-        let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "ids")
+        let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "ids", keyProtection: .insecurePlaintext)
         let ids = ["a\"b", "back\\slash", "x\u{2028}y", "名前", "\"salt\":\"00\""]
         for id in ids { try ledger.execute(LedgerCommand(subjectID: id, request: .give(feature: "timeline", consents: ["required"]))) }
         let salts = try FileLedgerStore(directory: path).readSubjectRecords()
@@ -252,7 +252,7 @@ final class Counter: Sendable {
     func aCompleteCommandPastTheHeadIsAdopted(cutInsideTheHeadLine: Bool) throws {
         let path = LedgerPropertyTests.folder("ahead")
         defer { removeFolder(path) }
-        let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "ahead")
+        let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "ahead", keyProtection: .insecurePlaintext)
         try ledger.execute(Array(seedScenario))
         let index = readBytes(path + "/lines.idx"), tree = readBytes(path + "/tree.hashes")
         try ledger.execute(LedgerCommand(subjectID: "bob", request: .give(feature: "timeline", consents: ["required", "optional-a"])))
@@ -284,7 +284,7 @@ final class Counter: Sendable {
     @Test func completeCommandsOfAnUnfinishedCommitAreATornTail() throws {
         let path = LedgerPropertyTests.folder("torn-commit")
         defer { removeFolder(path) }
-        let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "torn-commit")
+        let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "torn-commit", keyProtection: .insecurePlaintext)
         try ledger.execute(Array(seedScenario))
         let before = readBytes(path + "/ledger.jsonl")
         let last = try ledger.store.logState().last
@@ -297,7 +297,7 @@ final class Counter: Sendable {
             let consent = i == 2 ? "optional-a" : "required"
             events.append(LedgerEvent(seq: seq, at: at, actor: "self", command: CommandSpan(first: seq, size: 1), payload: .consentGiven(ConsentGiven(subject: SubjectRef(subject), feature: 2, consent: consent, version: "1.0"))))
         }
-        let signer = SodiumSigner(seed: try ledger.keys.loadSeed())!
+        let signer = try ledger.keys.unlockSigner(passphrase: nil)
         let (records, _) = try ledger.chain.seal(events, after: ledger.chain.hash(ofBody: last.body), signer: signer, streams: ledger.streamStateForSealing(events))
         #expect(records[0].stream.root == nil && records[1].stream.root == nil && records[2].stream.root != nil)
         let cut = records[0].line + records[1].line

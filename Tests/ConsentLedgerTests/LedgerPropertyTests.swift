@@ -70,7 +70,7 @@ import Testing
         await propertyCheck(count: 60, input: Self.histories) { numbers in
             let path = Self.folder("prop")
             defer { removeFolder(path) }
-            let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "prop")
+            let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "prop", keyProtection: .insecurePlaintext)
             var model = ReferenceModel()
             var live: [String: ConsentListing] = [:]
             for n in numbers {
@@ -117,7 +117,7 @@ import Testing
             let path = Self.folder("asof")
             defer { removeFolder(path) }
             let clock = SteppingClock(step: 60_000)
-            let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "asof", clock: clock.clock)
+            let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "asof", keyProtection: .insecurePlaintext, clock: clock.clock)
             var models: [(Timestamp, ReferenceModel)] = []
             var model = ReferenceModel()
             for n in numbers {
@@ -145,8 +145,8 @@ import Testing
         await propertyCheck(count: 20, input: Self.histories) { numbers in
             let one = Self.folder("one"), batch = Self.folder("batch")
             defer { removeFolder(one, batch) }
-            let a = try Ledger.create(store: FileLedgerStore(directory: one), catalog: SeedCatalog.catalog, name: "p")
-            let b = try Ledger.create(store: FileLedgerStore(directory: batch), catalog: SeedCatalog.catalog, name: "p")
+            let a = try Ledger.create(store: FileLedgerStore(directory: one), catalog: SeedCatalog.catalog, name: "p", keyProtection: .insecurePlaintext)
+            let b = try Ledger.create(store: FileLedgerStore(directory: batch), catalog: SeedCatalog.catalog, name: "p", keyProtection: .insecurePlaintext)
             var model = ReferenceModel()
             var accepted: [LedgerCommand] = []
             for n in numbers where model.apply(Self.command(n)) {

@@ -83,7 +83,7 @@ import Testing
     @Test func aFormulaActorReachesTheCSVAsText() throws {
         let path = LedgerPropertyTests.folder("csv-injection")
         defer { removeFolder(path) }
-        let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "csv")
+        let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "csv", keyProtection: .insecurePlaintext)
         try ledger.execute(LedgerCommand(subjectID: "=cmd|' /C calc'!A0", request: .give(feature: "timeline", consents: ["required"]), actor: "@SUM(1+1)*cmd"))
         let csv = try ledger.auditReport(ReportScope()).csv
         let cells = parseCSV(csv).dropFirst().flatMap { $0 }
@@ -123,7 +123,7 @@ import Testing
         await propertyCheck(count: 20, input: zip(LedgerPropertyTests.histories, Gen.int(in: 0...39))) { numbers, publishAt in
             let path = LedgerPropertyTests.folder("asof-prop")
             defer { removeFolder(path) }
-            let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "asof", clock: SteppingClock(step: 60_000).clock)
+            let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "asof", keyProtection: .insecurePlaintext, clock: SteppingClock(step: 60_000).clock)
             for (i, n) in numbers.enumerated() {
                 if i == publishAt % numbers.count { try ledger.publish(PolicyVersionTests.catalog(bumping: [("timeline", "required", "2.0"), ("medication-management", "optional-a", "1.1")])) }
                 _ = try? ledger.execute(LedgerCommand(subjectID: LedgerPropertyTests.command(n).subjectID, request: LedgerPropertyTests.command(n).request))

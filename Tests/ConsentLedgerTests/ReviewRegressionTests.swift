@@ -17,7 +17,7 @@ import Glibc
     @Test func aNewSubjectsUnsavedSaltIsNotCachedByABatch() throws {
         let path = LedgerPropertyTests.folder("salt-cache")
         defer { removeFolder(path) }
-        let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "salt")
+        let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "salt", keyProtection: .insecurePlaintext)
         try ledger.execute([
             LedgerCommand(subjectID: "carol", request: .give(feature: "timeline", consents: ["required"])),
             LedgerCommand(subjectID: "bob", request: .revoke(feature: "timeline", consent: "required")),
@@ -97,7 +97,7 @@ import Glibc
         #expect(mkdir(path, 0o750) == 0)
         var before = stat()
         stat(path, &before)
-        _ = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "existing")
+        _ = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "existing", keyProtection: .insecurePlaintext)
         var after = stat()
         stat(path, &after)
         #expect(before.st_ino == after.st_ino, "the same folder, not a new one")
@@ -108,7 +108,7 @@ import Glibc
         defer { removeFolder(other) }
         #expect(mkdir(other, 0o700) == 0)
         writeBytes([], to: other + "/catalog.json")
-        _ = try Ledger.create(store: FileLedgerStore(directory: other), catalog: SeedCatalog.catalog, name: "leftover")
+        _ = try Ledger.create(store: FileLedgerStore(directory: other), catalog: SeedCatalog.catalog, name: "leftover", keyProtection: .insecurePlaintext)
         #expect(verifyFolder(other) == .ok(events: 1))
         // A staging folder left inside is not init's to delete: it is named, and kept.
         let staged = LedgerPropertyTests.folder("staged")
@@ -116,7 +116,7 @@ import Glibc
         #expect(mkdir(staged, 0o700) == 0)
         #expect(mkdir(staged + "/.init-1", 0o700) == 0)
         #expect(throws: ConsentError.alreadyExists("\(staged)/.init-1 is left from an init that did not finish; remove it, then run init again")) {
-            try Ledger.create(store: FileLedgerStore(directory: staged), catalog: SeedCatalog.catalog, name: "staged")
+            try Ledger.create(store: FileLedgerStore(directory: staged), catalog: SeedCatalog.catalog, name: "staged", keyProtection: .insecurePlaintext)
         }
         #expect(PosixFile.kind(of: staged + "/.init-1") == .directory)
     }

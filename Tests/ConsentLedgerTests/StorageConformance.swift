@@ -47,7 +47,7 @@ enum StorageConformance: String, CaseIterable, Sendable, CustomTestStringConvert
         case .aSecondCreateIsRefused:
             #expect(throws: ConsentError.alreadyExists("")) {
                 do {
-                    _ = try Ledger.create(store: store, catalog: SeedCatalog.catalog, name: "again")
+                    _ = try Ledger.create(store: store, catalog: SeedCatalog.catalog, name: "again", keyProtection: .insecurePlaintext)
                 } catch ConsentError.alreadyExists {
                     throw ConsentError.alreadyExists("")
                 }
@@ -173,7 +173,7 @@ enum StorageConformance: String, CaseIterable, Sendable, CustomTestStringConvert
 
         init(_ store: any LedgerStore) throws {
             self.store = store
-            ledger = try Ledger.create(store: store, catalog: SeedCatalog.catalog, name: "conformance", signer: SodiumSigner(seed: vectorSeed)!, clock: SteppingClock().clock, random: CountingRandom().source)
+            ledger = try Ledger.create(store: store, catalog: SeedCatalog.catalog, name: "conformance", keyProtection: .insecurePlaintext, signer: SodiumSigner(seed: vectorSeed)!, clock: SteppingClock().clock, random: CountingRandom().source)
             (genesisLine, genesisHead) = try store.read { tx in (try tx.entry(0), try tx.logState().signedHead!) }
             signer = SodiumSigner(seed: vectorSeed)!
         }

@@ -125,7 +125,7 @@ import Testing
         let saved = SubjectMap.compactionSlack
         SubjectMap.compactionSlack = 0
         defer { SubjectMap.compactionSlack = saved }
-        let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "compact")
+        let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "compact", keyProtection: .insecurePlaintext)
         var largest = 0
         for round in 0..<30 {
             for subject in ["p1", "p2", "p3"] {

@@ -89,7 +89,7 @@ import Testing
         await propertyCheck(count: 40, input: input) { numbers, position, delta in
             let path = LedgerPropertyTests.folder("rand")
             defer { removeFolder(path) }
-            let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "r")
+            let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "r", keyProtection: .insecurePlaintext)
             for n in numbers { _ = try? ledger.execute(LedgerPropertyTests.command(n)) }
             let log = readBytes(path + "/ledger.jsonl")
             let scratch = Scratch(copying: path)

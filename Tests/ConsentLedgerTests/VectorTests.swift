@@ -22,7 +22,7 @@ import Glibc
         let random = CountingRandom()
         let ledger = try Ledger.create(
             store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog,
-            name: "consentledger.example/vectors", actor: "vector-generator",
+            name: "consentledger.example/vectors", keyProtection: .insecurePlaintext, actor: "vector-generator",
             signer: SodiumSigner(seed: vectorSeed)!, clock: clock.clock, random: random.source
         )
         try ledger.execute(Array(seedScenario[0...1]))

@@ -6,7 +6,7 @@ import Testing
     static func ledgerWithTwoSubjects() throws -> (dir: String, ledger: String) {
         let dir = ConsentctlTests.temporaryFolder()
         let ledger = dir + "/ledger"
-        try ConsentctlTests.run(["init"], ledger: ledger)
+        try ConsentctlTests.run(["init", "--insecure-plaintext-key"], ledger: ledger)
         try ConsentctlTests.run(["give", "--subject", "alice", "--feature", "timeline", "--consent", "required", "--consent", "optional-a"], ledger: ledger)
         try ConsentctlTests.run(["give", "--subject", "bob", "--feature", "timeline", "--consent", "required"], ledger: ledger)
         try ConsentctlTests.run(["give", "--subject", "bob", "--feature", "medication-management", "--consent", "required"], ledger: ledger)

@@ -16,19 +16,27 @@ import Testing
     }
 
     @discardableResult
-    static func run(_ arguments: [String], ledger: String?, environment: [String: String] = [:]) throws -> Run {
+    static func run(_ arguments: [String], ledger: String?, environment: [String: String] = [:], input: String? = nil) throws -> Run {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: binary)
         process.arguments = (ledger.map { ["--ledger", $0] } ?? []) + arguments
         var env = ProcessInfo.processInfo.environment
         env.removeValue(forKey: "CONSENTCTL_LEDGER")
         env.removeValue(forKey: "CONSENTCTL_STORE")
+        env.removeValue(forKey: "CONSENTCTL_PASSPHRASE")
+        env.removeValue(forKey: "CONSENTCTL_NEW_PASSPHRASE")
         for (k, v) in environment { env[k] = v }
         process.environment = env
         let out = Pipe(), err = Pipe()
         process.standardOutput = out
         process.standardError = err
+        let stdin = input.map { _ in Pipe() }
+        process.standardInput = stdin ?? FileHandle.nullDevice
         try process.run()
+        if let stdin, let input {
+            stdin.fileHandleForWriting.write(Data(input.utf8))
+            try stdin.fileHandleForWriting.close()
+        }
         let stdout = out.fileHandleForReading.readDataToEndOfFile()
         let stderr = err.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
@@ -57,7 +65,7 @@ import Testing
         let dir = Self.temporaryFolder()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let ledger = dir + "/ledger"
-        #expect(try Self.run(["init"], ledger: ledger).status == 0)
+        #expect(try Self.run(["init", "--insecure-plaintext-key"], ledger: ledger).status == 0)
         let give = try Self.run(["give", "--subject", "alice", "--feature", "medication-management", "--consent", "required", "--consent", "optional-a"], ledger: ledger)
         #expect(give.status == 0)
         #expect(give.stdout.contains("Appended 2 events for alice"))
@@ -114,7 +122,7 @@ import Testing
         let dir = Self.temporaryFolder()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let ledger = dir + "/ledger"
-        try Self.run(["init"], ledger: ledger)
+        try Self.run(["init", "--insecure-plaintext-key"], ledger: ledger)
         try Self.run(["give", "--subject", "alice", "--feature", "timeline", "--consent", "required"], ledger: ledger)
         let before = Self.snapshot(ledger)
         let cases: [([String], Int32, String)] = [
@@ -126,7 +134,7 @@ import Testing
             (["give", "--subject", "bob", "--feature", "timeline"], 64, "--consent"),
             (["status", "--subject", "alice", "--at", "last tuesday"], 64, "is not a time"),
             (["frobnicate"], 64, "frobnicate"),
-            (["init"], 73, "a ledger already exists"),
+            (["init", "--insecure-plaintext-key"], 73, "a ledger already exists"),
         ]
         for (arguments, code, message) in cases {
             let result = try Self.run(arguments, ledger: ledger)
@@ -143,7 +151,7 @@ import Testing
         #expect(try Self.run(["status", "--subject", "alice"], ledger: dir + "/nowhere").status == 66)
         // A malformed catalogue: 65, and no ledger is created.
         try Data(#"{"features": [{"code": 1, "key": "a", "name": {"en": "A"}, "consents": []}]}"#.utf8).write(to: URL(fileURLWithPath: dir + "/bad.json"))
-        let badCatalog = try Self.run(["init", "--catalog", dir + "/bad.json"], ledger: dir + "/other")
+        let badCatalog = try Self.run(["init", "--insecure-plaintext-key", "--catalog", dir + "/bad.json"], ledger: dir + "/other")
         #expect(badCatalog.status == 65)
         #expect(badCatalog.stderr.contains("features[0] (a)"))
         #expect(!FileManager.default.fileExists(atPath: dir + "/other"))
@@ -156,7 +164,7 @@ import Testing
         let dir = Self.temporaryFolder()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let ledger = dir + "/ledger"
-        try Self.run(["init"], ledger: ledger)
+        try Self.run(["init", "--insecure-plaintext-key"], ledger: ledger)
         try Self.run(["give", "--subject", "alice", "--feature", "timeline", "--consent", "required"], ledger: ledger)
         try Self.run(["give", "--subject", "bob", "--feature", "timeline", "--consent", "required"], ledger: ledger)
         var text = try String(contentsOfFile: ledger + "/ledger.jsonl", encoding: .utf8)
@@ -175,7 +183,7 @@ import Testing
         let dir = Self.temporaryFolder()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let env = ["CONSENTCTL_LEDGER": dir + "/from-env"]
-        #expect(try Self.run(["init"], ledger: nil, environment: env).status == 0)
+        #expect(try Self.run(["init", "--insecure-plaintext-key"], ledger: nil, environment: env).status == 0)
         #expect(FileManager.default.fileExists(atPath: dir + "/from-env/ledger.jsonl"))
         let empty = try Self.run(["status", "--subject", "zoe"], ledger: nil, environment: env)
         #expect(empty.status == 0 && empty.stdout.contains("Nothing was ever recorded for 'zoe'") && empty.stdout.contains("Every feature is off"), "R1, R8")
@@ -197,7 +205,7 @@ import Testing
         let dir = Self.temporaryFolder()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let ledger = dir + "/ledger"
-        try Self.run(["init"], ledger: ledger)
+        try Self.run(["init", "--insecure-plaintext-key"], ledger: ledger)
         var acknowledged: [String] = []
         for i in 0..<24 {
             let subject = "k\(i)"
@@ -227,7 +235,7 @@ import Testing
         let dir = Self.temporaryFolder()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let ledger = dir + "/ledger"
-        #expect(try Self.run(["init", "--name", "clinic.example/consents"], ledger: ledger).status == 0)
+        #expect(try Self.run(["init", "--insecure-plaintext-key", "--name", "clinic.example/consents"], ledger: ledger).status == 0)
         try Self.run(["give", "--subject", "alice", "--feature", "timeline", "--consent", "required", "--consent", "optional-a"], ledger: ledger)
         try Self.run(["give", "--subject", "bob", "--feature", "timeline", "--consent", "required"], ledger: ledger)
         let checkpoint = try Self.run(["checkpoint"], ledger: ledger)
@@ -253,7 +261,7 @@ import Testing
         #expect(tampered.status == 2)
         #expect(tampered.stderr.contains("seq 2"), "\(tampered.stderr)")
         // Another ledger's key is not trusted.
-        try Self.run(["init", "--name", "clinic.example/consents"], ledger: dir + "/other")
+        try Self.run(["init", "--insecure-plaintext-key", "--name", "clinic.example/consents"], ledger: dir + "/other")
         let otherKey = try Self.run(["key", "show"], ledger: nil, environment: ["CONSENTCTL_LEDGER": dir + "/other"]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         let wrongKey = try Self.run(["verify-export", dir + "/alice.json", "--key", otherKey], ledger: nil)
         #expect(wrongKey.status == 2 && wrongKey.stderr.contains("differs from the pinned key"))
@@ -272,7 +280,7 @@ import Testing
         #expect(try Self.run(["export", "--out", dir + "/x.json"], ledger: ledger).status == 64)
         #expect(try Self.run(["export", "--subject", "alice", "--all", "--out", dir + "/x.json"], ledger: ledger).status == 64)
         #expect(try Self.run(["export", "--subject", "nobody", "--out", dir + "/x.json"], ledger: ledger).status == 64)
-        #expect(try Self.run(["init", "--name", "has space"], ledger: dir + "/third").status == 64)
+        #expect(try Self.run(["init", "--insecure-plaintext-key", "--name", "has space"], ledger: dir + "/third").status == 64)
     }
 
     /// Review findings: a missing head is damage (exit 2), and outputs may not land in the
@@ -281,7 +289,7 @@ import Testing
         let dir = Self.temporaryFolder()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let ledger = dir + "/ledger"
-        try Self.run(["init"], ledger: ledger)
+        try Self.run(["init", "--insecure-plaintext-key"], ledger: ledger)
         try Self.run(["give", "--subject", "alice", "--feature", "timeline", "--consent", "required"], ledger: ledger)
         let before = Self.snapshot(ledger)
         let inside = try Self.run(["export", "--all", "--out", ledger + "/ledger.jsonl"], ledger: ledger)
@@ -302,7 +310,7 @@ import Testing
         let dir = Self.temporaryFolder()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let ledger = dir + "/ledger"
-        try Self.run(["init"], ledger: ledger)
+        try Self.run(["init", "--insecure-plaintext-key"], ledger: ledger)
         try Self.run(["give", "--subject", "alice", "--feature", "timeline", "--consent", "required", "--consent", "optional-a"], ledger: ledger)
         let samples = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("Samples")
         let before = Self.snapshot(ledger)
@@ -332,7 +340,7 @@ import Testing
         let dir = Self.temporaryFolder()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let ledger = dir + "/ledger"
-        #expect(try Self.run(["init"], ledger: ledger).status == 0)
+        #expect(try Self.run(["init", "--insecure-plaintext-key"], ledger: ledger).status == 0)
         let before = Self.snapshot(ledger)
         let bad: [(String, String)] = [
             (#"{"subject":"a","feature":"timeline","give":["required"]}"# + "\n{oops", "line 2: not JSON"),
@@ -376,7 +384,7 @@ import Testing
         let dir = Self.temporaryFolder()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let ledger = dir + "/ledger"
-        #expect(try Self.run(["init", "--name", "clinic.example/states"], ledger: ledger).status == 0)
+        #expect(try Self.run(["init", "--insecure-plaintext-key", "--name", "clinic.example/states"], ledger: ledger).status == 0)
         try Self.run(["give", "--subject", "alice", "--feature", "timeline", "--consent", "required", "--consent", "optional-a"], ledger: ledger)
         try Self.run(["give", "--subject", "bob", "--feature", "timeline", "--consent", "required"], ledger: ledger)
         try Self.run(["revoke", "--subject", "alice", "--feature", "timeline", "--consent", "required"], ledger: ledger)
@@ -413,7 +421,7 @@ import Testing
         let dir = Self.temporaryFolder()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let ledger = dir + "/ledger"
-        #expect(try Self.run(["init"], ledger: ledger).status == 0)
+        #expect(try Self.run(["init", "--insecure-plaintext-key"], ledger: ledger).status == 0)
         #expect(try Self.run(["give", "--subject", "alice", "--feature", "timeline", "--consent", "required"], ledger: ledger).status == 0)
         let checkpoint = try Self.run(["checkpoint"], ledger: ledger).stdout
         let migrated = try Self.run(["migrate", "--to", dir + "/copy"], ledger: ledger)

@@ -8,7 +8,7 @@ import Testing
     static func files() throws -> (dir: String, key: String) {
         let dir = ConsentctlTests.temporaryFolder()
         let ledger = dir + "/ledger"
-        try ConsentctlTests.run(["init"], ledger: ledger)
+        try ConsentctlTests.run(["init", "--insecure-plaintext-key"], ledger: ledger)
         try ConsentctlTests.run(["give", "--subject", "alice", "--feature", "timeline", "--consent", "required"], ledger: ledger)
         let old = dir + "/old.checkpoint"
         try Data(try ConsentctlTests.run(["checkpoint"], ledger: ledger).stdout.utf8).write(to: URL(fileURLWithPath: old))

@@ -11,7 +11,7 @@ import Testing
         let dir = ConsentctlTests.temporaryFolder()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let ledger = dir + "/ledger"
-        let created = try ConsentctlTests.run(["init", "--name", "clinic.example/consents"], ledger: ledger)
+        let created = try ConsentctlTests.run(["init", "--insecure-plaintext-key", "--name", "clinic.example/consents"], ledger: ledger)
         let key = try ConsentctlTests.run(["key", "show"], ledger: ledger).stdout.trimmingCharacters(in: .newlines)
         #expect(key.hasPrefix("clinic.example/consents+") && key.split(separator: "+", maxSplits: 2).count == 3)
         #expect(created.stdout.contains("verifier key: " + key))
@@ -35,7 +35,7 @@ import Testing
         let dir = ConsentctlTests.temporaryFolder()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let ledger = dir + "/ledger", key = ledger + "/secret.key"
-        let created = try ConsentctlTests.run(["init"], ledger: ledger)
+        let created = try ConsentctlTests.run(["init", "--insecure-plaintext-key"], ledger: ledger)
         #expect(created.status == 0, "\(created.stderr)")
         try ConsentctlTests.run(["give", "--subject", "alice", "--feature", "timeline", "--consent", "required"], ledger: ledger)
         switch case_.0 {
@@ -68,7 +68,7 @@ import Testing
         let dir = ConsentctlTests.temporaryFolder()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let ledger = dir + "/ledger"
-        try ConsentctlTests.run(["init"], ledger: ledger)
+        try ConsentctlTests.run(["init", "--insecure-plaintext-key"], ledger: ledger)
         try ConsentctlTests.run(["give", "--subject", "alice", "--feature", "timeline", "--consent", "required"], ledger: ledger)
         try ConsentctlTests.run(["export", "--subject", "alice", "--out", dir + "/alice.json"], ledger: ledger)
         let good = try ConsentctlTests.run(["key", "show"], ledger: ledger).stdout.trimmingCharacters(in: .newlines)

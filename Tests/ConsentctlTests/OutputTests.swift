@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 import Testing
 
 /// `--out -` is standard output everywhere a file is written, and a folder that does not exist
@@ -9,7 +12,7 @@ import Testing
         let dir = ConsentctlTests.temporaryFolder()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let ledger = dir + "/ledger"
-        try ConsentctlTests.run(["init"], ledger: ledger)
+        try ConsentctlTests.run(["init", "--insecure-plaintext-key"], ledger: ledger)
         try ConsentctlTests.run(["give", "--subject", "alice", "--feature", "timeline", "--consent", "required"], ledger: ledger)
         let flag = command.last == "--html" ? [String]() : ["--out"]
         let piped = try ConsentctlTests.run(command + flag + ["-"], ledger: ledger)
@@ -19,6 +22,31 @@ import Testing
         #expect(!FileManager.default.fileExists(atPath: FileManager.default.currentDirectoryPath + "/-"), "no file named -")
         let missing = try ConsentctlTests.run(command + flag + [dir + "/no-such-folder/out"], ledger: ledger)
         #expect(missing.status == 64 && missing.stderr.contains("folder \(dir)/no-such-folder does not exist"), "\(missing.stderr)")
+    }
+
+    /// `--out` naming a FIFO or a device writes into it: a rename over it would replace the
+    /// device itself (`--out /dev/null` once turned /dev/null into a regular file). A FIFO that
+    /// nobody reads fails at once instead of hanging.
+    @Test(arguments: [["export", "--subject", "alice", "--format", "fhir"], ["export", "--all", "--format", "fhir"]])
+    func outIntoAFIFOWritesThroughItAndLeavesItAFIFO(_ command: [String]) throws {
+        let dir = ConsentctlTests.temporaryFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ledger = dir + "/ledger", fifo = dir + "/pipe"
+        try ConsentctlTests.run(["init", "--insecure-plaintext-key"], ledger: ledger)
+        try ConsentctlTests.run(["give", "--subject", "alice", "--feature", "timeline", "--consent", "required"], ledger: ledger)
+        #expect(mkfifo(fifo, 0o600) == 0)
+        let unread = try ConsentctlTests.run(command + ["--out", fifo], ledger: ledger)
+        #expect(unread.status == 3 && unread.stderr.contains("cannot open \(fifo) for writing"), "\(unread.stderr)")
+        let reader = open(fifo, O_RDONLY | O_NONBLOCK)
+        #expect(reader >= 0)
+        defer { close(reader) }
+        let run = try ConsentctlTests.run(command + ["--out", fifo], ledger: ledger)
+        #expect(run.status == 0, "\(run.stderr)")
+        var buffer = [UInt8](repeating: 0, count: 1 << 16)
+        let n = read(reader, &buffer, buffer.count)
+        #expect(n > 0 && (buffer[0] == UInt8(ascii: "{") || buffer[0] == UInt8(ascii: "<")), "the output came through the FIFO")
+        var st = stat()
+        #expect(lstat(fifo, &st) == 0 && st.st_mode & S_IFMT == S_IFIFO, "still a FIFO")
     }
 }
 
@@ -44,7 +72,7 @@ import Testing
         let dir = ConsentctlTests.temporaryFolder()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let ledger = dir + "/ledger"
-        try ConsentctlTests.run(["init"], ledger: ledger)
+        try ConsentctlTests.run(["init", "--insecure-plaintext-key"], ledger: ledger)
         let run = try ConsentctlTests.run(["report", "--from", case_.0, "--to", case_.1], ledger: ledger)
         #expect(run.status == 64 && run.stderr.contains("the window is \(case_.2)"), "\(run.stderr)")
         #expect(try ConsentctlTests.run(["report", "--from", "2026-01-01", "--to", "2026-06-30"], ledger: ledger).status == 0)
@@ -55,7 +83,7 @@ import Testing
 /// one JSON object; `--json` with `--format text` is refused.
 @Suite(.serialized) struct JSONEverywhereTests {
     static let commands: [[String]] = [
-        ["init"], ["give", "--subject", "bob", "--feature", "timeline", "--consent", "required"],
+        ["init", "--insecure-plaintext-key"], ["give", "--subject", "bob", "--feature", "timeline", "--consent", "required"],
         ["revoke", "--subject", "alice", "--feature", "timeline", "--consent", "optional-a"],
         ["status", "--subject", "alice"], ["history", "--subject", "alice"], ["verify"], ["checkpoint"],
         ["key", "show"], ["catalog", "show"], ["subjects", "list"],
@@ -68,18 +96,18 @@ import Testing
         let dir = ConsentctlTests.temporaryFolder()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let ledger = dir + "/ledger"
-        if command != ["init"] {
-            try ConsentctlTests.run(["init"], ledger: ledger)
+        if command != ["init", "--insecure-plaintext-key"] {
+            try ConsentctlTests.run(["init", "--insecure-plaintext-key"], ledger: ledger)
             try ConsentctlTests.run(["give", "--subject", "alice", "--feature", "timeline", "--consent", "required", "--consent", "optional-a"], ledger: ledger)
             try Data(try ConsentctlTests.run(["checkpoint"], ledger: ledger).stdout.utf8).write(to: URL(fileURLWithPath: dir + "/old.checkpoint"))
             try ConsentctlTests.run(["give", "--subject", "carol", "--feature", "timeline", "--consent", "required"], ledger: ledger)
             try ConsentctlTests.run(["export", "--subject", "alice", "--out", dir + "/export.json"], ledger: ledger)
             try ConsentctlTests.run(["prove-state", "--subject", "alice", "--out", dir + "/state.json"], ledger: ledger)
         }
-        let key = command == ["init"] ? "" : try ConsentctlTests.run(["key", "show"], ledger: ledger).stdout.trimmingCharacters(in: .newlines)
+        let key = command == ["init", "--insecure-plaintext-key"] ? "" : try ConsentctlTests.run(["key", "show"], ledger: ledger).stdout.trimmingCharacters(in: .newlines)
         let arguments = command.map { $0.replacingOccurrences(of: "DIR", with: dir) == "KEY" ? key : $0.replacingOccurrences(of: "DIR", with: dir) }
         for form in [["--format", "json"], ["--json"]] {
-            if command == ["init"] { try? FileManager.default.removeItem(atPath: ledger) }
+            if command == ["init", "--insecure-plaintext-key"] { try? FileManager.default.removeItem(atPath: ledger) }
             let run = try ConsentctlTests.run(arguments + form, ledger: ledger)
             #expect(run.status == 0, "\(arguments + form): \(run.stderr)")
             #expect(run.stdout.filter { $0 == "\n" }.count == 1, "one line: \(run.stdout)")
@@ -110,7 +138,7 @@ import Testing
         let dir = ConsentctlTests.temporaryFolder()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let ledger = dir + "/ledger"
-        try ConsentctlTests.run(["init"], ledger: ledger)
+        try ConsentctlTests.run(["init", "--insecure-plaintext-key"], ledger: ledger)
         try ConsentctlTests.run(["give", "--subject", "alice", "--feature", "timeline", "--consent", "required"], ledger: ledger)
         let status = try ConsentctlTests.run(["status", "--subject", "alice"], ledger: ledger).stdout
         let shown = try #require(status.range(of: #"since \d\d\.\d\d\.\d{4} \d\d:\d\d"#, options: .regularExpression).map { String(status[$0].dropFirst(6)) }, "\(status)")
@@ -128,7 +156,7 @@ import Testing
         let dir = ConsentctlTests.temporaryFolder()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let ledger = dir + "/ledger"
-        try ConsentctlTests.run(["init"], ledger: ledger)
+        try ConsentctlTests.run(["init", "--insecure-plaintext-key"], ledger: ledger)
         try ConsentctlTests.run(["give", "--subject", "alice", "--feature", "timeline", "--consent", "required"], ledger: ledger)
         let history = try ConsentctlTests.json(try ConsentctlTests.run(["history", "--subject", "alice", "--json", "--tz", "+05:30"], ledger: ledger).stdout)
         let at = try #require((history["events"] as? [[String: Any]])?.first?["at"] as? String)

@@ -46,8 +46,8 @@ import Testing
         let url = try Self.freshURL("all")
         let dir = ConsentctlTests.temporaryFolder()
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        #expect(try Self.ctl(url, ["init", "--name", "pg.example/cli"]).status == 0)
-        #expect(try Self.ctl(url, ["init"]).status == 73, "a second init finds the ledger")
+        #expect(try Self.ctl(url, ["init", "--insecure-plaintext-key", "--name", "pg.example/cli"]).status == 0)
+        #expect(try Self.ctl(url, ["init", "--insecure-plaintext-key"]).status == 73, "a second init finds the ledger")
         #expect(try Self.ctl(url, ["give", "--subject", "alice", "--feature", "medication-management", "--consent", "required", "--consent", "optional-a"]).status == 0)
         let checkpoint = try Self.ctl(url, ["checkpoint"])
         #expect(checkpoint.status == 0 && checkpoint.stdout.hasPrefix("pg.example/cli\n3\n"))
@@ -97,7 +97,7 @@ import Testing
         let dir = ConsentctlTests.temporaryFolder()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let folder = dir + "/ledger"
-        #expect(try ConsentctlTests.run(["init"], ledger: folder).status == 0)
+        #expect(try ConsentctlTests.run(["init", "--insecure-plaintext-key"], ledger: folder).status == 0)
         #expect(try ConsentctlTests.run(["give", "--subject", "alice", "--feature", "timeline", "--consent", "required", "--consent", "optional-b"], ledger: folder).status == 0)
         #expect(try ConsentctlTests.run(["revoke", "--subject", "alice", "--feature", "timeline", "--consent", "required"], ledger: folder).status == 0)
         let checkpoint = try ConsentctlTests.run(["checkpoint"], ledger: folder).stdout
@@ -126,7 +126,7 @@ import Testing
         let url = try Self.freshURL("four")
         let dir = ConsentctlTests.temporaryFolder()
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        #expect(try Self.ctl(url, ["init"]).status == 0)
+        #expect(try Self.ctl(url, ["init", "--insecure-plaintext-key"]).status == 0)
         let perProcess = 2000, processes = 4
         // Per process: 40 subjects; each command gives required + optional-a (2 events) or
         // withdraws required (2 events: the withdrawal and its cascade).
@@ -191,7 +191,7 @@ import Testing
         let url = try Self.freshURL("killed")
         let dir = ConsentctlTests.temporaryFolder()
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        #expect(try Self.ctl(url, ["init"]).status == 0)
+        #expect(try Self.ctl(url, ["init", "--insecure-plaintext-key"]).status == 0)
         var acknowledged: [String: [Int]] = [:]
         var ackedCommands = 0, kills = 0
         for round in 0..<6 {

@@ -18,7 +18,7 @@ import Testing
         ["report", "--subject", "p1", "--subject", "p2"],
         ["report", "--from", "2026-01-01", "--from", "2026-02-01"],
         ["export", "--subject", "p1", "--out", "/tmp/a.json", "--out", "/tmp/b.json"],
-        ["init", "--name", "a", "--name", "b"],
+        ["init", "--insecure-plaintext-key", "--name", "a", "--name", "b"],
         ["status", "--subject", "p1", "--json", "--json"],
     ]
 
@@ -27,7 +27,7 @@ import Testing
         let dir = CLI.temporaryFolder()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let ledger = dir + "/ledger"
-        #expect(try CLI.run(["init"], ledger: ledger).status == 0)
+        #expect(try CLI.run(["init", "--insecure-plaintext-key"], ledger: ledger).status == 0)
         let before = CLI.snapshot(ledger)
         let run = try CLI.run(arguments, ledger: ledger)
         #expect(run.status == 64, "\(arguments): \(run.stderr)")
@@ -49,7 +49,7 @@ import Testing
         let dir = CLI.temporaryFolder()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let ledger = dir + "/ledger"
-        #expect(try CLI.run(["init"], ledger: ledger).status == 0)
+        #expect(try CLI.run(["init", "--insecure-plaintext-key"], ledger: ledger).status == 0)
         #expect(try CLI.run(["give", "--subject", "p1", "--feature", "timeline", "--consent", "required", "--consent", "optional-a", "--consent", "optional-b"], ledger: ledger).status == 0)
         let revoke = try CLI.run(["revoke", "--subject", "p1", "--feature", "timeline", "--consent", "required", "--consent", "optional-a", "--json"], ledger: ledger)
         #expect(revoke.status == 0, "\(revoke.stderr)")
@@ -69,7 +69,7 @@ import Testing
         let dir = CLI.temporaryFolder()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let ledger = dir + "/ledger"
-        #expect(try CLI.run(["init"], ledger: ledger).status == 0)
+        #expect(try CLI.run(["init", "--insecure-plaintext-key"], ledger: ledger).status == 0)
         let good = dir + "/good.jsonl"
         try Data("""
             {"subject":"p1","feature":"timeline","give":["required","optional-a","optional-b"]}

@@ -7,7 +7,7 @@ import Testing
     static func ledger() throws -> (dir: String, ledger: String) {
         let dir = ConsentctlTests.temporaryFolder()
         let ledger = dir + "/ledger"
-        try ConsentctlTests.run(["init"], ledger: ledger)
+        try ConsentctlTests.run(["init", "--insecure-plaintext-key"], ledger: ledger)
         for subject in ["patient-1043", "alice", "patient-1042", "alicia", "bob"] {
             try ConsentctlTests.run(["give", "--subject", subject, "--feature", "timeline", "--consent", "required"], ledger: ledger)
         }
@@ -93,7 +93,7 @@ import Testing
         let dir = ConsentctlTests.temporaryFolder()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let ledger = dir + "/ledger"
-        try ConsentctlTests.run(["init"], ledger: ledger)
+        try ConsentctlTests.run(["init", "--insecure-plaintext-key"], ledger: ledger)
         let yesterday = String(ISO8601DateFormatter().string(from: Date(timeIntervalSinceNow: -86_400)))
         let give = try ConsentctlTests.run(["give", "--subject", "bob", "--feature", "timeline", "--consent", "required", "--effective-at", yesterday,
                                             "--channel", "paper", "--notice-language", "de", "--evidence", "scan-0042"], ledger: ledger)
@@ -119,7 +119,7 @@ import Testing
         let dir = ConsentctlTests.temporaryFolder()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let ledger = dir + "/ledger"
-        try ConsentctlTests.run(["init"], ledger: ledger)
+        try ConsentctlTests.run(["init", "--insecure-plaintext-key"], ledger: ledger)
         let formatter = ISO8601DateFormatter()
         formatter.formatOptions = [.withFullDate]
         let today = formatter.string(from: Date())
@@ -144,7 +144,7 @@ import Testing
         let dir = ConsentctlTests.temporaryFolder()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let ledger = dir + "/ledger"
-        try ConsentctlTests.run(["init"], ledger: ledger)
+        try ConsentctlTests.run(["init", "--insecure-plaintext-key"], ledger: ledger)
         let before = try Data(contentsOf: URL(fileURLWithPath: ledger + "/ledger.jsonl"))
         let run = try ConsentctlTests.run(["give", "--subject", "bob", "--feature", "timeline", "--consent", "required"] + extra, ledger: ledger)
         #expect(run.status == 64 && run.stderr.contains(names), "\(run.status) \(run.stderr)")
@@ -155,7 +155,7 @@ import Testing
         let dir = ConsentctlTests.temporaryFolder()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let ledger = dir + "/ledger"
-        try ConsentctlTests.run(["init"], ledger: ledger)
+        try ConsentctlTests.run(["init", "--insecure-plaintext-key"], ledger: ledger)
         let good = dir + "/good.jsonl", bad = dir + "/bad.jsonl"
         try #"{"subject":"carol","feature":"timeline","give":["required"],"channel":"phone","noticeLanguage":"en-GB"}"#.write(toFile: good, atomically: true, encoding: .utf8)
         #expect(try ConsentctlTests.run(["apply", good], ledger: ledger).status == 0)

@@ -1255,9 +1255,9 @@ def build_ledger(binary, work, n, rng, count, edge):
         path = os.path.join(work, "custom-%d.json" % n)
         with open(path, "w", encoding="utf-8") as f:
             json.dump(first_custom, f, ensure_ascii=False)
-        run(binary, folder, ["init", "--name", name, "--catalog", path])
+        run(binary, folder, ["init", "--insecure-plaintext-key", "--name", name, "--catalog", path])
     else:
-        run(binary, folder, ["init", "--name", name])
+        run(binary, folder, ["init", "--insecure-plaintext-key", "--name", name])
     catalogue = Catalogue(json.loads(run(binary, folder, ["catalog", "show", "--format", "json"]).stdout))
     subjects = {sid: Subject(sid, catalogue) for sid in subject_ids(rng, "L%d" % n, count, edge)}
     stats = {"commands": 0, "events": 0, "refused": 0, "publishes": 0}
@@ -1425,7 +1425,7 @@ def main():
         if edge:
             # A ledger without subjects, exported as a whole.
             folder = os.path.join(work, "empty")
-            run(binary, folder, ["init", "--name", "clinic-empty.example/consents"])
+            run(binary, folder, ["init", "--insecure-plaintext-key", "--name", "clinic-empty.example/consents"])
             view = LedgerView(binary, folder, "clinic-empty.example/consents")
             for kind in ("collection", "transaction"):
                 out = os.path.join(work, "empty.fhir.json")

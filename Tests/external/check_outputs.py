@@ -35,7 +35,7 @@ CONSENTCTL = os.path.abspath(sys.argv[1])
 work = tempfile.mkdtemp(prefix="consentledger-external-")
 ENV = dict(os.environ, CONSENTCTL_LEDGER=os.path.join(work, "ledger"))
 try:
-    run("init", "--name", "clinic.example/consents")
+    run("init", "--insecure-plaintext-key", "--name", "clinic.example/consents")
     run("give", "--subject", "alice", "--feature", "medication-management", "--consent", "required", "--consent", "optional-a")
     run("give", "--subject", "alice", "--feature", "timeline", "--consent", "required", "--consent", "optional-a", "--consent", "optional-b")
     run("revoke", "--subject", "alice", "--feature", "medication-management", "--consent", "required")

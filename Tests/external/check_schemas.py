@@ -61,6 +61,9 @@ def leaf_commands(binary):
     return out
 
 
+PASSPHRASE = "a passphrase for the schema check"
+
+
 class Scenario:
     def __init__(self, binary, validators, work):
         self.binary, self.validators, self.work = binary, validators, work
@@ -69,11 +72,12 @@ class Scenario:
         self.error_kinds = set()
         self.samples = {}
 
-    def run(self, args, expect_rc=0, ledger=True, stdin=None):
+    def run(self, args, expect_rc=0, ledger=True, stdin=None, env_extra=None):
         argv = [self.binary] + (["--ledger", self.ledger] if ledger else []) + args
         env = dict(os.environ)
-        for name in ("CONSENTCTL_STORE", "CONSENTCTL_LEDGER", "CONSENTCTL_TZ"):
+        for name in ("CONSENTCTL_STORE", "CONSENTCTL_LEDGER", "CONSENTCTL_TZ", "CONSENTCTL_NEW_PASSPHRASE"):
             env.pop(name, None)
+        env.update(env_extra or {})
         r = subprocess.run(argv, capture_output=True, text=True, cwd=self.work, env=env, input=stdin, timeout=120)
         if r.returncode != expect_rc:
             check("consentctl %s exits %d" % (" ".join(args), expect_rc), False, "got %d: %s" % (r.returncode, r.stderr.strip()[:300]))
@@ -85,10 +89,10 @@ class Scenario:
               "; ".join("%s: %s" % ("/".join(map(str, e.absolute_path)), e.message[:200]) for e in errors[:3]))
         return not errors
 
-    def json_command(self, command, args, expect_rc=0, schema=None, lines=False, ledger=True, stdin=None):
+    def json_command(self, command, args, expect_rc=0, schema=None, lines=False, ledger=True, stdin=None, env_extra=None):
         """Runs `consentctl COMMAND ARGS` and validates its standard output (one JSON value, or
         JSON lines) against COMMAND's schema, or error.schema.json when it fails."""
-        r = self.run(command.split() + args, expect_rc, ledger=ledger, stdin=stdin)
+        r = self.run(command.split() + args, expect_rc, ledger=ledger, stdin=stdin, env_extra=env_extra)
         texts = [l for l in r.stdout.split("\n") if l] if lines else [r.stdout]
         check("consentctl %s %s prints JSON" % (command, " ".join(args)), bool(texts) and all(t.strip() for t in texts), repr(r.stdout[:200]))
         values = []
@@ -111,10 +115,14 @@ class Scenario:
 
     def play(self):
         j = ["--format", "json"]
-        self.json_command("init", ["--name", "clinic.example/schemas"] + j)
-        self.json_command("init", j, expect_rc=73)  # already-exists
+        self.json_command("init", ["--insecure-plaintext-key", "--name", "clinic.example/schemas"] + j)
+        self.json_command("init", ["--insecure-plaintext-key"] + j, expect_rc=73)  # already-exists
         key = self.run(["key", "show"]).stdout.strip()
         self.json_command("key show", j)
+        # The plaintext key sealed under a passphrase; later writes unlock it from the environment.
+        self.json_command("key passphrase", j, env_extra={"CONSENTCTL_NEW_PASSPHRASE": PASSPHRASE})
+        self.json_command("give", ["--subject", "zoe", "--feature", "timeline", "--consent", "required"] + j, expect_rc=77)  # key-locked
+        os.environ["CONSENTCTL_PASSPHRASE"] = PASSPHRASE
         self.json_command("catalog show", j)
         self.json_command("give", ["--subject", "alice", "--feature", "timeline", "--consent", "required", "--consent", "optional-a"] + j)
         self.json_command("give", ["--subject", "alice", "--feature", "timeline", "--consent", "required"] + j)  # nothing to do
@@ -203,6 +211,7 @@ def mutations(samples):
 
 
 def main():
+    os.environ.pop("CONSENTCTL_PASSPHRASE", None)
     if len(sys.argv) != 2:
         sys.exit("usage: check_schemas.py PATH/TO/consentctl")
     binary = os.path.abspath(sys.argv[1])

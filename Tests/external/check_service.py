@@ -80,7 +80,7 @@ store = sys.argv[2] if len(sys.argv) > 2 else os.path.join(work, "ledger")
 print("== service on %s" % ("PostgreSQL" if store.startswith("postgres") else "the file store"))
 port = free_port()
 key = os.path.join(work, "token.key")
-server = subprocess.Popen([binary, "serve", "--store", store, "--port", str(port), "--token-key", key],
+server = subprocess.Popen([binary, "serve", "--store", store, "--port", str(port), "--token-key", key, "--insecure-plaintext-key"],
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 base = "http://127.0.0.1:%d" % port
 try:

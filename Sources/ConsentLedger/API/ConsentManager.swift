@@ -25,26 +25,31 @@ public final class ConsentManager: Sendable {
         self.ledger = ledger
     }
 
-    /// Opens the ledger in a folder (the embedded file store).
-    public static func open(directory: String) async throws(ConsentError) -> ConsentManager {
-        try await open(store: FileLedgerStore(directory: directory))
+    /// Opens the ledger in a folder (the embedded file store). With `passphrase`, an encrypted
+    /// signing key is unlocked once, here, so that no write asks again.
+    public static func open(directory: String, passphrase: PassphraseSource? = nil) async throws(ConsentError) -> ConsentManager {
+        try await open(store: FileLedgerStore(directory: directory), passphrase: passphrase)
     }
 
     /// Opens the ledger in any store, for example a `PostgresLedgerStore` from the
-    /// ConsentLedgerPostgres library.
-    public static func open(store: any LedgerStore) async throws(ConsentError) -> ConsentManager {
-        let ledger = try await run(on: DispatchQueue.global()) { try Ledger.open(store: store) }
+    /// ConsentLedgerPostgres library. With `passphrase`, the signing key is unlocked here, once.
+    public static func open(store: any LedgerStore, passphrase: PassphraseSource? = nil) async throws(ConsentError) -> ConsentManager {
+        let ledger = try await run(on: DispatchQueue.global()) {
+            let ledger = try Ledger.open(store: store, passphrase: passphrase)
+            if passphrase != nil { try ledger.unlock() }
+            return ledger
+        }
         return ConsentManager(ledger: ledger)
     }
 
     /// Creates a ledger in a new folder with a catalogue (the seed's by default).
-    public static func create(directory: String, catalog: Catalog = SeedCatalog.catalog, name: String) async throws(ConsentError) -> ConsentManager {
-        try await create(store: FileLedgerStore(directory: directory), catalog: catalog, name: name)
+    public static func create(directory: String, catalog: Catalog = SeedCatalog.catalog, name: String, keyProtection: KeyProtection) async throws(ConsentError) -> ConsentManager {
+        try await create(store: FileLedgerStore(directory: directory), catalog: catalog, name: name, keyProtection: keyProtection)
     }
 
     /// Creates a ledger in any store that holds none yet.
-    public static func create(store: any LedgerStore, catalog: Catalog = SeedCatalog.catalog, name: String) async throws(ConsentError) -> ConsentManager {
-        let ledger = try await run(on: DispatchQueue.global()) { try Ledger.create(store: store, catalog: catalog, name: name) }
+    public static func create(store: any LedgerStore, catalog: Catalog = SeedCatalog.catalog, name: String, keyProtection: KeyProtection) async throws(ConsentError) -> ConsentManager {
+        let ledger = try await run(on: DispatchQueue.global()) { try Ledger.create(store: store, catalog: catalog, name: name, keyProtection: keyProtection) }
         return ConsentManager(ledger: ledger)
     }
 

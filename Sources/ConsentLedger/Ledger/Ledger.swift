@@ -90,6 +90,8 @@ public final class Ledger: Sendable {
     public let store: any LedgerStore
     /// Where the signing key is; only writes load it.
     public let keys: any KeyStore
+    /// Gives the passphrase of an encrypted key, asked for the first time a write needs the key.
+    let passphrase: PassphraseSource?
     public let catalog: Catalog
     public let catalogBytes: [UInt8]
     public let genesis: LedgerCreated
@@ -129,9 +131,10 @@ public final class Ledger: Sendable {
         var streams: (state: StreamState, nextIndex: Int64)?
     }
 
-    private init(store: any LedgerStore, keys: any KeyStore, catalog: Catalog, catalogBytes: [UInt8], genesis: LedgerCreated, genesisTime: Timestamp, version: Int64, publicKey: PublicKey, chain: HashChain, verifier: any SignatureVerifier, clock: @escaping LedgerClock, random: @escaping RandomSource, signer: SodiumSigner?) {
+    private init(store: any LedgerStore, keys: any KeyStore, passphrase: PassphraseSource?, catalog: Catalog, catalogBytes: [UInt8], genesis: LedgerCreated, genesisTime: Timestamp, version: Int64, publicKey: PublicKey, chain: HashChain, verifier: any SignatureVerifier, clock: @escaping LedgerClock, random: @escaping RandomSource, signer: SodiumSigner?) {
         self.store = store
         self.keys = keys
+        self.passphrase = passphrase
         self.version = version
         self.catalog = catalog
         self.catalogBytes = catalogBytes
@@ -150,12 +153,14 @@ public final class Ledger: Sendable {
 
     /// Creates a ledger: a fresh key pair unless `signer` is given, the catalogue, and the genesis
     /// event that pins both. The key goes to `keys` (by default the storage's own place for it),
-    /// after the ledger exists, so a key is never written over another ledger's.
+    /// sealed as `keyProtection` says, after the ledger exists, so a key is never written over
+    /// another ledger's. The new ledger is unlocked: it keeps the signer for its writes.
     public static func create(
         store: any LedgerStore,
         keys: (any KeyStore)? = nil,
         catalog: Catalog,
         name: String,
+        keyProtection: KeyProtection,
         actor: String = "consentctl",
         signer: SodiumSigner = .generate(),
         clock: @escaping LedgerClock = systemClock,
@@ -186,15 +191,19 @@ public final class Ledger: Sendable {
         let hashes = frontier.append(MerkleTree.leafHash(records[0].lineWithoutNewline, hasher: chain.hasher), hasher: chain.hasher)
         let signedHead = SignedHead.sign(Checkpoint(origin: name, size: 1, root: frontier.root(hasher: chain.hasher)), chainHash: head, key: key, signer: signer)
         let derived = DerivedUpdate(indexFrom: 0, streamKeys: [SubjectMap.ledgerStream], treeFrom: 0, treeHashes: hashes, subjectMap: (streams!.map.takeNewRecords(firstIndex: 0, coveringSize: 1), 0))
-        try store.create(LedgerSetup(catalog: catalogBytes, publicKey: signer.publicKey, genesis: records[0], derived: derived, head: signedHead))
         let keys = keys ?? store.keyStore
-        try keys.save(signer)
-        return Ledger(store: store, keys: keys, catalog: catalog, catalogBytes: catalogBytes, genesis: created, genesisTime: event.at, version: records[0].version, publicKey: signer.publicKey, chain: chain, verifier: Sodium(), clock: clock, random: random, signer: signer)
+        // The passphrase is checked before the ledger is made, so a refused one leaves nothing.
+        let keyFile = try SigningKeyFile.file(for: signer, protection: keyProtection, random: random)
+        try store.create(LedgerSetup(catalog: catalogBytes, publicKey: signer.publicKey, genesis: records[0], derived: derived, head: signedHead))
+        try keys.saveKeyFile(keyFile)
+        return Ledger(store: store, keys: keys, passphrase: nil, catalog: catalog, catalogBytes: catalogBytes, genesis: created, genesisTime: event.at, version: records[0].version, publicKey: signer.publicKey, chain: chain, verifier: Sodium(), clock: clock, random: random, signer: signer)
     }
 
     /// Opens a ledger. Checks that the genesis event is signed by the stored public key and pins
-    /// the stored catalogue; anything else is an integrity failure.
-    public static func open(store: any LedgerStore, keys: (any KeyStore)? = nil, clock: @escaping LedgerClock = systemClock, random: @escaping RandomSource = systemRandom) throws -> Ledger {
+    /// the stored catalogue; anything else is an integrity failure. `passphrase` is asked for the
+    /// key's passphrase the first time a write needs an encrypted key (``unlock()`` asks at once);
+    /// reads never ask.
+    public static func open(store: any LedgerStore, keys: (any KeyStore)? = nil, passphrase: PassphraseSource? = nil, clock: @escaping LedgerClock = systemClock, random: @escaping RandomSource = systemRandom) throws -> Ledger {
         let chain = HashChain()
         let verifier = Sodium()
         let (catalogBytes, publicKey, firstLine) = try store.read { tx in
@@ -230,7 +239,7 @@ public final class Ledger: Sendable {
         } catch {
             throw fail("stored catalogue: \(error)")
         }
-        return Ledger(store: store, keys: keys ?? store.keyStore, catalog: catalog, catalogBytes: catalogBytes, genesis: created, genesisTime: record.event.at, version: record.version, publicKey: publicKey, chain: chain, verifier: verifier, clock: clock, random: random, signer: nil)
+        return Ledger(store: store, keys: keys ?? store.keyStore, passphrase: passphrase, catalog: catalog, catalogBytes: catalogBytes, genesis: created, genesisTime: record.event.at, version: record.version, publicKey: publicKey, chain: chain, verifier: verifier, clock: clock, random: random, signer: nil)
     }
 
     // MARK: - Subjects

@@ -176,9 +176,23 @@ extension Ledger {
         }
     }
 
+    /// Unlocks the signing key now, asking for its passphrase if it is encrypted, so that later
+    /// writes do not ask. A long-running process (a service) calls this once at start.
+    public func unlock() throws {
+        _ = try signingKey()
+    }
+
+    /// Seals the signing key again as `protection` says (a new passphrase, or a plaintext key
+    /// encrypted) and puts the new file in place of the old one. The key itself is unchanged.
+    public func reprotectKey(_ protection: KeyProtection) throws {
+        let signer = try signingKey()
+        try keys.replaceKeyFile(try SigningKeyFile.file(for: signer, protection: protection, random: random))
+    }
+
     func signingKey() throws -> SodiumSigner {
         if let signer = memory.withLock({ $0.signer }) { return signer }
-        guard let signer = try keys.loadSigner(), signer.publicKey == publicKey else {
+        let signer = try keys.unlockSigner(passphrase: passphrase)
+        guard signer.publicKey == publicKey else {
             throw ConsentError.integrity(IntegrityFailure(.ledgerFiles, line: nil, seq: nil, problem: "the secret key does not belong to the ledger's public key"))
         }
         memory.withLock { $0.signer = signer }

@@ -106,6 +106,8 @@ func serviceError(_ error: any Error) -> ServiceError {
     case .conflict(let m), .alreadyExists(let m): return ServiceError(status: .conflict, kind: "conflict", message: m)
     case .integrity(let f): return ServiceError(status: .internalServerError, kind: "integrity", message: f.description)
     case .storage(let m): return ServiceError(status: .serviceUnavailable, kind: "storage", message: m)
+    // The service unlocks its key at start; a locked key here is the operator's to fix.
+    case .keyLocked: return ServiceError(status: .serviceUnavailable, kind: "storage", message: "the ledger's signing key is locked")
     }
 }
 

@@ -1,12 +1,16 @@
 // consent-service: the ledger behind a JSON API.
 //
 //   consent-service serve [--store DIR|postgres://…] [--port 8080] [--token-key FILE]
+//                         [--passphrase-file FILE] [--insecure-plaintext-key]
 //   consent-service token (--subject ID | --auditor NAME) [--ttl SECONDS] [--token-key FILE]
 //
 // Storage comes from configuration: --store (or --ledger DIR), else $CONSENT_SERVICE_STORE,
 // else the folder ./consent-ledger. A postgres:// URL puts the ledger in a PostgreSQL schema
 // (see consentctl --help); several instances may serve one schema and still keep one chain.
-// A missing ledger is created with the seed catalogue. The token key (an Ed25519 seed, hex) is
+// A missing ledger is created with the seed catalogue. The ledger's signing key is unlocked once,
+// at start, with the passphrase from --passphrase-file or $CONSENT_SERVICE_PASSPHRASE; a new
+// ledger's key is sealed under it, or stored unencrypted with --insecure-plaintext-key (tests
+// and demos only). The token key (an Ed25519 seed, hex) is
 // created with mode 0600 if missing.
 import ConsentLedger
 import ConsentLedgerPostgres
@@ -34,7 +38,8 @@ func tokenKey() -> SodiumSigner {
         return signer
     }
     let signer = SodiumSigner.generate()
-    do { try LocalFile.write(Array((signer.withSeed { Array($0) }.map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined() + "\n").utf8), to: keyPath) } catch { fail("cannot write \(keyPath): \(error)") }
+    let file = SigningKeyFile.plaintext(signer)
+    do { try LocalFile.write(file.withUnsafeBytes { Array($0) }, to: keyPath) } catch { fail("cannot write \(keyPath): \(error)") }
     return signer
 }
 
@@ -54,15 +59,33 @@ case "serve":
     } catch {
         fail("\(error)")
     }
+    let passphrase: SecretBytes?
+    if let file = option("--passphrase-file") {
+        do {
+            var bytes = try LocalFile.read(file)
+            defer { zeroize(&bytes) }
+            if bytes.last == 0x0A { bytes.removeLast() }
+            passphrase = SecretBytes(copying: bytes)
+        } catch {
+            fail("cannot read the passphrase file \(file): \(error)")
+        }
+    } else {
+        passphrase = getenv("CONSENT_SERVICE_PASSPHRASE").map { SecretBytes(copying: Array(String(cString: $0).utf8)) }
+    }
+    let unlock: PassphraseSource? = passphrase.map { p in { @Sendable in p } }
     let consents: ConsentManager
     do {
-        consents = try await ConsentManager.open(store: store)
-    } catch .notFound {
+        consents = try await ConsentManager.open(store: store, passphrase: unlock)
+    } catch .notFound(.ledger, _) {
+        let protection: KeyProtection
+        if let passphrase { protection = .passphrase(passphrase) } else if args.contains("--insecure-plaintext-key") { protection = .insecurePlaintext } else {
+            fail("no ledger at \(store.names.location): to create one, give its key's passphrase (--passphrase-file FILE or $CONSENT_SERVICE_PASSPHRASE), or --insecure-plaintext-key for tests and demos")
+        }
         do {
-            consents = try await ConsentManager.create(store: store, name: "consent-service.local/ledger")
+            consents = try await ConsentManager.create(store: store, name: "consent-service.local/ledger", keyProtection: protection)
         } catch {
             // Another instance may have created it a moment ago: open that one.
-            do { consents = try await ConsentManager.open(store: store) } catch { fail("\(error)") }
+            do { consents = try await ConsentManager.open(store: store, passphrase: unlock) } catch { fail("\(error)") }
         }
     } catch {
         fail("\(error)")
@@ -71,7 +94,7 @@ case "serve":
     try consents.ledger.loadAll()
     try await makeApplication(consents: consents, tokens: AccessTokens(signer: tokenKey()), port: port).runService()
 default:
-    fail("usage: consent-service serve [--store DIR|postgres://USER@HOST:PORT/DB?schema=NAME] [--port N] [--token-key FILE] | token (--subject ID | --auditor NAME) [--ttl S] [--token-key FILE]")
+    fail("usage: consent-service serve [--store DIR|postgres://USER@HOST:PORT/DB?schema=NAME] [--port N] [--token-key FILE] [--passphrase-file FILE] [--insecure-plaintext-key] | token (--subject ID | --auditor NAME) [--ttl S] [--token-key FILE]")
 }
 
 /// Lowercase hex of a token key file, decoded; nil for anything else.

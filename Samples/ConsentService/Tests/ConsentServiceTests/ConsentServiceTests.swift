@@ -18,7 +18,7 @@ import Testing
 
         init() async throws {
             folder = NSTemporaryDirectory() + "consent-service-" + UUID().uuidString
-            consents = try await ConsentManager.create(directory: folder, name: "service.test/ledger")
+            consents = try await ConsentManager.create(directory: folder, name: "service.test/ledger", keyProtection: .insecurePlaintext)
             tokens = AccessTokens(signer: SodiumSigner.generate())
             alice = tokens.issue(for: .subject("alice"), expires: ConsentServiceTests.now + 600)
             bob = tokens.issue(for: .subject("bob"), expires: ConsentServiceTests.now + 600)
