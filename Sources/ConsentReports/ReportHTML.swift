@@ -88,11 +88,11 @@ extension LedgerReport {
             end += pad
         }
         let left = 230.0, width = 1060.0, rowHeight = 26.0, top = 34.0
-        let height = top + Double(charted.count) * rowHeight + 34
+        let height = top + Double(charted.count) * rowHeight + 46
         func x(_ ms: Int64) -> Double { left + (width - left - 16) * Double(min(max(ms, start), end) - start) / Double(end - start) }
         var svg = "<svg class=\"chart\" xmlns=\"http://www.w3.org/2000/svg\" width=\"\(Int(width))\" height=\"\(Int(height))\" viewBox=\"0 0 \(Int(width)) \(Int(height))\" role=\"img\" aria-label=\"consent timelines of every subject on one time axis\">"
         // Axis and ticks.
-        let axisY = height - 26
+        let axisY = height - 38
         svg += "<g class=\"axis\"><line x1=\"\(Int(left))\" y1=\"\(Self.fmt(axisY))\" x2=\"\(Int(width - 16))\" y2=\"\(Self.fmt(axisY))\" stroke=\"#444\"/>"
         let ticks = 5
         for i in 0...ticks {
@@ -102,7 +102,10 @@ extension LedgerReport {
             // Seconds too when the whole axis spans less than ten minutes, so no two ticks read alike.
             let tick = Timestamp(millisecondsSinceEpoch: ms)
             let seconds = end - start < 600_000 ? ":" + String(100 + (zone.local(tick).millisecondsSinceEpoch / 1000) % 60).dropFirst() : ""
-            svg += "<text x=\"\(Self.fmt(tx))\" y=\"\(Self.fmt(axisY + 17))\" text-anchor=\"\(i == 0 ? "start" : i == ticks ? "end" : "middle")\">\(time(tick))\(seconds)</text>"
+            // The date over the time: one line of both is wider than the gap between ticks.
+            let label = time(tick) + seconds
+            let (day, clock) = label.firstIndex(of: " ").map { (String(label[..<$0]), String(label[label.index(after: $0)...])) } ?? (label, "")
+            svg += "<text x=\"\(Self.fmt(tx))\" y=\"\(Self.fmt(axisY + 15))\" text-anchor=\"\(i == 0 ? "start" : i == ticks ? "end" : "middle")\">\(day)<tspan x=\"\(Self.fmt(tx))\" dy=\"1.2em\">\(clock)</tspan></text>"
         }
         svg += "</g>"
         // Policy changes across every row.

@@ -189,5 +189,13 @@ import Testing
         // Cards in subject-id order, not pseudonym order.
         let cardNames = html.components(separatedBy: "<article class=\"card\"><h3>").dropFirst().map { String($0.prefix { $0 != "<" }) }
         #expect(cardNames == cardNames.sorted())
+        // Tick labels put the time under the date: on one line, neighbouring labels overlapped.
+        let axis = try #require(html.components(separatedBy: "<g class=\"axis\">").dropFirst().first?.components(separatedBy: "</g>").first)
+        let labels = axis.components(separatedBy: "<text ").dropFirst()
+        #expect(labels.count == 6)
+        for label in labels {
+            let firstLine = label.drop { $0 != ">" }.dropFirst().prefix { $0 != "<" }
+            #expect(firstLine.count == 10 && label.contains("<tspan "), "date alone on the first line: \(label)")
+        }
     }
 }
