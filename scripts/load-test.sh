@@ -42,7 +42,8 @@ run_store() {
     port="$(free_port)"
     key="$work/$label.key"
     tokens="$work/$label.tokens"
-    "$BIN/consent-service" serve --store "$store" --port "$port" --token-key "$key" --insecure-plaintext-key >"$work/$label.log" 2>&1 &
+    # A PostgreSQL store keeps no signing key: the service brings a key file.
+    "$BIN/consent-service" serve --store "$store" --port "$port" --token-key "$key" --insecure-plaintext-key --key-file "$work/$label.ledger.key" >"$work/$label.log" 2>&1 &
     server=$!
     for _ in $(seq 100); do
         curl -s -o /dev/null "http://127.0.0.1:$port/v1/checkpoint" && break

@@ -61,10 +61,32 @@ port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
 
 "${as_owner[@]}" "$bin/initdb" -D "$dir/data" -U consentledger --auth=trust -E UTF8 --no-locale >"$dir/initdb.log" 2>&1 \
     || { cat "$dir/initdb.log" >&2; fail "initdb failed in $dir"; }
+
+# TLS as in production: a private CA signs the server's certificate for "localhost", and clients
+# verify it (the default sslmode=verify-full, with $PGSSLROOTCERT naming the CA). A second CA that
+# signed nothing here lets tests show that a certificate from another CA is refused.
+command -v openssl >/dev/null || fail "openssl is needed to make the test server's certificate"
+tls="$dir/tls"
+mkdir -p "$tls"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj "/CN=ConsentLedger test CA" \
+    -keyout "$tls/ca.key" -out "$tls/ca.pem" >/dev/null 2>&1 || fail "openssl could not make the test CA"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj "/CN=Another CA" \
+    -keyout "$tls/other-ca.key" -out "$tls/other-ca.pem" >/dev/null 2>&1 || fail "openssl could not make the second CA"
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=localhost" \
+    -keyout "$tls/server.key" -out "$tls/server.csr" >/dev/null 2>&1 || fail "openssl could not make the server key"
+printf 'subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n' > "$tls/server.ext"
+openssl x509 -req -in "$tls/server.csr" -CA "$tls/ca.pem" -CAkey "$tls/ca.key" -CAcreateserial -days 2 \
+    -extfile "$tls/server.ext" -out "$tls/server.pem" >/dev/null 2>&1 || fail "openssl could not sign the server certificate"
+chmod 600 "$tls/server.key"
+[ "$(id -u)" = 0 ] && chown -R nobody "$tls"
+chmod 755 "$tls"; chmod 644 "$tls/ca.pem" "$tls/other-ca.pem" "$tls/server.pem"
+
 "${as_owner[@]}" "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-    -o "-c listen_addresses=127.0.0.1 -p $port -k $dir -c fsync=on -c synchronous_commit=on -c max_connections=200" start >/dev/null \
+    -o "-c listen_addresses=127.0.0.1 -p $port -k $dir -c fsync=on -c synchronous_commit=on -c max_connections=200 -c ssl=on -c ssl_cert_file=$tls/server.pem -c ssl_key_file=$tls/server.key" start >/dev/null \
     || { cat "$dir/server.log" >&2 || true; fail "the PostgreSQL server did not start on 127.0.0.1:$port"; }
 
-export CONSENTLEDGER_TEST_POSTGRES_URL="postgres://consentledger@127.0.0.1:$port/postgres"
+export PGSSLROOTCERT="$tls/ca.pem"
+export CONSENTLEDGER_TEST_POSTGRES_OTHER_CA="$tls/other-ca.pem"
+export CONSENTLEDGER_TEST_POSTGRES_URL="postgres://consentledger@localhost:$port/postgres"
 echo "==> throwaway $("$bin/postgres" --version | sed 's/^postgres (PostgreSQL)/PostgreSQL/') at $CONSENTLEDGER_TEST_POSTGRES_URL (cluster in $dir)"
 "$@"

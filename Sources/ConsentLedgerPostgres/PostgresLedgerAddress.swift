@@ -7,23 +7,28 @@ import PostgresNIO
 /// Where a ledger lives in PostgreSQL, parsed from a URL:
 ///
 /// ```
-/// postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE[?schema=NAME&sslmode=MODE]
+/// postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE[?schema=NAME&sslmode=MODE&sslrootcert=FILE]
 /// ```
 ///
 /// One ledger per PostgreSQL schema (default `consentledger`), so one database can hold
-/// several (one per tenant, or one per test). `sslmode` follows libpq: `disable`, `prefer`
-/// (the default: TLS when the server offers it, certificate not checked), `require` (TLS,
-/// certificate not checked) and `verify-full` (TLS, certificate and host name checked).
+/// several (one per tenant, or one per test). `sslmode` says how the server is checked:
+/// `verify-full` (the default: TLS, the certificate chain and the host name checked),
+/// `verify-ca` (TLS, the chain checked, not the name), `require-unverified` (TLS, nothing
+/// checked: anyone on the path can read what passes, so it must be asked for by name) or
+/// `disable` (plain TCP, for a Unix-socket-like loopback only). libpq's `prefer` and `require`
+/// are refused: they do not check the certificate, and their names do not say so.
+/// `sslrootcert=FILE` (or `$PGSSLROOTCERT`) names the PEM file of a private CA to trust instead
+/// of the system's roots.
 public struct PostgresLedgerAddress: Sendable, Hashable, CustomStringConvertible {
     /// Whether and how the connection uses TLS, with libpq's `sslmode` names.
-    public enum TLSMode: String, Sendable, Hashable {
+    public enum TLSMode: String, Sendable, Hashable, CaseIterable {
         /// Plain TCP.
         case disable
-        /// TLS when the server offers it, without checking its certificate (the default).
-        case prefer
-        /// TLS or no connection, without checking the certificate.
-        case require
-        /// TLS with the certificate and the host name checked against the system's roots.
+        /// TLS without checking the certificate: an attacker in the middle reads everything.
+        case requireUnverified = "require-unverified"
+        /// TLS with the certificate chain checked, not the host name.
+        case verifyCA = "verify-ca"
+        /// TLS with the certificate chain and the host name checked (the default).
         case verifyFull = "verify-full"
     }
 
@@ -41,16 +46,19 @@ public struct PostgresLedgerAddress: Sendable, Hashable, CustomStringConvertible
     public let schema: String
     /// Whether and how to use TLS.
     public let tlsMode: TLSMode
+    /// A PEM file of the CA certificates to trust instead of the system's roots.
+    public let rootCertificates: String?
 
     /// Whether `text` names a PostgreSQL ledger rather than a folder.
     public static func isURL(_ text: String) -> Bool {
         text.hasPrefix("postgres://") || text.hasPrefix("postgresql://")
     }
 
-    /// Parses a `postgres://` URL; the error says which part is wrong.
+    /// Parses a `postgres://` URL; the error says which part is wrong. Without `sslrootcert`,
+    /// `$PGSSLROOTCERT` names the CA file, as for libpq.
     public init(url text: String) throws(ConsentError) {
         func bad(_ problem: String) -> ConsentError {
-            .invalidRequest("PostgreSQL URL '\(Self.redacted(text))': \(problem) (expected postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE[?schema=NAME&sslmode=disable|prefer|require|verify-full])")
+            .invalidRequest("PostgreSQL URL '\(Self.redacted(text))': \(problem) (expected postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE[?schema=NAME&sslmode=verify-full|verify-ca|require-unverified|disable&sslrootcert=FILE])")
         }
         guard let schemeEnd = text.range(of: "://"), Self.isURL(text) else { throw bad("it does not start with postgres://") }
         var rest = Substring(text[schemeEnd.upperBound...])
@@ -86,16 +94,21 @@ public struct PostgresLedgerAddress: Sendable, Hashable, CustomStringConvertible
         if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
         guard !host.isEmpty else { throw bad("no host") }
         var schema = "consentledger"
-        var tlsMode = TLSMode.prefer
+        var tlsMode = TLSMode.verifyFull
+        var rootCertificates = getenv("PGSSLROOTCERT").map { String(cString: $0) }.flatMap { $0.isEmpty ? nil : $0 }
         for pair in query.split(separator: "&") where !pair.isEmpty {
             let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
             guard parts.count == 2, let value = Self.percentDecoded(parts[1]) else { throw bad("'\(pair)' is not NAME=VALUE") }
             switch parts[0] {
             case "schema": schema = value
             case "sslmode":
-                guard let mode = TLSMode(rawValue: value) else { throw bad("sslmode '\(value)' is not disable, prefer, require or verify-full") }
+                if value == "prefer" || value == "require" || value == "allow" {
+                    throw bad("sslmode=\(value) does not check the server's certificate, so anyone on the path could read the ledger's traffic; use verify-full (the default; sslrootcert=FILE for a private CA), or, knowingly, sslmode=require-unverified")
+                }
+                guard let mode = TLSMode(rawValue: value) else { throw bad("sslmode '\(value)' is not one of \(TLSMode.allCases.map(\.rawValue).joined(separator: ", "))") }
                 tlsMode = mode
-            default: throw bad("unknown parameter '\(parts[0])' (known: schema, sslmode)")
+            case "sslrootcert": rootCertificates = value
+            default: throw bad("unknown parameter '\(parts[0])' (known: schema, sslmode, sslrootcert)")
             }
         }
         guard Self.isIdentifier(schema) else {
@@ -108,6 +121,12 @@ public struct PostgresLedgerAddress: Sendable, Hashable, CustomStringConvertible
         self.database = database
         self.schema = schema
         self.tlsMode = tlsMode
+        self.rootCertificates = rootCertificates
+    }
+
+    static func isIPAddress(_ host: String) -> Bool {
+        var v4 = in_addr(), v6 = in6_addr()
+        return inet_pton(AF_INET, host, &v4) == 1 || inet_pton(AF_INET6, host, &v6) == 1
     }
 
     /// The URL without its password, for messages.
@@ -156,19 +175,36 @@ public struct PostgresLedgerAddress: Sendable, Hashable, CustomStringConvertible
         return String(text[..<colon]) + ":***" + String(text[at...])
     }
 
+    /// Whether TLS is on without any check of the server: callers warn about it.
+    public var isUnverified: Bool { tlsMode == .requireUnverified }
+
     func connectionConfiguration() throws -> PostgresConnection.Configuration {
         let tls: PostgresConnection.Configuration.TLS
+        if tlsMode == .verifyFull, Self.isIPAddress(host) {
+            // With an address there is no name to send or check (SNI carries names only).
+            throw ConsentError.invalidRequest("\(self): sslmode=verify-full checks the server's name, so give the host by the name its certificate holds, not the address \(host) (or use sslmode=verify-ca, which checks the certificate chain only)")
+        }
+        var config = TLSConfiguration.makeClientConfiguration()
+        if let rootCertificates {
+            do {
+                config.trustRoots = .certificates(try NIOSSLCertificate.fromPEMFile(rootCertificates))
+            } catch {
+                throw ConsentError.invalidRequest("sslrootcert \(rootCertificates): cannot read PEM certificates (\(error))")
+            }
+        }
         do {
             switch tlsMode {
             case .disable:
                 tls = .disable
-            case .prefer, .require:
-                var config = TLSConfiguration.makeClientConfiguration()
+            case .requireUnverified:
                 config.certificateVerification = .none
-                let context = try NIOSSLContext(configuration: config)
-                tls = tlsMode == .prefer ? .prefer(context) : .require(context)
+                tls = .require(try NIOSSLContext(configuration: config))
+            case .verifyCA:
+                config.certificateVerification = .noHostnameVerification
+                tls = .require(try NIOSSLContext(configuration: config))
             case .verifyFull:
-                tls = .require(try NIOSSLContext(configuration: .makeClientConfiguration()))
+                config.certificateVerification = .fullVerification
+                tls = .require(try NIOSSLContext(configuration: config))
             }
         } catch {
             throw ConsentError.storage("cannot set up TLS for \(self): \(error)")

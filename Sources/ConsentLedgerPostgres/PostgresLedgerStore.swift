@@ -36,14 +36,21 @@ public final class PostgresLedgerStore: LedgerStore {
     private let connections: PostgresConnections
     private let schemaReady = Mutex(false)
 
-    public init(address: PostgresLedgerAddress) throws {
+    /// Where this process's writers find the signing key; the database never holds it.
+    private let writerKeys: (any KeyStore)?
+
+    /// A store at `address`. `keyStore` is where writers find the signing key (a key file,
+    /// ``FileKeyStore``, or a key store of your own, such as one backed by a KMS); without it the
+    /// ledger can be read and verified, and writes fail with `ConsentError.notFound(.signingKey, _)`.
+    public init(address: PostgresLedgerAddress, keyStore: (any KeyStore)? = nil) throws {
         self.address = address
+        self.writerKeys = keyStore
         self.connections = try PostgresConnections(address: address)
     }
 
     /// A store for a `postgres://` URL (see ``PostgresLedgerAddress``).
-    public convenience init(url: String) throws {
-        try self.init(address: PostgresLedgerAddress(url: url))
+    public convenience init(url: String, keyStore: (any KeyStore)? = nil) throws {
+        try self.init(address: PostgresLedgerAddress(url: url), keyStore: keyStore)
     }
 
     public var names: StorageNames {
@@ -53,7 +60,30 @@ public final class PostgresLedgerStore: LedgerStore {
             checkpoints: "table \(address.schema).checkpoints", subjects: "table \(address.schema).subjects")
     }
 
-    public var keyStore: any KeyStore { PostgresKeyStore(store: self) }
+    /// The key store given at ``init(address:keyStore:)``: the secret key never lives in the
+    /// database, where every writer would load it over the network.
+    public var keyStore: (any KeyStore)? { writerKeys }
+
+    /// The seed that a ledger made before keys left the database still keeps in the table
+    /// `signing_key`, if any: to be moved into a key file (`consentctl key move-out`) and then
+    /// dropped with ``dropRetiredKey()``.
+    public func retiredSeed() throws -> SecretBytes? {
+        try inTransaction(exclusive: false) { session in
+            let exists = try session.query("SELECT to_regclass($1) IS NOT NULL", PostgresBindings(s + ".signing_key"))
+            guard let row = exists.first, try row.decode(Bool.self) else { return nil }
+            guard let seedRow = try session.query("SELECT seed FROM \(s).signing_key").first else { return nil }
+            var seed = try seedRow.decode(ByteBuffer.self).bytes
+            defer { zeroize(&seed) }
+            return SecretBytes(copying: seed)
+        }
+    }
+
+    /// Drops the table `signing_key` once its seed is safe in a key file.
+    public func dropRetiredKey() throws {
+        try inTransaction(exclusive: true) { session in
+            try session.query("DROP TABLE IF EXISTS \(s).signing_key")
+        }
+    }
 
     /// The schema as SQL text (quoted).
     var s: String { PostgresSchema.quoted(address.schema) }
@@ -373,45 +403,4 @@ final class PostgresLedgerTransaction: LedgerWriteTransaction {
     }
 }
 
-/// The signing key in the ledger's schema (table `signing_key`), for writers that may read it.
-struct PostgresKeyStore: KeyStore {
-    let store: PostgresLedgerStore
-
-    var keyLocation: String { "table \(store.address.schema).signing_key of \(store.address)" }
-
-    func loadKeyFile() throws -> SecretBytes {
-        try store.inTransaction(exclusive: false) { session in
-            guard let row = try session.query("SELECT seed FROM \(store.s).signing_key").first else {
-                throw ConsentError.notFound(.signingKey, "no signing key in \(keyLocation): this ledger can be read and verified, but not written")
-            }
-            var stored = try row.decode(ByteBuffer.self).bytes
-            defer { zeroize(&stored) }
-            // Ledgers made before key files kept the bare 32-byte seed: read it as the plaintext form.
-            if stored.count == 32, let signer = SodiumSigner(seed: stored) { return SigningKeyFile.plaintext(signer) }
-            return SecretBytes(copying: stored)
-        }
-    }
-
-    func saveKeyFile(_ file: SecretBytes) throws {
-        var bytes = file.withUnsafeBytes { Array($0) }
-        defer { zeroize(&bytes) }
-        try store.inTransaction(exclusive: true) { session in
-            guard try session.query("SELECT 1 FROM \(store.s).signing_key").count == 0 else {
-                throw ConsentError.alreadyExists("\(keyLocation) already holds a key; a new ledger's key is never written over another")
-            }
-            try session.query("INSERT INTO \(store.s).signing_key (seed) VALUES ($1)", PostgresBindings(bytes.buffer))
-        }
-    }
-
-    func replaceKeyFile(_ file: SecretBytes) throws {
-        var bytes = file.withUnsafeBytes { Array($0) }
-        defer { zeroize(&bytes) }
-        try store.inTransaction(exclusive: true) { session in
-            guard try session.query("SELECT 1 FROM \(store.s).signing_key").count == 1 else {
-                throw ConsentError.notFound(.signingKey, "no signing key in \(keyLocation)")
-            }
-            try session.query("UPDATE \(store.s).signing_key SET seed = $1", PostgresBindings(bytes.buffer))
-        }
-    }
-}
 #endif

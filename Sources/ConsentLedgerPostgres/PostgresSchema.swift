@@ -11,12 +11,13 @@ import PostgresNIO
 /// never apply one twice, and a database migrated by a newer version is refused, not guessed at.
 ///
 /// The tables (version 1, as later versions changed them: 2 added `head.note`, 3 the table
-/// `subject_map`, 4 `subjects.sig`, 5 dropped the byte offsets of `events` and `line_index`):
+/// `subject_map`, 4 `subjects.sig`, 5 dropped the byte offsets of `events` and `line_index`, 6
+/// dropped `signing_key` where it held no seed):
 ///
 /// | table          | what it holds                                                                    |
 /// |----------------|----------------------------------------------------------------------------------|
 /// | `ledger`       | one row: the catalogue's canonical bytes and the Ed25519 public key             |
-/// | `signing_key`  | one row: the Ed25519 seed (grant it to the writers' role only)                  |
+/// | `signing_key`  | (until version 6) one row: the Ed25519 seed; now dropped when empty, and a seed still there is moved into a key file by `consentctl key move-out` |
 /// | `events`       | the log: one row per entry (`seq` = position, `line` = the entry's bytes)        |
 /// | `head`         | one row: the signed head (note), with the seq and hash it names                 |
 /// | `line_index`   | derived: per entry, its stream key (`subject`, 16 bytes)                         |
@@ -72,6 +73,11 @@ enum PostgresSchema {
                 "ALTER TABLE \(s).events DROP COLUMN byte_offset",
                 "ALTER TABLE \(s).line_index DROP COLUMN byte_offset, DROP COLUMN length",
             ]
+        },
+        // The secret key leaves the database. An empty table goes now; a seed is never dropped
+        // unseen: it stays until `consentctl key move-out` has written it to a key file.
+        Migration(version: 6, description: "no secret key in the database") { s in
+            ["DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM \(s).signing_key) THEN DROP TABLE \(s).signing_key; END IF; END $$"]
         },
     ]
 

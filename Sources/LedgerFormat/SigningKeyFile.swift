@@ -6,6 +6,14 @@ public enum KeyProtection: Sendable {
     case passphrase(SecretBytes, hardness: PassphraseHardness = .interactive)
     /// The seed in plain hex, readable by anyone who can read the file: for tests and demos only.
     case insecurePlaintext
+
+    /// What unlocks a key stored this way.
+    public var passphraseSource: PassphraseSource? {
+        switch self {
+        case .passphrase(let passphrase, _): return { passphrase }
+        case .insecurePlaintext: return nil
+        }
+    }
 }
 
 /// Where a passphrase comes from when an encrypted key must be unlocked: asked for only when a

@@ -46,7 +46,7 @@ public struct FileLedgerStore: LedgerStore {
             checkpoints: "checkpoints.jsonl", subjects: "subjects.jsonl")
     }
 
-    public var keyStore: any KeyStore { FileKeyStore(path: secretKeyPath) }
+    public var keyStore: (any KeyStore)? { FileKeyStore(path: secretKeyPath) }
 
     var logPath: String { directory + "/ledger.jsonl" }
     var headPath: String { directory + "/head" }

@@ -262,8 +262,10 @@ public protocol LedgerStore: Sendable {
     /// Names for messages.
     var names: StorageNames { get }
 
-    /// Where this ledger's signing key is kept unless the caller names another ``KeyStore``.
-    var keyStore: any KeyStore { get }
+    /// Where this ledger's signing key is kept unless the caller names another ``KeyStore``;
+    /// nil for a store that keeps no key (PostgreSQL: a secret in a table is read over the
+    /// network by every writer), whose writers bring a key file or a key store of their own.
+    var keyStore: (any KeyStore)? { get }
 
     /// Creates a ledger holding the genesis entry. Fails with `ConsentError.alreadyExists(_:)`
     /// when there is one; a crash part-way leaves no ledger at all.

@@ -32,7 +32,7 @@ public final class MemoryLedgerStore: LedgerStore {
         StorageNames(location: "memory ledger '\(name)'", derivedRepair: "rebuild it: create the ledger again from its events", checkpoints: "its checkpoints", subjects: "its subject records")
     }
 
-    public var keyStore: any KeyStore { keys }
+    public var keyStore: (any KeyStore)? { keys }
 
     public func create(_ setup: LedgerSetup) throws {
         try contents.withLock { contents in

@@ -120,7 +120,11 @@ func phaseProofs(dir: String) throws {
 /// A folder, or (with the PostgreSQL trait) a postgres:// URL.
 func store(_ location: String) throws -> any LedgerStore {
     #if PostgreSQL
-    if PostgresLedgerAddress.isURL(location) { return try PostgresLedgerStore(url: location) }
+    // The database keeps no key: the bench's writers share a key file named after the schema.
+    if PostgresLedgerAddress.isURL(location) {
+        let schema = try PostgresLedgerAddress(url: location).schema
+        return try PostgresLedgerStore(url: location, keyStore: FileKeyStore(path: "/tmp/consent-bench-\(schema).key"))
+    }
     #endif
     return FileLedgerStore(directory: location)
 }

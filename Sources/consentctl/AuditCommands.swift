@@ -2,6 +2,9 @@ import ArgumentParser
 import ConsentDomain
 import ConsentLedger
 import ConsentReports
+#if PostgreSQL
+import ConsentLedgerPostgres
+#endif
 
 #if canImport(Glibc)
 import Glibc
@@ -41,7 +44,7 @@ struct KeyCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "key",
         abstract: "The ledger's keys.",
-        subcommands: [KeyShow.self, KeyPassphrase.self],
+        subcommands: [KeyShow.self, KeyPassphrase.self, KeyMoveOut.self],
         defaultSubcommand: KeyShow.self
     )
 }
@@ -111,11 +114,9 @@ struct KeyPassphrase: ParsableCommand {
 
     func run() throws {
         try reporting(json: output.isJSON) {
-            let store = try root.ledgerStore()
-            let ledger = try Ledger.open(store: store, passphrase: root.passphrase.source(for: store.keyStore.keyLocation))
-            let keys = ledger.keys
-            guard let wasEncrypted = try keys.isEncrypted() else {
-                throw ConsentError.notFound(.signingKey, "no signing key at \(keys.keyLocation)")
+            let ledger = try root.openLedger()
+            guard let keys = ledger.keys, let wasEncrypted = try keys.isEncrypted() else {
+                throw ConsentError.notFound(.signingKey, "no signing key at \(ledger.keys?.keyLocation ?? ledger.store.names.location)")
             }
             // Unlock first, so that a wrong current passphrase is known before a new one is asked.
             try ledger.unlock()
@@ -135,6 +136,66 @@ struct KeyPassphrase: ParsableCommand {
             } else {
                 print("The signing key \(keys.keyLocation) is sealed under the new passphrase (\(kdf.hardness)).")
             }
+        }
+    }
+}
+
+struct KeyMoveOut: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "move-out",
+        abstract: "Move a PostgreSQL ledger's secret key out of the database into a key file.",
+        discussion: """
+            Ledgers made before keys left the database keep the Ed25519 seed in the table \
+            SCHEMA.signing_key, where every writer reads it over the network. This writes it to \
+            the key file that --key-file names (a new file, mode 0600), sealed under a new \
+            passphrase (--passphrase-file, --passphrase-fd, $CONSENTCTL_PASSPHRASE or the \
+            terminal, asked twice), checks that the file opens to the ledger's public key, and \
+            only then drops the table. From then on writers give --key-file FILE (or set \
+            $CONSENTCTL_KEY_FILE).
+
+            Example:
+              consentctl --store postgres://… --key-file /etc/consentledger/clinic.key key move-out
+            """
+    )
+
+    @ParentCommand var root: ConsentCtl
+
+    @OptionGroup(title: "The new key file") var newKey: NewKeyOptions
+
+    @OptionGroup var output: OutputOptions
+
+    func run() throws {
+        try reporting(json: output.isJSON) {
+            #if PostgreSQL
+            guard let store = try root.ledgerStore() as? PostgresLedgerStore else {
+                throw ConsentError.invalidRequest("key move-out is for PostgreSQL ledgers: a folder's key is already a file of its own")
+            }
+            guard let keys = root.keyStore(for: store) else {
+                throw ConsentError.invalidRequest("give --key-file FILE (or $CONSENTCTL_KEY_FILE): the new key file the secret key moves to")
+            }
+            let ledger = try Ledger.open(store: store)
+            guard let seed = try store.retiredSeed() else {
+                throw ConsentError.notFound(.signingKey, "\(store.address) keeps no secret key in table \(store.address.schema).signing_key: nothing to move")
+            }
+            guard let signer = SodiumSigner(seed: seed), signer.publicKey == ledger.publicKey else {
+                throw ConsentError.integrity(IntegrityFailure(.ledgerFiles, line: nil, seq: nil, problem: "table \(store.address.schema).signing_key of \(store.address) does not hold the seed of the ledger's public key; it was left as it is"))
+            }
+            let protection = try newKey.protection(root.passphrase)
+            try keys.save(signer, protection: protection)
+            // The table goes only once the new file is known to open to the ledger's key.
+            guard try keys.unlockSigner(passphrase: protection.passphraseSource).publicKey == ledger.publicKey else {
+                throw ConsentError.integrity(IntegrityFailure(.ledgerFiles, line: nil, seq: nil, problem: "\(keys.keyLocation) does not open to the ledger's key; table \(store.address.schema).signing_key was left as it is"))
+            }
+            try store.dropRetiredKey()
+            if output.isJSON {
+                printJSON(.object(["ok": .bool(true), "key": .string(keys.keyLocation), "from": .string("\(store.address.schema).signing_key")]))
+            } else {
+                print("Moved the secret key from table \(store.address.schema).signing_key to \(keys.keyLocation) and dropped the table.")
+                print("Writers now give --key-file \(keys.keyLocation) (or set CONSENTCTL_KEY_FILE).")
+            }
+            #else
+            throw ConsentError.invalidRequest("this consentctl was built without PostgreSQL support; build it with 'swift build --traits PostgreSQL' (or 'make build-postgres')")
+            #endif
         }
     }
 }

@@ -36,11 +36,7 @@ struct Init: ParsableCommand {
     @Option(help: "Who creates the ledger.")
     var actor: String = "consentctl"
 
-    @Option(help: "How hard the passphrase is made to guess: interactive (Argon2id over 64 MiB; the default) or moderate (256 MiB; each unlock takes about a second).")
-    var kdf: KeyHardness = .interactive
-
-    @Flag(help: "Store the secret key unencrypted, for tests and demos only: anyone who can read the file can sign as this ledger.")
-    var insecurePlaintextKey = false
+    @OptionGroup(title: "The signing key") var newKey: NewKeyOptions
 
     @OptionGroup var output: OutputOptions
 
@@ -64,24 +60,25 @@ struct Init: ParsableCommand {
             }
             let ledgerName = name ?? "consentledger.local/" + Hex.encode(Sodium().randomBytes(6))
             let store = try root.ledgerStore()
-            let protection: KeyProtection = insecurePlaintextKey
-                ? .insecurePlaintext
-                : .passphrase(try root.passphrase.read(prompt: "New passphrase for the signing key: ", missing: "a new ledger's key is sealed under a passphrase, and none was given (--insecure-plaintext-key stores it unencrypted, for tests and demos)", confirm: true, missingIsUsage: true), hardness: kdf.hardness)
-            let ledger = try Ledger.create(store: store, catalog: catalogValue, name: ledgerName, keyProtection: protection, actor: actor)
-            if insecurePlaintextKey {
-                printError("warning: the secret key is stored unencrypted in \(store.keyStore.keyLocation) (--insecure-plaintext-key): use this ledger for tests and demos only")
+            guard let keys = root.keyStore(for: store) else {
+                throw ConsentError.invalidRequest("\(store.names.location) keeps no signing key: give the new ledger's key file with --key-file FILE (or $CONSENTCTL_KEY_FILE); init creates it")
+            }
+            let protection = try newKey.protection(root.passphrase)
+            let ledger = try Ledger.create(store: store, keys: keys, catalog: catalogValue, name: ledgerName, keyProtection: protection, actor: actor)
+            if newKey.insecurePlaintextKey {
+                printError("warning: the secret key is stored unencrypted in \(keys.keyLocation) (--insecure-plaintext-key): use this ledger for tests and demos only")
             }
             if output.isJSON {
                 printJSON(.object([
                     "ok": .bool(true), "ledger": .string(ledgerName), "location": .string(store.names.location),
-                    "keyProtection": .string(insecurePlaintextKey ? "insecure-plaintext" : "passphrase"),
+                    "keyProtection": .string(newKey.insecurePlaintextKey ? "insecure-plaintext" : "passphrase"), "keyFile": .string(keys.keyLocation),
                     "features": .array(catalogValue.features.map { .string($0.key) }), "verifierKey": .string(try ledger.verifierKey.text),
                 ]))
                 return
             }
             print("Created ledger '\(ledgerName)' at \(store.names.location)")
             print("  features:   \(catalogValue.features.map(\.key).joined(separator: ", "))")
-            print("  signing key: \(store.keyStore.keyLocation), " + (insecurePlaintextKey ? "UNENCRYPTED (tests and demos only)" : "sealed under your passphrase (\(kdf.hardness))"))
+            print("  signing key: \(keys.keyLocation), " + newKey.summary)
             print("  verifier key: \(try ledger.verifierKey.text)")
             print("Give the verifier key to auditors ('consentctl key show' prints it again).")
         }

@@ -85,7 +85,7 @@ struct ConsentCtl: ParsableCommand {
     static func unknownCommand(in arguments: [String]) -> String? {
         var rest = arguments[...]
         while let first = rest.first, first.hasPrefix("-") {
-            rest = rest.dropFirst(["--ledger", "--store", "--passphrase-file", "--passphrase-fd"].contains(first) ? 2 : 1)
+            rest = rest.dropFirst(["--ledger", "--store", "--key-file", "--passphrase-file", "--passphrase-fd"].contains(first) ? 2 : 1)
         }
         guard let word = rest.first else { return nil }
         let names = configuration.subcommands.map { $0._commandName } + ["help"]
@@ -116,6 +116,11 @@ struct ConsentCtl: ParsableCommand {
         "Where the ledger lives: a folder, or postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?schema=NAME&sslmode=MODE] (PostgreSQL needs a consentctl built with the PostgreSQL trait).",
         valueName: "STORE"))
     var store: String?
+
+    @Option(name: .customLong("key-file"), help: ArgumentHelp(
+        "The signing key file (default: secret.key in the ledger folder; a PostgreSQL ledger keeps no key, so its writers need this or $CONSENTCTL_KEY_FILE).",
+        valueName: "FILE"))
+    var keyFile: String?
 
     @Option(name: .customLong("passphrase-file"), help: ArgumentHelp(
         "Read the signing key's passphrase from FILE (its one trailing line end is dropped). Only commands that sign read it.",
@@ -150,10 +155,24 @@ struct ConsentCtl: ParsableCommand {
 
     func ledgerStore() throws -> any LedgerStore { try StoreSelection.store(storeSpec) }
 
+    /// Where the signing key is: --key-file or $CONSENTCTL_KEY_FILE, else the store's own place
+    /// (a folder's secret.key; none for PostgreSQL).
+    func keyStore(for store: any LedgerStore) -> (any KeyStore)? {
+        for value in [keyFile, environment("CONSENTCTL_KEY_FILE")] {
+            if let value, !value.isEmpty { return FileKeyStore(path: absolute(value)) }
+        }
+        return store.keyStore
+    }
+
     /// Opens the ledger; an encrypted key's passphrase is asked for only if a write needs it.
     func openLedger() throws -> Ledger {
-        let store = try ledgerStore()
-        return try Ledger.open(store: store, passphrase: passphrase.source(for: store.keyStore.keyLocation))
+        try openLedger(store: try ledgerStore())
+    }
+
+    func openLedger(store: any LedgerStore) throws -> Ledger {
+        let keys = keyStore(for: store)
+        StoreSelection.warnAboutRetiredKey(in: store)
+        return try Ledger.open(store: store, keys: keys, passphrase: passphrase.source(for: keys?.keyLocation ?? store.names.location))
     }
 }
 

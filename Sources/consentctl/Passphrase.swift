@@ -124,6 +124,28 @@ struct PassphraseOptions {
     }
 }
 
+/// How a new key file is sealed: `--kdf`, or `--insecure-plaintext-key` for tests and demos.
+struct NewKeyOptions: ParsableArguments {
+    @Option(help: "How hard the passphrase is made to guess: interactive (Argon2id over 64 MiB; the default) or moderate (256 MiB; each unlock takes about a second).")
+    var kdf: KeyHardness = .interactive
+
+    @Flag(help: "Store the secret key unencrypted, for tests and demos only: anyone who can read the file can sign as this ledger.")
+    var insecurePlaintextKey = false
+
+    /// The protection asked for; a passphrase is read from `passphrase`'s sources (asked twice
+    /// at a prompt), and none at all is a usage error.
+    func protection(_ passphrase: PassphraseOptions) throws -> KeyProtection {
+        if insecurePlaintextKey { return .insecurePlaintext }
+        let secret = try passphrase.read(
+            prompt: "New passphrase for the signing key: ",
+            missing: "a new key file is sealed under a passphrase, and none was given (--insecure-plaintext-key stores it unencrypted, for tests and demos)",
+            confirm: true, missingIsUsage: true)
+        return .passphrase(secret, hardness: kdf.hardness)
+    }
+
+    var summary: String { insecurePlaintextKey ? "UNENCRYPTED (tests and demos only)" : "sealed under your passphrase (\(kdf.hardness))" }
+}
+
 /// `--kdf`: how hard a new passphrase is made to guess.
 enum KeyHardness: String, ExpressibleByArgument, CaseIterable {
     case interactive, moderate

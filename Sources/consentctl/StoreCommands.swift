@@ -46,10 +46,14 @@ struct Migrate: ParsableCommand {
             guard source.names.location != target.names.location else {
                 throw ConsentError.invalidRequest("the source and the target are the same store (\(source.names.location))")
             }
-            let report = try LedgerCopy.copy(from: source, to: target, passphrase: root.passphrase.source(for: source.keyStore.keyLocation))
+            let keys = root.keyStore(for: source)
+            let report = try LedgerCopy.copy(from: source, to: target, keys: keys, passphrase: root.passphrase.source(for: keys?.keyLocation ?? source.names.location))
+            // The key file the copy's writers use: the target's own, or (PostgreSQL keeps none)
+            // the one it was copied with.
+            let keyFile = target.keyStore?.keyLocation ?? keys?.keyLocation ?? ""
             if json {
                 printJSON(.object([
-                    "ok": .bool(true), "from": .string(source.names.location), "to": .string(target.names.location),
+                    "ok": .bool(true), "from": .string(source.names.location), "to": .string(target.names.location), "keyFile": .string(keyFile),
                     "events": .int(Int64(report.events)), "subjects": .int(Int64(report.subjects)), "checkpoints": .int(Int64(report.checkpoints)),
                     "headSeq": .int(Int64(report.head.seq)), "headHash": .string(report.head.hash.hex), "root": .string(report.root.hex),
                 ]))
@@ -59,6 +63,11 @@ struct Migrate: ParsableCommand {
                 print("  to   \(target.names.location)")
                 print("  head: seq \(report.head.seq) \(report.head.hash.hex)")
                 print("  tree root: \(report.root.hex) (verified equal in both)")
+                if target.keyStore == nil {
+                    print("  signing key: not copied (the database keeps none); writers of the copy give --key-file \(keyFile)")
+                } else {
+                    print("  signing key: \(keyFile)")
+                }
             }
         }
     }

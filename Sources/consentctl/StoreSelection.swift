@@ -15,7 +15,11 @@ enum StoreSelection {
     static func store(_ spec: String) throws -> any LedgerStore {
         if spec.hasPrefix("postgres://") || spec.hasPrefix("postgresql://") {
             #if PostgreSQL
-            return try PostgresLedgerStore(url: spec)
+            let store = try PostgresLedgerStore(url: spec)
+            if store.address.isUnverified {
+                printError("warning: sslmode=require-unverified: the server's certificate is not checked, so anyone on the path to \(store.address.host) can read and change the ledger's traffic")
+            }
+            return store
             #else
             throw ConsentError.invalidRequest(
                 "this consentctl was built without PostgreSQL support; build it with 'swift build --traits PostgreSQL' (or 'make build-postgres')")
@@ -25,5 +29,14 @@ enum StoreSelection {
             throw ConsentError.invalidRequest("'\(spec)' is neither a folder nor a postgres:// URL")
         }
         return FileLedgerStore(directory: folder(spec))
+    }
+
+    /// A PostgreSQL ledger made before keys left the database may still keep its seed in a
+    /// table: say so on every command until it is moved out.
+    static func warnAboutRetiredKey(in store: any LedgerStore) {
+        #if PostgreSQL
+        guard let postgres = store as? PostgresLedgerStore, (try? postgres.retiredSeed()) != nil else { return }
+        printError("warning: \(postgres.address) still keeps the secret signing key in table \(postgres.address.schema).signing_key, where every writer reads it over the network; move it into a key file: consentctl --store URL --key-file FILE key move-out")
+        #endif
     }
 }

@@ -1,3 +1,4 @@
+import Foundation
 #if PostgreSQL
 import ConsentDomain
 import ConsentLedgerPostgres
@@ -30,6 +31,17 @@ enum TestDatabase {
         return value
     }
 
+    /// A store at `url` whose writers keep the signing key in a key file of its own (the
+    /// database never holds it).
+    static func store(_ url: String) throws -> PostgresLedgerStore {
+        try PostgresLedgerStore(url: url, keyStore: FileKeyStore(path: keyPath(url)))
+    }
+
+    /// The key file of the ledger at `url`, one per schema.
+    static func keyPath(_ url: String) -> String {
+        "/tmp/consentledger-pg-key-" + Sodium().sha256(Array(url.utf8)).hex.prefix(24) + ".key"
+    }
+
     /// A URL naming a schema no test has used.
     static func freshURL(_ label: String) throws -> String {
         let base = try url()
@@ -53,7 +65,7 @@ enum TestDatabase {
     /// A digest of every table of the ledger's schema, to show that nothing changed.
     static func fingerprint(_ url: String) throws -> [String] {
         let schema = try PostgresLedgerAddress(url: url).schema
-        return try ["ledger", "signing_key", "events", "head", "line_index", "tree_hashes", "subjects", "checkpoints", "schema_migrations"].map { table in
+        return try ["ledger", "events", "head", "line_index", "tree_hashes", "subjects", "checkpoints", "schema_migrations"].map { table in
             let row = try sql(url, "SELECT count(*)::bigint, coalesce(md5(string_agg(t::text, '|' ORDER BY t::text)), '') FROM \(schema).\(table) t").first!
             let (count, digest) = try row.decode((Int64, String).self)
             return "\(table) \(count) \(digest)"
@@ -92,13 +104,19 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
         #expect(a.schema == "clinic_7" && a.tlsMode == .verifyFull)
         #expect(!a.description.contains("s@cret") && !a.description.contains("cret"), "messages never show the password")
         let b = try PostgresLedgerAddress(url: "postgresql://bob@[::1]/ledger")
-        #expect(b.host == "::1" && b.port == 5432 && b.schema == "consentledger" && b.tlsMode == .prefer && b.password == nil)
+        #expect(b.host == "::1" && b.port == 5432 && b.schema == "consentledger" && b.tlsMode == .verifyFull && b.password == nil, "certificates are checked by default")
+        let c = try PostgresLedgerAddress(url: "postgres://u@db.example/d?sslmode=verify-ca&sslrootcert=/etc/ca.pem")
+        #expect(c.tlsMode == .verifyCA && c.rootCertificates == "/etc/ca.pem")
+        #expect(try PostgresLedgerAddress(url: "postgres://u@db.example/d?sslmode=require-unverified").isUnverified)
         let bad: [(String, String)] = [
             ("postgres://host/db", "no USER@"),
             ("postgres://u@h:99999/db", "port"),
             ("postgres://u@h/", "no database"),
             ("postgres://u@h/db?schema=Robert%27);DROP", "schema"),
             ("postgres://u@h/db?sslmode=maybe", "sslmode"),
+            // libpq's modes that check nothing, under names that do not say so.
+            ("postgres://u@h/db?sslmode=require", "does not check the server's certificate"),
+            ("postgres://u@h/db?sslmode=prefer", "does not check the server's certificate"),
             ("postgres://u@h/db?colour=blue", "unknown parameter"),
             ("postgres://u:p%zz@h/db", "password"),
             ("postgres://u@h/db?schema=pg_catalog", "pg_"),
@@ -114,23 +132,55 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
         }
     }
 
+    /// The server's certificate is checked by default (the test server's is signed by a private
+    /// CA that $PGSSLROOTCERT names, for the name "localhost"): a certificate from another CA is
+    /// refused, verify-full needs a host name, verify-ca checks the chain only, and only an
+    /// explicit require-unverified connects without any check.
+    @Test func theServerCertificateIsCheckedUnlessAskedNotTo() throws {
+        guard let otherCA = getenv("CONSENTLEDGER_TEST_POSTGRES_OTHER_CA").map({ String(cString: $0) }) else { throw TestDatabase.Missing() }
+        let url = try TestDatabase.freshURL("tls")
+        let byAddress = url.replacingOccurrences(of: "@localhost:", with: "@127.0.0.1:")
+        #expect(byAddress != url, "the test server is reached by name")
+        /// "connected" when the server answered (there is no ledger in the fresh schema).
+        func outcome(_ url: String) -> String {
+            do {
+                _ = try Ledger.open(store: TestDatabase.store(url))
+                return "opened"
+            } catch ConsentError.notFound(.ledger, _) {
+                return "connected"
+            } catch ConsentError.invalidRequest(let message) {
+                return "refused: " + message
+            } catch {
+                return "failed: \(error)"
+            }
+        }
+        #expect(outcome(url) == "connected", "verify-full by default, with the CA from $PGSSLROOTCERT")
+        #expect(outcome(url + "&sslmode=verify-full") == "connected")
+        #expect(outcome(url + "&sslrootcert=" + otherCA).hasPrefix("failed: "), "a certificate from another CA")
+        #expect(outcome(byAddress).contains("give the host by the name its certificate holds"))
+        #expect(outcome(byAddress + "&sslmode=verify-ca") == "connected")
+        #expect(outcome(byAddress + "&sslmode=verify-ca&sslrootcert=" + otherCA).hasPrefix("failed: "))
+        #expect(outcome(url + "&sslmode=require-unverified&sslrootcert=" + otherCA) == "connected", "nothing checked, as asked")
+        #expect(outcome(url + "&sslrootcert=/no/such/ca.pem").contains("sslrootcert /no/such/ca.pem: cannot read PEM certificates"))
+    }
+
     /// Regression: schema names that are SQL keywords work (the schema is quoted in SQL).
     @Test func aSchemaNamedLikeAKeywordWorks() throws {
         let url = try TestDatabase.url() + "?schema=user"
         let ledger: Ledger
         do {
-            ledger = try Ledger.create(store: try PostgresLedgerStore(url: url), catalog: SeedCatalog.catalog, name: "pg.test/user", keyProtection: .insecurePlaintext)
+            ledger = try Ledger.create(store: try TestDatabase.store(url), catalog: SeedCatalog.catalog, name: "pg.test/user", keyProtection: .insecurePlaintext)
         } catch ConsentError.alreadyExists {
-            ledger = try Ledger.open(store: try PostgresLedgerStore(url: url))
+            ledger = try Ledger.open(store: try TestDatabase.store(url))
         }
         try ledger.execute(LedgerCommand(subjectID: "u\(Sodium().randomBytes(4).map(String.init).joined())", request: .give(feature: "timeline", consents: ["required"])))
-        #expect(try Ledger.open(store: PostgresLedgerStore(url: url)).verify().events >= 2)
+        #expect(try Ledger.open(store: TestDatabase.store(url)).verify().events >= 2)
     }
 
     /// The storage conformance checks that the memory and file storages pass.
     @Test(arguments: StorageConformance.allCases)
     func conformance(_ check: StorageConformance) throws {
-        try check.run { try PostgresLedgerStore(url: try TestDatabase.freshURL("conformance")) }
+        try check.run { try TestDatabase.store(try TestDatabase.freshURL("conformance")) }
     }
 
     // MARK: - The same ledger as the file store
@@ -143,7 +193,7 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
             let folder = TemporaryFolder("pg-same")
             defer { folder.remove() }
             let fileStore = FileLedgerStore(directory: folder.path + "/ledger")
-            let pgStore = try PostgresLedgerStore(url: try TestDatabase.freshURL("same"))
+            let pgStore = try TestDatabase.store(try TestDatabase.freshURL("same"))
             let onFile = try deterministicLedger(fileStore)
             let onPostgres = try deterministicLedger(pgStore)
             for n in numbers {
@@ -181,7 +231,7 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
         let late = try ledger.signedCheckpoint()
 
         let url = try TestDatabase.freshURL("migrate")
-        let postgres = try PostgresLedgerStore(url: url)
+        let postgres = try TestDatabase.store(url)
         let there = try LedgerCopy.copy(from: original, to: postgres)
         let back = FileLedgerStore(directory: folder.path + "/back")
         let again = try LedgerCopy.copy(from: postgres, to: back)
@@ -202,7 +252,7 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
         _ = try copy.proveConsistency(from: early.note)
         #expect(try copy.issuedCheckpoints().map(\.note) == [early.note, late.note])
         // Nothing is copied over an existing ledger.
-        #expect(throws: ConsentError.self) { try LedgerCopy.copy(from: original, to: PostgresLedgerStore(url: url)) }
+        #expect(throws: ConsentError.self) { try LedgerCopy.copy(from: original, to: TestDatabase.store(url)) }
     }
 
     /// The PostgreSQL rows are caches like the files: `line_index` rows pointed at another
@@ -210,21 +260,21 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
     @Test func derivedRowsDecideNothing() throws {
         let url = try TestDatabase.freshURL("derived_rows")
         let schema = try PostgresLedgerAddress(url: url).schema
-        let ledger = try Ledger.create(store: try PostgresLedgerStore(url: url), catalog: SeedCatalog.catalog, name: "pg.test/derived", keyProtection: .insecurePlaintext)
+        let ledger = try Ledger.create(store: try TestDatabase.store(url), catalog: SeedCatalog.catalog, name: "pg.test/derived", keyProtection: .insecurePlaintext)
         try ledger.execute(LedgerCommand(subjectID: "p1", request: .give(feature: "timeline", consents: ["required", "optional-a"])))
         try ledger.execute(LedgerCommand(subjectID: "p2", request: .give(feature: "timeline", consents: ["required"])))
         try ledger.execute(LedgerCommand(subjectID: "p1", request: .revoke(feature: "timeline", consent: "required")))
         let truth = try ledger.report(for: "p1")
         #expect(truth.listing.activeFeatures.isEmpty)
         try TestDatabase.sql(url, "UPDATE \(schema).line_index SET subject = (SELECT subject FROM \(schema).line_index WHERE seq = 3) WHERE seq IN (4, 5)")
-        let reopened = try Ledger.open(store: PostgresLedgerStore(url: url))
+        let reopened = try Ledger.open(store: TestDatabase.store(url))
         #expect(try reopened.report(for: "p1").listing == truth.listing)
         #expect(throws: ConsentError.self) {
             try reopened.execute(LedgerCommand(subjectID: "p1", request: .give(feature: "timeline", consents: ["optional-b"])))
         }
         // Every leaf of the map now claims seq 1.
         try TestDatabase.sql(url, "UPDATE \(schema).subject_map SET record = overlay(record placing '\\x0000000000000001'::bytea from 25 for 8) WHERE get_byte(record, 0) = 1")
-        let tampered = try Ledger.open(store: PostgresLedgerStore(url: url))
+        let tampered = try Ledger.open(store: TestDatabase.store(url))
         #expect {
             _ = try tampered.report(for: "p1")
         } throws: { error in
@@ -264,28 +314,28 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
         await propertyCheck(count: 16, input: input) { numbers, table, row, write in
             let url = try TestDatabase.freshURL("tamper")
             let schema = try PostgresLedgerAddress(url: url).schema
-            let ledger = try Ledger.create(store: try PostgresLedgerStore(url: url), catalog: SeedCatalog.catalog, name: "pg.test/tamper-prop", keyProtection: .insecurePlaintext)
+            let ledger = try Ledger.create(store: try TestDatabase.store(url), catalog: SeedCatalog.catalog, name: "pg.test/tamper-prop", keyProtection: .insecurePlaintext)
             for n in numbers { _ = try? ledger.execute(Self.command(n)) }
             _ = try ledger.signedCheckpoint()
-            let truth = try Ledger.open(store: PostgresLedgerStore(url: url)).loadAll()
+            let truth = try Ledger.open(store: TestDatabase.store(url)).loadAll()
             var refs: [String: SubjectRef] = [:]
             for subject in Self.subjects { refs[subject] = try ledger.subjectRef(for: subject) }
             let edit = try Self.tamper(url, schema: schema, table: table, row: row)
             let reopened: Ledger
             do {
-                reopened = try Ledger.open(store: PostgresLedgerStore(url: url))
+                reopened = try Ledger.open(store: TestDatabase.store(url))
             } catch ConsentError.integrity {
                 return
             }
             expectReadsMatchReplayOrFail(reopened, truth: truth, subjects: Self.subjects, refs: refs, edit: edit, recordEdit: "subjects") {
-                (try? Ledger.open(store: PostgresLedgerStore(url: url)).verify()) == nil
+                (try? Ledger.open(store: TestDatabase.store(url)).verify()) == nil
             }
             let command = Self.command(write)
             if refs[command.subjectID] != nil, (try? reopened.subjectRef(for: command.subjectID)) == .some(nil) { return }
             do {
                 try reopened.execute(command)
                 // Whatever was appended replays under the rules (replay re-checks every rule).
-                _ = try Ledger.open(store: PostgresLedgerStore(url: url)).loadAll()
+                _ = try Ledger.open(store: TestDatabase.store(url)).loadAll()
             } catch ConsentError.ruleViolation, ConsentError.integrity {
             } catch {
                 Issue.record("\(edit): the write failed with \(error), not a rule or integrity error")
@@ -298,15 +348,15 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
     @Test func schemaIsVersionedAndEventsAreAppendOnly() throws {
         let url = try TestDatabase.freshURL("schema")
         let schema = try PostgresLedgerAddress(url: url).schema
-        let ledger = try Ledger.create(store: try PostgresLedgerStore(url: url), catalog: SeedCatalog.catalog, name: "pg.test/schema", keyProtection: .insecurePlaintext)
+        let ledger = try Ledger.create(store: try TestDatabase.store(url), catalog: SeedCatalog.catalog, name: "pg.test/schema", keyProtection: .insecurePlaintext)
         try ledger.execute(LedgerCommand(subjectID: "alice", request: .give(feature: "timeline", consents: ["required"])))
         let versions = try TestDatabase.sql(url, "SELECT version FROM \(schema).schema_migrations ORDER BY version").map { try $0.decode(Int32.self) }
-        #expect(versions == [1, 2, 3, 4, 5])
+        #expect(versions == [1, 2, 3, 4, 5, 6])
         // A head row from version 1 has no note (an unsigned head): it still opens and
         // verifies, and the next write signs one.
         try TestDatabase.sql(url, "UPDATE \(schema).head SET note = NULL")
-        #expect(try Ledger.open(store: PostgresLedgerStore(url: url)).verify().events == 2)
-        try Ledger.open(store: PostgresLedgerStore(url: url)).execute(LedgerCommand(subjectID: "bob", request: .give(feature: "timeline", consents: ["required"])))
+        #expect(try Ledger.open(store: TestDatabase.store(url)).verify().events == 2)
+        try Ledger.open(store: TestDatabase.store(url)).execute(LedgerCommand(subjectID: "bob", request: .give(feature: "timeline", consents: ["required"])))
         let note = try TestDatabase.sql(url, "SELECT note FROM \(schema).head").map { try $0.decode(String?.self) }
         let text = try #require(note.first ?? nil)
         let signed = try #require(RecordedHead.parse(text)?.signed)
@@ -314,18 +364,18 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
         for statement in ["UPDATE \(schema).events SET line = line WHERE seq = 1", "DELETE FROM \(schema).events WHERE seq = 1", "TRUNCATE \(schema).events"] {
             #expect(throws: (any Error).self, "\(statement) must be refused") { try TestDatabase.sql(url, statement) }
         }
-        #expect(try Ledger.open(store: PostgresLedgerStore(url: url)).verify().events == 3)
+        #expect(try Ledger.open(store: TestDatabase.store(url)).verify().events == 3)
         // A schema from a newer version is refused, not guessed at.
         try TestDatabase.sql(url, "INSERT INTO \(schema).schema_migrations (version, description) VALUES (99, 'from the future')")
         #expect {
-            _ = try Ledger.open(store: PostgresLedgerStore(url: url))
+            _ = try Ledger.open(store: TestDatabase.store(url))
         } throws: { error in
             guard case ConsentError.storage(let message) = error else { return false }
             return message.contains("schema version 99") && message.contains("upgrade")
         }
         // No ledger at all: not found, with the command that creates one.
         #expect {
-            _ = try Ledger.open(store: PostgresLedgerStore(url: try TestDatabase.freshURL("none")))
+            _ = try Ledger.open(store: TestDatabase.store(try TestDatabase.freshURL("none")))
         } throws: { error in
             guard case ConsentError.notFound(.ledger, let message) = error else { return false }
             return message.contains("consentctl init --store")
@@ -337,14 +387,14 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
     @Test func tamperedRowsAreFoundByVerify() throws {
         let url = try TestDatabase.freshURL("tamper")
         let schema = try PostgresLedgerAddress(url: url).schema
-        let ledger = try Ledger.create(store: try PostgresLedgerStore(url: url), catalog: SeedCatalog.catalog, name: "pg.test/tamper", keyProtection: .insecurePlaintext)
+        let ledger = try Ledger.create(store: try TestDatabase.store(url), catalog: SeedCatalog.catalog, name: "pg.test/tamper", keyProtection: .insecurePlaintext)
         for n in [0, 1, 2, 3, 4, 5] { _ = try? ledger.execute(Self.command(n)) }
         let events = try ledger.verify().events
         #expect(events >= 6)
         try TestDatabase.sql(url, "ALTER TABLE \(schema).events DISABLE TRIGGER events_append_only")
         func failure() -> IntegrityFailure? {
             do {
-                _ = try Ledger.open(store: PostgresLedgerStore(url: url)).verify()
+                _ = try Ledger.open(store: TestDatabase.store(url)).verify()
                 return nil
             } catch ConsentError.integrity(let failure) {
                 return failure
@@ -359,7 +409,7 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
         #expect(failure().map { $0.line == 3 && $0.problem.contains("signature") } == true)
         // A row removed from the middle.
         try TestDatabase.sql(url, "UPDATE \(schema).events e SET line = s.line FROM \(schema).saved s WHERE e.seq = s.seq")
-        #expect(try Ledger.open(store: PostgresLedgerStore(url: url)).verify().events == events)
+        #expect(try Ledger.open(store: TestDatabase.store(url)).verify().events == events)
         try TestDatabase.sql(url, "DELETE FROM \(schema).events WHERE seq = 3")
         #expect(failure()?.line == 4)
         // The newest rows removed: the head shows that acknowledged events are missing.
@@ -376,7 +426,7 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
     @Test func aSerializationFailureIsAConflict() throws {
         let url = try TestDatabase.freshURL("serialization")
         let schema = try PostgresLedgerAddress(url: url).schema
-        let ledger = try Ledger.create(store: try PostgresLedgerStore(url: url), catalog: SeedCatalog.catalog, name: "pg.test/serialization", keyProtection: .insecurePlaintext)
+        let ledger = try Ledger.create(store: try TestDatabase.store(url), catalog: SeedCatalog.catalog, name: "pg.test/serialization", keyProtection: .insecurePlaintext)
         let before = try TestDatabase.fingerprint(url)
         try TestDatabase.sql(url, """
             CREATE FUNCTION \(schema).lose_race() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'could not serialize access due to concurrent update' USING ERRCODE = '40001'; END $$
@@ -399,7 +449,7 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
     @Test func aFailedTransactionIsReportedAndForgotten() throws {
         let url = try TestDatabase.freshURL("rollback")
         let schema = try PostgresLedgerAddress(url: url).schema
-        let ledger = try Ledger.create(store: try PostgresLedgerStore(url: url), catalog: SeedCatalog.catalog, name: "pg.test/rollback", keyProtection: .insecurePlaintext)
+        let ledger = try Ledger.create(store: try TestDatabase.store(url), catalog: SeedCatalog.catalog, name: "pg.test/rollback", keyProtection: .insecurePlaintext)
         _ = try ledger.loadAll()
         try ledger.execute(LedgerCommand(subjectID: "alice", request: .give(feature: "timeline", consents: ["required"])))
         let before = try TestDatabase.fingerprint(url)
@@ -418,12 +468,12 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
         let (result, _) = try ledger.execute(LedgerCommand(subjectID: "bob", request: .give(feature: "timeline", consents: ["required"])))
         #expect(result.events.map(\.seq) == [2], "the next command follows the last committed event")
         #expect(try ledger.report(for: "bob").events.count == 1)
-        #expect(try Ledger.open(store: PostgresLedgerStore(url: url)).verify().events == 3)
+        #expect(try Ledger.open(store: TestDatabase.store(url)).verify().events == 3)
     }
 
     @Test func aRefusedCommandChangesNoRow() throws {
         let url = try TestDatabase.freshURL("refused")
-        let ledger = try Ledger.create(store: try PostgresLedgerStore(url: url), catalog: SeedCatalog.catalog, name: "pg.test/refused", keyProtection: .insecurePlaintext)
+        let ledger = try Ledger.create(store: try TestDatabase.store(url), catalog: SeedCatalog.catalog, name: "pg.test/refused", keyProtection: .insecurePlaintext)
         try ledger.execute(LedgerCommand(subjectID: "alice", request: .give(feature: "timeline", consents: ["required"])))
         let before = try TestDatabase.fingerprint(url)
         let refused: [LedgerCommand] = [
@@ -444,11 +494,11 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
     /// every acknowledged command present. (The four-process test is in ConsentctlTests.)
     @Test func concurrentWritersInOneProcessKeepOneChain() async throws {
         let url = try TestDatabase.freshURL("threads")
-        _ = try Ledger.create(store: try PostgresLedgerStore(url: url), catalog: SeedCatalog.catalog, name: "pg.test/threads", keyProtection: .insecurePlaintext)
+        _ = try Ledger.create(store: try TestDatabase.store(url), catalog: SeedCatalog.catalog, name: "pg.test/threads", keyProtection: .insecurePlaintext)
         let acknowledged = try await withThrowingTaskGroup(of: [UInt64].self) { group in
             for writer in 0..<4 {
                 group.addTask {
-                    let manager = try await ConsentManager.open(store: try PostgresLedgerStore(url: url))
+                    let manager = try await ConsentManager.open(store: try TestDatabase.store(url))
                     var seqs: [UInt64] = []
                     for i in 0..<25 {
                         let subject = "w\(writer)-\(i % 5)"
@@ -467,7 +517,7 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
         }
         #expect(acknowledged.count == 200)
         #expect(Set(acknowledged) == Set(1...200), "every command got its own sequence number, with no gap")
-        let report = try Ledger.open(store: PostgresLedgerStore(url: url)).verify()
+        let report = try Ledger.open(store: TestDatabase.store(url)).verify()
         #expect(report.events == 201 && report.head.seq == 200)
     }
 }

@@ -126,7 +126,7 @@ import Testing
             try ExportVerifier.verifyConsistency(ConsistencyProof(oldNote: proof.oldNote, newNote: proof.newNote, proof: bad), pinnedKey: try ledger.verifierKey)
         }
         // An old checkpoint whose root is not this log's prefix (a rewritten history) is refused.
-        let signer = try ledger.keys.unlockSigner(passphrase: nil)
+        let signer = try ledger.keys!.unlockSigner(passphrase: nil)
         let forged = SignedNote.sign(Checkpoint(origin: ledger.genesis.ledgerName, size: 5, root: Digest.zero).text, key: try ledger.verifierKey, signer: signer)
         #expect(throws: ConsentError.self) { try ledger.proveConsistency(from: forged) }
     }

@@ -324,7 +324,7 @@ import Glibc
             return
         }
         let salt = [UInt8](repeating: 7, count: 16)
-        let signer = try ledger.keys.unlockSigner(passphrase: nil)
+        let signer = try ledger.keys!.unlockSigner(passphrase: nil)
         let signature = Pseudonym.recordMessage(id: SubjectID("nobody"), salt: salt).withUnsafeBytes { signer.sign($0) }
         writeBytes(original + Array(#"{"id":"nobody","salt":"07070707070707070707070707070707","sig":"\#(signature.hex)"}"#.utf8) + [0x0A], to: path + "/subjects.jsonl")
         #expect(verifyFolder(path) == .ok(events: 3))

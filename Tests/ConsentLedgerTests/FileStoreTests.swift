@@ -64,7 +64,7 @@ import Glibc
             LedgerEvent(seq: 8, at: at, actor: "self", command: span, payload: .consentRevoked(ConsentRevoked(subject: alice, feature: 2, consent: "required", reason: .withdrawn))),
             LedgerEvent(seq: 9, at: at, actor: "self", command: span, payload: .consentRevoked(ConsentRevoked(subject: alice, feature: 2, consent: "optional-a", reason: .cascade(cause: 8)))),
         ]
-        let signer = try ledger.keys.unlockSigner(passphrase: nil)
+        let signer = try ledger.keys!.unlockSigner(passphrase: nil)
         let (records, _) = try ledger.chain.seal(events, after: ledger.chain.hash(ofBody: last.body), signer: signer, streams: ledger.streamStateForSealing(events))
         let tornBytes = records[0].line + records[1].line
         append(tornBytes, to: path + "/ledger.jsonl")
@@ -297,7 +297,7 @@ final class Counter: Sendable {
             let consent = i == 2 ? "optional-a" : "required"
             events.append(LedgerEvent(seq: seq, at: at, actor: "self", command: CommandSpan(first: seq, size: 1), payload: .consentGiven(ConsentGiven(subject: SubjectRef(subject), feature: 2, consent: consent, version: "1.0"))))
         }
-        let signer = try ledger.keys.unlockSigner(passphrase: nil)
+        let signer = try ledger.keys!.unlockSigner(passphrase: nil)
         let (records, _) = try ledger.chain.seal(events, after: ledger.chain.hash(ofBody: last.body), signer: signer, streams: ledger.streamStateForSealing(events))
         #expect(records[0].stream.root == nil && records[1].stream.root == nil && records[2].stream.root != nil)
         let cut = records[0].line + records[1].line

@@ -211,4 +211,30 @@ import Glibc
         try reopened.execute(LedgerCommand(subjectID: "alice", request: .give(feature: "timeline", consents: ["required"])))
         #expect(try reopened.verify().events == 2)
     }
+
+    /// A stand-in for an HSM or KMS: signs through a key the ledger never sees, and counts.
+    final class ExternalSigner: EventSigner {
+        let inner: SodiumSigner
+        let signatures = Mutex(0)
+        init(_ inner: SodiumSigner) { self.inner = inner }
+        var publicKey: PublicKey { inner.publicKey }
+        func sign(_ message: UnsafeRawBufferPointer) -> Signature {
+            signatures.withLock { $0 += 1 }
+            return inner.sign(message)
+        }
+    }
+
+    @Test func aSignerOfYourOwnSignsWithoutAnyKeyFile() throws {
+        let path = LedgerPropertyTests.folder("external-signer")
+        defer { removeFolder(path) }
+        let created = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "external", keyProtection: .insecurePlaintext)
+        let hsm = ExternalSigner(try created.keys!.unlockSigner(passphrase: nil))
+        #expect(unlink(path + "/secret.key") == 0, "no key on disk at all")
+        let ledger = try Ledger.open(store: FileLedgerStore(directory: path), signer: hsm)
+        try ledger.execute(LedgerCommand(subjectID: "alice", request: .give(feature: "timeline", consents: ["required"])))
+        #expect(hsm.signatures.withLock { $0 } >= 2, "the event and the head were signed through it")
+        #expect(try ledger.verify().events == 2)
+        #expect(throws: ConsentError.self) { try ledger.reprotectKey(.insecurePlaintext) }
+        #expect(throws: ConsentError.self) { try Ledger.open(store: FileLedgerStore(directory: path), signer: SodiumSigner.generate()) }
+    }
 }

@@ -149,7 +149,7 @@ import Testing
         guard case .catalogPublished(let published) = record.event.payload else { Issue.record("no publish"); return }
         let forged = LedgerEvent(seq: record.event.seq, at: record.event.at, actor: record.event.actor, command: record.event.command,
                                  payload: .catalogPublished(CatalogPublished(catalog: published.catalog, catalogHash: String(repeating: "ab", count: 32), notices: published.notices)))
-        let signer = try ledger.keys.unlockSigner(passphrase: nil)
+        let signer = try ledger.keys!.unlockSigner(passphrase: nil)
         let (sealed, newHead) = try ledger.chain.seal([forged], after: record.prev, signer: signer, streams: emptyStreams())
         writeBytes(Array(lines[0..<8].map { $0 + [0x0A] }.joined()) + sealed[0].line, to: path + "/ledger.jsonl")
         writeBytes(Array("8 \(newHead.hex)\n".utf8), to: path + "/head")

@@ -82,7 +82,7 @@ import Testing
 
     /// (what init is given, the exit code, what stderr says)
     @Test(arguments: [
-        ([String](), [String: String](), Int32(64), "a new ledger's key is sealed under a passphrase, and none was given"),
+        ([String](), [String: String](), Int32(64), "a new key file is sealed under a passphrase, and none was given"),
         (["--insecure-plaintext-key"], [:], 0, "warning: the secret key is stored unencrypted"),
         ([], ["CONSENTCTL_PASSPHRASE": "seven77"], 64, "the passphrase is too short: a new key's passphrase has at least 8 bytes"),
         (["--passphrase-file", "/no/such/file"], [:], 64, "cannot read the passphrase file /no/such/file"),

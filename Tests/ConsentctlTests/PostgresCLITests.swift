@@ -19,8 +19,14 @@ import Testing
     }
 
     @discardableResult
+    /// consentctl against the ledger at `url`, whose writers keep the signing key in a key file
+    /// of its own (the database never holds it).
     static func ctl(_ url: String, _ arguments: [String]) throws -> ConsentctlTests.Run {
-        try ConsentctlTests.run(["--store", url] + arguments, ledger: nil)
+        try ConsentctlTests.run(["--store", url] + arguments, ledger: nil, environment: ["CONSENTCTL_KEY_FILE": keyPath(url)])
+    }
+
+    static func keyPath(_ url: String) -> String {
+        NSTemporaryDirectory() + "consentctl-pg-key-" + String(UInt64(bitPattern: Int64(url.hashValue)), radix: 16) + ".key"
     }
 
     /// Everything the store holds, read through the store: to show that a refused command
@@ -40,6 +46,84 @@ import Testing
             parts.append("\(try tx.checkpoints())")
             return parts
         }
+    }
+
+    /// Runs SQL with psql (Debian's postgresql client), outside consentctl: to set up what an
+    /// older version left behind.
+    @discardableResult
+    static func psql(_ url: String, _ sql: String) throws -> String {
+        let address = try PostgresLedgerAddress(url: url)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/psql")
+        process.arguments = ["-X", "-q", "-t", "-A", "-v", "ON_ERROR_STOP=1", "-h", address.host, "-p", String(address.port), "-U", address.username, "-d", address.database, "-c", sql]
+        let out = Pipe()
+        process.standardOutput = out
+        try process.run()
+        let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0, "psql: \(sql)")
+        return text.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    /// The database keeps no secret key: a writer without a key file is told where the key must
+    /// come from, and a seed an older version left in a table is moved into a key file (sealed
+    /// under a passphrase) by `key move-out`, after which the table is gone.
+    @Test func theDatabaseKeepsNoKeyAndAnOldOneIsMovedOut() throws {
+        let url = try Self.freshURL("keys")
+        let dir = ConsentctlTests.temporaryFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let schema = try PostgresLedgerAddress(url: url).schema
+        #expect(try Self.ctl(url, ["init", "--insecure-plaintext-key"]).status == 0)
+        #expect(try Self.psql(url, "SELECT to_regclass('\(schema).signing_key') IS NULL") == "t", "a new schema has no key table")
+        let keyless = try ConsentctlTests.run(["--store", url, "give", "--subject", "a", "--feature", "timeline", "--consent", "required"], ledger: nil)
+        #expect(keyless.status == 66 && keyless.stderr.contains("keeps no signing key: writers load it from a key file (consentctl --key-file FILE)"), "\(keyless.stderr)")
+        #expect(try ConsentctlTests.run(["--store", url, "status", "--subject", "a"], ledger: nil).status == 0, "reads need no key")
+
+        // What an older version left: the seed in a table, and no key file.
+        let seed = try String(contentsOfFile: Self.keyPath(url), encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+        try Self.psql(url, "CREATE TABLE \(schema).signing_key (only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row), seed bytea NOT NULL); INSERT INTO \(schema).signing_key (seed) VALUES (decode('\(seed)', 'hex'))")
+        try FileManager.default.removeItem(atPath: Self.keyPath(url))
+        let warned = try ConsentctlTests.run(["--store", url, "status", "--subject", "a"], ledger: nil)
+        #expect(warned.status == 0 && warned.stderr.contains("still keeps the secret signing key in table \(schema).signing_key"), "\(warned.stderr)")
+
+        let keyFile = dir + "/ledger.key"
+        let moved = try ConsentctlTests.run(["--store", url, "--key-file", keyFile, "key", "move-out", "--format", "json"], ledger: nil, environment: ["CONSENTCTL_PASSPHRASE": "a passphrase for the moved key"])
+        #expect(moved.status == 0, "\(moved.stderr)")
+        // The output has exactly the members Spec/schemas/key-move-out.schema.json requires.
+        let schemaURL = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../Spec/schemas/key-move-out.schema.json")
+        let moveOutSchema = try #require(try JSONSerialization.jsonObject(with: Data(contentsOf: schemaURL)) as? [String: Any])
+        let output = try ConsentctlTests.json(moved.stdout)
+        #expect(Set(output.keys) == Set(moveOutSchema["required"] as? [String] ?? []) && output["key"] as? String == keyFile && output["from"] as? String == "\(schema).signing_key")
+        #expect(try Self.psql(url, "SELECT to_regclass('\(schema).signing_key') IS NULL") == "t", "the table is gone")
+        let file = try String(contentsOfFile: keyFile, encoding: .utf8)
+        #expect(file.hasPrefix("{") && !file.contains(seed), "sealed, not the seed")
+        let give = try ConsentctlTests.run(["--store", url, "--key-file", keyFile, "give", "--subject", "a", "--feature", "timeline", "--consent", "required"], ledger: nil,
+                                           environment: ["CONSENTCTL_PASSPHRASE": "a passphrase for the moved key"])
+        #expect(give.status == 0 && !give.stderr.contains("warning"), "\(give.stderr)")
+        #expect(try ConsentctlTests.run(["--store", url, "verify"], ledger: nil).status == 0)
+        // No table holds the secret any more, in any form (pg_dump writes bytea as \x and hex).
+        let dump = Process()
+        dump.executableURL = URL(fileURLWithPath: "/usr/bin/pg_dump")
+        let address = try PostgresLedgerAddress(url: url)
+        dump.arguments = ["-h", address.host, "-p", String(address.port), "-U", address.username, "-n", schema, address.database]
+        let dumped = Pipe()
+        dump.standardOutput = dumped
+        try dump.run()
+        let tables = String(decoding: dumped.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        dump.waitUntilExit()
+        #expect(dump.terminationStatus == 0 && tables.contains("CREATE TABLE"), "pg_dump of schema \(schema)")
+        #expect(!tables.lowercased().contains(seed.lowercased()), "the seed is in no table")
+        let again = try ConsentctlTests.run(["--store", url, "--key-file", dir + "/other.key", "key", "move-out", "--insecure-plaintext-key"], ledger: nil)
+        #expect(again.status == 66 && again.stderr.contains("nothing to move"), "\(again.stderr)")
+    }
+
+    /// An unverified TLS connection works only when asked for by name, and says what it risks.
+    @Test func anUnverifiedConnectionIsAskedForAndWarnedAbout() throws {
+        let url = try Self.freshURL("unverified")
+        let run = try Self.ctl(url + "&sslmode=require-unverified", ["init", "--insecure-plaintext-key"])
+        #expect(run.status == 0 && run.stderr.contains("warning: sslmode=require-unverified: the server's certificate is not checked"), "\(run.stderr)")
+        let refused = try Self.ctl(url + "&sslmode=require", ["verify"])
+        #expect(refused.status == 64 && refused.stderr.contains("sslmode=require does not check the server's certificate"), "\(refused.stderr)")
     }
 
     @Test func everyCommandRunsAgainstPostgres() throws {
@@ -104,6 +188,9 @@ import Testing
         let there = try ConsentctlTests.run(["migrate", "--to", url, "--json"], ledger: folder)
         #expect(there.status == 0)
         #expect(try ConsentctlTests.json(there.stdout)["events"] as? Int == 5)
+        // PostgreSQL keeps no key: the copy's writers use the key file where it is.
+        #expect(try ConsentctlTests.json(there.stdout)["keyFile"] as? String == folder + "/secret.key")
+        try FileManager.default.copyItem(atPath: folder + "/secret.key", toPath: Self.keyPath(url))
         #expect(try Self.ctl(url, ["checkpoint"]).stdout == checkpoint, "the same signed checkpoint from the copy")
         #expect(try ConsentctlTests.run(["migrate", "--to", url], ledger: folder).status == 73, "never over an existing ledger")
         let back = dir + "/back"
@@ -146,7 +233,7 @@ import Testing
         let running = try (0..<processes).map { p -> (Process, Pipe, Pipe) in
             let process = Process()
             process.executableURL = URL(fileURLWithPath: ConsentctlTests.binary)
-            process.arguments = ["--store", url, "apply", dir + "/commands\(p).jsonl"]
+            process.arguments = ["--store", url, "--key-file", Self.keyPath(url), "apply", dir + "/commands\(p).jsonl"]
             let out = Pipe(), err = Pipe()
             process.standardOutput = out
             process.standardError = err
@@ -204,7 +291,7 @@ import Testing
             try (lines.joined(separator: "\n") + "\n").write(toFile: dir + "/commands.jsonl", atomically: true, encoding: .utf8)
             let process = Process()
             process.executableURL = URL(fileURLWithPath: ConsentctlTests.binary)
-            process.arguments = ["--store", url, "apply", dir + "/commands.jsonl"]
+            process.arguments = ["--store", url, "--key-file", Self.keyPath(url), "apply", dir + "/commands.jsonl"]
             let out = Pipe()
             process.standardOutput = out
             process.standardError = FileHandle.nullDevice

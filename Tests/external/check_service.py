@@ -80,7 +80,9 @@ store = sys.argv[2] if len(sys.argv) > 2 else os.path.join(work, "ledger")
 print("== service on %s" % ("PostgreSQL" if store.startswith("postgres") else "the file store"))
 port = free_port()
 key = os.path.join(work, "token.key")
-server = subprocess.Popen([binary, "serve", "--store", store, "--port", str(port), "--token-key", key, "--insecure-plaintext-key"],
+# A PostgreSQL store keeps no signing key: the service brings a key file of its own.
+ledger_key = ["--key-file", os.path.join(work, "ledger.key")] if store.startswith("postgres") else []
+server = subprocess.Popen([binary, "serve", "--store", store, "--port", str(port), "--token-key", key, "--insecure-plaintext-key"] + ledger_key,
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 base = "http://127.0.0.1:%d" % port
 try:

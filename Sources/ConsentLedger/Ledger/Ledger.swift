@@ -88,8 +88,9 @@ public let systemClock: LedgerClock = {
 /// on; otherwise it replays just the subjects a command touches.
 public final class Ledger: Sendable {
     public let store: any LedgerStore
-    /// Where the signing key is; only writes load it.
-    public let keys: any KeyStore
+    /// Where the signing key is; only writes load it. Nil when neither the caller nor the
+    /// store names one: the ledger can be read and verified, not written.
+    public let keys: (any KeyStore)?
     /// Gives the passphrase of an encrypted key, asked for the first time a write needs the key.
     let passphrase: PassphraseSource?
     public let catalog: Catalog
@@ -120,7 +121,7 @@ public final class Ledger: Sendable {
         /// Every subject record as last read from the store, not yet checked: a write checks a
         /// record when it first uses it, without reading the whole file each time.
         var records: [SubjectID: SubjectRecord]?
-        var signer: SodiumSigner?
+        var signer: (any EventSigner)?
         /// A full replay with the log size it reached, when loaded.
         var replay: LedgerReplay?
         var size: Int?
@@ -131,7 +132,7 @@ public final class Ledger: Sendable {
         var streams: (state: StreamState, nextIndex: Int64)?
     }
 
-    private init(store: any LedgerStore, keys: any KeyStore, passphrase: PassphraseSource?, catalog: Catalog, catalogBytes: [UInt8], genesis: LedgerCreated, genesisTime: Timestamp, version: Int64, publicKey: PublicKey, chain: HashChain, verifier: any SignatureVerifier, clock: @escaping LedgerClock, random: @escaping RandomSource, signer: SodiumSigner?) {
+    private init(store: any LedgerStore, keys: (any KeyStore)?, passphrase: PassphraseSource?, catalog: Catalog, catalogBytes: [UInt8], genesis: LedgerCreated, genesisTime: Timestamp, version: Int64, publicKey: PublicKey, chain: HashChain, verifier: any SignatureVerifier, clock: @escaping LedgerClock, random: @escaping RandomSource, signer: (any EventSigner)?) {
         self.store = store
         self.keys = keys
         self.passphrase = passphrase
@@ -191,7 +192,9 @@ public final class Ledger: Sendable {
         let hashes = frontier.append(MerkleTree.leafHash(records[0].lineWithoutNewline, hasher: chain.hasher), hasher: chain.hasher)
         let signedHead = SignedHead.sign(Checkpoint(origin: name, size: 1, root: frontier.root(hasher: chain.hasher)), chainHash: head, key: key, signer: signer)
         let derived = DerivedUpdate(indexFrom: 0, streamKeys: [SubjectMap.ledgerStream], treeFrom: 0, treeHashes: hashes, subjectMap: (streams!.map.takeNewRecords(firstIndex: 0, coveringSize: 1), 0))
-        let keys = keys ?? store.keyStore
+        guard let keys = keys ?? store.keyStore else {
+            throw ConsentError.invalidRequest("\(store.names.location) keeps no signing key: give the new ledger a key store of its own (a key file)")
+        }
         // The passphrase is checked before the ledger is made, so a refused one leaves nothing.
         let keyFile = try SigningKeyFile.file(for: signer, protection: keyProtection, random: random)
         try store.create(LedgerSetup(catalog: catalogBytes, publicKey: signer.publicKey, genesis: records[0], derived: derived, head: signedHead))
@@ -204,6 +207,18 @@ public final class Ledger: Sendable {
     /// key's passphrase the first time a write needs an encrypted key (``unlock()`` asks at once);
     /// reads never ask.
     public static func open(store: any LedgerStore, keys: (any KeyStore)? = nil, passphrase: PassphraseSource? = nil, clock: @escaping LedgerClock = systemClock, random: @escaping RandomSource = systemRandom) throws -> Ledger {
+        try open(store: store, keys: keys ?? store.keyStore, passphrase: passphrase, signer: nil, clock: clock, random: random)
+    }
+
+    /// Opens a ledger that signs with `signer`, a signer of your own: one whose secret key never
+    /// enters this process, such as an HSM or a cloud KMS behind ``EventSigner`` (which signs a
+    /// message with Ed25519 and names its public key). No key store is read. The signer's public
+    /// key must be the ledger's.
+    public static func open(store: any LedgerStore, signer: any EventSigner, clock: @escaping LedgerClock = systemClock, random: @escaping RandomSource = systemRandom) throws -> Ledger {
+        try open(store: store, keys: nil, passphrase: nil, signer: signer, clock: clock, random: random)
+    }
+
+    private static func open(store: any LedgerStore, keys: (any KeyStore)?, passphrase: PassphraseSource?, signer: (any EventSigner)?, clock: @escaping LedgerClock, random: @escaping RandomSource) throws -> Ledger {
         let chain = HashChain()
         let verifier = Sodium()
         let (catalogBytes, publicKey, firstLine) = try store.read { tx in
@@ -239,7 +254,10 @@ public final class Ledger: Sendable {
         } catch {
             throw fail("stored catalogue: \(error)")
         }
-        return Ledger(store: store, keys: keys ?? store.keyStore, passphrase: passphrase, catalog: catalog, catalogBytes: catalogBytes, genesis: created, genesisTime: record.event.at, version: record.version, publicKey: publicKey, chain: chain, verifier: verifier, clock: clock, random: random, signer: nil)
+        if let signer, signer.publicKey != publicKey {
+            throw ConsentError.integrity(IntegrityFailure(.ledgerFiles, line: nil, seq: nil, problem: "the signer's public key \(signer.publicKey.hex) is not the ledger's, \(publicKey.hex)"))
+        }
+        return Ledger(store: store, keys: keys, passphrase: passphrase, catalog: catalog, catalogBytes: catalogBytes, genesis: created, genesisTime: record.event.at, version: record.version, publicKey: publicKey, chain: chain, verifier: verifier, clock: clock, random: random, signer: signer)
     }
 
     // MARK: - Subjects

@@ -28,8 +28,8 @@ public enum LedgerCopy {
     /// checkpoints with the source's. A copy that was interrupted leaves a target to delete
     /// before trying again. The source's log is only read (like any command, opening it may
     /// first rebuild its derived files if a crash left them behind).
-    public static func copy(from source: any LedgerStore, to target: any LedgerStore, passphrase: PassphraseSource? = nil, batchLines: Int = 4096) throws -> LedgerCopyReport {
-        let original = try Ledger.open(store: source, passphrase: passphrase)
+    public static func copy(from source: any LedgerStore, to target: any LedgerStore, keys: (any KeyStore)? = nil, passphrase: PassphraseSource? = nil, batchLines: Int = 4096) throws -> LedgerCopyReport {
+        let original = try Ledger.open(store: source, keys: keys, passphrase: passphrase)
         let sourceReport = try original.verify()
         let signer = try original.signingKey()
         var (size, setup, head, checkpoints, salts, frontier) = try source.read { tx in
@@ -65,8 +65,12 @@ public enum LedgerCopy {
             return (log.size, setup, head, try tx.checkpoints(), try tx.subjectRecords(), frontier)
         }
         try target.create(setup)
-        // The key file goes over as it is: an encrypted key stays encrypted under its passphrase.
-        try target.keyStore.saveKeyFile(try original.keys.loadKeyFile())
+        // The key file goes over as it is (an encrypted key stays encrypted under its passphrase),
+        // when the target keeps keys at all: a PostgreSQL target does not, and its writers load
+        // the key from where it is now.
+        if let targetKeys = target.keyStore, let sourceKeys = original.keys {
+            try targetKeys.saveKeyFile(try sourceKeys.loadKeyFile())
+        }
         let hasher = original.chain.hasher
         var next = 1
         var subjects = salts.sorted { $0.key < $1.key }.map { (subjectID: $0.key, record: $0.value) }

@@ -31,7 +31,7 @@ extension Ledger {
     ///
     /// `streams` (format 2, from ``streamState(for:_:)``) links the events into their streams
     /// and gives the subject map whose new records are written with the derived data.
-    func commit(_ events: [LedgerEvent], _ view: LogView, _ tx: any LedgerWriteTransaction, signer: SodiumSigner, streams: (state: StreamState, nextIndex: Int64)?, subjects: [(subjectID: SubjectID, record: SubjectRecord)]) throws -> Committed {
+    func commit(_ events: [LedgerEvent], _ view: LogView, _ tx: any LedgerWriteTransaction, signer: any EventSigner, streams: (state: StreamState, nextIndex: Int64)?, subjects: [(subjectID: SubjectID, record: SubjectRecord)]) throws -> Committed {
         let log = view.log
         var frontier = try trustedFrontier(view)
         let hasher = chain.hasher

@@ -185,12 +185,17 @@ extension Ledger {
     /// Seals the signing key again as `protection` says (a new passphrase, or a plaintext key
     /// encrypted) and puts the new file in place of the old one. The key itself is unchanged.
     public func reprotectKey(_ protection: KeyProtection) throws {
-        let signer = try signingKey()
+        guard let keys, let signer = try signingKey() as? SodiumSigner else {
+            throw ConsentError.invalidRequest("this ledger signs with a signer of its own, not a key file: there is no key file to seal")
+        }
         try keys.replaceKeyFile(try SigningKeyFile.file(for: signer, protection: protection, random: random))
     }
 
-    func signingKey() throws -> SodiumSigner {
+    func signingKey() throws -> any EventSigner {
         if let signer = memory.withLock({ $0.signer }) { return signer }
+        guard let keys else {
+            throw ConsentError.notFound(.signingKey, "\(store.names.location) keeps no signing key: writers load it from a key file (consentctl --key-file FILE) or a key store of their own")
+        }
         let signer = try keys.unlockSigner(passphrase: passphrase)
         guard signer.publicKey == publicKey else {
             throw ConsentError.integrity(IntegrityFailure(.ledgerFiles, line: nil, seq: nil, problem: "the secret key does not belong to the ledger's public key"))

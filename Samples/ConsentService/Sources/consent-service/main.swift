@@ -1,7 +1,7 @@
 // consent-service: the ledger behind a JSON API.
 //
 //   consent-service serve [--store DIR|postgres://…] [--port 8080] [--token-key FILE]
-//                         [--passphrase-file FILE] [--insecure-plaintext-key]
+//                         [--key-file FILE] [--passphrase-file FILE] [--insecure-plaintext-key]
 //   consent-service token (--subject ID | --auditor NAME) [--ttl SECONDS] [--token-key FILE]
 //
 // Storage comes from configuration: --store (or --ledger DIR), else $CONSENT_SERVICE_STORE,
@@ -10,7 +10,8 @@
 // A missing ledger is created with the seed catalogue. The ledger's signing key is unlocked once,
 // at start, with the passphrase from --passphrase-file or $CONSENT_SERVICE_PASSPHRASE; a new
 // ledger's key is sealed under it, or stored unencrypted with --insecure-plaintext-key (tests
-// and demos only). The token key (an Ed25519 seed, hex) is
+// and demos only). A PostgreSQL store keeps no key: --key-file names the ledger's key file. The
+// token key (an Ed25519 seed, hex) is
 // created with mode 0600 if missing.
 import ConsentLedger
 import ConsentLedgerPostgres
@@ -55,7 +56,18 @@ case "serve":
     guard let port = Int(option("--port") ?? "8080"), (1...65535).contains(port) else { fail("--port must be a number from 1 to 65535") }
     let store: any LedgerStore
     do {
-        store = PostgresLedgerAddress.isURL(storeSpec) ? try PostgresLedgerStore(url: storeSpec) : FileLedgerStore(directory: storeSpec)
+        if PostgresLedgerAddress.isURL(storeSpec) {
+            // The database keeps no signing key: the service loads it from its key file.
+            guard let keyFile = option("--key-file") else { fail("a PostgreSQL store needs --key-file FILE: the ledger's signing key file (the database keeps none)") }
+            let postgres = try PostgresLedgerStore(url: storeSpec, keyStore: FileKeyStore(path: keyFile))
+            if postgres.address.isUnverified {
+                var warning = "consent-service: warning: sslmode=require-unverified: the server's certificate is not checked\n"
+                warning.withUTF8 { _ = write(2, $0.baseAddress, $0.count) }
+            }
+            store = postgres
+        } else {
+            store = FileLedgerStore(directory: storeSpec)
+        }
     } catch {
         fail("\(error)")
     }
@@ -94,7 +106,7 @@ case "serve":
     try consents.ledger.loadAll()
     try await makeApplication(consents: consents, tokens: AccessTokens(signer: tokenKey()), port: port).runService()
 default:
-    fail("usage: consent-service serve [--store DIR|postgres://USER@HOST:PORT/DB?schema=NAME] [--port N] [--token-key FILE] [--passphrase-file FILE] [--insecure-plaintext-key] | token (--subject ID | --auditor NAME) [--ttl S] [--token-key FILE]")
+    fail("usage: consent-service serve [--store DIR|postgres://USER@HOST:PORT/DB?schema=NAME] [--port N] [--token-key FILE] [--key-file FILE] [--passphrase-file FILE] [--insecure-plaintext-key] | token (--subject ID | --auditor NAME) [--ttl S] [--token-key FILE]")
 }
 
 /// Lowercase hex of a token key file, decoded; nil for anything else.
