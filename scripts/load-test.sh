@@ -52,7 +52,7 @@ run_store() {
     : >"$tokens"
     for t in $(seq 0 $((THREADS - 1))); do
         for s in $(seq 0 49); do
-            echo "t$t-s$s $("$BIN/consent-service" token --subject "t$t-s$s" --ttl 86400 --token-key "$key")" >>"$tokens"
+            echo "t$t-s$s $("$BIN/consent-service" token --subject "t$t-s$s" --ttl 43200 --token-key "$key")" >>"$tokens"
         done
     done
     local before events status activate acked expected

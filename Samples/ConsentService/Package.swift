@@ -13,17 +13,22 @@ let package = Package(
     dependencies: [
         .package(name: "ConsentLedger", path: "../..", traits: ["PostgreSQL"]),
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.0.0"),
+        .package(url: "https://github.com/vapor/jwt-kit", from: "5.7.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.5.0"),
     ],
     targets: [
         .target(name: "ConsentServiceCore", dependencies: [
             .product(name: "ConsentLedger", package: "ConsentLedger"),
             .product(name: "ConsentLedgerPostgres", package: "ConsentLedger"),
             .product(name: "Hummingbird", package: "hummingbird"),
+            .product(name: "JWTKit", package: "jwt-kit"),
+            .product(name: "Logging", package: "swift-log"),
         ]),
         .executableTarget(name: "consent-service", dependencies: ["ConsentServiceCore"]),
         .testTarget(name: "ConsentServiceTests", dependencies: [
             "ConsentServiceCore",
             .product(name: "HummingbirdTesting", package: "hummingbird"),
+            .product(name: "Logging", package: "swift-log"),
         ]),
     ],
     swiftLanguageModes: [.v6]

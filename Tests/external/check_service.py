@@ -7,6 +7,7 @@ Usage: check_service.py PATH/TO/consent-service [STORE]. STORE is where the serv
 ledger: a new folder by default, or a postgres:// URL naming an unused schema (make test runs
 both). Ends with 'N passed, M failed'.
 """
+import base64
 import json
 import os
 import shutil
@@ -116,11 +117,37 @@ try:
         ("unknown feature", "post", T + "/features/{feature}/activate", "/v1/subjects/alice/features/diary/activate", alice, {"consents": ["required"]}, 404),
         ("rule violation", "post", T + "/features/{feature}/activate", "/v1/subjects/alice/features/timeline/activate", alice, {"consents": ["optional-b"]}, 409),
         ("too large", "post", T + "/features/{feature}/activate", "/v1/subjects/alice/features/timeline/activate", alice, {"consents": ["x" * 20000]}, 413),
+        ("an actor in the body", "post", T + "/features/{feature}/activate", "/v1/subjects/alice/features/timeline/activate", alice, {"consents": ["required"], "actor": "dr.house"}, 400),
     ]
     for name, method, template, path, tok, body, expected in cases:
         status, payload = call(base, method, path, tok, body)
         check("%s: status %d" % (name, expected), status == expected, "got %d: %s" % (status, str(payload)[:200]))
         validate_response(name, template, method, status, payload)
+    # The token is a JWT: three base64url parts, EdDSA, with the claims the spec names.
+    header, claims = (json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))) for part in alice.split(".")[:2])
+    check("a token is a JWT signed with EdDSA", header.get("alg") == "EdDSA" and len(alice.split(".")) == 3, str(header))
+    check("its claims: iss, aud, sub, role, iat, exp, jti", {"iss", "aud", "sub", "role", "iat", "exp", "jti"} <= set(claims) and claims["sub"] == "alice"
+          and claims["role"] == "subject" and claims["exp"] - claims["iat"] <= 12 * 3600, str(claims))
+    # Integer options are range-checked: a lifetime near Int64.max is a usage error, not a trap.
+    for ttl in ("9223372036854775807", "0", "-5", "x"):
+        r = subprocess.run([binary, "token", "--subject", "alice", "--ttl", ttl, "--token-key", key], capture_output=True, text=True)
+        check("token --ttl %s is refused (64) with the range" % ttl, r.returncode == 64 and "--ttl must be a whole number from 1 to 43200" in r.stderr, r.stderr.strip()[:200])
+    # A token key that cannot be used stops the service; it is never replaced by a new key.
+    for name, content, mode in (("crlf", None, 0o600), ("garbled", b"not a key\n", 0o600), ("readable by others", None, 0o644)):
+        bad = os.path.join(work, "bad-%s.key" % name.replace(" ", "-"))
+        with open(key, "rb") as f:
+            good = f.read()
+        data = good.rstrip(b"\n") + b"\r\n" if content is None else content
+        with open(bad, "wb") as f:
+            f.write(data)
+        os.chmod(bad, mode)
+        r = subprocess.run([binary, "token", "--subject", "alice", "--token-key", bad], capture_output=True, text=True)
+        with open(bad, "rb") as f:
+            after = f.read()
+        if name == "crlf":
+            check("a token key with CRLF line ends is read as it is", r.returncode == 0 and after == data, r.stderr.strip()[:200])
+        else:
+            check("a token key %s stops the command and is left as it is" % name, r.returncode == 64 and "cannot use the token key" in r.stderr and after == data, r.stderr.strip()[:200])
 finally:
     server.terminate()
     server.wait(timeout=10)

@@ -1,75 +1,127 @@
-import ConsentDomain
 import ConsentLedger
 import Foundation
+import JWTKit
+import Synchronization
 
 /// Who a request acts for.
 public enum Principal: Hashable, Sendable {
-    /// A patient: may read and change only their own consents.
-    case subject(String)
+    /// A patient: may read and change only their own consents. Compared byte for byte, as the
+    /// ledger compares subject ids: a token for one spelling of "José" never reaches another.
+    case subject(SubjectID)
     /// An auditor: may read everything and change nothing.
     case auditor(String)
 }
 
-/// Bearer tokens signed by the service with its own Ed25519 key (not the ledger's):
-/// `v1.<base64url(payload)>.<base64url(signature)>`, where the payload is the JSON
-/// `{"exp":<unix seconds>,"role":"subject"|"auditor","sub":<id>}` (members sorted) and the
-/// signature covers `"consent-service-token-v1\n" ‖ payload`.
-public struct AccessTokens: Sendable {
-    public let signer: SodiumSigner
-    private let verifier = Sodium()
-    static let context = Array("consent-service-token-v1\n".utf8)
+/// The claims of an access token: a JWT (RFC 7519) signed with EdDSA over Ed25519 (RFC 8037).
+/// `sub` is the principal and `role` says which kind; `iss`, `aud` and `exp` are checked
+/// against the service's policy, and `exp - iat` against its maximum lifetime.
+struct AccessClaims: JWTPayload {
+    var iss: IssuerClaim
+    var aud: AudienceClaim
+    var sub: SubjectClaim
+    var iat: IssuedAtClaim
+    var exp: ExpirationClaim
+    var jti: IDClaim
+    var role: String
 
-    public init(signer: SodiumSigner) {
-        self.signer = signer
-    }
+    // The checks need the policy and the clock, so ``AccessTokens/check(_:now:)`` makes them.
+    func verify(using algorithm: some JWTAlgorithm) async throws {}
+}
 
-    struct Payload: Codable {
-        let exp: Int64
-        let role: String
-        let sub: String
+/// Bearer tokens: JWTs signed with EdDSA, verified with jwt-kit. The service signs tokens with
+/// its own Ed25519 key (`consent-service token`, for demos) and may also accept the keys of the
+/// hospital's identity provider from a JWKS document. A verified token is cached until its
+/// `exp`, so a client that reuses its token pays for one signature check.
+public final class AccessTokens: Sendable {
+    /// What a token must say to be accepted.
+    public struct Policy: Sendable {
+        public var issuer: String
+        public var audience: String
+        /// The longest a token may live (`exp - iat`), in seconds.
+        public var maximumLifetime: Int64
+
+        public init(issuer: String = "consent-service", audience: String = "consent-service", maximumLifetime: Int64 = 12 * 3600) {
+            self.issuer = issuer
+            self.audience = audience
+            self.maximumLifetime = maximumLifetime
+        }
     }
 
     public enum Failure: Error, Equatable {
-        case malformed, badSignature, expired
+        case malformed, badSignature, expired, wrongIssuer, wrongAudience, tooLong, notYetIssued
     }
 
-    /// A token for `principal`, valid until `expires` (unix seconds).
-    public func issue(for principal: Principal, expires: Int64) -> String {
-        let (role, sub): (String, String) = switch principal {
-        case .subject(let id): ("subject", id)
-        case .auditor(let id): ("auditor", id)
+    /// The `kid` of the service's own key.
+    public static let ownKeyID = "consent-service"
+
+    public let policy: Policy
+    let keys: JWTKeyCollection
+    private let cache = Mutex<[String: (principal: Principal, expires: Int64)]>([:])
+    static let cacheLimit = 10_000
+    /// Clocks of the issuer and the service may differ this much.
+    static let skew: Int64 = 60
+
+    /// Tokens signed by `signer` (the service's own key) and, if given, by the keys of `jwks`.
+    public init(signer: SodiumSigner, policy: Policy = Policy(), jwks: String? = nil) async throws {
+        self.policy = policy
+        let seed = signer.withSeed { Array($0) }
+        keys = JWTKeyCollection()
+        await keys.add(eddsa: try EdDSA.PrivateKey(d: Self.base64url(seed), curve: .ed25519), kid: JWKIdentifier(string: Self.ownKeyID))
+        if let jwks { try await keys.add(jwksJSON: jwks) }
+    }
+
+    /// A token for `principal`, issued at `now` and valid for `lifetime` seconds.
+    public func issue(for principal: Principal, lifetime: Int64, now: Int64) async throws -> String {
+        guard (1...policy.maximumLifetime).contains(lifetime) else {
+            throw Failure.tooLong
         }
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        let payload = Array((try? encoder.encode(Payload(exp: expires, role: role, sub: sub))) ?? Data())
-        let signature = (Self.context + payload).withUnsafeBytes { signer.sign($0) }
-        return "v1." + Self.base64url(payload) + "." + Self.base64url(signature.bytes)
+        let (role, sub): (String, String) = switch principal {
+        case .subject(let id): ("subject", id.text)
+        case .auditor(let name): ("auditor", name)
+        }
+        let claims = AccessClaims(
+            iss: IssuerClaim(value: policy.issuer), aud: AudienceClaim(value: [policy.audience]), sub: SubjectClaim(value: sub),
+            iat: IssuedAtClaim(value: Date(timeIntervalSince1970: TimeInterval(now))),
+            exp: ExpirationClaim(value: Date(timeIntervalSince1970: TimeInterval(now + lifetime))),
+            jti: IDClaim(value: UUID().uuidString.lowercased()), role: role)
+        return try await keys.sign(claims, kid: JWKIdentifier(string: Self.ownKeyID))
     }
 
-    /// The principal of a valid, unexpired token.
-    public func check(_ token: String, now: Int64) throws(Failure) -> Principal {
-        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3, parts[0] == "v1", let payload = Self.unbase64url(String(parts[1])),
-            let sigBytes = Self.unbase64url(String(parts[2])), let signature = Signature(bytes: sigBytes)
-        else { throw .malformed }
-        guard (Self.context + payload).withUnsafeBytes({ verifier.isValid(signature, of: $0, by: signer.publicKey) }) else { throw .badSignature }
-        guard let claims = try? JSONDecoder().decode(Payload.self, from: Data(payload)) else { throw .malformed }
-        guard claims.exp > now else { throw .expired }
+    /// The principal of a valid token at `now` (unix seconds).
+    public func check(_ token: String, now: Int64) async throws(Failure) -> Principal {
+        if let hit = cache.withLock({ $0[token] }) {
+            guard hit.expires > now else { throw .expired }
+            return hit.principal
+        }
+        let claims: AccessClaims
+        do {
+            claims = try await keys.verify(token, as: AccessClaims.self)
+        } catch let error as JWTError where error.errorType == .signatureVerificationFailed {
+            throw .badSignature
+        } catch {
+            throw .malformed
+        }
+        guard claims.iss.value == policy.issuer else { throw .wrongIssuer }
+        guard claims.aud.value.contains(policy.audience) else { throw .wrongAudience }
+        let issued = Int64(claims.iat.value.timeIntervalSince1970), expires = Int64(claims.exp.value.timeIntervalSince1970)
+        guard expires > now else { throw .expired }
+        guard issued <= now + Self.skew else { throw .notYetIssued }
+        guard expires - issued <= policy.maximumLifetime else { throw .tooLong }
+        let principal: Principal
         switch claims.role {
-        case "subject": return .subject(claims.sub)
-        case "auditor": return .auditor(claims.sub)
+        case "subject" where !claims.sub.value.isEmpty: principal = .subject(SubjectID(claims.sub.value))
+        case "auditor" where !claims.sub.value.isEmpty: principal = .auditor(claims.sub.value)
         default: throw .malformed
         }
+        cache.withLock { cache in
+            if cache.count >= Self.cacheLimit { cache = cache.filter { $0.value.expires > now } }
+            if cache.count >= Self.cacheLimit { cache.removeAll() }
+            cache[token] = (principal, expires)
+        }
+        return principal
     }
 
     static func base64url(_ bytes: [UInt8]) -> String {
         String(Base64.encode(bytes).map { $0 == "+" ? "-" : $0 == "/" ? "_" : $0 }.filter { $0 != "=" })
-    }
-
-    static func unbase64url(_ text: String) -> [UInt8]? {
-        guard !text.contains("+"), !text.contains("/"), !text.contains("=") else { return nil }
-        var s = String(text.map { $0 == "-" ? "+" : $0 == "_" ? "/" : $0 })
-        while s.count % 4 != 0 { s += "=" }
-        return Base64.decode(s)
     }
 }

@@ -2,6 +2,7 @@ import ConsentDomain
 import ConsentLedger
 import Foundation
 import Hummingbird
+import Logging
 
 #if canImport(Glibc)
 import Glibc
@@ -25,6 +26,8 @@ struct ServiceError: Error {
     let status: HTTPResponse.Status
     let kind: String
     let message: String
+    /// For a server-side failure: the id under which its details are in the log.
+    var id: String? = nil
 }
 
 /// A response body: the value as JSON, members sorted, and a newline.
@@ -44,10 +47,20 @@ func bytes(_ body: [UInt8], status: HTTPResponse.Status = .ok) -> Response {
 struct ErrorBody: Encodable {
     let error: String
     let kind: String
+    let id: String?
 }
 
 func errorResponse(_ e: ServiceError) -> Response {
-    json(ErrorBody(error: e.message, kind: e.kind), status: e.status)
+    json(ErrorBody(error: e.message, kind: e.kind, id: e.id), status: e.status)
+}
+
+/// A server-side failure as the client sees it: the kind and an id, never the details (they
+/// name files, tables and hosts), which go to the log under that id.
+func serverFailure(_ e: ServiceError, logger: Logger) -> ServiceError {
+    guard e.status.code >= 500 else { return e }
+    let id = Sodium().randomBytes(8).map { String(String(UInt16($0) | 0x100, radix: 16).dropFirst()) }.joined()
+    logger.error("request failed", metadata: ["error-id": .string(id), "kind": .string(e.kind), "detail": .string(e.message)])
+    return ServiceError(status: e.status, kind: e.kind, message: "the service could not answer (error \(id)); its log has the details", id: id)
 }
 
 /// The bodies of the API's responses (`Spec/openapi.yaml`).
@@ -80,7 +93,7 @@ struct HistoryBody: Encodable {
     let events: [Event]
 }
 
-/// The bodies of the API's requests.
+/// The bodies of the API's requests. Neither names an actor: the actor is the token's.
 struct ActivateRequest: Decodable {
     let consents: [String]
     let actor: String?
@@ -123,12 +136,16 @@ struct BearerAuthentication: RouterMiddleware {
         }
         let principal: Principal
         do throws(AccessTokens.Failure) {
-            principal = try tokens.check(String(header.dropFirst("Bearer ".count)), now: clock())
+            principal = try await tokens.check(String(header.dropFirst("Bearer ".count)), now: clock())
         } catch {
             let why = switch error {
             case .expired: "the token has expired"
             case .badSignature: "the token's signature does not verify"
-            case .malformed: "the token is malformed"
+            case .malformed: "the token is not a JWT with the claims iss, aud, sub, iat, exp, jti and role"
+            case .wrongIssuer: "the token's issuer (iss) is not \(tokens.policy.issuer)"
+            case .wrongAudience: "the token's audience (aud) does not include \(tokens.policy.audience)"
+            case .tooLong: "the token lives longer than \(tokens.policy.maximumLifetime) seconds (exp - iat)"
+            case .notYetIssued: "the token's issue time (iat) is in the future"
             }
             return errorResponse(ServiceError(status: .unauthorized, kind: "unauthorized", message: why))
         }
@@ -146,10 +163,11 @@ public struct ConsentRoutes: Sendable {
         self.consents = consents
     }
 
-    /// Subjects may touch only their own consents; auditors may read everyone's and write nothing.
+    /// Subjects may touch only their own consents (the ids compared byte for byte); auditors
+    /// may read everyone's and write nothing.
     static func authorize(_ context: ServiceContext, subject: String, write: Bool) throws(ServiceError) {
         switch context.principal {
-        case .subject(let id)? where id == subject: return
+        case .subject(let id)? where id == SubjectID(subject): return
         case .auditor? where !write: return
         case .auditor?: throw ServiceError(status: .forbidden, kind: "forbidden", message: "auditor tokens are read-only")
         case .subject?: throw ServiceError(status: .forbidden, kind: "forbidden", message: "a subject token gives access to that subject's consents only")
@@ -183,46 +201,55 @@ public struct ConsentRoutes: Sendable {
         }
     }
 
-    func handle(_ work: () async throws -> Response) async -> Response {
+    /// Who acts: the token's principal. A subject acts for itself ("self"), as the ledger
+    /// records a patient's own choices; a body that names an actor is refused.
+    static func actor(_ context: ServiceContext, named: String?) throws(ServiceError) -> String {
+        guard named == nil else {
+            throw ServiceError(status: .badRequest, kind: "invalid-request", message: "the body may not name an actor: who acts is the token's principal")
+        }
+        return "self"
+    }
+
+    func handle(_ context: ServiceContext, _ work: () async throws -> Response) async -> Response {
         do {
             return try await work()
         } catch {
-            return errorResponse(serviceError(error))
+            return errorResponse(serverFailure(serviceError(error), logger: context.logger))
         }
     }
 
     public func add(to router: Router<ServiceContext>) {
         let consents = self.consents
         let api = router.group("v1")
-        api.get("checkpoint") { _, _ in
-            await handle {
+        api.get("checkpoint") { _, context in
+            await handle(context) {
                 let (checkpoint, note) = try await consents.checkpoint()
                 return json(CheckpointBody(origin: checkpoint.origin, size: checkpoint.size, root: Base64.encode(checkpoint.root.bytes), note: note))
             }
         }
         api.get("subjects/:subject/features/:feature") { _, context in
-            await handle {
+            await handle(context) {
                 let subject = try context.parameters.require("subject"), feature = try context.parameters.require("feature")
                 try Self.authorize(context, subject: subject, write: false)
                 return json(ListingJSON.document(try await consents.consents(of: feature, for: subject)))
             }
         }
         api.get("subjects/:subject/active") { _, context in
-            await handle {
+            await handle(context) {
                 let subject = try context.parameters.require("subject")
                 try Self.authorize(context, subject: subject, write: false)
                 return json(FeaturesBody(try await consents.activeConsents(for: subject)))
             }
         }
         api.get("subjects/:subject/status") { request, context in
-            await handle {
+            await handle(context) {
                 let subject = try context.parameters.require("subject")
                 try Self.authorize(context, subject: subject, write: false)
                 return json(FeaturesBody(try await consents.state(of: subject, at: try Self.time(request, "at"))))
             }
         }
         api.get("subjects/:subject/history") { request, context in
-            await handle {
+            await handle(context) {
                 let subject = try context.parameters.require("subject")
                 try Self.authorize(context, subject: subject, write: false)
                 let entries = try await consents.history(of: subject, until: try Self.time(request, "until"))
@@ -233,25 +260,25 @@ public struct ConsentRoutes: Sendable {
             }
         }
         api.post("subjects/:subject/features/:feature/activate") { request, context in
-            await handle {
+            await handle(context) {
                 let subject = try context.parameters.require("subject"), feature = try context.parameters.require("feature")
                 try Self.authorize(context, subject: subject, write: true)
                 let shape = "an object whose 'consents' is a non-empty array of consent codes"
                 let body = try await Self.body(ActivateRequest.self, request, context, shape: shape)
                 guard !body.consents.isEmpty else { throw ServiceError(status: .badRequest, kind: "invalid-request", message: "the body must be \(shape)") }
-                return json(FeaturesBody(try await consents.activate(body.consents, of: feature, for: subject, actor: body.actor ?? "self")))
+                return json(FeaturesBody(try await consents.activate(body.consents, of: feature, for: subject, actor: try Self.actor(context, named: body.actor))))
             }
         }
         api.post("subjects/:subject/features/:feature/revoke") { request, context in
-            await handle {
+            await handle(context) {
                 let subject = try context.parameters.require("subject"), feature = try context.parameters.require("feature")
                 try Self.authorize(context, subject: subject, write: true)
                 let body = try await Self.body(RevokeRequest.self, request, context, shape: "an object whose 'consent' is a consent code")
-                return json(FeaturesBody(try await consents.revoke(body.consent, of: feature, for: subject, actor: body.actor ?? "self")))
+                return json(FeaturesBody(try await consents.revoke(body.consent, of: feature, for: subject, actor: try Self.actor(context, named: body.actor))))
             }
         }
         api.get("subjects/:subject/export") { _, context in
-            await handle {
+            await handle(context) {
                 let subject = try context.parameters.require("subject")
                 try Self.authorize(context, subject: subject, write: false)
                 return bytes(try await consents.export(subject: subject).bytes)
@@ -261,9 +288,10 @@ public struct ConsentRoutes: Sendable {
 }
 
 /// The whole application: routes behind bearer authentication.
-public func makeApplication(consents: ConsentManager, tokens: AccessTokens, host: String = "127.0.0.1", port: Int = 8080, clock: @escaping @Sendable () -> Int64 = { Int64(time(nil)) }) -> some ApplicationProtocol {
+/// `logger` receives the details of server-side failures (the client gets an error id).
+public func makeApplication(consents: ConsentManager, tokens: AccessTokens, host: String = "127.0.0.1", port: Int = 8080, logger: Logger, clock: @escaping @Sendable () -> Int64 = { Int64(time(nil)) }) -> some ApplicationProtocol {
     let router = Router(context: ServiceContext.self)
     router.add(middleware: BearerAuthentication(tokens: tokens, clock: clock))
     ConsentRoutes(consents: consents).add(to: router)
-    return Application(router: router, configuration: .init(address: .hostname(host, port: port), serverName: "consent-service"))
+    return Application(router: router, configuration: .init(address: .hostname(host, port: port), serverName: "consent-service"), logger: logger)
 }

@@ -2,7 +2,9 @@
 //
 //   consent-service serve [--store DIR|postgres://…] [--port 8080] [--token-key FILE]
 //                         [--key-file FILE] [--passphrase-file FILE] [--insecure-plaintext-key]
+//                         [--issuer ISS] [--audience AUD] [--max-token-lifetime SECONDS] [--jwks FILE]
 //   consent-service token (--subject ID | --auditor NAME) [--ttl SECONDS] [--token-key FILE]
+//                         [--issuer ISS] [--audience AUD] [--max-token-lifetime SECONDS]
 //
 // Storage comes from configuration: --store (or --ledger DIR), else $CONSENT_SERVICE_STORE,
 // else the folder ./consent-ledger. A postgres:// URL puts the ledger in a PostgreSQL schema
@@ -10,13 +12,18 @@
 // A missing ledger is created with the seed catalogue. The ledger's signing key is unlocked once,
 // at start, with the passphrase from --passphrase-file or $CONSENT_SERVICE_PASSPHRASE; a new
 // ledger's key is sealed under it, or stored unencrypted with --insecure-plaintext-key (tests
-// and demos only). A PostgreSQL store keeps no key: --key-file names the ledger's key file. The
-// token key (an Ed25519 seed, hex) is
-// created with mode 0600 if missing.
+// and demos only). A PostgreSQL store keeps no key: --key-file names the ledger's key file.
+//
+// Bearer tokens are JWTs signed with EdDSA (Ed25519), checked for issuer, audience, expiry and
+// a maximum lifetime (default 12 hours). The service's own token key (a key file in the plaintext
+// form of Spec/key-file.md, mode 0600) signs the tokens of `consent-service token`; it is created
+// when missing and never replaced: an unreadable or malformed one stops the service. --jwks FILE
+// adds the keys of the hospital's identity provider.
 import ConsentLedger
 import ConsentLedgerPostgres
 import ConsentServiceCore
 import Hummingbird
+import Logging
 
 #if canImport(Glibc)
 import Glibc
@@ -34,26 +41,50 @@ func fail(_ message: String) -> Never {
 }
 
 let keyPath = option("--token-key") ?? "consent-service.key"
+
+/// The service's token key: read as it is, created only when there is none, never replaced.
 func tokenKey() -> SodiumSigner {
-    if let bytes = try? LocalFile.read(keyPath), let seed = hexDecode(String(decoding: bytes.filter { $0 != 0x0A }, as: UTF8.self)), let signer = SodiumSigner(seed: seed) {
+    let keys = FileKeyStore(path: keyPath)
+    do {
+        return try keys.unlockSigner(passphrase: nil)
+    } catch ConsentError.notFound(.signingKey, _) {
+        let signer = SodiumSigner.generate()
+        do { try keys.save(signer, protection: .insecurePlaintext) } catch { fail("cannot write the token key \(keyPath): \(error)") }
         return signer
+    } catch {
+        fail("cannot use the token key \(keyPath): \(error)")
     }
-    let signer = SodiumSigner.generate()
-    let file = SigningKeyFile.plaintext(signer)
-    do { try LocalFile.write(file.withUnsafeBytes { Array($0) }, to: keyPath) } catch { fail("cannot write \(keyPath): \(error)") }
-    return signer
+}
+
+/// An integer option within `range`, or a usage error that says so.
+func integer(_ name: String, default value: Int64, in range: ClosedRange<Int64>) -> Int64 {
+    guard let text = option(name) else { return value }
+    guard let n = Int64(text), range.contains(n) else { fail("\(name) must be a whole number from \(range.lowerBound) to \(range.upperBound), not '\(text)'") }
+    return n
+}
+
+let policy = AccessTokens.Policy(
+    issuer: option("--issuer") ?? "consent-service", audience: option("--audience") ?? "consent-service",
+    maximumLifetime: integer("--max-token-lifetime", default: 12 * 3600, in: 60...(30 * 86400)))
+
+func accessTokens(jwks: String? = nil) async -> AccessTokens {
+    do { return try await AccessTokens(signer: tokenKey(), policy: policy, jwks: jwks) } catch { fail("cannot set up token checking: \(error)") }
 }
 
 switch args.first {
 case "token":
-    let ttl = Int64(option("--ttl") ?? "3600") ?? 3600
+    let ttl = integer("--ttl", default: min(3600, policy.maximumLifetime), in: 1...policy.maximumLifetime)
     let principal: Principal
-    if let s = option("--subject") { principal = .subject(s) } else if let a = option("--auditor") { principal = .auditor(a) } else { fail("token needs --subject ID or --auditor NAME") }
-    print(AccessTokens(signer: tokenKey()).issue(for: principal, expires: Int64(time(nil)) + ttl))
+    if let s = option("--subject") { principal = .subject(SubjectID(s)) } else if let a = option("--auditor") { principal = .auditor(a) } else { fail("token needs --subject ID or --auditor NAME") }
+    do { print(try await accessTokens().issue(for: principal, lifetime: ttl, now: Int64(time(nil)))) } catch { fail("cannot issue the token: \(error)") }
 case "serve":
     let configured = option("--store") ?? option("--ledger") ?? getenv("CONSENT_SERVICE_STORE").flatMap { String(validatingCString: $0) }
     let storeSpec = configured.flatMap { $0.isEmpty ? nil : $0 } ?? "consent-ledger"
-    guard let port = Int(option("--port") ?? "8080"), (1...65535).contains(port) else { fail("--port must be a number from 1 to 65535") }
+    let port = Int(integer("--port", default: 8080, in: 1...65535))
+    var jwks: String?
+    if let path = option("--jwks") {
+        do { jwks = String(decoding: try LocalFile.read(path, limit: 1 << 20), as: UTF8.self) } catch { fail("cannot read the JWKS file \(path): \(error)") }
+    }
     let store: any LedgerStore
     do {
         if PostgresLedgerAddress.isURL(storeSpec) {
@@ -104,19 +135,9 @@ case "serve":
     }
     print("consent-service: ledger at \(store.names.location), listening on 127.0.0.1:\(port)")
     try consents.ledger.loadAll()
-    try await makeApplication(consents: consents, tokens: AccessTokens(signer: tokenKey()), port: port).runService()
+    var logger = Logger(label: "consent-service")
+    logger.logLevel = .info
+    try await makeApplication(consents: consents, tokens: await accessTokens(jwks: jwks), port: port, logger: logger).runService()
 default:
-    fail("usage: consent-service serve [--store DIR|postgres://USER@HOST:PORT/DB?schema=NAME] [--port N] [--token-key FILE] [--key-file FILE] [--passphrase-file FILE] [--insecure-plaintext-key] | token (--subject ID | --auditor NAME) [--ttl S] [--token-key FILE]")
-}
-
-/// Lowercase hex of a token key file, decoded; nil for anything else.
-func hexDecode(_ text: String) -> [UInt8]? {
-    let digits = Array(text.utf8)
-    guard digits.count % 2 == 0 else { return nil }
-    var out: [UInt8] = []
-    for i in stride(from: 0, to: digits.count, by: 2) {
-        guard let byte = UInt8(String(decoding: digits[i...i + 1], as: UTF8.self), radix: 16) else { return nil }
-        out.append(byte)
-    }
-    return out
+    fail("usage: consent-service serve [--store DIR|postgres://USER@HOST:PORT/DB?schema=NAME] [--port N] [--token-key FILE] [--key-file FILE] [--passphrase-file FILE] [--insecure-plaintext-key] [--issuer ISS] [--audience AUD] [--max-token-lifetime S] [--jwks FILE] | token (--subject ID | --auditor NAME) [--ttl S] [--token-key FILE] [--issuer ISS] [--audience AUD] [--max-token-lifetime S]")
 }

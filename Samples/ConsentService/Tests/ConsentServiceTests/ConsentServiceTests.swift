@@ -3,6 +3,7 @@ import ConsentLedger
 import Foundation
 import Hummingbird
 import HummingbirdTesting
+import Logging
 import Testing
 
 /// The HTTP service in-process (Hummingbird's router test framework): the app's flow, access
@@ -15,19 +16,26 @@ import Testing
         let consents: ConsentManager
         let tokens: AccessTokens
         let alice: String, bob: String, auditor: String, expired: String, forged: String
+        /// Signed with the service's key, but naming another issuer, another audience, or living
+        /// longer than the service allows.
+        let otherIssuer: String, otherAudience: String, tooLong: String
 
         init() async throws {
             folder = NSTemporaryDirectory() + "consent-service-" + UUID().uuidString
             consents = try await ConsentManager.create(directory: folder, name: "service.test/ledger", keyProtection: .insecurePlaintext)
-            tokens = AccessTokens(signer: SodiumSigner.generate())
-            alice = tokens.issue(for: .subject("alice"), expires: ConsentServiceTests.now + 600)
-            bob = tokens.issue(for: .subject("bob"), expires: ConsentServiceTests.now + 600)
-            auditor = tokens.issue(for: .auditor("dpo"), expires: ConsentServiceTests.now + 600)
-            expired = tokens.issue(for: .subject("alice"), expires: ConsentServiceTests.now - 1)
-            forged = AccessTokens(signer: SodiumSigner.generate()).issue(for: .subject("alice"), expires: ConsentServiceTests.now + 600)
+            let key = SodiumSigner.generate(), now = ConsentServiceTests.now
+            tokens = try await AccessTokens(signer: key)
+            alice = try await tokens.issue(for: .subject(SubjectID("alice")), lifetime: 600, now: now)
+            bob = try await tokens.issue(for: .subject(SubjectID("bob")), lifetime: 600, now: now)
+            auditor = try await tokens.issue(for: .auditor("dpo"), lifetime: 600, now: now)
+            expired = try await tokens.issue(for: .subject(SubjectID("alice")), lifetime: 600, now: now - 601)
+            forged = try await AccessTokens(signer: SodiumSigner.generate()).issue(for: .subject(SubjectID("alice")), lifetime: 600, now: now)
+            otherIssuer = try await AccessTokens(signer: key, policy: .init(issuer: "elsewhere")).issue(for: .subject(SubjectID("alice")), lifetime: 600, now: now)
+            otherAudience = try await AccessTokens(signer: key, policy: .init(audience: "another-service")).issue(for: .subject(SubjectID("alice")), lifetime: 600, now: now)
+            tooLong = try await AccessTokens(signer: key, policy: .init(maximumLifetime: 100 * 86400)).issue(for: .subject(SubjectID("alice")), lifetime: 30 * 86400, now: now)
         }
 
-        var app: some ApplicationProtocol { makeApplication(consents: consents, tokens: tokens, clock: { ConsentServiceTests.now }) }
+        var app: some ApplicationProtocol { makeApplication(consents: consents, tokens: tokens, logger: Logger(label: "test"), clock: { ConsentServiceTests.now }) }
 
         func logBytes() -> Data? { FileManager.default.contents(atPath: folder + "/ledger.jsonl") }
     }
@@ -85,7 +93,8 @@ import Testing
         let activate = "/v1/subjects/alice/features/timeline/activate"
         let body = #"{"consents":["required"]}"#
         try await f.app.test(.router) { client in
-            for (token, status) in [(nil, HTTPResponse.Status.unauthorized), (f.expired, .unauthorized), (f.forged, .unauthorized), ("v1.garbage", .unauthorized), (f.bob, .forbidden), (f.auditor, .forbidden)] {
+            for (token, status) in [(nil, HTTPResponse.Status.unauthorized), (f.expired, .unauthorized), (f.forged, .unauthorized), ("v1.garbage", .unauthorized), ("a.b.c", .unauthorized),
+                                    (f.otherIssuer, .unauthorized), (f.otherAudience, .unauthorized), (f.tooLong, .unauthorized), (f.bob, .forbidden), (f.auditor, .forbidden)] {
                 try await client.execute(uri: activate, method: .post, headers: Self.headers(token), body: ByteBuffer(string: body)) { response in
                     #expect(response.status == status, "\(String(describing: token?.prefix(12)))")
                     #expect(Self.object(response)["error"] is String)
@@ -141,5 +150,58 @@ import Testing
     func errorsMapToStatusesByCase(_ error: ConsentError, _ status: Int, _ kind: String) {
         let mapped = serviceError(error)
         #expect(mapped.status.code == status && mapped.kind == kind)
+    }
+
+    /// Who acts is the token's principal: a body that names an actor is refused, and the
+    /// ledger records the patient's own choice as "self".
+    @Test func theActorComesFromTheTokenNeverTheBody() async throws {
+        let f = try await Fixture()
+        defer { try? FileManager.default.removeItem(atPath: f.folder) }
+        try await f.app.test(.router) { client in
+            try await client.execute(uri: "/v1/subjects/alice/features/timeline/activate", method: .post, headers: Self.headers(f.alice),
+                                     body: ByteBuffer(string: #"{"consents":["required"],"actor":"dr.house"}"#)) { response in
+                #expect(response.status == .badRequest && (Self.object(response)["error"] as? String)?.contains("may not name an actor") == true)
+            }
+            try await client.execute(uri: "/v1/subjects/alice/features/timeline/activate", method: .post, headers: Self.headers(f.alice), body: ByteBuffer(string: #"{"consents":["required"]}"#)) { response in
+                #expect(response.status == .ok)
+            }
+        }
+        #expect(try await f.consents.history(of: "alice").map(\.actor) == ["self"])
+    }
+
+    /// A token for the NFC spelling of a subject id does not reach the NFD spelling: ids
+    /// compare by bytes, as in the ledger.
+    @Test func subjectIdsCompareByBytes() async throws {
+        let f = try await Fixture()
+        defer { try? FileManager.default.removeItem(atPath: f.folder) }
+        let nfc = "Jos\u{E9}", nfd = "Jose\u{301}"
+        #expect(nfc == nfd, "Swift's String equality calls them equal")
+        let token = try await f.tokens.issue(for: .subject(SubjectID(nfc)), lifetime: 600, now: Self.now)
+        try await f.app.test(.router) { client in
+            let path = "/v1/subjects/" + nfd.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed)! + "/active"
+            try await client.execute(uri: path, method: .get, headers: Self.headers(token)) { response in
+                #expect(response.status == .forbidden)
+            }
+        }
+    }
+
+    /// A verified token is kept until its `exp`, and not a second longer.
+    @Test func aCachedTokenStillExpires() async throws {
+        let f = try await Fixture()
+        defer { try? FileManager.default.removeItem(atPath: f.folder) }
+        #expect(try await f.tokens.check(f.alice, now: Self.now) == .subject(SubjectID("alice")))
+        #expect(try await f.tokens.check(f.alice, now: Self.now + 1) == .subject(SubjectID("alice")))
+        await #expect(throws: AccessTokens.Failure.expired) { try await f.tokens.check(f.alice, now: Self.now + 600) }
+        await #expect(throws: AccessTokens.Failure.tooLong) { try await f.tokens.issue(for: .auditor("dpo"), lifetime: 13 * 3600, now: Self.now) }
+    }
+
+    /// A server-side failure answers with an error id and nothing of its details (which name
+    /// files, tables and hosts); the details go to the log under that id.
+    @Test func aServerFailureShowsAnIdAndNoDetails() {
+        let failure = serverFailure(serviceError(ConsentError.storage("cannot read /var/lib/consents/ledger.jsonl: I/O error")), logger: Logger(label: "test"))
+        #expect(failure.status.code == 503 && failure.id?.count == 16)
+        #expect(!failure.message.contains("/var/lib") && failure.message.contains(failure.id ?? "?"))
+        let client = serverFailure(serviceError(ConsentError.invalidRequest("subject id must not be empty")), logger: Logger(label: "test"))
+        #expect(client.id == nil && client.message == "subject id must not be empty", "a 4xx keeps its message")
     }
 }
