@@ -55,18 +55,23 @@ public final class AccessTokens: Sendable {
     public static let ownKeyID = "consent-service"
 
     public let policy: Policy
+    /// The `kid` this instance signs with.
+    public let keyID: String
     let keys: JWTKeyCollection
     private let cache = Mutex<[String: (principal: Principal, expires: Int64)]>([:])
     static let cacheLimit = 10_000
     /// Clocks of the issuer and the service may differ this much.
     static let skew: Int64 = 60
 
-    /// Tokens signed by `signer` (the service's own key) and, if given, by the keys of `jwks`.
-    public init(signer: SodiumSigner, policy: Policy = Policy(), jwks: String? = nil) async throws {
+    /// Tokens signed by `signer` (the service's own key, named `keyID`) and, if given, by the
+    /// keys of `jwks` (a JWKS document: an identity provider's Ed25519 keys, `kty` `OKP`).
+    public init(signer: SodiumSigner, keyID: String = AccessTokens.ownKeyID, policy: Policy = Policy(), jwks: String? = nil) async throws {
         self.policy = policy
-        let seed = signer.withSeed { Array($0) }
+        self.keyID = keyID
+        var seed = signer.withSeed { Array($0) }
+        defer { zeroize(&seed) }
         keys = JWTKeyCollection()
-        await keys.add(eddsa: try EdDSA.PrivateKey(d: Self.base64url(seed), curve: .ed25519), kid: JWKIdentifier(string: Self.ownKeyID))
+        await keys.add(eddsa: try EdDSA.PrivateKey(d: Self.base64url(seed), curve: .ed25519), kid: JWKIdentifier(string: keyID))
         if let jwks { try await keys.add(jwksJSON: jwks) }
     }
 
@@ -84,7 +89,7 @@ public final class AccessTokens: Sendable {
             iat: IssuedAtClaim(value: Date(timeIntervalSince1970: TimeInterval(now))),
             exp: ExpirationClaim(value: Date(timeIntervalSince1970: TimeInterval(now + lifetime))),
             jti: IDClaim(value: UUID().uuidString.lowercased()), role: role)
-        return try await keys.sign(claims, kid: JWKIdentifier(string: Self.ownKeyID))
+        return try await keys.sign(claims, kid: JWKIdentifier(string: keyID))
     }
 
     /// The principal of a valid token at `now` (unix seconds).

@@ -204,4 +204,17 @@ import Testing
         let client = serverFailure(serviceError(ConsentError.invalidRequest("subject id must not be empty")), logger: Logger(label: "test"))
         #expect(client.id == nil && client.message == "subject id must not be empty", "a 4xx keeps its message")
     }
+
+    /// Tokens from the hospital's identity provider: its key is in a JWKS document, and its
+    /// tokens are accepted with the same checks; a key it does not list is not.
+    @Test func tokensFromAnIdentityProviderInTheJWKSAreAccepted() async throws {
+        let idp = SodiumSigner.generate()
+        let x = AccessTokens.base64url(idp.publicKey.bytes)
+        let jwks = #"{"keys":[{"kty":"OKP","crv":"Ed25519","alg":"EdDSA","kid":"idp-1","x":"\#(x)"}]}"#
+        let service = try await AccessTokens(signer: SodiumSigner.generate(), jwks: jwks)
+        let fromIdP = try await AccessTokens(signer: idp, keyID: "idp-1").issue(for: .subject(SubjectID("alice")), lifetime: 600, now: Self.now)
+        #expect(try await service.check(fromIdP, now: Self.now) == .subject(SubjectID("alice")))
+        let unlisted = try await AccessTokens(signer: SodiumSigner.generate(), keyID: "idp-1").issue(for: .subject(SubjectID("alice")), lifetime: 600, now: Self.now)
+        await #expect(throws: AccessTokens.Failure.self) { try await service.check(unlisted, now: Self.now) }
+    }
 }
