@@ -18,7 +18,10 @@ struct CheckpointCommand: ParsableCommand {
         abstract: "Print the ledger's current signed checkpoint (C2SP tlog-checkpoint as a signed note).",
         discussion: """
             The checkpoint names the ledger (origin), the number of events (tree size) and the root \
-            hash of the RFC 6962 Merkle tree over the log's lines. Keep it: with \
+            hash of the RFC 6962 Merkle tree over the log's lines, and has one extension line, \
+            'chain HASH', the hash of the newest event. It is the ledger's signed head, signed when \
+            the newest events were written, so printing it needs no key (only a log whose newest \
+            events no head covers yet has one signed now). Keep it: with \
             'consentctl prove-consistency --from FILE' the ledger proves later that it only grew.
             """
     )
@@ -293,7 +296,7 @@ struct Export: ParsableCommand {
                 let bundle = try subject.map { try ledger.exportSubject($0) } ?? ledger.exportAll()
                 let to = try writeOutput(bundle.bytes, to: out)
                 let scope = bundle.scope == .all ? "the whole ledger, \(bundle.events.count + 1) events" : "subject \(subject!), \(bundle.events.count) events and the genesis event"
-                reportWritten("Wrote \(scope), with proofs against a new signed checkpoint, to \(to)", to: to, json: json,
+                reportWritten("Wrote \(scope), with proofs against the ledger's signed checkpoint, to \(to)", to: to, json: json,
                               details: ["format": .string("bundle"), "scope": .string(bundle.scope.rawValue), "events": .int(Int64(bundle.events.count))])
             }
         }
@@ -398,8 +401,9 @@ struct ProveConsistency: ParsableCommand {
         commandName: "prove-consistency",
         abstract: "Prove that the ledger only grew since an older checkpoint.",
         discussion: """
-            Writes a consistency proof (RFC 6962) from the old checkpoint to a fresh one. Fails, \
-            exit 2, if the old checkpoint is not a prefix of this ledger.
+            Writes a consistency proof (RFC 6962) from the old checkpoint to the current one (the \
+            ledger's signed head: no key is needed). Fails, exit 2, if the old checkpoint is not a \
+            prefix of this ledger.
 
             Example:
               consentctl checkpoint > october.checkpoint

@@ -1097,9 +1097,9 @@ def check_vectors(checks, here):
     checks.check(checkpoint.root == rfc.mth(0, len(v.lines)) == tree_root([leaf_hash(l) for l in v.lines]),
                  "export/checkpoint.txt root = MTH of tiny-ledger/ledger.jsonl's event lines (each without its newline; head lines left out)",
                  b64encode(checkpoint.root))
-    checks.check(sign_note(checkpoint.text, key, v.seed) == note,
-                 "export/checkpoint.txt is reproduced byte for byte by signing its text with the test key")
     stored = build_stored(v.lines)
+    checks.check(sign_note(head_text(v.lines, key.name, stored.__getitem__), key, v.seed) == note,
+                 "export/checkpoint.txt is the ledger's signed head (the checkpoint and its 'chain' line), reproduced byte for byte with the test key")
     checks.check(len(stored) == stored_hash_count(10) == 18 and stored_tree_hash(10, stored.__getitem__) == checkpoint.root,
                  "the tiny ledger's tree.hashes would hold 18 hashes (576 bytes); TreeHash from them is the checkpoint's root")
     consistency = json.loads(v.read("consistency-6-10.json"))
@@ -1360,13 +1360,13 @@ def check_derived(checks, v, key, checkpoint):
 
 
 def export_subject(lines, subject_id, salt, key, seed, catalog_value):
-    """A subject bundle of the log `lines` (without newlines), as the reference exports it: a
-    checkpoint of the whole log signed with `seed`, the genesis entry, every catalog.published
+    """A subject bundle of the log `lines` (without newlines), as the reference exports it: the
+    signed head of the whole log (signed with `seed`) as the checkpoint, the genesis entry, every catalog.published
     entry (catalogVersions) and the subject's entries with inclusion proofs, and the listing of
     the subject's replay under the catalogue in force at each event."""
     n, stored = len(lines), build_stored(lines)
     read = stored.__getitem__
-    note = sign_note(Checkpoint(key.name, n, stored_tree_hash(n, read)).text, key, seed)
+    note = sign_note(head_text(lines, key.name, read), key, seed)
 
     def entry(seq):
         return {"seq": seq, "line": lines[seq].decode("utf-8"), "proof": [b64encode(h) for h in stored_inclusion_proof(seq, n, read)]}
@@ -1384,11 +1384,24 @@ def export_subject(lines, subject_id, salt, key, seed, catalog_value):
             "subject": {"id": subject_id, "ref": ref, "salt": salt.hex()}, "state": {"features": listing_json(state, versions[-1][1])}}
 
 
+def head_text(lines, name, read):
+    """The text of the signed head of the log `lines` (ledger-format.md, "The signed head"): the
+    checkpoint of the whole log and the extension line 'chain HASH', the SHA-256 of the newest
+    event's body."""
+    n, last = len(lines), lines[-1]
+    # The body is the line between '{"body":' and ',"sig":"<128 hex digits>"}', as it is hashed
+    # (ledger-format.md, "The event line"); taken as bytes, so a line whose body breaks a rule
+    # still has its head, as the reference signs one for any line it appends.
+    body = last[len(LINE_PREFIX):len(last) - 2 - 128 - len(SIG_PREFIX)]
+    return Checkpoint(name, n, stored_tree_hash(n, read)).text + "chain %s\n" % sha256(body).hex()
+
+
 def export_all(lines, key, seed, catalog_value):
-    """The all bundle of the log `lines`: genesis with its proof, every other line without one."""
+    """The all bundle of the log `lines`: the ledger's signed head as the checkpoint, genesis with
+    its proof, every other line without one."""
     n, stored = len(lines), build_stored(lines)
     read = stored.__getitem__
-    note = sign_note(Checkpoint(key.name, n, stored_tree_hash(n, read)).text, key, seed)
+    note = sign_note(head_text(lines, key.name, read), key, seed)
     return {"format": BUNDLE_FORMAT, "scope": "all", "ledger": key.name, "verifierKey": key.text, "checkpoint": note,
             "catalog": catalog_value, "events": [{"seq": i, "line": lines[i].decode("utf-8")} for i in range(1, n)],
             "genesis": {"seq": 0, "line": lines[0].decode("utf-8"), "proof": [b64encode(h) for h in stored_inclusion_proof(0, n, read)]}}

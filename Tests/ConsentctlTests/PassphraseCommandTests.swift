@@ -59,9 +59,11 @@ import Testing
         }
     }
 
-    /// Reading, verifying and showing the key never ask for the passphrase.
+    /// Reading, verifying, showing the key, and handing out checkpoints, all-bundles and proofs
+    /// (the signed head, signed when its events were written) never ask for the passphrase.
     @Test(arguments: [["status", "--subject", "alice"], ["history", "--subject", "alice"], ["verify"], ["key", "show"], ["subjects", "list"], ["report"],
-                      ["prove-state", "--subject", "alice", "--out", "-"], ["export", "--subject", "alice", "--format", "fhir", "--out", "-"]])
+                      ["prove-state", "--subject", "alice", "--out", "-"], ["export", "--subject", "alice", "--format", "fhir", "--out", "-"],
+                      ["checkpoint"], ["export", "--all", "--out", "-"]])
     func aReadNeedsNoPassphrase(_ command: [String]) throws {
         let (dir, ledger) = try Self.encryptedLedger()
         defer { try? FileManager.default.removeItem(atPath: dir) }
@@ -124,5 +126,25 @@ import Testing
         #expect(try ConsentctlTests.json(sealed.stdout)["wasEncrypted"] as? Bool == false)
         #expect(try ConsentctlTests.run(Self.give, ledger: ledger).status == 77)
         #expect(try ConsentctlTests.run(Self.give, ledger: ledger, environment: ["CONSENTCTL_PASSPHRASE": Self.passphrase]).status == 0)
+    }
+
+    /// A consistency proof is between signed heads: no key. A subject's bundle signs a statement
+    /// of its events, so it does need the key.
+    @Test func aConsistencyProofNeedsNoKeyAndASubjectBundleDoes() throws {
+        let (dir, ledger) = try Self.encryptedLedger()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let unlocked = ["CONSENTCTL_PASSPHRASE": Self.passphrase]
+        #expect(try ConsentctlTests.run(Self.give, ledger: ledger, environment: unlocked).status == 0)
+        let old = try ConsentctlTests.run(["checkpoint"], ledger: ledger)
+        #expect(old.status == 0 && old.stdout.contains("\nchain "), "the signed head, with its chain line")
+        try Data(old.stdout.utf8).write(to: URL(fileURLWithPath: dir + "/old.checkpoint"))
+        #expect(try ConsentctlTests.run(["revoke", "--subject", "alice", "--feature", "timeline", "--consent", "required"], ledger: ledger, environment: unlocked).status == 0)
+        let proof = try ConsentctlTests.run(["prove-consistency", "--from", dir + "/old.checkpoint", "--out", dir + "/proof.json"], ledger: ledger)
+        #expect(proof.status == 0, "\(proof.stderr)")
+        let key = try ConsentctlTests.run(["key", "show"], ledger: ledger).stdout.trimmingCharacters(in: .newlines)
+        #expect(try ConsentctlTests.run(["verify-consistency", dir + "/proof.json", "--key", key], ledger: nil).status == 0)
+        #expect(try ConsentctlTests.run(["export", "--subject", "alice", "--out", dir + "/alice.json"], ledger: ledger).status == 77)
+        #expect(try ConsentctlTests.run(["export", "--subject", "alice", "--out", dir + "/alice.json"], ledger: ledger, environment: unlocked).status == 0)
+        #expect(try ConsentctlTests.run(["verify-export", dir + "/alice.json", "--key", key], ledger: nil).status == 0)
     }
 }

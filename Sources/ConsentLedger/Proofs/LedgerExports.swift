@@ -7,7 +7,8 @@ import TransparencyLog
 
 extension Ledger {
     /// One subject's export: their events with inclusion proofs, the genesis event with its
-    /// proof, the catalogue, a freshly signed checkpoint and the replayed state. Other subjects
+    /// proof, the catalogue, the signed head as the checkpoint, the replayed state, and a
+    /// statement of the events it holds, signed now (so this export needs the key). Other subjects
     /// appear only as hashes on the audit paths.
     public func exportSubject(_ subjectID: String) throws -> AuditExport {
         try Self.validateText(subjectID, what: "subject id", maxBytes: 256)
@@ -18,8 +19,10 @@ extension Ledger {
         let ref = subjectRef(id: subjectID, salt: salt)
         return try reading { view in
             let size = Int64(view.size)
-            let checkpoint = try currentCheckpoint(view)
-            let note = SignedNote.sign(checkpoint.text, key: try verifierKey, signer: signer)
+            // The signed head when it covers the log; a checkpoint signed now otherwise.
+            let head = try coveringSignedHead(view)
+            let checkpoint = try head?.checkpoint ?? currentCheckpoint(view)
+            let note = try head?.note ?? SignedNote.sign(checkpoint.text, key: verifierKey, signer: signer)
             let ledgerStream = try streamEntries(SubjectMap.ledgerStream, view)
             let versions = try catalogVersions(ledgerStream)
             var catalogEvents: [ExportedEvent] = []
@@ -55,27 +58,36 @@ extension Ledger {
         }
     }
 
-    /// The whole ledger with one signed checkpoint; the verifier rebuilds the tree.
+    /// The whole ledger with its signed head as the checkpoint; the verifier rebuilds the tree.
+    /// No key is needed unless no head covers the newest events yet.
     public func exportAll() throws -> AuditExport {
+        if let export = try reading({ view -> AuditExport? in
+            guard let head = try coveringSignedHead(view) else { return nil }
+            return try exportAll(view, checkpoint: head.checkpoint, note: head.note)
+        }) {
+            return export
+        }
         let signer = try signingKey()
         return try reading { view in
             let checkpoint = try currentCheckpoint(view)
-            let note = SignedNote.sign(checkpoint.text, key: try verifierKey, signer: signer)
-            var events: [ExportedEvent] = []
-            try view.tx.entries(0..<view.size, batchSize: 4096, indexedKeys: false) { batch in
-                for i in 0..<batch.count {
-                    events.append(ExportedEvent(seq: Int64(batch.seq(i)), line: String(decoding: batch.entry(i), as: UTF8.self), proof: []))
-                }
-            }
-            let first = events.removeFirst()
-            let genesisProof = try checkedInclusionProof(record: 0, line: Array(first.line.utf8), checkpoint: checkpoint, view)
-            return AuditExport(
-                scope: .all, ledger: genesis.ledgerName, verifierKey: try verifierKey.text, checkpoint: note,
-                catalog: CatalogCodec.encode(catalog),
-                genesis: ExportedEvent(seq: 0, line: first.line, proof: genesisProof),
-                subject: nil, events: events, state: nil
-            )
+            return try exportAll(view, checkpoint: checkpoint, note: SignedNote.sign(checkpoint.text, key: try verifierKey, signer: signer))
         }
     }
-}
 
+    private func exportAll(_ view: LogView, checkpoint: Checkpoint, note: String) throws -> AuditExport {
+        var events: [ExportedEvent] = []
+        try view.tx.entries(0..<view.size, batchSize: 4096, indexedKeys: false) { batch in
+            for i in 0..<batch.count {
+                events.append(ExportedEvent(seq: Int64(batch.seq(i)), line: String(decoding: batch.entry(i), as: UTF8.self), proof: []))
+            }
+        }
+        let first = events.removeFirst()
+        let genesisProof = try checkedInclusionProof(record: 0, line: Array(first.line.utf8), checkpoint: checkpoint, view)
+        return AuditExport(
+            scope: .all, ledger: genesis.ledgerName, verifierKey: try verifierKey.text, checkpoint: note,
+            catalog: CatalogCodec.encode(catalog),
+            genesis: ExportedEvent(seq: 0, line: first.line, proof: genesisProof),
+            subject: nil, events: events, state: nil
+        )
+    }
+}

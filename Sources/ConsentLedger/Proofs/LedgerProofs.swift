@@ -52,14 +52,34 @@ extension Ledger {
         return proof
     }
 
-    /// The current signed checkpoint: a C2SP `tlog-checkpoint` signed as a `signed-note`.
+    /// The newest signed head when it covers the whole log, its signature checked: the
+    /// checkpoint that checkpoints, exports and proofs hand out. It was signed when its commit
+    /// was made, so handing it out needs no key.
+    func coveringSignedHead(_ view: LogView) throws -> SignedHead? {
+        let log = view.log
+        guard let head = log.signedHead, head.checkpoint.size == Int64(log.size), head.chainHead.seq == log.last.event.seq,
+            head.chainHead.hash == chain.hash(ofBody: log.last.body)
+        else { return nil }
+        try checkSignedHead(log)
+        return head
+    }
+
+    /// The current signed checkpoint: a C2SP `tlog-checkpoint` signed as a `signed-note`. It is
+    /// the ledger's signed head (a checkpoint with the extension line `chain HASH`), so no key is
+    /// needed; only a log whose newest events no head covers yet (an older layout, or a write
+    /// interrupted between its events and its head) has one signed now.
     public func signedCheckpoint() throws -> (checkpoint: Checkpoint, note: String) {
-        let signer = try signingKey()
-        let issued = try reading { view in
-            let checkpoint = try currentCheckpoint(view)
-            return (checkpoint, SignedNote.sign(checkpoint.text, key: try verifierKey, signer: signer))
+        let issued: (checkpoint: Checkpoint, note: String)
+        if let head = try reading({ view in try coveringSignedHead(view) }) {
+            issued = (head.checkpoint, head.note)
+        } else {
+            let signer = try signingKey()
+            issued = try reading { view in
+                let checkpoint = try currentCheckpoint(view)
+                return (checkpoint, SignedNote.sign(checkpoint.text, key: try verifierKey, signer: signer))
+            }
         }
-        recordIssued(IssuedCheckpoint(size: issued.0.size, note: issued.1))
+        recordIssued(IssuedCheckpoint(size: issued.checkpoint.size, note: issued.note))
         return issued
     }
 
