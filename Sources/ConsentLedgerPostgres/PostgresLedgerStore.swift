@@ -40,7 +40,7 @@ public final class PostgresLedgerStore: LedgerStore {
     private let writerKeys: (any KeyStore)?
 
     /// A store at `address`. `keyStore` is where writers find the signing key (a key file,
-    /// ``FileKeyStore``, or a key store of your own, such as one backed by a KMS); without it the
+    /// `FileKeyStore`, or a key store of your own, such as one backed by a KMS); without it the
     /// ledger can be read and verified, and writes fail with `ConsentError.notFound(.signingKey, _)`.
     public init(address: PostgresLedgerAddress, keyStore: (any KeyStore)? = nil) throws {
         self.address = address

@@ -349,7 +349,7 @@ extension LedgerReadTransaction {
 
 /// Where a ledger's signing key file is kept: apart from the log, so that reads, exports of
 /// evidence and proofs never need it, and a signer kept elsewhere can take its place. A key
-/// store keeps bytes; what they mean (`Spec/key-file.md`) is ``SigningKeyFile``'s business.
+/// store keeps bytes; what they mean (`Spec/key-file.md`) is `SigningKeyFile`'s business.
 public protocol KeyStore: Sendable {
     /// Where the key is, for messages.
     var keyLocation: String { get }

@@ -211,7 +211,7 @@ public final class Ledger: Sendable {
     }
 
     /// Opens a ledger that signs with `signer`, a signer of your own: one whose secret key never
-    /// enters this process, such as an HSM or a cloud KMS behind ``EventSigner`` (which signs a
+    /// enters this process, such as an HSM or a cloud KMS behind `EventSigner` (which signs a
     /// message with Ed25519 and names its public key). No key store is read. The signer's public
     /// key must be the ledger's.
     public static func open(store: any LedgerStore, signer: any EventSigner, clock: @escaping LedgerClock = systemClock, random: @escaping RandomSource = systemRandom) throws -> Ledger {

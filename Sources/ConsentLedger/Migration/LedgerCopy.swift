@@ -3,7 +3,7 @@ import LedgerStorage
 import TransparencyLog
 import ConsentDomain
 
-/// What ``LedgerCopy/copy(from:to:batchLines:)`` copied, and the checks it made on the copy.
+/// What ``LedgerCopy/copy(from:to:keys:passphrase:batchLines:)`` copied, and the checks it made on the copy.
 public struct LedgerCopyReport: Hashable, Sendable {
     /// Events copied, the genesis event included.
     public let events: Int
