@@ -147,4 +147,54 @@ import Testing
         #expect(try ConsentctlTests.run(["export", "--subject", "alice", "--out", dir + "/alice.json"], ledger: ledger, environment: unlocked).status == 0)
         #expect(try ConsentctlTests.run(["verify-export", dir + "/alice.json", "--key", key], ledger: nil).status == 0)
     }
+
+    /// Runs consentctl on a pseudo-terminal (util-linux `script`), answering each prompt as it
+    /// appears; returns the exit status and the terminal's transcript.
+    static func onTerminal(_ arguments: [String], answers: [String]) throws -> (status: Int32, transcript: String) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/script")
+        let command = ([ConsentctlTests.binary] + arguments).map { "'" + $0 + "'" }.joined(separator: " ")
+        process.arguments = ["-qec", command, "/dev/null"]
+        var env = ProcessInfo.processInfo.environment
+        for name in ["CONSENTCTL_PASSPHRASE", "CONSENTCTL_NEW_PASSPHRASE", "CONSENTCTL_LEDGER", "CONSENTCTL_STORE"] { env.removeValue(forKey: name) }
+        process.environment = env
+        let input = Pipe(), output = Pipe()
+        process.standardInput = input
+        process.standardOutput = output
+        process.standardError = output
+        try process.run()
+        var transcript = Data()
+        let reader = output.fileHandleForReading
+        for (i, answer) in answers.enumerated() {
+            // Wait for the (i+1)-th prompt, which ends with ": ", before typing the answer: a
+            // prompt flushes what was typed ahead of it.
+            let deadline = Date().addingTimeInterval(30)
+            while String(decoding: transcript, as: UTF8.self).components(separatedBy: ": ").count <= i + 1, Date() < deadline {
+                let chunk = reader.availableData
+                if chunk.isEmpty { break }
+                transcript.append(chunk)
+            }
+            input.fileHandleForWriting.write(Data((answer + "\n").utf8))
+        }
+        try input.fileHandleForWriting.close()
+        transcript.append(reader.readDataToEndOfFile())
+        process.waitUntilExit()
+        return (process.terminationStatus, String(decoding: transcript, as: UTF8.self))
+    }
+
+    /// At a terminal the passphrase is asked for without echo (twice for a new key), and a
+    /// mistyped confirmation creates nothing.
+    @Test func aTerminalIsAskedWithoutEcho() throws {
+        let dir = ConsentctlTests.temporaryFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        #expect(FileManager.default.isExecutableFile(atPath: "/usr/bin/script"), "util-linux script runs the command on a pseudo-terminal")
+        let mismatched = try Self.onTerminal(["--ledger", dir + "/other", "init"], answers: [Self.passphrase, Self.passphrase + "!"])
+        #expect(mismatched.status == 64 && mismatched.transcript.contains("the two passphrases differ"), "\(mismatched.transcript)")
+        #expect(!FileManager.default.fileExists(atPath: dir + "/other/ledger.jsonl"))
+        let created = try Self.onTerminal(["--ledger", dir + "/ledger", "init"], answers: [Self.passphrase, Self.passphrase])
+        #expect(created.status == 0 && created.transcript.contains("New passphrase for the signing key: "), "\(created.transcript)")
+        #expect(!created.transcript.contains(Self.passphrase), "nothing typed is echoed")
+        let give = try Self.onTerminal(["--ledger", dir + "/ledger"] + Self.give, answers: [Self.passphrase])
+        #expect(give.status == 0 && give.transcript.contains("Passphrase for the signing key \(dir)/ledger/secret.key: ") && !give.transcript.contains(Self.passphrase), "\(give.transcript)")
+    }
 }
