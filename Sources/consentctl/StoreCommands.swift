@@ -107,6 +107,13 @@ struct Apply: ParsableCommand {
     @Flag(help: "Append all commands in one atomic write, or none of them.")
     var atomic = false
 
+    func validate() throws {
+        // Both would read standard input to its end: the passphrase would swallow the commands.
+        if file == "-", root.passphraseFD == 0 {
+            throw ValidationError("apply - reads the commands from standard input, so the passphrase cannot come from descriptor 0 too; give --passphrase-fd 3 (3< FILE) or --passphrase-file")
+        }
+    }
+
     func run() throws {
         let source = file == "-" ? "standard input" : file
         // The command being appended, so that a failure names its line; nil while reading and

@@ -197,4 +197,16 @@ import Testing
         let give = try Self.onTerminal(["--ledger", dir + "/ledger"] + Self.give, answers: [Self.passphrase])
         #expect(give.status == 0 && give.transcript.contains("Passphrase for the signing key \(dir)/ledger/secret.key: ") && !give.transcript.contains(Self.passphrase), "\(give.transcript)")
     }
+
+    /// `apply -` reads its commands from standard input, so the passphrase cannot come from
+    /// descriptor 0 as well (it would read the commands to their end): refused, nothing appended.
+    @Test func applyFromStandardInputAndAPassphraseFromItAreRefusedTogether() throws {
+        let (dir, ledger) = try Self.encryptedLedger()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let before = ConsentctlTests.snapshot(ledger)
+        let run = try ConsentctlTests.run(["--passphrase-fd", "0", "apply", "-"], ledger: ledger,
+                                          input: #"{"subject":"alice","feature":"timeline","give":["required"]}"# + "\n")
+        #expect(run.status == 64 && run.stderr.contains("the passphrase cannot come from descriptor 0 too"), "\(run.stderr)")
+        #expect(ConsentctlTests.snapshot(ledger) == before)
+    }
 }
