@@ -123,7 +123,7 @@ struct ConsentCtl: ParsableCommand {
     var keyFile: String?
 
     @Option(name: .customLong("passphrase-file"), help: ArgumentHelp(
-        "Read the signing key's passphrase from FILE (its one trailing line end is dropped). Only commands that sign read it.",
+        "Read the signing key's passphrase from FILE, a file or a pipe such as <(pass show clinic) (its one trailing line end is dropped). Only commands that sign read it.",
         valueName: "FILE"))
     var passphraseFile: String?
 

@@ -63,11 +63,26 @@ struct PassphraseOptions {
         }
         defer { close(fd) }
         var st = stat()
-        guard fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else {
-            throw ConsentError.invalidRequest("the passphrase file \(path) is not a regular file")
+        guard fstat(fd, &st) == 0 else { throw ConsentError.invalidRequest("cannot read the passphrase file \(path): \(String(cString: strerror(errno)))") }
+        switch st.st_mode & S_IFMT {
+        case S_IFREG:
+            break
+        case S_IFIFO:
+            // A pipe, as process substitution gives (--passphrase-file <(pass show clinic)):
+            // wait a while for its writer, never forever.
+            var waiting = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            guard poll(&waiting, 1, Self.pipeTimeoutMilliseconds) == 1 else {
+                throw ConsentError.invalidRequest("the passphrase pipe \(path) gave nothing within \(Self.pipeTimeoutMilliseconds / 1000) seconds")
+            }
+            _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)
+        default:
+            throw ConsentError.invalidRequest("the passphrase file \(path) is neither a regular file nor a pipe")
         }
         return try readAll(fd: fd, what: path)
     }
+
+    /// How long a passphrase pipe may take to deliver.
+    static let pipeTimeoutMilliseconds: Int32 = 30_000
 
     /// Reads to the end (at most ``maximumBytes``), dropping one trailing "\n" or "\r\n".
     static func readAll(fd: Int32, what: String) throws -> SecretBytes {

@@ -209,4 +209,25 @@ import Testing
         #expect(run.status == 64 && run.stderr.contains("the passphrase cannot come from descriptor 0 too"), "\(run.stderr)")
         #expect(ConsentctlTests.snapshot(ledger) == before)
     }
+
+    /// A passphrase file may be a pipe, as process substitution gives
+    /// (`--passphrase-file <(pass show clinic)`); a folder is refused.
+    @Test func aPassphraseFileMayBeAPipe() throws {
+        let (dir, ledger) = try Self.encryptedLedger()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let pipe = dir + "/passphrase.pipe"
+        #expect(mkfifo(pipe, 0o600) == 0)
+        let writer = Thread {
+            let fd = open(pipe, O_WRONLY)
+            guard fd >= 0 else { return }
+            let line = Array((Self.passphrase + "\n").utf8)
+            _ = line.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+            close(fd)
+        }
+        writer.start()
+        let give = try ConsentctlTests.run(["--passphrase-file", pipe] + Self.give, ledger: ledger)
+        #expect(give.status == 0, "\(give.stderr)")
+        let folder = try ConsentctlTests.run(["--passphrase-file", dir] + Self.give, ledger: ledger)
+        #expect(folder.status == 64 && folder.stderr.contains("is neither a regular file nor a pipe"), "\(folder.stderr)")
+    }
 }
