@@ -69,6 +69,66 @@ def call(base, method, path, token=None, body=None):
         return e.code, json.loads(e.read() or b"null")
 
 
+def b64url(data):
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def idp_token(signing_key, kid, sub, now, lifetime=600, iss="consent-service", aud="consent-service"):
+    """A JWT as an identity provider signs it: EdDSA over Ed25519 (RFC 8037), written from RFC 7519
+    with PyNaCl, independently of jwt-kit."""
+    header = b64url(json.dumps({"alg": "EdDSA", "kid": kid, "typ": "JWT"}).encode())
+    claims = b64url(json.dumps({"iss": iss, "aud": aud, "sub": sub, "role": "subject", "iat": now, "exp": now + lifetime, "jti": os.urandom(8).hex()}).encode())
+    signature = signing_key.sign((header + "." + claims).encode()).signature
+    return header + "." + claims + "." + b64url(signature)
+
+
+def check_jwks_url(binary, work):
+    """--jwks URL: the identity provider's keys fetched at start; its tokens are accepted, a key it
+    does not list is not, and http from another machine is refused."""
+    import http.server
+    import threading
+    import nacl.signing
+    idp = nacl.signing.SigningKey.generate()
+    jwks = json.dumps({"keys": [{"kty": "OKP", "crv": "Ed25519", "alg": "EdDSA", "kid": "idp-1", "x": b64url(bytes(idp.verify_key))}]}).encode()
+
+    class Keys(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if self.path == "/jwks.json" else 404)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(jwks if self.path == "/jwks.json" else b"{}")
+
+        def log_message(self, *args):
+            pass
+
+    keys = http.server.HTTPServer(("127.0.0.1", 0), Keys)
+    threading.Thread(target=keys.serve_forever, daemon=True).start()
+    port = free_port()
+    url = "http://127.0.0.1:%d/jwks.json" % keys.server_address[1]
+    service = subprocess.Popen([binary, "serve", "--store", os.path.join(work, "jwks-ledger"), "--port", str(port), "--token-key", os.path.join(work, "jwks-token.key"),
+                                "--insecure-plaintext-key", "--jwks", url], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = "http://127.0.0.1:%d" % port
+    try:
+        for _ in range(100):
+            try:
+                if call(base, "get", "/v1/checkpoint")[0] == 401:
+                    break
+            except OSError:
+                time.sleep(0.1)
+        now = int(time.time())
+        status, _ = call(base, "get", "/v1/subjects/alice/active", idp_token(idp, "idp-1", "alice", now))
+        check("--jwks URL: a token of the identity provider's listed key is accepted", status == 200, "got %d" % status)
+        status, _ = call(base, "get", "/v1/subjects/alice/active", idp_token(nacl.signing.SigningKey.generate(), "idp-1", "alice", now))
+        check("--jwks URL: a token signed by a key the JWKS does not list is refused (401)", status == 401, "got %d" % status)
+    finally:
+        service.terminate()
+        service.wait(timeout=10)
+        keys.shutdown()
+    r = subprocess.run([binary, "serve", "--store", os.path.join(work, "jwks-ledger"), "--port", str(free_port()), "--token-key", os.path.join(work, "jwks-token.key"),
+                        "--jwks", "http://idp.example/jwks.json"], capture_output=True, text=True, timeout=60)
+    check("--jwks over http from another machine is refused (64)", r.returncode == 64 and "fetched over https" in r.stderr, r.stderr.strip()[:200])
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -148,6 +208,8 @@ try:
             check("a token key with CRLF line ends is read as it is", r.returncode == 0 and after == data, r.stderr.strip()[:200])
         else:
             check("a token key %s stops the command and is left as it is" % name, r.returncode == 64 and "cannot use the token key" in r.stderr and after == data, r.stderr.strip()[:200])
+    if not store.startswith("postgres"):
+        check_jwks_url(binary, work)
 finally:
     server.terminate()
     server.wait(timeout=10)

@@ -2,7 +2,7 @@
 //
 //   consent-service serve [--store DIR|postgres://…] [--port 8080] [--token-key FILE]
 //                         [--key-file FILE] [--passphrase-file FILE] [--insecure-plaintext-key]
-//                         [--issuer ISS] [--audience AUD] [--max-token-lifetime SECONDS] [--jwks FILE]
+//                         [--issuer ISS] [--audience AUD] [--max-token-lifetime SECONDS] [--jwks FILE|URL]
 //   consent-service token (--subject ID | --auditor NAME) [--ttl SECONDS] [--token-key FILE]
 //                         [--issuer ISS] [--audience AUD] [--max-token-lifetime SECONDS]
 //
@@ -17,13 +17,18 @@
 // Bearer tokens are JWTs signed with EdDSA (Ed25519), checked for issuer, audience, expiry and
 // a maximum lifetime (default 12 hours). The service's own token key (a key file in the plaintext
 // form of Spec/key-file.md, mode 0600) signs the tokens of `consent-service token`; it is created
-// when missing and never replaced: an unreadable or malformed one stops the service. --jwks FILE
+// when missing and never replaced: an unreadable or malformed one stops the service. --jwks FILE or
+// --jwks URL (https; fetched once at start)
 // adds the keys of the hospital's identity provider.
 import ConsentLedger
 import ConsentLedgerPostgres
 import ConsentServiceCore
 import Hummingbird
 import Logging
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 
 #if canImport(Glibc)
 import Glibc
@@ -67,6 +72,30 @@ let policy = AccessTokens.Policy(
     issuer: option("--issuer") ?? "consent-service", audience: option("--audience") ?? "consent-service",
     maximumLifetime: integer("--max-token-lifetime", default: 12 * 3600, in: 60...(30 * 86400)))
 
+/// The identity provider's keys: a JWKS file, or a URL fetched once at start (https, or http to
+/// this machine only: keys fetched in the clear from elsewhere could be anyone's).
+func readJWKS(_ source: String) async -> String {
+    guard source.hasPrefix("https://") || source.hasPrefix("http://") else {
+        do { return String(decoding: try LocalFile.read(source, limit: 1 << 20), as: UTF8.self) } catch { fail("cannot read the JWKS file \(source): \(error)") }
+    }
+    guard let url = URL(string: source), let host = url.host else { fail("--jwks \(source) is not a URL") }
+    if url.scheme == "http", !["127.0.0.1", "localhost", "::1"].contains(host) {
+        fail("--jwks \(source): an identity provider's keys are fetched over https (http only from this machine)")
+    }
+    var request = URLRequest(url: url, timeoutInterval: 10)
+    request.setValue("application/json", forHTTPHeaderField: "Accept")
+    do {
+        let (data, response) = try await URLSession.shared.data(for: request)
+        guard let status = (response as? HTTPURLResponse)?.statusCode, status == 200 else {
+            fail("--jwks \(source) answered \((response as? HTTPURLResponse)?.statusCode ?? 0), not 200")
+        }
+        guard data.count <= 1 << 20 else { fail("--jwks \(source) sent more than 1 MiB") }
+        return String(decoding: data, as: UTF8.self)
+    } catch {
+        fail("cannot fetch the JWKS \(source): \(error)")
+    }
+}
+
 func accessTokens(jwks: String? = nil) async -> AccessTokens {
     do { return try await AccessTokens(signer: tokenKey(), policy: policy, jwks: jwks) } catch { fail("cannot set up token checking: \(error)") }
 }
@@ -82,8 +111,8 @@ case "serve":
     let storeSpec = configured.flatMap { $0.isEmpty ? nil : $0 } ?? "consent-ledger"
     let port = Int(integer("--port", default: 8080, in: 1...65535))
     var jwks: String?
-    if let path = option("--jwks") {
-        do { jwks = String(decoding: try LocalFile.read(path, limit: 1 << 20), as: UTF8.self) } catch { fail("cannot read the JWKS file \(path): \(error)") }
+    if let source = option("--jwks") {
+        jwks = await readJWKS(source)
     }
     let store: any LedgerStore
     do {
@@ -139,5 +168,5 @@ case "serve":
     logger.logLevel = .info
     try await makeApplication(consents: consents, tokens: await accessTokens(jwks: jwks), port: port, logger: logger).runService()
 default:
-    fail("usage: consent-service serve [--store DIR|postgres://USER@HOST:PORT/DB?schema=NAME] [--port N] [--token-key FILE] [--key-file FILE] [--passphrase-file FILE] [--insecure-plaintext-key] [--issuer ISS] [--audience AUD] [--max-token-lifetime S] [--jwks FILE] | token (--subject ID | --auditor NAME) [--ttl S] [--token-key FILE] [--issuer ISS] [--audience AUD] [--max-token-lifetime S]")
+    fail("usage: consent-service serve [--store DIR|postgres://USER@HOST:PORT/DB?schema=NAME] [--port N] [--token-key FILE] [--key-file FILE] [--passphrase-file FILE] [--insecure-plaintext-key] [--issuer ISS] [--audience AUD] [--max-token-lifetime S] [--jwks FILE|URL] | token (--subject ID | --auditor NAME) [--ttl S] [--token-key FILE] [--issuer ISS] [--audience AUD] [--max-token-lifetime S]")
 }
