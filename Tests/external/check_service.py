@@ -69,6 +69,16 @@ def call(base, method, path, token=None, body=None):
         return e.code, json.loads(e.read() or b"null")
 
 
+def wait_until_up(base):
+    """Waits (up to 10 s) until the service answers: an unauthenticated call gets its 401."""
+    for _ in range(100):
+        try:
+            if call(base, "get", "/v1/checkpoint")[0] == 401:
+                return
+        except OSError:
+            time.sleep(0.1)
+
+
 def b64url(data):
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
@@ -109,12 +119,7 @@ def check_jwks_url(binary, work):
                                 "--insecure-plaintext-key", "--jwks", url], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = "http://127.0.0.1:%d" % port
     try:
-        for _ in range(100):
-            try:
-                if call(base, "get", "/v1/checkpoint")[0] == 401:
-                    break
-            except OSError:
-                time.sleep(0.1)
+        wait_until_up(base)
         now = int(time.time())
         status, _ = call(base, "get", "/v1/subjects/alice/active", idp_token(idp, "idp-1", "alice", now))
         check("--jwks URL: a token of the identity provider's listed key is accepted", status == 200, "got %d" % status)
@@ -149,12 +154,7 @@ base = "http://127.0.0.1:%d" % port
 try:
     validate_spec(SPEC)
     check("Spec/openapi.yaml is a valid OpenAPI 3.1 document", True)
-    for _ in range(100):
-        try:
-            if call(base, "get", "/v1/checkpoint")[0] == 401:
-                break
-        except OSError:
-            time.sleep(0.1)
+    wait_until_up(base)
     token = lambda *args: subprocess.run([binary, "token", *args, "--token-key", key], capture_output=True, text=True, check=True).stdout.strip()
     alice, bob, auditor = token("--subject", "alice"), token("--subject", "bob"), token("--auditor", "dpo")
     T = "/v1/subjects/{subject}"
