@@ -39,7 +39,9 @@ test-deps: deps
 
 ## The seed scenario against a ledger in a temporary folder.
 demo: build
-	bash Samples/demo.sh "$$(swift build --show-bin-path)/consentctl"
+	@echo "==> building the witness server (Samples/ConsentService: Hummingbird; the first build takes a few minutes)"
+	cd Samples/ConsentService && swift build --product consent-witness
+	bash Samples/demo.sh "$$(swift build --show-bin-path)/consentctl" "$$(cd Samples/ConsentService && swift build --show-bin-path)/consent-witness"
 
 ## Every test: Swift Testing (unit, property, tamper, end-to-end, PostgreSQL), the independent
 ## Python verifiers of Spec/vectors, the scaling simulation's self-test, and the outside-tool
@@ -71,11 +73,13 @@ test-with-postgres:
 	python3 Spec/vectors/verify_export.py
 	python3 Spec/vectors/verify_state.py
 	python3 Spec/vectors/verify_key_file.py
+	python3 Spec/vectors/verify_witness.py
 	python3 Spec/scaling_sim.py --self-test
 	python3 Tests/external/check_outputs.py "$$(swift build $(PG_BUILD) --show-bin-path)/consentctl"
 	python3 Tests/external/check_schemas.py "$$(swift build $(PG_BUILD) --show-bin-path)/consentctl"
 	python3 Tests/external/check_fhir.py "$$(swift build $(PG_BUILD) --show-bin-path)/consentctl" --histories 1000 --edge-cases
 	cd Samples/ConsentService && swift test --skip-build
+	python3 Tests/external/check_witness.py "$$(swift build $(PG_BUILD) --show-bin-path)/consentctl" "$$(cd Samples/ConsentService && swift build --show-bin-path)/consent-witness"
 	python3 Tests/external/check_service.py "$$(cd Samples/ConsentService && swift build --show-bin-path)/consent-service"
 	python3 Tests/external/check_service.py "$$(cd Samples/ConsentService && swift build --show-bin-path)/consent-service" "$$CONSENTLEDGER_TEST_POSTGRES_URL?schema=service_check"
 

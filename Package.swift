@@ -12,6 +12,8 @@ import PackageDescription
 //                    the file and memory storages, the key store.
 //   ConsentLedger    the ledger: one commit path, reads, proofs, verification, ConsentManager.
 //   ConsentReports   audit reports (text, CSV, HTML) and FHIR R5 Consent resources.
+//   LogWitness       a C2SP tlog-witness: cosigns checkpoints it checked for consistency (no HTTP;
+//                    the server is consent-witness in Samples/ConsentService).
 //   consentctl       the command-line tool.
 //   ConsentLedgerPostgres  the PostgreSQL storage (postgres-nio), only with the PostgreSQL trait.
 // By default nothing here builds NIO: `swift build` compiles ConsentLedgerPostgres as an empty
@@ -30,6 +32,7 @@ let package = Package(
         .library(name: "ConsentLedger", targets: ["ConsentLedger"]),
         .library(name: "ConsentReports", targets: ["ConsentReports"]),
         .library(name: "ConsentLedgerPostgres", targets: ["ConsentLedgerPostgres"]),
+        .library(name: "LogWitness", targets: ["LogWitness"]),
         .executable(name: "consentctl", targets: ["consentctl"]),
         .executable(name: "consent-bench", targets: ["consent-bench"]),
     ],
@@ -64,6 +67,7 @@ let package = Package(
         .target(name: "LedgerStorage", dependencies: ["LedgerFormat"], swiftSettings: crossModule),
         .target(name: "ConsentLedger", dependencies: ["ConsentDomain", "TransparencyLog", "LedgerFormat", "LedgerStorage"], swiftSettings: crossModule),
         .target(name: "ConsentReports", dependencies: ["ConsentLedger"], swiftSettings: crossModule),
+        .target(name: "LogWitness", dependencies: ["TransparencyLog", "LedgerFormat", "LedgerStorage"]),
         .target(name: "ConsentLedgerPostgres", dependencies: [
             "LedgerStorage",
             .product(name: "PostgresNIO", package: "postgres-nio", condition: .when(traits: ["PostgreSQL"])),
@@ -94,6 +98,7 @@ let package = Package(
                 "ConsentReports",
                 "LedgerFormat",
                 "LedgerStorage",
+                "LogWitness",
                 "TransparencyLog",
                 .product(name: "PropertyBased", package: "swift-property-based"),
             ]

@@ -3,9 +3,10 @@
 # and withdraw consents (the rules are in docs/consent-rules.md), the clinic publishes a new
 # notice, an auditor checks the evidence, a patient gets their own page, and someone tampers with
 # the log.
-# Usage: Samples/demo.sh [path/to/consentctl]
+# Usage: Samples/demo.sh [path/to/consentctl] [path/to/consent-witness]
 set -euo pipefail
 consentctl=${1:-consentctl}
+witness_server=${2:-}
 samples=$(dirname "${BASH_SOURCE[0]}")
 work=$(mktemp -d /tmp/consent-demo.XXXXXX)
 export CONSENTCTL_LEDGER=$work/ledger
@@ -73,11 +74,31 @@ key=$("$consentctl" key show)
 run export --subject alice --out "$work/alice.json"
 run verify-export "$work/alice.json" --key "$key"
 
-chapter "9. Alice asks for her own records"
+chapter "9. A witness sees the same history"
+if [[ -n $witness_server ]]; then
+  say "A witness cosigns a checkpoint only if it extends the last one it cosigned (C2SP tlog-witness), so the clinic cannot show one history to one auditor and another to the next. The witness has a key of its own, and the auditor pins it too."
+  export CONSENT_WITNESS_PASSPHRASE="witness passphrase, not the clinic's"
+  CONSENTCTL_PASSPHRASE=$CONSENT_WITNESS_PASSPHRASE run witness keygen --name witness.example/demo --key "$work/witness.key"
+  witness_key=$("$consentctl" witness show --name witness.example/demo --key "$work/witness.key")
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  "$witness_server" serve --key "$work/witness.key" --name witness.example/demo --log "$key" --state "$work/witness-state" --port "$port" > "$work/witness.log" 2>&1 &
+  witness_pid=$!
+  trap 'kill $witness_pid 2>/dev/null || true' EXIT
+  for _ in $(seq 100); do curl -fs "http://127.0.0.1:$port/" > /dev/null 2>&1 && break; sleep 0.1; done
+  run checkpoint --witness-url "http://127.0.0.1:$port" --witness "$witness_key"
+  say "The cosignature is recorded with the checkpoint, so exports carry it; the auditor asks for it:"
+  run export --subject alice --out "$work/alice-witnessed.json"
+  run verify-export "$work/alice-witnessed.json" --key "$key" --witness "$witness_key" --quorum 1
+  kill $witness_pid 2>/dev/null || true
+else
+  say "(Skipped: give the path of consent-witness as the second argument; make demo does.)"
+fi
+
+chapter "10. Alice asks for her own records"
 run export --subject alice --format html --lang en --out "$work/alice.html"
 run export --subject alice --format fhir --out "$work/alice.fhir.json"
 
-chapter "10. Someone edits the log"
+chapter "11. Someone edits the log"
 say "One byte flipped in the event at seq 3, then verify again:"
 python3 - "$CONSENTCTL_LEDGER/ledger.jsonl" <<'FLIP'
 import sys

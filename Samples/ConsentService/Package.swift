@@ -9,6 +9,7 @@ let package = Package(
     platforms: [.macOS(.v14)],
     products: [
         .executable(name: "consent-service", targets: ["consent-service"]),
+        .executable(name: "consent-witness", targets: ["consent-witness"]),
     ],
     dependencies: [
         .package(name: "ConsentLedger", path: "../..", traits: ["PostgreSQL"]),
@@ -25,8 +26,17 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ]),
         .executableTarget(name: "consent-service", dependencies: ["ConsentServiceCore"]),
+        // The witness server: C2SP tlog-witness over Hummingbird, around the root package's LogWitness.
+        .target(name: "ConsentWitnessCore", dependencies: [
+            .product(name: "LogWitness", package: "ConsentLedger"),
+            .product(name: "ConsentLedger", package: "ConsentLedger"),
+            .product(name: "Hummingbird", package: "hummingbird"),
+            .product(name: "Logging", package: "swift-log"),
+        ]),
+        .executableTarget(name: "consent-witness", dependencies: ["ConsentWitnessCore"]),
         .testTarget(name: "ConsentServiceTests", dependencies: [
             "ConsentServiceCore",
+            "ConsentWitnessCore",
             .product(name: "HummingbirdTesting", package: "hummingbird"),
             .product(name: "Logging", package: "swift-log"),
         ]),

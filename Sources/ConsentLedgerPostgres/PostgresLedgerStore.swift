@@ -398,7 +398,9 @@ final class PostgresLedgerTransaction: LedgerWriteTransaction {
 
     func recordCheckpoint(_ checkpoint: IssuedCheckpoint) throws {
         try session.query(
-            "INSERT INTO \(s).checkpoints (size, note) VALUES ($1, $2) ON CONFLICT (size) DO NOTHING",
+            checkpoint.replaces
+                ? "INSERT INTO \(s).checkpoints (size, note) VALUES ($1, $2) ON CONFLICT (size) DO UPDATE SET note = EXCLUDED.note, recorded_at = now()"
+                : "INSERT INTO \(s).checkpoints (size, note) VALUES ($1, $2) ON CONFLICT (size) DO NOTHING",
             PostgresBindings(checkpoint.size, checkpoint.note))
     }
 }

@@ -219,7 +219,10 @@ public struct ExportVerificationReport: Hashable, Sendable {
 
 /// Checks an export offline, with nothing but the ledger's verifier key pinned by the auditor.
 public enum ExportVerifier {
-    public static func verify(_ bytes: [UInt8], pinnedKey: NoteVerifierKey, hasher: any SHA256Hasher = OpenSSLSHA256(), verifier: any SignatureVerifier = Sodium()) throws(ExportVerificationError) -> ExportVerificationReport {
+    ///
+    /// With `witnesses`, the checkpoint must also carry valid cosignatures from a quorum of them
+    /// (C2SP `tlog-cosignature`): proof that the ledger showed witnesses this same history.
+    public static func verify(_ bytes: [UInt8], pinnedKey: NoteVerifierKey, witnesses: WitnessPolicy? = nil, hasher: any SHA256Hasher = OpenSSLSHA256(), verifier: any SignatureVerifier = Sodium()) throws(ExportVerificationError) -> ExportVerificationReport {
         let bundle = try AuditExport(bytes: bytes)
         // 1. The key inside the bundle is a convenience; only the pinned key is trusted.
         guard bundle.verifierKey.utf8.elementsEqual(pinnedKey.text.utf8) else {
@@ -228,6 +231,7 @@ public enum ExportVerifier {
         let checkpoint: Checkpoint
         do {
             checkpoint = try Checkpoint(text: SignedNote.open(bundle.checkpoint, key: pinnedKey, verifier: verifier))
+            try witnesses?.check(bundle.checkpoint, verifier: verifier)
         } catch {
             throw ExportVerificationError(seq: nil, "checkpoint: \(error)")
         }
@@ -405,11 +409,14 @@ public enum ExportVerifier {
     }
 
     /// Checks a consistency proof between two signed checkpoints, offline.
-    public static func verifyConsistency(_ proof: ConsistencyProof, pinnedKey: NoteVerifierKey, hasher: any SHA256Hasher = OpenSSLSHA256(), verifier: any SignatureVerifier = Sodium()) throws(ExportVerificationError) -> (old: Checkpoint, new: Checkpoint) {
+    /// With `witnesses`, the newer checkpoint must carry cosignatures from a quorum of them (the
+    /// older one is the checkpoint the auditor already holds and trusts).
+    public static func verifyConsistency(_ proof: ConsistencyProof, pinnedKey: NoteVerifierKey, witnesses: WitnessPolicy? = nil, hasher: any SHA256Hasher = OpenSSLSHA256(), verifier: any SignatureVerifier = Sodium()) throws(ExportVerificationError) -> (old: Checkpoint, new: Checkpoint) {
         let old: Checkpoint, new: Checkpoint
         do {
             old = try Checkpoint(text: SignedNote.open(proof.oldNote, key: pinnedKey, verifier: verifier))
             new = try Checkpoint(text: SignedNote.open(proof.newNote, key: pinnedKey, verifier: verifier))
+            try witnesses?.check(proof.newNote, verifier: verifier)
         } catch {
             throw ExportVerificationError(seq: nil, "checkpoint: \(error)")
         }

@@ -87,6 +87,9 @@ public enum ConsentError: Error, Hashable, Sendable, CustomStringConvertible {
     /// The signing key is encrypted and could not be unlocked: no passphrase was given, or it
     /// was not the key's passphrase. Nothing was changed.
     case keyLocked(String)
+    /// A service the command needs (a witness) did not answer, or refused for a reason that is
+    /// not evidence against the ledger. Nothing was lost; the request may be tried again.
+    case unavailable(String)
 
     public var description: String {
         switch self {
@@ -99,6 +102,7 @@ public enum ConsentError: Error, Hashable, Sendable, CustomStringConvertible {
         case .conflict(let m): return "conflict: \(m)"
         case .storage(let m): return "storage error: \(m)"
         case .keyLocked(let m): return m
+        case .unavailable(let m): return "unavailable: \(m)"
         }
     }
 

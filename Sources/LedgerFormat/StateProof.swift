@@ -161,7 +161,7 @@ public struct StateProofReport: Hashable, Sendable {
 /// Checks a state proof offline, with nothing but the ledger's verifier key pinned by the
 /// checker. See `Spec/state-proof.md` for the steps.
 public enum StateProofVerifier {
-    public static func verify(_ bytes: [UInt8], pinnedKey: NoteVerifierKey, hasher: any SHA256Hasher = OpenSSLSHA256(), verifier: any SignatureVerifier = Sodium()) throws(ExportVerificationError) -> StateProofReport {
+    public static func verify(_ bytes: [UInt8], pinnedKey: NoteVerifierKey, witnesses: WitnessPolicy? = nil, hasher: any SHA256Hasher = OpenSSLSHA256(), verifier: any SignatureVerifier = Sodium()) throws(ExportVerificationError) -> StateProofReport {
         let proof = try StateProof(bytes: bytes)
         func fail(_ seq: UInt64?, _ problem: String) -> ExportVerificationError { ExportVerificationError(seq: seq, problem) }
         // 1. Only the pinned key is trusted; the checkpoint is the ledger's signed head.
@@ -173,6 +173,7 @@ public enum StateProofVerifier {
         do {
             checkpointText = try SignedNote.open(proof.checkpoint, key: pinnedKey, verifier: verifier)
             checkpoint = try Checkpoint(text: checkpointText)
+            try witnesses?.check(proof.checkpoint, verifier: verifier)
         } catch {
             throw fail(nil, "checkpoint: \(error)")
         }

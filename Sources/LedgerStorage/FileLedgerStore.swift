@@ -851,7 +851,8 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         } catch ConsentError.notFound {
             return []
         }
-        var checkpoints: [IssuedCheckpoint] = []
+        // A later line of a size replaces an earlier one: the same checkpoint, witnessed since.
+        var checkpoints: [Int64: IssuedCheckpoint] = [:]
         var lineNumber = 0
         for line in bytes.split(separator: FileLedgerStore.newline, omittingEmptySubsequences: false).dropLast() {
             lineNumber += 1
@@ -860,10 +861,10 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
             else {
                 throw integrity("\(store.checkpointsPath) line \(lineNumber) is not {\"note\":…,\"size\":…}", kind: .head)
             }
-            checkpoints.append(IssuedCheckpoint(size: size, note: note))
+            checkpoints[size] = IssuedCheckpoint(size: size, note: note)
         }
         // Lines are in the order they were recorded, which concurrent writers may interleave.
-        return checkpoints.sorted { $0.size < $1.size }
+        return checkpoints.values.sorted { $0.size < $1.size }
     }
 
     // MARK: Writing
@@ -1058,7 +1059,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
     }
 
     func recordCheckpoint(_ checkpoint: IssuedCheckpoint) throws {
-        if try checkpoints().contains(where: { $0.size == checkpoint.size }) { return }
+        if try checkpoints().contains(where: { $0.size == checkpoint.size && ($0.note == checkpoint.note || !checkpoint.replaces) }) { return }
         var line: [UInt8] = []
         CanonicalJSON.serialize(.object(["note": .string(checkpoint.note), "size": .int(checkpoint.size)]), into: &line)
         line.append(FileLedgerStore.newline)

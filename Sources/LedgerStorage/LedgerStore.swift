@@ -204,10 +204,14 @@ public enum RecordedHead: Sendable {
 public struct IssuedCheckpoint: Hashable, Sendable {
     public let size: Int64
     public let note: String
+    /// Whether it replaces a recorded checkpoint of the same size: the ledger sets it only for
+    /// the same checkpoint with witnesses' cosignatures added.
+    public let replaces: Bool
 
-    public init(size: Int64, note: String) {
+    public init(size: Int64, note: String, replaces: Bool = false) {
         self.size = size
         self.note = note
+        self.replaces = replaces
     }
 }
 
@@ -331,7 +335,8 @@ public protocol LedgerWriteTransaction: LedgerReadTransaction {
     /// head after them could not be written (the next commit brings them up to date).
     func commit(_ commit: LedgerCommit) throws -> String?
 
-    /// Records a checkpoint the ledger signed, unless one of the same size is recorded.
+    /// Records a checkpoint the ledger signed, unless one of the same size is recorded; if
+    /// `checkpoint.replaces`, it takes that one's place.
     func recordCheckpoint(_ checkpoint: IssuedCheckpoint) throws
 }
 

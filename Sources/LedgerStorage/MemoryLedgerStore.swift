@@ -182,7 +182,7 @@ final class MemoryLedgerTransaction: LedgerWriteTransaction {
     }
 
     func recordCheckpoint(_ checkpoint: IssuedCheckpoint) throws {
-        if contents.checkpoints[checkpoint.size] == nil { contents.checkpoints[checkpoint.size] = checkpoint.note }
+        if contents.checkpoints[checkpoint.size] == nil || checkpoint.replaces { contents.checkpoints[checkpoint.size] = checkpoint.note }
     }
 }
 

@@ -54,8 +54,7 @@ public struct NoteVerifierKey: Hashable, Sendable, CustomStringConvertible {
     }
 
     static func keyHash(name: String, publicKey: PublicKey, hasher: any SHA256Hasher) -> UInt32 {
-        let digest = hasher.sha256(Array(name.utf8) + [0x0A, 0x01] + publicKey.bytes).bytes
-        return digest.prefix(4).reduce(0) { $0 << 8 | UInt32($1) }
+        VerifierKeyText.keyHash(name: name, algorithm: 0x01, publicKey: publicKey, hasher: hasher)
     }
 
     package static func checkName(_ name: String) throws(NoteError) {
@@ -66,24 +65,12 @@ public struct NoteVerifierKey: Hashable, Sendable, CustomStringConvertible {
 
     /// Parses `<name>+<hash>+<key>` and checks the hash against the name and key.
     public init(text: String, hasher: any SHA256Hasher = OpenSSLSHA256()) throws(NoteError) {
-        // name + hash + key, split at the first two '+' (base64 may hold more), as Go's note does.
-        let first = text.split(separator: "+", maxSplits: 1, omittingEmptySubsequences: false)
-        let rest = first.count == 2 ? first[1].split(separator: "+", maxSplits: 1, omittingEmptySubsequences: false) : []
-        let parts = first.count == 2 && rest.count == 2 ? [first[0], rest[0], rest[1]] : []
-        guard parts.count == 3, parts[1].utf8.count == 8, let hash = UInt32(parts[1], radix: 16),
-            parts[1].utf8.allSatisfy({ Hex.nibble($0) != nil })
-        else { throw NoteError("verifier key is not <name>+<8 hex digits>+<base64 key>") }
-        guard let keyBytes = Base64.decode(String(parts[2])), keyBytes.count == 33, keyBytes[0] == 0x01,
-            let key = PublicKey(bytes: Array(keyBytes[1...]))
-        else { throw NoteError("verifier key is not an Ed25519 key (algorithm byte 0x01 and 32 bytes)") }
-        try self.init(name: String(parts[0]), publicKey: key, hasher: hasher)
-        guard keyHash == hash else { throw NoteError("verifier key hash \(parts[1]) does not match its name and key") }
+        let (name, hash, key) = try VerifierKeyText.parse(text, algorithm: 0x01, kind: "an Ed25519 key")
+        try self.init(name: name, publicKey: key, hasher: hasher)
+        guard keyHash == hash else { throw NoteError("verifier key hash \(VerifierKeyText.hex(hash)) does not match its name and key") }
     }
 
-    public var text: String {
-        let hex = String(keyHash, radix: 16)
-        return "\(name)+\(String(repeating: "0", count: 8 - hex.count) + hex)+\(Base64.encode([0x01] + publicKey.bytes))"
-    }
+    public var text: String { VerifierKeyText.text(name: name, hash: keyHash, algorithm: 0x01, key: publicKey) }
 
     public var description: String { text }
 }
@@ -102,7 +89,32 @@ public enum SignedNote {
     /// Checks a note's signature by `key` and returns its text. Signatures by other keys are
     /// ignored; the note must carry one by `key`.
     public static func open(_ note: String, key: NoteVerifierKey, verifier: any SignatureVerifier = Sodium()) throws(NoteError) -> String {
-        guard note.utf8.count <= 1 << 20 else { throw NoteError("note is too large") }
+        let (text, signatures) = try split(note)
+        var found = false
+        for signature in signatures where signature.name == key.name && signature.keyHash == key.keyHash {
+            guard signature.bytes.count == 64, let signature = Signature(bytes: signature.bytes),
+                Array(text.utf8).withUnsafeBytes({ verifier.isValid(signature, of: $0, by: key.publicKey) })
+            else { throw NoteError("the signature by \(key.name) does not verify") }
+            found = true
+        }
+        guard found else { throw NoteError("the note has no signature by key \(key.text.split(separator: "+").prefix(2).joined(separator: "+"))") }
+        return text
+    }
+
+    /// One signature line of a note: the key's name, its 4-byte key hash and the bytes after it.
+    public struct SignatureLine: Hashable, Sendable {
+        public let name: String
+        public let keyHash: UInt32
+        public let bytes: [UInt8]
+
+        /// The line, with its final newline.
+        public var text: String { SignedNote.dash + name + " " + Base64.encode(withUnsafeBytes(of: keyHash.bigEndian) { Array($0) } + bytes) + "\n" }
+    }
+
+    /// Splits a note into its text (ending in a newline) and its signature lines, checking the
+    /// form only: no signature is verified.
+    public static func split(_ note: String) throws(NoteError) -> (text: String, signatures: [SignatureLine]) {
+        guard note.utf8.count <= maximumNoteBytes else { throw NoteError("note is too large") }
         guard let split = note.lastRange(of: "\n\n") else {
             throw NoteError("note has no blank line before its signatures")
         }
@@ -112,22 +124,62 @@ public enum SignedNote {
         guard !text.unicodeScalars.contains(where: { ($0.value < 0x20 && $0 != "\n") || $0.value == 0x7F }) else {
             throw NoteError("note text contains control characters")
         }
-        var found = false
-        for line in block.dropLast().split(separator: "\n", omittingEmptySubsequences: false) {
+        let lines = block.dropLast().split(separator: "\n", omittingEmptySubsequences: false)
+        var signatures: [SignatureLine] = []
+        for line in lines {
             guard line.hasPrefix(dash) else { throw NoteError("signature line does not start with '— '") }
             let rest = line.dropFirst(dash.count).split(separator: " ", omittingEmptySubsequences: false)
             guard rest.count == 2, let raw = Base64.decode(String(rest[1])), raw.count > 4 else {
                 throw NoteError("malformed signature line")
             }
             let hash = raw.prefix(4).reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
-            guard rest[0] == key.name, hash == key.keyHash else { continue }
-            guard raw.count == 68, let signature = Signature(bytes: Array(raw[4...])),
-                Array(text.utf8).withUnsafeBytes({ verifier.isValid(signature, of: $0, by: key.publicKey) })
-            else { throw NoteError("the signature by \(key.name) does not verify") }
-            found = true
+            signatures.append(SignatureLine(name: String(rest[0]), keyHash: hash, bytes: Array(raw[4...])))
         }
-        guard found else { throw NoteError("the note has no signature by key \(key.text.split(separator: "+").prefix(2).joined(separator: "+"))") }
-        return text
+        return (text, signatures)
+    }
+
+    /// Notes are small: a checkpoint and its signatures. Longer input is refused before parsing.
+    public static let maximumNoteBytes = 1 << 20
+}
+
+/// The text form of a verifier key, `<name>+<key hash, 8 hex digits>+<base64(algorithm ‖ key)>`
+/// (C2SP `signed-note`), for each signature type this package uses: 0x01 for the ledger's
+/// Ed25519 notes, 0x04 for Ed25519 cosignatures (C2SP `tlog-cosignature`).
+enum VerifierKeyText {
+    static func keyHash(name: String, algorithm: UInt8, publicKey: PublicKey, hasher: any SHA256Hasher) -> UInt32 {
+        let digest = hasher.sha256(Array(name.utf8) + [0x0A, algorithm] + publicKey.bytes).bytes
+        return digest.prefix(4).reduce(0) { $0 << 8 | UInt32($1) }
+    }
+
+    static func hex(_ hash: UInt32) -> String {
+        let hex = String(hash, radix: 16)
+        return String(repeating: "0", count: 8 - hex.count) + hex
+    }
+
+    static func text(name: String, hash: UInt32, algorithm: UInt8, key: PublicKey) -> String {
+        "\(name)+\(hex(hash))+\(Base64.encode([algorithm] + key.bytes))"
+    }
+
+    /// Splits `<name>+<hash>+<key>` at the first two '+' (base64 may hold more), as Go's note does.
+    static func parse(_ text: String, algorithm: UInt8, kind: String) throws(NoteError) -> (name: String, hash: UInt32, key: PublicKey) {
+        let first = text.split(separator: "+", maxSplits: 1, omittingEmptySubsequences: false)
+        let rest = first.count == 2 ? first[1].split(separator: "+", maxSplits: 1, omittingEmptySubsequences: false) : []
+        let parts = first.count == 2 && rest.count == 2 ? [first[0], rest[0], rest[1]] : []
+        guard parts.count == 3, parts[1].utf8.count == 8, let hash = UInt32(parts[1], radix: 16),
+            parts[1].utf8.allSatisfy({ Hex.nibble($0) != nil })
+        else { throw NoteError("verifier key is not <name>+<8 hex digits>+<base64 key>") }
+        guard let keyBytes = Base64.decode(String(parts[2])), keyBytes.count == 33, keyBytes[0] == algorithm,
+            let key = PublicKey(bytes: Array(keyBytes[1...]))
+        else { throw NoteError("verifier key is not \(kind) (algorithm byte 0x\(String(format2: algorithm)) and 32 bytes)") }
+        return (String(parts[0]), hash, key)
+    }
+}
+
+extension String {
+    /// Two lowercase hex digits, without Foundation.
+    init(format2 byte: UInt8) {
+        let digits = Array("0123456789abcdef".utf8)
+        self = String(decoding: [digits[Int(byte >> 4)], digits[Int(byte & 0x0F)]], as: UTF8.self)
     }
 }
 

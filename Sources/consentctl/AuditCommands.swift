@@ -23,22 +23,52 @@ struct CheckpointCommand: ParsableCommand {
             the newest events were written, so printing it needs no key (only a log whose newest \
             events no head covers yet has one signed now). Keep it: with \
             'consentctl prove-consistency --from FILE' the ledger proves later that it only grew.
+
+            With --witness-url, the checkpoint goes to each witness (C2SP tlog-witness) with a \
+            consistency proof from the size that witness last cosigned; the cosignatures that \
+            verify with the witnesses' keys are added to the checkpoint and recorded with it, so \
+            exports and proofs carry them from then on. A witness that does not answer exits 69 \
+            after the others are done (what they cosigned is kept); one whose answer shows a \
+            different history (a fork or a split view) exits 2.
+
+            Example:
+              consentctl checkpoint --witness-url https://witness.example.org/w1 --witness w1.vkey
             """
     )
 
     @ParentCommand var root: ConsentCtl
     @OptionGroup var output: OutputOptions
+    @OptionGroup(title: "Witnesses") var witnesses: WitnessSubmissionOptions
 
     func run() throws {
         try reporting(json: output.isJSON) {
-            let (checkpoint, note) = try root.openLedger().signedCheckpoint()
-            if output.isJSON {
-                var members = checkpointJSON(checkpoint).objectValue!
-                members["note"] = .string(note)
-                printJSON(.object(members))
-            } else {
-                print(note, terminator: "")
+            let ledger = try root.openLedger()
+            guard !witnesses.urls.isEmpty else {
+                let (checkpoint, note) = try ledger.signedCheckpoint()
+                return printCheckpoint(checkpoint, note: note)
             }
+            let result = try ledger.witnessCheckpoint(by: try witnesses.endpoints(), transport: CurlWitnessTransport(timeoutMilliseconds: witnesses.timeout * 1000))
+            for refusal in result.refusals {
+                printError("witness \(refusal.witness) did not cosign: \(refusal.problem)")
+            }
+            if let evidence = result.refusals.first(where: \.isEvidence) {
+                throw ConsentError.integrity(IntegrityFailure(.head, line: nil, seq: nil, problem: "witness \(evidence.witness): \(evidence.problem)"))
+            }
+            if let refusal = result.refusals.first {
+                throw ConsentError.unavailable("\(result.refusals.count) of \(witnesses.urls.count) witnesses did not cosign (first: \(refusal.witness): \(refusal.problem)); the cosignatures of the others are recorded")
+            }
+            printCheckpoint(result.checkpoint, note: result.note, cosignedBy: result.cosignedBy)
+        }
+    }
+
+    func printCheckpoint(_ checkpoint: Checkpoint, note: String, cosignedBy: [String]? = nil) {
+        if output.isJSON {
+            var members = checkpointJSON(checkpoint).objectValue!
+            members["note"] = .string(note)
+            if let cosignedBy { members["cosignedBy"] = .array(cosignedBy.map { .string($0) }) }
+            printJSON(.object(members))
+        } else {
+            print(note, terminator: "")
         }
     }
 }
@@ -308,19 +338,50 @@ struct PinnedKey: ParsableArguments {
     @Option(help: ArgumentHelp("The verifier key to trust (name+hash+key, or a file holding it).", valueName: "KEY"))
     var key: String
 
+    @Option(name: .customLong("witness"), help: ArgumentHelp(
+        "A witness's key (name+id+key with type 0x04, as 'consentctl witness show' prints it, or a file holding it). Repeat it for each witness; with --quorum, the checkpoint must carry that many of their cosignatures.",
+        valueName: "KEY"))
+    var witnesses: [String] = []
+
+    @Option(help: ArgumentHelp("How many of the --witness keys must have cosigned the checkpoint (default: all of them).", valueName: "K"))
+    var quorum: Int?
+
     @OptionGroup var output: OutputOptions
     var json: Bool { output.isJSON }
 
     func verifierKey() throws -> NoteVerifierKey { try readVerifierKey(key) }
 
-    /// Reads `file` (at most `limit` bytes) and checks it against the pinned key with `verify`;
-    /// a file that does not verify is an integrity failure (exit 2) that names the reason.
-    func check<Report>(_ file: String, _ kind: EvidenceFile, limit: Int, _ verify: ([UInt8], NoteVerifierKey) throws(ExportVerificationError) -> Report) throws -> Report {
+    /// What the witness check established, for the human output.
+    var witnessSummary: String? {
+        guard !witnesses.isEmpty else { return nil }
+        let k = quorum ?? witnesses.count
+        return "The checkpoint carries valid cosignatures from at least \(k) of the \(witnesses.count) witness\(witnesses.count == 1 ? "" : "es") given."
+    }
+
+    /// The witnesses the checkpoint must be cosigned by, if any are given.
+    func witnessPolicy() throws -> WitnessPolicy? {
+        guard !witnesses.isEmpty else {
+            if quorum != nil { throw ConsentError.invalidRequest("--quorum needs the witnesses' keys: give --witness KEY for each") }
+            return nil
+        }
+        let keys = try witnesses.map { try readCosignerKey($0, option: "--witness") }
+        do {
+            return try WitnessPolicy(witnesses: keys, quorum: quorum ?? keys.count)
+        } catch {
+            throw ConsentError.invalidRequest("--quorum: \(error)")
+        }
+    }
+
+    /// Reads `file` (at most `limit` bytes) and checks it against the pinned key (and the
+    /// witness policy) with `verify`; a file that does not verify is an integrity failure (exit
+    /// 2) that names the reason.
+    func check<Report>(_ file: String, _ kind: EvidenceFile, limit: Int, _ verify: ([UInt8], NoteVerifierKey, WitnessPolicy?) throws(ExportVerificationError) -> Report) throws -> Report {
         let pinned = try verifierKey()
+        let policy = try witnessPolicy()
         let bytes = try LocalFile.read(file, limit: limit)
         try kind.check(bytes, path: file)
         do throws(ExportVerificationError) {
-            return try verify(bytes, pinned)
+            return try verify(bytes, pinned, policy)
         } catch {
             throw ConsentError.integrity(IntegrityFailure(line: nil, seq: error.seq, problem: error.problem))
         }
@@ -336,17 +397,29 @@ func checkpointJSON(_ checkpoint: Checkpoint) -> JSONValue {
 /// a '+' is read as the key; any other as a file. The error says which was tried, and why it
 /// failed.
 func readVerifierKey(_ argument: String) throws -> NoteVerifierKey {
-    let form = "a verifier key NAME+HASH+BASE64, as 'consentctl key show' prints it"
-    func parse(_ text: String, from source: String) throws -> NoteVerifierKey {
+    try readKeyText(argument, option: "--key", form: "a verifier key NAME+HASH+BASE64, as 'consentctl key show' prints it") { text throws(NoteError) in
+        try NoteVerifierKey(text: text)
+    }
+}
+
+/// A witness's cosignature key, given as text (NAME+ID+BASE64 of type 0x04) or as a file.
+func readCosignerKey(_ argument: String, option: String) throws -> CosignerKey {
+    try readKeyText(argument, option: option, form: "a witness key NAME+ID+BASE64, as 'consentctl witness show' prints it") { text throws(NoteError) in
+        try CosignerKey(text: text)
+    }
+}
+
+private func readKeyText<Key>(_ argument: String, option: String, form: String, _ parseKey: (String) throws(NoteError) -> Key) throws -> Key {
+    func parse(_ text: String, from source: String) throws -> Key {
         var text = text
         while let last = text.last, last == "\n" || last == "\r" || last == " " { text.removeLast() }
         if text.utf8.count == 64, text.utf8.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) }) {
-            throw ConsentError.invalidRequest("--key: \(source) is a raw public key in hex; give \(form)")
+            throw ConsentError.invalidRequest("\(option): \(source) is a raw public key in hex; give \(form)")
         }
         do {
-            return try NoteVerifierKey(text: text)
+            return try parseKey(text)
         } catch {
-            throw ConsentError.invalidRequest("--key: \(source) is not \(form): \(error)")
+            throw ConsentError.invalidRequest("\(option): \(source) is not \(form): \(error)")
         }
     }
     if argument.contains("+") { return try parse(argument, from: "the text given") }
@@ -355,7 +428,7 @@ func readVerifierKey(_ argument: String) throws -> NoteVerifierKey {
         bytes = try LocalFile.read(argument, limit: 4096)
     } catch {
         if argument.utf8.count == 64 { return try parse(argument, from: "the text given") }
-        throw ConsentError.invalidRequest("--key: '\(argument)' is neither \(form) (it has no '+') nor a file that can be read: \(error)")
+        throw ConsentError.invalidRequest("\(option): '\(argument)' is neither \(form) (it has no '+') nor a file that can be read: \(error)")
     }
     return try parse(String(decoding: bytes, as: UTF8.self), from: "file '\(argument)'")
 }
@@ -379,7 +452,7 @@ struct VerifyExport: ParsableCommand {
 
     func run() throws {
         try reporting(json: options.json) {
-            let report = try options.check(file, .exportBundle, limit: 1 << 30) { (bytes, pinned) throws(ExportVerificationError) in try ExportVerifier.verify(bytes, pinnedKey: pinned) }
+            let report = try options.check(file, .exportBundle, limit: 1 << 30) { (bytes, pinned, witnesses) throws(ExportVerificationError) in try ExportVerifier.verify(bytes, pinnedKey: pinned, witnesses: witnesses) }
             if options.json {
                 var members: [String: JSONValue] = [
                     "ok": .bool(true), "scope": .string(report.scope.rawValue), "events": .int(Int64(report.events)),
@@ -389,6 +462,7 @@ struct VerifyExport: ParsableCommand {
                 printJSON(.object(members))
             } else {
                 print("OK: \(report.events) events of \(report.subjectID.map { "subject \($0)" } ?? "the whole ledger") verified against checkpoint \(report.checkpoint.origin) size \(report.checkpoint.size), root \(Base64.encode(report.checkpoint.root.bytes))")
+                if let summary = options.witnessSummary { print(summary) }
             }
         }
     }
@@ -451,13 +525,14 @@ struct VerifyConsistency: ParsableCommand {
 
     func run() throws {
         try reporting(json: options.json) {
-            let (old, new) = try options.check(file, .consistencyProof, limit: 1 << 24) { (bytes, pinned) throws(ExportVerificationError) in
-                try ExportVerifier.verifyConsistency(try ConsistencyProof(bytes: bytes), pinnedKey: pinned)
+            let (old, new) = try options.check(file, .consistencyProof, limit: 1 << 24) { (bytes, pinned, witnesses) throws(ExportVerificationError) in
+                try ExportVerifier.verifyConsistency(try ConsistencyProof(bytes: bytes), pinnedKey: pinned, witnesses: witnesses)
             }
             if options.json {
                 printJSON(.object(["ok": .bool(true), "oldSize": .int(old.size), "newSize": .int(new.size)]))
             } else {
                 print("OK: the ledger \(new.origin) at size \(new.size) extends its checkpoint at size \(old.size)")
+                if let summary = options.witnessSummary { print(summary) }
             }
         }
     }
@@ -528,7 +603,7 @@ struct VerifyState: ParsableCommand {
 
     func run() throws {
         try reporting(json: options.json) {
-            let report = try options.check(file, .stateProof, limit: 1 << 28) { (bytes, pinned) throws(ExportVerificationError) in try StateProofVerifier.verify(bytes, pinnedKey: pinned) }
+            let report = try options.check(file, .stateProof, limit: 1 << 28) { (bytes, pinned, witnesses) throws(ExportVerificationError) in try StateProofVerifier.verify(bytes, pinnedKey: pinned, witnesses: witnesses) }
             if options.json {
                 var members: [String: JSONValue] = [
                     "ok": .bool(true), "subject": .string(report.subjectID), "events": .int(Int64(report.events.count)),
@@ -540,6 +615,7 @@ struct VerifyState: ParsableCommand {
                 printJSON(.object(members))
             } else {
                 print("OK: the state of \(report.subjectID)\(report.at.map { " as of \($0.rfc3339)" } ?? ""), from \(report.events.count) events, verified against \(report.checkpoint.origin) size \(report.checkpoint.size) (events recorded up to \(report.recordedUntil.rfc3339))")
+                if let summary = options.witnessSummary { print(summary) }
                 let active = report.listing.activeFeatures.map(\.feature.key)
                 print(active.isEmpty ? "No feature is active." : "Active features: \(active.joined(separator: ", "))")
                 for line in report.listing.features {

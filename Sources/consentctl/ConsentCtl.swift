@@ -46,6 +46,8 @@ struct ConsentCtl: ParsableCommand {
               65  invalid catalogue file (init --catalog, catalog publish)
               66  no ledger at the given folder or PostgreSQL schema, or no signing key for a
                   command that signs
+              69  a witness did not answer or did not cosign (checkpoint --witness-url); what the
+                  others cosigned is recorded
               73  a ledger (or other files) already exists where init would create one
               75  conflict: another writer changed the PostgreSQL ledger first; nothing was
                   changed, try again
@@ -61,13 +63,13 @@ struct ConsentCtl: ParsableCommand {
             from an argument.
             """,
         version: "0.1.0",
-        subcommands: [Init.self, CatalogCommand.self, Give.self, Revoke.self, Status.self, History.self, SubjectsCommand.self, Completion.self, Report.self, Verify.self, CheckpointCommand.self, KeyCommand.self, Export.self, VerifyExport.self, ProveConsistency.self, VerifyConsistency.self, ProveState.self, VerifyState.self, Apply.self, Migrate.self]
+        subcommands: [Init.self, CatalogCommand.self, Give.self, Revoke.self, Status.self, History.self, SubjectsCommand.self, Completion.self, Report.self, Verify.self, CheckpointCommand.self, KeyCommand.self, WitnessCommand.self, Export.self, VerifyExport.self, ProveConsistency.self, VerifyConsistency.self, ProveState.self, VerifyState.self, Apply.self, Migrate.self]
     )
 
     /// Options that take several values; every other option may be given once. Argument
     /// parsing keeps the last of repeated values, which would drop a patient's choice in
     /// silence (`--subject a --subject b`), so a repeat is refused before parsing.
-    static let repeatableOptions: Set<String> = ["--consent"]
+    static let repeatableOptions: Set<String> = ["--consent", "--witness", "--witness-url"]
 
     static func main() {
         let arguments = Array(CommandLine.arguments.dropFirst())
@@ -205,6 +207,8 @@ enum Exit {
     static let alreadyExists: Int32 = 73
     /// The signing key is encrypted and was not unlocked (EX_NOPERM).
     static let keyLocked: Int32 = 77
+    /// A witness did not answer or did not cosign (EX_UNAVAILABLE).
+    static let unavailable: Int32 = 69
 
     static func code(for error: ConsentError) -> Int32 {
         switch error {
@@ -219,6 +223,7 @@ enum Exit {
         case .notFound: return notFound
         case .alreadyExists: return alreadyExists
         case .keyLocked: return keyLocked
+        case .unavailable: return unavailable
         }
     }
 }
@@ -265,6 +270,7 @@ func kind(of error: ConsentError) -> String {
     case .notFound: return "not-found"
     case .alreadyExists: return "already-exists"
     case .keyLocked: return "key-locked"
+    case .unavailable: return "unavailable"
     }
 }
 

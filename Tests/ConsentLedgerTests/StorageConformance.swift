@@ -152,6 +152,7 @@ enum StorageConformance: String, CaseIterable, Sendable, CustomTestStringConvert
                 #expect(try tx.subjectRecord(SubjectID("nobody")) == nil)
             }
         case .checkpointsAreRecordedOncePerSizeAndListedBySize:
+            // (and a witnessed checkpoint replaces the one of its size)
             try store.write { tx throws -> Void in
                 for size in [5, 3, 9, 3] as [Int64] { try tx.recordCheckpoint(IssuedCheckpoint(size: size, note: "note \(size) of \(size == 3 ? "first" : "one")\n")) }
             }
@@ -159,6 +160,10 @@ enum StorageConformance: String, CaseIterable, Sendable, CustomTestStringConvert
             let recorded = try store.readCheckpoints()
             #expect(recorded.map(\.size) == [3, 5, 9])
             #expect(recorded[0].note == "note 3 of first\n", "the first note of a size stays")
+            // The same checkpoint cosigned by witnesses since: it takes the place of the first.
+            try store.write { tx throws -> Void in try tx.recordCheckpoint(IssuedCheckpoint(size: 3, note: "note 3, cosigned\n", replaces: true)) }
+            let replaced = try store.readCheckpoints()
+            #expect(replaced.map(\.size) == [3, 5, 9] && replaced[0].note == "note 3, cosigned\n" && replaced[1].note == "note 5 of one\n")
         }
     }
 

@@ -166,6 +166,11 @@ class Scenario:
                                      "--to", "2099-01-01", "--actor", "self", "--at", "2099-01-01"])
         self.json_command("verify", j)
         self.json_command("checkpoint", j)
+        self.json_command("witness keygen", ["--name", "witness.example/schemas", "--key", "witness.key"] + j, ledger=False)
+        witness = self.json_command("witness show", ["--name", "witness.example/schemas", "--key", "witness.key"] + j, ledger=False)
+        witness_key = witness[0]["witnessKey"] if witness else "none"
+        # A witness that does not answer (nothing listens on port 1): unavailable, exit 69.
+        self.json_command("checkpoint", ["--witness-url", "http://127.0.0.1:1", "--witness", witness_key, "--witness-timeout", "2"] + j, expect_rc=69)
         for args in (["--subject", "alice", "--out", "alice.json"], ["--all", "--out", "all.json"],
                      ["--subject", "alice", "--format", "fhir", "--fhir-bundle", "transaction", "--out", "alice.fhir.json"],
                      ["--subject", "bob", "--format", "html", "--lang", "en", "--out", "bob.html"]):
@@ -287,11 +292,11 @@ def main():
                 check("%s (PostgreSQL only): its refusal on a folder was validated" % command, "key-move-out-refused" in scenario.samples or command in scenario.covered)
                 continue
             check("%s's JSON output was validated" % command, command in scenario.covered)
-        wanted = {"rule-violation", "integrity", "usage", "not-found", "already-exists"}
+        wanted = {"rule-violation", "integrity", "usage", "not-found", "already-exists", "unavailable"}
         check("error objects of every kind seen were validated: %s" % ", ".join(sorted(scenario.error_kinds)), wanted <= scenario.error_kinds,
               "missing %s" % sorted(wanted - scenario.error_kinds))
         unused = set(validators) - {c.replace(" ", "-") for c in scenario.covered} - {"common", "error"} - {c.replace(" ", "-") for c in POSTGRES_ONLY}
-        check("no schema without a command", not unused, sorted(unused))
+        check("no schema without a command", not unused, ", ".join(sorted(unused)))
         for what, schema, value in mutations(scenario.samples):
             refused = any(True for _ in validators[schema].iter_errors(value))
             check("%s.schema.json refuses %s" % (schema, what), refused)

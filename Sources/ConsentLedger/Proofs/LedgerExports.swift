@@ -22,7 +22,7 @@ extension Ledger {
             // The signed head when it covers the log; a checkpoint signed now otherwise.
             let head = try coveringSignedHead(view)
             let checkpoint = try head?.checkpoint ?? currentCheckpoint(view)
-            let note = try head?.note ?? SignedNote.sign(checkpoint.text, key: verifierKey, signer: signer)
+            let note = try head.map { try witnessedNote($0, view) } ?? SignedNote.sign(checkpoint.text, key: verifierKey, signer: signer)
             let ledgerStream = try streamEntries(SubjectMap.ledgerStream, view)
             let versions = try catalogVersions(ledgerStream)
             var catalogEvents: [ExportedEvent] = []
@@ -63,7 +63,7 @@ extension Ledger {
     public func exportAll() throws -> AuditExport {
         if let export = try reading({ view -> AuditExport? in
             guard let head = try coveringSignedHead(view) else { return nil }
-            return try exportAll(view, checkpoint: head.checkpoint, note: head.note)
+            return try exportAll(view, checkpoint: head.checkpoint, note: witnessedNote(head, view))
         }) {
             return export
         }

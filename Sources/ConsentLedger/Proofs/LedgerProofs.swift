@@ -70,8 +70,8 @@ extension Ledger {
     /// interrupted between its events and its head) has one signed now.
     public func signedCheckpoint() throws -> (checkpoint: Checkpoint, note: String) {
         let issued: (checkpoint: Checkpoint, note: String)
-        if let head = try reading({ view in try coveringSignedHead(view) }) {
-            issued = (head.checkpoint, head.note)
+        if let head = try reading({ view in try coveringSignedHead(view).map { ($0, try witnessedNote($0, view)) } }) {
+            issued = (head.0.checkpoint, head.1)
         } else {
             let signer = try signingKey()
             issued = try reading { view in

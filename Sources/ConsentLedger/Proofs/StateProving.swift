@@ -49,7 +49,7 @@ extension Ledger {
             }
             let lastLine = log.last.lineWithoutNewline
             return StateProof(
-                ledger: genesis.ledgerName, verifierKey: try verifierKey.text, checkpoint: head.note,
+                ledger: genesis.ledgerName, verifierKey: try verifierKey.text, checkpoint: try witnessedNote(head, view),
                 catalog: CatalogCodec.encode(catalog),
                 genesis: try proved(ledgerEntries[0]),
                 last: ExportedEvent(seq: Int64(log.last.event.seq), line: String(decoding: lastLine, as: UTF8.self), proof: try checkedInclusionProof(record: Int64(log.last.event.seq), line: lastLine, checkpoint: checkpoint, view)),

@@ -121,6 +121,7 @@ func serviceError(_ error: any Error) -> ServiceError {
     case .storage(let m): return ServiceError(status: .serviceUnavailable, kind: "storage", message: m)
     // The service unlocks its key at start; a locked key here is the operator's to fix.
     case .keyLocked: return ServiceError(status: .serviceUnavailable, kind: "storage", message: "the ledger's signing key is locked")
+    case .unavailable(let m): return ServiceError(status: .serviceUnavailable, kind: "unavailable", message: m)
     }
 }
 
