@@ -43,10 +43,29 @@ public struct AuditExport: Hashable, Sendable {
     /// Subject scope: every `catalog.published` event under the checkpoint, with its proof, so
     /// the subject's events replay under the catalogue in force at each.
     public let catalogEvents: [ExportedEvent]
-    /// Subject scope: a note signed by the ledger's key that lists the sequence numbers of the
-    /// subject's events and of the catalogue versions under the checkpoint, so a verifier can
-    /// tell that none was left out (see ``ExportStatement``).
+    /// Subject scope, a ledger without streams (format 1), or a log no signed head covers: a
+    /// note signed by the ledger's key that lists the sequence numbers of the subject's events
+    /// and of the catalogue versions under the checkpoint, so a verifier can tell that none was
+    /// left out (see ``ExportStatement``). Signing it needs the key.
     public let statement: String?
+    /// Subject scope, format 2 under the signed head: the same completeness from signed data
+    /// alone, as in a state proof (`Spec/state-proof.md`): the checkpoint's last event, which
+    /// signs the subject map's root, and the map's proofs for the subject and for the ledger's
+    /// own stream. Needs no key.
+    public let streamProof: StreamProof?
+
+    /// The subject-map proofs of a subject bundle.
+    public struct StreamProof: Hashable, Sendable {
+        public let last: ExportedEvent
+        public let subjectMap: SubjectMapProof
+        public let ledgerMap: SubjectMapProof
+
+        public init(last: ExportedEvent, subjectMap: SubjectMapProof, ledgerMap: SubjectMapProof) {
+            self.last = last
+            self.subjectMap = subjectMap
+            self.ledgerMap = ledgerMap
+        }
+    }
 
     public static func == (a: AuditExport, b: AuditExport) -> Bool { a.json == b.json }
     public func hash(into hasher: inout Hasher) { hasher.combine(json) }
@@ -71,15 +90,21 @@ public struct AuditExport: Hashable, Sendable {
         if let state { members["state"] = .object(["features": state]) }
         if scope == .subject { members["catalogVersions"] = .array(catalogEvents.map(event)) }
         if let statement { members["statement"] = .string(statement) }
+        if let streamProof {
+            members["last"] = StateProof.eventJSON(streamProof.last)
+            members["subjectMap"] = StateProof.mapProofJSON(streamProof.subjectMap)
+            members["ledgerMap"] = StateProof.mapProofJSON(streamProof.ledgerMap)
+        }
         return .object(members)
     }
 
     /// The bundle file: canonical JSON and a newline.
     public var bytes: [UInt8] { CanonicalJSON.serialize(json) + [0x0A] }
 
-    package init(scope: Scope, ledger: String, verifierKey: String, checkpoint: String, catalog: JSONValue, genesis: ExportedEvent, subject: (id: String, ref: String, salt: String)?, events: [ExportedEvent], state: JSONValue?, catalogEvents: [ExportedEvent] = [], statement: String? = nil) {
+    package init(scope: Scope, ledger: String, verifierKey: String, checkpoint: String, catalog: JSONValue, genesis: ExportedEvent, subject: (id: String, ref: String, salt: String)?, events: [ExportedEvent], state: JSONValue?, catalogEvents: [ExportedEvent] = [], statement: String? = nil, streamProof: StreamProof? = nil) {
         self.catalogEvents = catalogEvents
         self.statement = statement
+        self.streamProof = streamProof
         self.scope = scope
         self.ledger = ledger
         self.verifierKey = verifierKey
@@ -130,7 +155,15 @@ public struct AuditExport: Hashable, Sendable {
             }
             subject = (id, ref, salt)
         }
-        self.init(scope: scope, ledger: try string("ledger"), verifierKey: try string("verifierKey"), checkpoint: try string("checkpoint"), catalog: catalog, genesis: try event(value["genesis"]), subject: subject, events: events, state: value["state"]?["features"], catalogEvents: catalogEvents, statement: value["statement"]?.stringValue)
+        var streamProof: StreamProof?
+        if value["subjectMap"] != nil || value["ledgerMap"] != nil || value["last"] != nil {
+            guard value["statement"] == nil else {
+                throw ExportVerificationError(seq: nil, "a subject bundle proves its completeness by a signed statement or by subject-map proofs, not both")
+            }
+            streamProof = StreamProof(last: try StateProof.readEvent(value["last"], "'last'"), subjectMap: try StateProof.readMapProof(value, "subjectMap"),
+                                      ledgerMap: try StateProof.readMapProof(value, "ledgerMap"))
+        }
+        self.init(scope: scope, ledger: try string("ledger"), verifierKey: try string("verifierKey"), checkpoint: try string("checkpoint"), catalog: catalog, genesis: try event(value["genesis"]), subject: subject, events: events, state: value["state"]?["features"], catalogEvents: catalogEvents, statement: value["statement"]?.stringValue, streamProof: streamProof)
     }
 }
 
@@ -265,6 +298,8 @@ public enum ExportVerifier {
             throw ExportVerificationError(seq: 0, "the bundled catalogue's SHA-256 differs from the genesis event's")
         }
         switch bundle.scope {
+        case .subject where bundle.streamProof != nil:
+            return try verifySubjectByStreams(bundle, pinnedKey: pinnedKey, hasher: hasher, verifier: verifier)
         case .subject:
             return try verifySubject(bundle, checkpoint: checkpoint, catalog: catalog, pinnedKey: pinnedKey, keyID: keyID, hasher: hasher, verifier: verifier)
         case .all:
@@ -295,6 +330,19 @@ public enum ExportVerifier {
             }
         }
         return record
+    }
+
+    /// A subject bundle with subject-map proofs holds exactly what a state proof of the subject
+    /// at the checkpoint holds; it is checked as one (`Spec/state-proof.md`).
+    private static func verifySubjectByStreams(_ bundle: AuditExport, pinnedKey: NoteVerifierKey, hasher: any SHA256Hasher, verifier: any SignatureVerifier) throws(ExportVerificationError) -> ExportVerificationReport {
+        guard let subject = bundle.subject, let state = bundle.state, let streams = bundle.streamProof else {
+            throw ExportVerificationError(seq: nil, "a subject export needs 'subject' and 'state'")
+        }
+        let proof = StateProof(ledger: bundle.ledger, verifierKey: bundle.verifierKey, checkpoint: bundle.checkpoint, catalog: bundle.catalog, genesis: bundle.genesis,
+                               last: streams.last, subject: subject, at: nil, events: bundle.events, catalogEvents: bundle.catalogEvents,
+                               subjectMapProof: streams.subjectMap, ledgerMapProof: streams.ledgerMap, state: state)
+        let report = try StateProofVerifier.verify(proof.bytes, pinnedKey: pinnedKey, hasher: hasher, verifier: verifier)
+        return ExportVerificationReport(scope: .subject, checkpoint: report.checkpoint, events: bundle.events.count, subjectID: subject.id)
     }
 
     private static func verifySubject(_ bundle: AuditExport, checkpoint: Checkpoint, catalog: Catalog, pinnedKey: NoteVerifierKey, keyID: String, hasher: any SHA256Hasher, verifier: any SignatureVerifier) throws(ExportVerificationError) -> ExportVerificationReport {

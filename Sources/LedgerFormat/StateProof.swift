@@ -96,37 +96,11 @@ public struct StateProof: Hashable, Sendable {
             guard let s = value[key]?.stringValue else { throw fail("the proof has no string '\(key)'") }
             return s
         }
-        func digests(_ v: JSONValue?, _ what: String) throws(ExportVerificationError) -> [Digest] {
-            guard let items = v?.arrayValue else { throw fail("\(what) is not an array") }
-            var out: [Digest] = []
-            for item in items {
-                guard let text = item.stringValue, let raw = Base64.decode(text), let d = Digest(bytes: raw) else {
-                    throw fail("\(what) holds something that is not the base64 of 32 bytes")
-                }
-                out.append(d)
-            }
-            return out
-        }
-        func event(_ v: JSONValue?, _ what: String) throws(ExportVerificationError) -> ExportedEvent {
-            guard let v, let seq = v["seq"]?.intValue, seq >= 0, let line = v["line"]?.stringValue else {
-                throw fail("\(what) lacks 'seq' or 'line'")
-            }
-            return ExportedEvent(seq: seq, line: line, proof: try digests(v["proof"], "\(what)'s proof"))
-        }
         func events(_ key: String) throws(ExportVerificationError) -> [ExportedEvent] {
             guard let items = value[key]?.arrayValue else { throw fail("'\(key)' is not an array") }
             var out: [ExportedEvent] = []
-            for item in items { out.append(try event(item, "an entry of '\(key)'")) }
+            for item in items { out.append(try Self.readEvent(item, "an entry of '\(key)'")) }
             return out
-        }
-        func mapProof(_ key: String) throws(ExportVerificationError) -> SubjectMapProof {
-            guard let v = value[key] else { throw fail("the proof has no '\(key)'") }
-            let siblings = try digests(v["siblings"], "'\(key).siblings'")
-            if v["end"]?.stringValue == "empty" { return SubjectMapProof(siblings: siblings, end: .empty) }
-            guard let keyHex = v["end"]?["key"]?.stringValue, let bytes = Hex.decode(keyHex), bytes.count == SubjectMap.keyLength,
-                let seq = v["end"]?["seq"]?.intValue, seq >= 0
-            else { throw fail("'\(key).end' is neither \"empty\" nor {key: 32 hex digits, seq}") }
-            return SubjectMapProof(siblings: siblings, end: .leaf(key: bytes, seq: UInt64(seq)))
         }
         guard let catalog = value["catalog"], catalog.objectValue != nil else { throw fail("the proof has no catalogue") }
         guard let s = value["subject"], let id = s["id"]?.stringValue, let ref = s["ref"]?.stringValue, let salt = s["salt"]?.stringValue else {
@@ -140,9 +114,40 @@ public struct StateProof: Hashable, Sendable {
         guard let state = value["state"]?["features"] else { throw fail("the proof has no state") }
         self.init(
             ledger: try string("ledger"), verifierKey: try string("verifierKey"), checkpoint: try string("checkpoint"), catalog: catalog,
-            genesis: try event(value["genesis"], "'genesis'"), last: try event(value["last"], "'last'"), subject: (id, ref, salt), at: at,
+            genesis: try Self.readEvent(value["genesis"], "'genesis'"), last: try Self.readEvent(value["last"], "'last'"), subject: (id, ref, salt), at: at,
             events: try events("events"), catalogEvents: try events("catalogVersions"),
-            subjectMapProof: try mapProof("subjectMap"), ledgerMapProof: try mapProof("ledgerMap"), state: state)
+            subjectMapProof: try Self.readMapProof(value, "subjectMap"), ledgerMapProof: try Self.readMapProof(value, "ledgerMap"), state: state)
+    }
+
+    static func readDigests(_ v: JSONValue?, _ what: String) throws(ExportVerificationError) -> [Digest] {
+        guard let items = v?.arrayValue else { throw ExportVerificationError(seq: nil, "\(what) is not an array") }
+        var out: [Digest] = []
+        for item in items {
+            guard let text = item.stringValue, let raw = Base64.decode(text), let d = Digest(bytes: raw) else {
+                throw ExportVerificationError(seq: nil, "\(what) holds something that is not the base64 of 32 bytes")
+            }
+            out.append(d)
+        }
+        return out
+    }
+
+    /// An entry `{"seq","line","proof"}` of a proof or bundle file.
+    static func readEvent(_ v: JSONValue?, _ what: String) throws(ExportVerificationError) -> ExportedEvent {
+        guard let v, let seq = v["seq"]?.intValue, seq >= 0, let line = v["line"]?.stringValue else {
+            throw ExportVerificationError(seq: nil, "\(what) lacks 'seq' or 'line'")
+        }
+        return ExportedEvent(seq: seq, line: line, proof: try readDigests(v["proof"], "\(what)'s proof"))
+    }
+
+    /// The subject-map proof in member `key` of `value`.
+    static func readMapProof(_ value: JSONValue, _ key: String) throws(ExportVerificationError) -> SubjectMapProof {
+        guard let v = value[key] else { throw ExportVerificationError(seq: nil, "the proof has no '\(key)'") }
+        let siblings = try readDigests(v["siblings"], "'\(key).siblings'")
+        if v["end"]?.stringValue == "empty" { return SubjectMapProof(siblings: siblings, end: .empty) }
+        guard let keyHex = v["end"]?["key"]?.stringValue, let bytes = Hex.decode(keyHex), bytes.count == SubjectMap.keyLength,
+            let seq = v["end"]?["seq"]?.intValue, seq >= 0
+        else { throw ExportVerificationError(seq: nil, "'\(key).end' is neither \"empty\" nor {key: 32 hex digits, seq}") }
+        return SubjectMapProof(siblings: siblings, end: .leaf(key: bytes, seq: UInt64(seq)))
     }
 }
 

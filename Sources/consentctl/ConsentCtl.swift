@@ -57,8 +57,8 @@ struct ConsentCtl: ParsableCommand {
             THE SIGNING KEY
             The secret key is sealed under a passphrase (Argon2id and XSalsa20-Poly1305, \
             Spec/key-file.md). Only commands that sign ask for it: init, give, revoke, apply, \
-            catalog publish, export --subject as a bundle (it signs a statement of the subject's \
-            events), migrate and key passphrase. It comes from --passphrase-file FILE, --passphrase-fd N or \
+            catalog publish, migrate and key passphrase; reads, exports and proofs hand out the \
+            signed head and never do. It comes from --passphrase-file FILE, --passphrase-fd N or \
             $CONSENTCTL_PASSPHRASE, in that order, or else from a prompt on the terminal; never \
             from an argument.
             """,

@@ -606,6 +606,13 @@ def read_bundle(data):
     state = top.get("state")
     b.state = state["features"] if isinstance(state, dict) and "features" in state else None
     b.statement = top["statement"] if isinstance(top.get("statement"), str) else None
+    # A subject bundle of a format 2 ledger proves itself complete by subject-map proofs instead.
+    b.streams = None
+    if any(name in top for name in ("last", "subjectMap", "ledgerMap")):
+        if "statement" in top:
+            raise ExportFailure(None, "a subject bundle proves its completeness by a signed statement or by subject-map proofs, not both")
+        b.streams = {name: top.get(name) for name in ("last", "subjectMap", "ledgerMap")}
+    b.raw = top
     return b
 
 
@@ -765,6 +772,8 @@ def verify_subject(b, checkpoint, catalog, features, key, kid):
     # 4S.
     if b.subject is None or b.state is None:
         raise ExportFailure(None, "a subject export needs 'subject' and 'state'")
+    if b.streams is not None:
+        return verify_subject_by_streams(b, key)
     subject_id, ref, salt_hex = b.subject
     salt = hex_decode(salt_hex)
     if salt is None:
@@ -821,6 +830,22 @@ def verify_subject(b, checkpoint, catalog, features, key, kid):
         raise ExportFailure(None, "the events end inside a command: some of the subject's events are missing")
     if not json_equal(listing_json(state, versions[-1][1]), b.state):
         raise ExportFailure(None, "the bundled state differs from the replay of the bundled events")
+
+
+def verify_subject_by_streams(b, key):
+    """4S with subject-map proofs: the bundle holds what a state proof of the subject at the
+    checkpoint holds, and is checked as one (state-proof.md, "Verifying a state proof")."""
+    from verify_state import STATE_FORMAT, verify_state  # imported here: verify_state imports this file
+    proof = {name: b.raw[name] for name in ("ledger", "verifierKey", "checkpoint", "catalog", "genesis", "subject", "events",
+                                            "catalogVersions", "state") if name in b.raw}
+    proof.update({name: value for name, value in b.streams.items() if value is not None})
+    proof["format"] = STATE_FORMAT
+    try:
+        verify_state(serialize(proof), key)
+    except Exception as failure:  # verify_state's ExportFailure, whose class is its own import of this file's
+        if not hasattr(failure, "reason"):
+            raise
+        raise ExportFailure(failure.seq, failure.reason)
 
 
 def verify_all(b, genesis, checkpoint, catalog, key, kid):
@@ -1134,7 +1159,12 @@ def check_vectors(checks, here):
 def check_derived(checks, v, key, checkpoint):
     """Cases derived here from the vectors (the test key re-signs checkpoints where needed). They
     test this verifier against the spec, not against the reference implementation."""
-    alice = json.loads(v.read("alice.bundle.json"))
+    # The cases below were written for the signed statement; the bundle with subject-map proofs
+    # (the vector) is checked by verify_state.py's cases and by those at the end.
+    catalog_value = parse_canonical(read_file(v.folder, "catalog.json"))
+    salts = {s["id"]: bytes.fromhex(s["salt"]) for s in json.loads(read_file(v.here, "expected.json"))["subjects"]}
+    alice = export_subject(v.lines, "alice", salts["alice"], key, v.seed, catalog_value)
+    alice_streams = json.loads(v.read("alice.bundle.json"))
     everything = json.loads(v.read("all.bundle.json"))
     stored = build_stored(v.lines)
     read = stored.__getitem__
@@ -1307,6 +1337,17 @@ def check_derived(checks, v, key, checkpoint):
         ("all, seq 5 and 6 swapped", everything, swap(4, 5), 6, "expected seq 5: events are missing or out of order", None),
         ("all, seq 9 edited and re-signed", everything, resign_last, None, "the events' Merkle root differs from the checkpoint's", None),
         ("all, written with whitespace", everything, None, None, None, pretty),
+        # The vector's form: complete by the subject map (checked as a state proof).
+        ("alice with subject-map proofs, written with whitespace", alice_streams, None, None, None, pretty),
+        ("alice with subject-map proofs, her last two events left out", alice_streams, lambda o: o.update(events=o["events"][:-2]), None,
+         "the subject map says the newest event of the subject is seq 7", None),
+        ("alice with subject-map proofs, also carrying a statement", alice_streams, lambda o: o.update(statement=alice["statement"]), None,
+         "by a signed statement or by subject-map proofs, not both", None),
+        ("alice with subject-map proofs, without 'ledgerMap'", alice_streams, lambda o: o.pop("ledgerMap"), None, "the proof has no 'ledgerMap'", None),
+        ("alice with subject-map proofs, a map sibling changed", alice_streams,
+         lambda o: o["subjectMap"]["siblings"].__setitem__(0, b64encode(b"\x01" * 32)), None, "the subject-map proof for the subject does not lead", None),
+        ("alice with subject-map proofs, a state member changed", alice_streams,
+         lambda o: o["state"]["features"][0].update(active=not o["state"]["features"][0]["active"]), None, "state", None),
     ]
     for name, base, change, seq, reason, writer in cases:
         def run(base=base, change=change, seq=seq, reason=reason, writer=writer):
@@ -1359,14 +1400,21 @@ def check_derived(checks, v, key, checkpoint):
         checks.run("derived: consistency, %s, fails: %s" % (name, reason), run_consistency)
 
 
-def export_subject(lines, subject_id, salt, key, seed, catalog_value):
-    """A subject bundle of the log `lines` (without newlines), as the reference exports it: the
-    signed head of the whole log (signed with `seed`) as the checkpoint, the genesis entry, every catalog.published
-    entry (catalogVersions) and the subject's entries with inclusion proofs, and the listing of
-    the subject's replay under the catalogue in force at each event."""
+def export_subject(lines, subject_id, salt, key, seed, catalog_value, streams=False):
+    """A subject bundle of the log `lines` (without newlines): the signed head of the whole log
+    (signed with `seed`) as the checkpoint, the genesis entry, every catalog.published entry
+    (catalogVersions) and the subject's entries with inclusion proofs, and the listing of the
+    subject's replay under the catalogue in force at each event. With `streams`, as the
+    reference exports a format 2 ledger: complete by the subject map's proofs; without, with
+    the signed export statement (as for a ledger of format 1)."""
     n, stored = len(lines), build_stored(lines)
     read = stored.__getitem__
     note = sign_note(head_text(lines, key.name, read), key, seed)
+    if streams:
+        from verify_state import prove_state  # imported here: verify_state imports this file
+        bundle = prove_state(lines, subject_id, salt, key, note, catalog_value)
+        bundle.update(format=BUNDLE_FORMAT, scope="subject")
+        return bundle
 
     def entry(seq):
         return {"seq": seq, "line": lines[seq].decode("utf-8"), "proof": [b64encode(h) for h in stored_inclusion_proof(seq, n, read)]}
@@ -1412,7 +1460,7 @@ def check_exporter(checks, v, key):
     so the bundles it makes for the derived ledgers below are the reference's too."""
     catalog_value = parse_canonical(read_file(v.folder, "catalog.json"))
     salts = {s["id"]: bytes.fromhex(s["salt"]) for s in json.loads(read_file(v.here, "expected.json"))["subjects"]}
-    checks.check(serialize(export_subject(v.lines, "alice", salts["alice"], key, v.seed, catalog_value)) + b"\n" == v.read("alice.bundle.json"),
+    checks.check(serialize(export_subject(v.lines, "alice", salts["alice"], key, v.seed, catalog_value, streams=True)) + b"\n" == v.read("alice.bundle.json"),
                  "exporter: alice's subject bundle of the tiny ledger is export/alice.bundle.json byte for byte")
     checks.check(serialize(export_all(v.lines, key, v.seed, catalog_value)) + b"\n" == v.read("all.bundle.json"),
                  "exporter: the all bundle of the tiny ledger is export/all.bundle.json byte for byte")
@@ -1558,7 +1606,7 @@ def check_evidence(checks, v, key):
         return o
 
     bob = bundle_of(v.lines, "bob")
-    alice = json.loads(v.read("alice.bundle.json"))
+    alice = bundle_of(v.lines, "alice")
 
     def consent(bundle, feature, code):
         f = next(f for f in bundle["state"]["features"] if f["key"] == feature)

@@ -51,6 +51,30 @@ import Testing
         #expect(bundle.state == ListingJSON.encode(try ledger.report(for: "alice").listing))
     }
 
+    /// Where no subject map can prove a bundle complete (a ledger without streams, a log no head
+    /// covers), a statement signed by the key does; both forms verify, and a left-out event is
+    /// caught by each.
+    @Test func theSignedStatementFormStillProvesABundleComplete() throws {
+        let (ledger, path) = try Self.ledger("statement-form")
+        defer { removeFolder(path) }
+        let key = try ledger.verifierKey
+        let byStatement = try ledger.exportSubjectWithStatement("alice")
+        let byStreams = try ledger.exportSubject("alice")
+        #expect(byStatement.statement != nil && byStatement.streamProof == nil)
+        #expect(byStreams.statement == nil && byStreams.streamProof != nil)
+        #expect(byStatement.events == byStreams.events && byStatement.state == byStreams.state)
+        #expect(verify(byStatement.bytes, key) == nil && verify(byStreams.bytes, key) == nil)
+        for bundle in [byStatement, byStreams] {
+            let dropped = changed(bundle) { o in o["events"] = .array(Array(o["events"]!.arrayValue!.dropLast())) }
+            let error = verify(dropped, key)
+            #expect(error?.problem.contains(bundle.statement != nil ? "the signed export statement lists events" : "the subject map says the newest event of the subject") == true, "\(String(describing: error))")
+        }
+        // Both at once is not a bundle.
+        var both = byStreams.json.objectValue!
+        both["statement"] = .string(byStatement.statement!)
+        #expect(throws: ExportVerificationError.self) { try AuditExport(bytes: CanonicalJSON.serialize(.object(both))) }
+    }
+
     @Test func everyTamperingIsCaught() throws {
         let (ledger, path) = try Self.ledger("tamper-export")
         defer { removeFolder(path) }
@@ -97,7 +121,7 @@ import Testing
 
         // A state that is not the replay of the events.
         let state = verify(changed(newer) { $0["state"] = .object(["features": .array([])]) }, key)
-        #expect(state?.problem.contains("bundled state") == true)
+        #expect(state?.problem.contains("state differs from the replay") == true, "\(String(describing: state))")
     }
 
     @Test func wholeLedgerExportVerifiesAndCatchesAMissingEvent() throws {

@@ -384,8 +384,8 @@ import Glibc
         } catch {
             #expect(error.description.contains("26 bytes, not 16"), "\(error)")
         }
-        // The statement now fixes the salt length it was made with.
-        let statement = try ExportStatement(text: SignedNote.open(bundle.statement!, key: key, verifier: Sodium()))
+        // The statement (of a bundle in that form) now fixes the salt length it was made with.
+        let statement = try ExportStatement(text: SignedNote.open(try ledger.exportSubjectWithStatement("patient-1042").statement!, key: key, verifier: Sodium()))
         #expect(statement.saltLength == 16)
     }
 }

@@ -255,7 +255,9 @@ import Testing
         #expect(report["ok"] as? Bool == true && report["events"] as? Int == 4 && report["subject"] as? String == "alice")
         // A flipped byte in an event: exit 2, the event named.
         var bundle = try String(contentsOfFile: dir + "/alice.json", encoding: .utf8)
-        bundle = bundle.replacingOccurrences(of: #"\"consent\":\"optional-a\""#, with: #"\"consent\":\"optional-b\""#)
+        // (the first occurrence: the same line may be the bundle's 'last' entry too)
+        let flipped = try #require(bundle.range(of: #"\"consent\":\"optional-a\""#))
+        bundle.replaceSubrange(flipped, with: #"\"consent\":\"optional-b\""#)
         try bundle.write(toFile: dir + "/tampered.json", atomically: true, encoding: .utf8)
         let tampered = try Self.run(["verify-export", dir + "/tampered.json", "--key", key], ledger: nil)
         #expect(tampered.status == 2)

@@ -7,11 +7,28 @@ import TransparencyLog
 
 extension Ledger {
     /// One subject's export: their events with inclusion proofs, the genesis event with its
-    /// proof, the catalogue, the signed head as the checkpoint, the replayed state, and a
-    /// statement of the events it holds, signed now (so this export needs the key). Other subjects
-    /// appear only as hashes on the audit paths.
+    /// proof, the catalogue, the signed head as the checkpoint, the replayed state, and what
+    /// proves that the events are all of the subject's: in a format 2 ledger under its signed
+    /// head, the subject map's proofs (so no key is needed); otherwise a statement of the events
+    /// it holds, signed now (which needs the key). Other subjects appear only as hashes on the
+    /// audit paths.
     public func exportSubject(_ subjectID: String) throws -> AuditExport {
         try Self.validateText(subjectID, what: "subject id", maxBytes: 256)
+        // Format 2 under the signed head: the subject map proves the bundle complete, as in a
+        // state proof, and no key is needed.
+        if version >= 2, try reading({ view in try coveringSignedHead(view) }) != nil {
+            let proof = try proveState(for: subjectID)
+            return AuditExport(
+                scope: .subject, ledger: proof.ledger, verifierKey: proof.verifierKey, checkpoint: proof.checkpoint, catalog: proof.catalog,
+                genesis: proof.genesis, subject: proof.subject, events: proof.events, state: proof.state, catalogEvents: proof.catalogEvents,
+                streamProof: AuditExport.StreamProof(last: proof.last, subjectMap: proof.subjectMapProof, ledgerMap: proof.ledgerMapProof))
+        }
+        return try exportSubjectWithStatement(subjectID)
+    }
+
+    /// A subject's export made complete by a statement signed now: for ledgers without streams,
+    /// or whose newest events no signed head covers yet. Needs the key.
+    func exportSubjectWithStatement(_ subjectID: String) throws -> AuditExport {
         let signer = try signingKey()
         guard let salt = try salt(of: subjectID) else {
             throw ConsentError.notFound(.subject, "the ledger has no subject '\(subjectID)'")
