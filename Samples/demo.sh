@@ -98,7 +98,16 @@ chapter "10. Alice asks for her own records"
 run export --subject alice --format html --lang en --out "$work/alice.html"
 run export --subject alice --format fhir --out "$work/alice.fhir.json"
 
-chapter "11. Someone edits the log"
+chapter "11. Bob asks to be forgotten (GDPR Art. 17)"
+say "The log cannot be rewritten without breaking every signature after the change. Erasure destroys the link instead: Bob's record (his id and the salt of his pseudonym) is overwritten and removed, and a signed event says so. Every proof stays valid; nothing links Bob to his events any more."
+run erase --subject bob --reason "request 2026-118" --actor dpo
+run status --subject bob
+run verify
+say "The export handed to Alice before still verifies, and the report keeps the counts, showing Bob's pseudonym as erased."
+run verify-export "$work/alice.json" --key "$key"
+run report --format json --out "$work/after-erasure.json"
+
+chapter "12. Someone edits the log"
 say "One byte flipped in the event at seq 3, then verify again:"
 python3 - "$CONSENTCTL_LEDGER/ledger.jsonl" <<'FLIP'
 import sys

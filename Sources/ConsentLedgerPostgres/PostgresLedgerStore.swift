@@ -134,7 +134,25 @@ public final class PostgresLedgerStore: LedgerStore {
     }
 
     public func write<T>(_ body: (any LedgerWriteTransaction) throws -> T) throws -> T {
-        try inTransaction(exclusive: true) { session in try body(PostgresLedgerTransaction(store: self, session: session)) }
+        var erased = false
+        let result = try inTransaction(exclusive: true) { session in
+            let transaction = PostgresLedgerTransaction(store: self, session: session)
+            defer { erased = transaction.erased }
+            return try body(transaction)
+        }
+        if erased { try purgeErasedRows() }
+        return result
+    }
+
+    /// Rewrites the subjects table and its index (VACUUM FULL), so that no dead row version of an
+    /// erased subject's record stays in the table's files. What WAL and backups still hold is
+    /// the operator's to expire (Spec/erasure.md).
+    func purgeErasedRows() throws {
+        do {
+            try connections.withSession { session in try session.query("VACUUM (FULL) \(s).subjects") }
+        } catch {
+            throw ConsentError.storage("the erasure is recorded and the record deleted at \(address), but VACUUM FULL of the subjects table failed (\(error)): erase the subject again to purge its dead row")
+        }
     }
 
     // MARK: - Creating
@@ -341,9 +359,17 @@ final class PostgresLedgerTransaction: LedgerWriteTransaction {
         try insertEntries(commit.entries, from: commit.firstSeq)
         try writeDerived(commit.derived)
         if let head = commit.head { try writeHead(head) }
+        if !commit.erasedSubjects.isEmpty {
+            try session.query("DELETE FROM \(s).subjects WHERE subject_id = ANY($1::bytea[])", PostgresBindings(commit.erasedSubjects.map { $0.utf8.buffer }))
+            erased = true
+        }
         state = nil
         return nil
     }
+
+    /// Whether this transaction deleted subject records: the store then purges their dead row
+    /// versions once it has committed (VACUUM cannot run inside a transaction).
+    private(set) var erased = false
 
     func insertEntries(_ entries: [[UInt8]], from first: Int) throws {
         for chunk in stride(from: 0, to: entries.count, by: 2000) {

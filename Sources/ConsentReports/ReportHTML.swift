@@ -175,14 +175,19 @@ extension LedgerReport {
                     case .reconsent: parts.append("consented again to \(consent) under v\(e.version ?? "?") on \(time(e.at))")
                     case .withdrawn: parts.append("withdrew \(consent) on \(time(e.at))")
                     case .cascade: parts.append("lost \(consent) by cascade on \(time(e.at))")
-                    case .policy: break
+                    case .policy, .erased: break
                     }
                 }
                 let active = r.intervals.contains { $0.subject == s && $0.feature == f.code && $0.until == nil }
                 let outdated = r.outdated.filter { $0.subject == s && $0.feature == f.code }.map { "\($0.consent) outdated (v\($0.givenVersion), now v\($0.currentVersion))" }
                 lines.append("<li><b>\(f.name.htmlEscaped)</b> (\(active ? "active" : "inactive")\(outdated.isEmpty ? "" : "; " + outdated.joined(separator: ", ").htmlEscaped)): \(parts.joined(separator: "; ").htmlEscaped).</li>")
             }
-            cards += "<article class=\"card\"><h3>\(subjectID(s).htmlEscaped)</h3><ul>\(lines.joined())</ul></article>"
+            if let seq = r.erased[s], let erasure = r.entries.first(where: { $0.seq == seq }) {
+                lines.append("<li><b>Erased</b> on \(time(erasure.at).htmlEscaped) (seq \(seq)): the subject's record is destroyed; these events can no longer be linked to a person.</li>")
+            } else if r.erased[s] != nil {
+                lines.append("<li><b>Erased</b>: the subject's record is destroyed; these events can no longer be linked to a person.</li>")
+            }
+            cards += "<article class=\"card\"><h3>\(subjectID(s).htmlEscaped)\(r.erased[s] != nil ? " (erased)" : "")</h3><ul>\(lines.joined())</ul></article>"
         }
         sections.append(cards + "</section>")
 

@@ -29,6 +29,7 @@ package struct EventBodyReader {
         "catalog.published": bits([.catalog, .document, .notices]),
         "consent.given": bits([.subject, .feature, .consent, .version]),
         "consent.revoked": bits([.subject, .feature, .consent, .reason]),
+        "subject.erased": bits([.subject]),
     ]
 
     // What was read (plain fields, not arrays: a reader is made for every event).
@@ -210,10 +211,11 @@ package struct EventBodyReader {
         if v == 2 { allowed |= Self.bits([.streamPrev, .streamRoot]) }
         if type == "consent.revoked", reason == "cascade" { allowed |= Name.cause.bit }
         if type == "consent.given" { allowed |= Name.renews.bit | Self.evidenceBits }
+        if type == "subject.erased" { allowed |= Name.reason.bit }
         if present & ~allowed != 0, let extra = (0..<Self.names.count).first(where: { present & ~allowed & (1 << UInt32($0)) != 0 }) {
             throw EventDecodingError(problem: "member '\(Name(rawValue: extra)!.text)' does not belong to a '\(type)' event")
         }
-        let optional: UInt32 = (type == "consent.given" ? Name.renews.bit | Self.evidenceBits : 0) | Self.bits([.streamPrev, .streamRoot])
+        let optional: UInt32 = (type == "consent.given" ? Name.renews.bit | Self.evidenceBits : 0) | (type == "subject.erased" ? Name.reason.bit : 0) | Self.bits([.streamPrev, .streamRoot])
         if allowed & ~optional & ~present != 0, let missing = (0..<Self.names.count).first(where: { allowed & ~optional & ~present & (1 << UInt32($0)) != 0 }) {
             throw EventDecodingError(problem: "member '\(Name(rawValue: missing)!.text)' is missing from a '\(type)' event")
         }
@@ -234,6 +236,15 @@ package struct EventBodyReader {
             let subject = try subjectRef(), featureCode = Int(try integer(feature, .feature))
             if present & Name.renews.bit != 0, renews < 0 { throw EventDecodingError(problem: "member 'renews' is missing or negative") }
             payload = .consentGiven(ConsentGiven(subject: subject, feature: featureCode, consent: try string(consent, .consent), version: try string(version, .version), renews: renews >= 0 ? UInt64(renews) : nil, evidence: try grantEvidence()))
+        case "subject.erased":
+            let subject = try subjectRef()
+            var why: String?
+            if present & Name.reason.bit != 0 {
+                let text = try string(reason, .reason)
+                if let problem = SubjectErased.problem(reason: text) { throw EventDecodingError(problem: "member 'reason': \(problem)") }
+                why = text
+            }
+            payload = .subjectErased(SubjectErased(subject: subject, reason: why))
         default:
             let why: RevocationReason
             switch try string(reason, .reason) {

@@ -156,6 +156,12 @@ public enum EventCodec {
             string("kid", keyID)
             digest("prev", prev)
             if case .cascade = e.reason { string("reason", "cascade") } else { string("reason", "withdrawn") }
+        case .subjectErased(let e):
+            integer("cmd", event.command.first)
+            integer("cmdSize", event.command.size)
+            string("kid", keyID)
+            digest("prev", prev)
+            if let reason = e.reason { string("reason", reason) }
         }
         integer("seq", event.seq)
         if let previous = stream.previous { integer("streamPrev", previous) }
@@ -220,6 +226,9 @@ public enum EventCodec {
                 members["reason"] = .string("cascade")
                 members["cause"] = .int(Int64(cause))
             }
+        case .subjectErased(let e):
+            members["subject"] = .string(e.subject.value)
+            if let reason = e.reason { members["reason"] = .string(reason) }
         }
         return CanonicalJSON.serialize(.object(members))
     }

@@ -218,6 +218,11 @@ public struct FileLedgerStore: LedgerStore {
     /// One line of subjects.jsonl: canonical `{"id":ID,"salt":"<32 hex>"}`, or with
     /// `,"sig":"<128 hex>"` before the `}`. The shape is fixed, so the salt and signature are
     /// read from the end and only the id is parsed as a JSON string.
+    /// A line of spaces only: the remains of a record an erasure overwrote.
+    static func isErasedLine(_ line: [UInt8]) -> Bool {
+        !line.isEmpty && line.allSatisfy { $0 == 0x20 }
+    }
+
     static func decodeSubjectLine(_ line: [UInt8]) -> (String, SubjectRecord)? {
         let prefix = Array(#"{"id":"#.utf8), middle = Array(#","salt":""#.utf8), sigMiddle = Array(#"","sig":""#.utf8)
         var body = line[...]
@@ -757,6 +762,34 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
 
     // MARK: Subjects and checkpoints
 
+    /// Destroys subject records (an erasure): each one's bytes are overwritten in place with
+    /// spaces and synced, so the file's blocks no longer hold them, and then the file is
+    /// rewritten without those lines (temporary file, sync, rename, folder sync). A crash between
+    /// the two leaves lines of spaces, which readers skip and the next destruction drops.
+    private func destroySubjectRecords(_ ids: Set<SubjectID>) throws {
+        let file = try PosixFile(path: store.subjectsPath, flags: O_RDWR | O_NOFOLLOW)
+        let bytes = try file.readAll()
+        var kept: [UInt8] = []
+        var overwritten = false, blank = false
+        var start = 0
+        while let end = bytes[start...].firstIndex(of: FileLedgerStore.newline) {
+            let line = Array(bytes[start..<end])
+            if FileLedgerStore.isErasedLine(line) {
+                blank = true
+            } else if let (id, _) = FileLedgerStore.decodeSubjectLine(line), ids.contains(SubjectID(id)) {
+                try file.write([UInt8](repeating: 0x20, count: line.count), at: UInt64(start))
+                overwritten = true
+            } else {
+                kept += line
+                kept.append(FileLedgerStore.newline)
+            }
+            start = end + 1
+        }
+        guard overwritten || blank else { return }
+        if overwritten { try file.sync() }
+        try PosixFile.writeAtomically(kept, to: store.subjectsPath, mode: 0o600)
+    }
+
     func subjectRecords() throws -> [SubjectID: SubjectRecord] {
         let bytes = try PosixFile(path: store.subjectsPath, flags: O_RDONLY).readAll()
         var records: [SubjectID: SubjectRecord] = [:]
@@ -764,6 +797,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         // A trailing line without a newline was never acknowledged (a crash mid-write): ignored.
         for line in bytes.split(separator: FileLedgerStore.newline, omittingEmptySubsequences: false).dropLast() {
             lineNumber += 1
+            if FileLedgerStore.isErasedLine(Array(line)) { continue }
             guard let (id, record) = FileLedgerStore.decodeSubjectLine(Array(line)) else {
                 throw ConsentError.integrity(IntegrityFailure(.subjectRecord, line: nil, seq: nil, problem: "\(store.subjectsPath) line \(lineNumber) is not {\"id\":…,\"salt\":…[,\"sig\":…]}"))
             }
@@ -791,8 +825,9 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         while lineStart < end {
             let lineEnd = bytes[lineStart..<end].firstIndex(of: FileLedgerStore.newline)!
             lineNumber += 1
-            // A line not even shaped like a record might have been this subject's.
-            if malformed == nil, !(bytes[lineStart..<lineEnd].starts(with: shape) && lineEnd - lineStart > shape.count + 2 && bytes[lineEnd - 2] == 0x22 && bytes[lineEnd - 1] == 0x7D) {
+            // A line not even shaped like a record might have been this subject's (a line of
+            // spaces is an erased record's remains).
+            if malformed == nil, !FileLedgerStore.isErasedLine(Array(bytes[lineStart..<lineEnd])), !(bytes[lineStart..<lineEnd].starts(with: shape) && lineEnd - lineStart > shape.count + 2 && bytes[lineEnd - 2] == 0x22 && bytes[lineEnd - 1] == 0x7D) {
                 malformed = lineNumber
             }
             let matches = lineEnd - lineStart > needle.count && bytes.withUnsafeBytes { all in
@@ -922,6 +957,8 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
             // derived data vouches for them.
             try file.sync()
         }
+        // An erasure's event is durable: now the record goes.
+        if !commit.erasedSubjects.isEmpty { try destroySubjectRecords(Set(commit.erasedSubjects)) }
         // Nothing cached describes the log any more.
         state = nil
         usableIndex = nil

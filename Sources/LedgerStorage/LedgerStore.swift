@@ -63,13 +63,18 @@ public struct LedgerCommit: Sendable {
     /// commit's head with its entries); nil in a commit of derived data alone keeps the
     /// recorded one.
     public let head: SignedHead?
+    /// Subject records to destroy once the entries are durable (an erasure, whose
+    /// `subject.erased` event is among the entries): their bytes are overwritten, not merely
+    /// unlinked, and a storage that keeps old row versions purges them.
+    public let erasedSubjects: [SubjectID]
 
-    public init(firstSeq: Int, entries: [[UInt8]], derived: DerivedUpdate, subjects: [(subjectID: SubjectID, record: SubjectRecord)], head: SignedHead?) {
+    public init(firstSeq: Int, entries: [[UInt8]], derived: DerivedUpdate, subjects: [(subjectID: SubjectID, record: SubjectRecord)], head: SignedHead?, erasedSubjects: [SubjectID] = []) {
         self.firstSeq = firstSeq
         self.entries = entries
         self.derived = derived
         self.subjects = subjects
         self.head = head
+        self.erasedSubjects = erasedSubjects
     }
 }
 

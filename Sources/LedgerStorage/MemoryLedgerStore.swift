@@ -166,6 +166,7 @@ final class MemoryLedgerTransaction: LedgerWriteTransaction {
         contents.entries += commit.entries
         try Self.apply(commit.derived, to: &contents)
         if let head = commit.head { contents.head = head }
+        for id in commit.erasedSubjects { contents.subjects[id] = nil }
         return nil
     }
 

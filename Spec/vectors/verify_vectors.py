@@ -736,7 +736,9 @@ TYPE_MEMBERS = {
     "catalog.published": {"catalog", "document", "notices"},
     "consent.given": {"subject", "feature", "consent", "version"},
     "consent.revoked": {"subject", "feature", "consent", "reason"},
+    "subject.erased": {"subject"},
 }
+ERASURE_REASON_MAX_BYTES = 200
 NOTICE_MEMBERS = {"consent", "feature", "sha256", "version"}
 
 
@@ -841,7 +843,7 @@ def read_body(body):
         allowed = allowed | STREAM_MEMBERS
     if etype == "consent.revoked" and m.get("reason") == "cascade":
         allowed = allowed | {"cause"}
-    grant_optional = ({"renews"} | EVIDENCE_MEMBERS) if etype == "consent.given" else set()
+    grant_optional = ({"renews"} | EVIDENCE_MEMBERS) if etype == "consent.given" else ({"reason"} if etype == "subject.erased" else set())
     optional = grant_optional | STREAM_MEMBERS
     allowed = allowed | grant_optional
     if set(m) - allowed:
@@ -880,6 +882,16 @@ def read_body(body):
         problem = evidence_problem(e.evidence)
         if problem:
             raise DecodeError(problem)
+    elif etype == "subject.erased":
+        e.subject = subject()
+        e.reason = m.get("reason")
+        if e.reason is not None:
+            if e.reason == "":
+                raise DecodeError("member 'reason': the reason is empty")
+            if len(e.reason.encode("utf-8")) > ERASURE_REASON_MAX_BYTES:
+                raise DecodeError("member 'reason': the reason has %d bytes, more than %d" % (len(e.reason.encode("utf-8")), ERASURE_REASON_MAX_BYTES))
+            if any(ord(c) < 0x20 or ord(c) == 0x7F for c in e.reason):
+                raise DecodeError("member 'reason': the reason contains a control character")
     else:
         e.reason = m["reason"]
         if e.reason == "cascade":
@@ -1027,6 +1039,7 @@ class SubjectState:
         self.command_feature = None     # the one feature that command is about
         self.required_revocations = []  # seqs of that command's withdrawals of required consents
         self.feature_times = {}         # feature -> at (ms) of the latest event of earlier commands
+        self.erased_at = None           # seq of the subject.erased event: nothing of theirs may follow
 
     def status(self, feature, code):
         return self.consents.get((feature, code))
@@ -1049,6 +1062,8 @@ class SubjectState:
 
     def apply(self, e, catalog):
         span = (e.cmd, e.cmd_size)
+        if self.erased_at is not None:
+            raise Violation(e.seq, "the subject was erased at seq %d: no event of theirs may follow" % self.erased_at)
         if self.open is not None and (self.open != span or e.seq != (0 if self.last_seq is None else self.last_seq) + 1):
             # A command is one subject's, so its events are consecutive even in the subject's own
             # history: a gap means one is missing.
@@ -1059,6 +1074,11 @@ class SubjectState:
             self.open, self.command_feature, self.required_revocations = span, None, []
         if e.subject is None:
             raise Violation(e.seq, "a ledger event is not a subject's event")
+        if e.type == "subject.erased":
+            if e.cmd_size != 1:
+                raise Violation(e.seq, "an erasure is a command of its own, of one event")
+            self.erased_at, self.last_seq, self.open = e.seq, e.seq, None
+            return
         feature = catalog.get(e.feature)
         if feature is None:
             raise Violation(e.seq, "unknown feature code %d" % e.feature)
@@ -1693,12 +1713,16 @@ def verify_folder(folder, log=None, head_text=None, derived=None, subjects=None,
     except ValueError as e:
         raise Failure(None, None, str(e))
     recorded = {}
+    # An erased subject has no record, and must have none (one left is an unfinished erasure).
+    erased = {ref for ref, state in replay.subjects.items() if state.erased_at is not None}
     for subject_id, record in subject_records.items():
         ref = subject_ref(subject_id, record.salt)
+        if ref in erased:
+            raise Failure(None, None, "the subject of pseudonym %s was erased, but a record of it remains in subjects.jsonl" % ref)
         if ref in recorded:
             raise Failure(None, None, "two subject records in subjects.jsonl have the same pseudonym %s" % ref)
         recorded[ref] = subject_id
-    missing = sorted(ref for ref in replay.subjects if ref not in recorded)
+    missing = sorted(ref for ref in replay.subjects if ref not in recorded and ref not in erased)
     if missing:
         raise Failure(None, None, "%d pseudonym(s) in the log have no subject record in subjects.jsonl whose id and salt hash "
                       "to them (%s): subject records were altered, swapped or removed" % (len(missing), ", ".join(missing[:3])))
@@ -2180,6 +2204,8 @@ def read_subject_records(folder, data=None):
         data = read_file(folder, "subjects.jsonl")
     records = {}
     for n, line in enumerate(data.split(b"\n")[:-1], 1):
+        if line and line.strip(b" ") == b"":
+            continue  # an erased record's bytes, overwritten with spaces (an erasure cut short)
         decoded = decode_subject_line(line)
         if decoded is None:
             raise ValueError("subjects.jsonl line %d is not %s" % (n, SUBJECT_LINE_FORM))
@@ -3915,6 +3941,61 @@ def check_folder(checks, folder):
         checks.run("subjects.jsonl is well formed", subjects)
 
 
+def check_erasure(checks, here):
+    """Erasure (Spec/erasure.md): a subject.erased event appended to the tiny ledger, with the
+    subject's record removed from subjects.jsonl; what may and may not follow."""
+    folder = os.path.join(here, "tiny-ledger")
+    seed = bytes(range(32))
+    tiny = read_file(folder, "ledger.jsonl")
+    subjects = read_file(folder, "subjects.jsonl")
+    bodies = [parse_canonical(line[len(LINE_PREFIX):-(len(SIG_PREFIX) + 130)]) for line in event_lines(tiny)]
+    kid, alice, bob = bodies[0]["kid"], bodies[1]["subject"], bodies[8]["subject"]
+    without = lambda who: b"".join(line + b"\n" for line in subjects.split(b"\n")[:-1] if b'"id":"%s"' % who.encode() not in line)
+
+    def erased(seq, subject, **members):
+        b = {"v": 2, "seq": seq, "at": "2026-01-15T09:00:%02d.000Z" % (seq - 5), "actor": "dpo", "cmd": seq, "cmdSize": 1, "kid": kid,
+             "type": "subject.erased", "subject": subject}
+        b.update(members)
+        return b
+
+    def give(seq, subject):
+        return {"v": 2, "seq": seq, "at": "2026-01-15T09:00:%02d.000Z" % (seq - 5), "actor": "self", "cmd": seq, "cmdSize": 1, "kid": kid,
+                "type": "consent.given", "subject": subject, "feature": 1, "consent": "required", "version": "1.0"}
+
+    cases = [
+        ("alice erased at seq 10, her record gone", [erased(10, alice, reason="request 2026-118")], without("alice"), None, None),
+        ("alice erased without a reason", [erased(10, alice)], without("alice"), None, None),
+        ("alice erased; her record's line left as spaces (an erasure cut short after the overwrite)", [erased(10, alice)],
+         without("alice") + b" " * 80 + b"\n", None, None),
+        ("bob erased after his evidence-carrying grant", [erased(10, bob)], without("bob"), None, None),
+        ("alice erased, her record still there", [erased(10, alice)], subjects, None,
+         "the subject of pseudonym %s was erased, but a record of it remains in subjects.jsonl" % alice),
+        ("an event of alice after her erasure", [erased(10, alice), give(11, alice)], without("alice"), 12,
+         "the subject was erased at seq 10: no event of theirs may follow"),
+        ("alice erased twice", [erased(10, alice), erased(11, alice)], without("alice"), 12,
+         "the subject was erased at seq 10: no event of theirs may follow"),
+        ("a reason of 201 bytes", [erased(10, alice, reason="x" * 201)], without("alice"), 11,
+         "member 'reason': the reason has 201 bytes, more than 200"),
+        ("a reason with a line feed", [erased(10, alice, reason="a\nb")], without("alice"), 11,
+         "member 'reason': the reason contains a control character"),
+        ("an empty reason", [erased(10, alice, reason="")], without("alice"), 11, "member 'reason': the reason is empty"),
+        ("an erasure naming a feature", [erased(10, alice, feature=1)], without("alice"), 11,
+         "member 'feature' does not belong to a 'subject.erased' event"),
+        ("an erasure without its subject", [{k: v for k, v in erased(10, alice).items() if k != "subject"}], without("alice"), 11,
+         "member 'subject' is missing from a 'subject.erased' event"),
+    ]
+    for name, appended, subject_data, line, reason in cases:
+        def run(appended=appended, subject_data=subject_data, line=line, reason=reason):
+            log, head = sign_log(bodies + appended, seed, heads_in_log=True)
+            try:
+                r = verify_folder(folder, log=log, head_text=head, derived=False, subjects=subject_data)
+            except Failure as f:
+                return reason is not None and f.reason.endswith(reason) and f.line == line, str(f)
+            erased_refs = sorted(ref for ref, st in r.replay.subjects.items() if st.erased_at is not None)
+            return reason is None, "accepted; erased: %s" % ", ".join(erased_refs)
+        checks.run("erasure: %s: %s" % (name, "accepted" if reason is None else "refused (%s)" % reason), run)
+
+
 def main(argv):
     checks = Checks()
     if len(argv) > 2 or (len(argv) == 2 and argv[1] in ("-h", "--help")):
@@ -3931,6 +4012,7 @@ def main(argv):
         check_policy_versions(checks, here)
         check_derived_files(checks, here)
         check_subject_map(checks, here)
+        check_erasure(checks, here)
     return checks.finish()
 
 

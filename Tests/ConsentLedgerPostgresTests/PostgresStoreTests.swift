@@ -214,6 +214,56 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
 
     // MARK: - Migration
 
+    /// After an erasure no row of any table, and no byte of the subjects table's files (heap and
+    /// index, read from the server's data directory), holds the id or the salt: the row is
+    /// deleted and the table rewritten (VACUUM FULL), so no dead row version keeps them.
+    @Test func anErasureLeavesNoTraceInAnyTableOrTheTablesFiles() throws {
+        let url = try TestDatabase.freshURL("erase")
+        let store = try TestDatabase.store(url)
+        let ledger = try Ledger.create(store: store, catalog: SeedCatalog.catalog, name: "pg.example/erase", keyProtection: .insecurePlaintext)
+        let id = "erase-me-7f3a9c"
+        try ledger.execute(LedgerCommand(subjectID: id, request: .give(feature: "timeline", consents: ["required"])))
+        try ledger.execute(LedgerCommand(subjectID: "bob", request: .give(feature: "timeline", consents: ["required"])))
+        let salt = try #require(try ledger.salt(of: id))
+        let schema = try PostgresLedgerAddress(url: url).schema
+        func tableFiles() throws -> [UInt8] {
+            // What the server holds in memory reaches the files at a checkpoint.
+            try TestDatabase.sql(url, "CHECKPOINT")
+            var bytes: [UInt8] = []
+            for relation in ["\(schema).subjects", "\(schema).subjects_pkey"] {
+                let rows = try TestDatabase.sql(url, "SELECT pg_read_binary_file(pg_relation_filepath('\(relation)'))")
+                for row in rows { bytes += (try row.decode(ByteBuffer.self)).readableBytesView }
+            }
+            return bytes
+        }
+        func everyRow() throws -> [UInt8] {
+            var text = ""
+            let tables = try TestDatabase.sql(url, "SELECT table_name FROM information_schema.tables WHERE table_schema = '\(schema)'").map { try $0.decode(String.self) }
+            for table in tables {
+                for row in try TestDatabase.sql(url, "SELECT t::text FROM \(schema).\(table) t") { text += try row.decode(String.self) + "\n" }
+            }
+            return Array(text.utf8)
+        }
+        func holds(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool {
+            needle.count <= haystack.count && (0...(haystack.count - needle.count)).contains { haystack[$0..<($0 + needle.count)].elementsEqual(needle) }
+        }
+        // The scan finds the record while it is there (so it can fail).
+        let foundBefore = holds(try tableFiles(), Array(id.utf8))
+        #expect(foundBefore, "the scan finds the record while it is there")
+        let receipt = try ledger.erase(id, actor: "dpo", reason: "request 7")
+        #expect(receipt.appended)
+        let files = try tableFiles(), rows = try everyRow()
+        for (name, trace) in [("id", Array(id.utf8)), ("salt", salt), ("salt in hex", Array(Hex.encode(salt).utf8))] {
+            let inFiles = holds(files, trace), inRows = holds(rows, trace)
+            #expect(!inFiles, "the subjects table's files hold the erased subject's \(name)")
+            #expect(!inRows, "a row holds the erased subject's \(name)")
+        }
+        let bobStays = holds(try tableFiles(), Array("bob".utf8))
+        #expect(bobStays, "the other records stay")
+        #expect(try ledger.verify().events == 4)
+        #expect(try Ledger.open(store: try TestDatabase.store(url)).subjectRef(for: id) == nil)
+    }
+
     @Test func migrateFileToPostgresAndBackKeepsEveryByte() throws {
         let folder = TemporaryFolder("pg-migrate")
         defer { folder.remove() }

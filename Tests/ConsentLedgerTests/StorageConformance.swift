@@ -21,6 +21,7 @@ enum StorageConformance: String, CaseIterable, Sendable, CustomTestStringConvert
     case theIndexFindsAStreamsEntriesBelowALimit
     case subjectRecordsRoundTripByteForByte
     case checkpointsAreRecordedOncePerSizeAndListedBySize
+    case anErasedSubjectsRecordIsDestroyedAndTheLedgerStillVerifies
 
     var testDescription: String { rawValue }
 
@@ -151,6 +152,23 @@ enum StorageConformance: String, CaseIterable, Sendable, CustomTestStringConvert
                 for (id, record) in records { #expect(try tx.subjectRecord(id) == record) }
                 #expect(try tx.subjectRecord(SubjectID("nobody")) == nil)
             }
+        case .anErasedSubjectsRecordIsDestroyedAndTheLedgerStillVerifies:
+            for subject in ["alice", "bob"] {
+                try fixture.ledger.execute(LedgerCommand(subjectID: subject, request: .give(feature: "timeline", consents: ["required"])))
+            }
+            let receipt = try fixture.ledger.erase("alice", actor: "dpo", reason: "request 1")
+            #expect(receipt.appended && receipt.events == 2)
+            try store.read { tx throws -> Void in
+                #expect(try tx.subjectRecord(SubjectID("alice")) == nil)
+                #expect(try tx.subjectRecords().keys.map(\.text) == ["bob"])
+            }
+            #expect(try fixture.ledger.verify().events == 4)
+            // Reopened, the ledger knows no alice; a new command for her id starts a new pseudonym.
+            let reopened = try Ledger.open(store: store, signer: fixture.signer)
+            #expect(try reopened.subjectRef(for: "alice") == nil)
+            try reopened.execute(LedgerCommand(subjectID: "alice", request: .give(feature: "timeline", consents: ["required"])))
+            #expect(try reopened.subjectRef(for: "alice")?.value != receipt.pseudonym)
+            #expect(try reopened.verify().events == 5)
         case .checkpointsAreRecordedOncePerSizeAndListedBySize:
             // (and a witnessed checkpoint replaces the one of its size)
             try store.write { tx throws -> Void in

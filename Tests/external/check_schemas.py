@@ -191,6 +191,9 @@ class Scenario:
         values = self.json_command("apply", ["-"], expect_rc=1, lines=True, stdin=commands)
         check("apply: the failing command's error names its line", bool(values) and values[-1].get("line") == 3, repr(values[-1:]))
         self.json_command("migrate", ["--to", os.path.join(self.work, "copy")] + j)
+        self.json_command("erase", ["--subject", "dan", "--reason", "request 1", "--actor", "dpo"] + j)
+        self.json_command("erase", ["--subject", "dan"] + j, expect_rc=64)  # already erased: unknown
+        self.json_command("report", ["--format", "json", "--subject", "dan"], expect_rc=None)
         # A ledger whose signature no longer verifies: the integrity error names the entry.
         shutil.copytree(self.ledger, os.path.join(self.work, "damaged"))
         path = os.path.join(self.work, "damaged", "ledger.jsonl")

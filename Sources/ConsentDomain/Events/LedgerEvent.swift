@@ -125,12 +125,39 @@ public struct ConsentRevoked: Hashable, Sendable {
     }
 }
 
+/// A subject's record (id, salt) was destroyed at their request (GDPR Art. 17): the log keeps
+/// the pseudonym's history, which nothing can link to the person any more. No event of the
+/// subject may follow.
+public struct SubjectErased: Hashable, Sendable {
+    public let subject: SubjectRef
+    /// Why, as the requester's records name it (a request number, "GDPR Art. 17"): at most
+    /// ``maximumReasonBytes`` bytes, no control characters. It is signed into the log and
+    /// outlives the erasure, so it must not name the person.
+    public let reason: String?
+
+    public static let maximumReasonBytes = 200
+
+    public init(subject: SubjectRef, reason: String? = nil) {
+        self.subject = subject
+        self.reason = reason
+    }
+
+    /// Why `reason` cannot be recorded, or nil.
+    public static func problem(reason: String) -> String? {
+        if reason.isEmpty { return "the reason is empty" }
+        if reason.utf8.count > maximumReasonBytes { return "the reason has \(reason.utf8.count) bytes, more than \(maximumReasonBytes)" }
+        if reason.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) { return "the reason contains a control character" }
+        return nil
+    }
+}
+
 /// What happened.
 public enum EventPayload: Hashable, Sendable {
     case ledgerCreated(LedgerCreated)
     case catalogPublished(CatalogPublished)
     case consentGiven(ConsentGiven)
     case consentRevoked(ConsentRevoked)
+    case subjectErased(SubjectErased)
 
     /// The subject the event is about, if any.
     public var subject: SubjectRef? {
@@ -138,6 +165,7 @@ public enum EventPayload: Hashable, Sendable {
         case .ledgerCreated, .catalogPublished: return nil
         case .consentGiven(let e): return e.subject
         case .consentRevoked(let e): return e.subject
+        case .subjectErased(let e): return e.subject
         }
     }
 
@@ -148,6 +176,7 @@ public enum EventPayload: Hashable, Sendable {
         case .catalogPublished: return "catalog.published"
         case .consentGiven: return "consent.given"
         case .consentRevoked: return "consent.revoked"
+        case .subjectErased: return "subject.erased"
         }
     }
 }

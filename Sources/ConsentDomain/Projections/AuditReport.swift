@@ -29,7 +29,7 @@ public struct ReportScope: Hashable, Sendable {
 public struct AuditReport: Hashable, Sendable {
     /// The event types, as every output names them (text, JSON, CSV, HTML).
     public enum EntryKind: String, Hashable, Sendable {
-        case given, reconsent = "re-consent", withdrawn, cascade = "cascade-withdrawn", policy = "policy-change"
+        case given, reconsent = "re-consent", withdrawn, cascade = "cascade-withdrawn", policy = "policy-change", erased
     }
 
     /// One consent's policy version changed by a publication.
@@ -127,6 +127,9 @@ public struct AuditReport: Hashable, Sendable {
     public let subjects: [SubjectRef]
     /// The catalogue in force at the report's end.
     public let catalog: Catalog
+    /// The subjects in scope erased by the report's end, with the seq of their erasure: their
+    /// events are counted as before, and nothing links them to a person any more.
+    public var erased: [SubjectRef: UInt64] = [:]
 }
 
 /// Builds an ``AuditReport`` from the events of the log in order, up to the scope's end.
@@ -143,6 +146,7 @@ public struct AuditReportBuilder: Sendable {
     private var revocations: [Int: (all: Int, cascades: Int)] = [:]
     /// With an actor in scope: the subjects that actor acted on in the window.
     private var actorSubjects: Set<SubjectRef> = []
+    private var erased: [SubjectRef: UInt64] = [:]
 
     public init(catalog: Catalog, scope: ReportScope) {
         self.scope = scope
@@ -187,6 +191,17 @@ public struct AuditReportBuilder: Sendable {
                 if kind == .given { c.given += 1 } else { c.reconsent += 1 }
                 counts[key] = c
             }
+        case .subjectErased(let e):
+            // Erasure ends whatever the subject had going: activity and given spans close here.
+            for (feature, since) in activeSince[e.subject] ?? [:] { intervals.append(.init(subject: e.subject, feature: feature, from: since, until: event.at)) }
+            activeSince[e.subject] = nil
+            for (key, since) in givenSince[e.subject] ?? [:] { spans.append(.init(subject: e.subject, feature: key.feature, consent: key.consent, from: since, until: event.at)) }
+            givenSince[e.subject] = nil
+            erased[e.subject] = event.seq
+            if inScope(e.subject, nil) && inWindow && actorMatches {
+                entries.append(.init(seq: event.seq, at: event.at, kind: .erased, subject: e.subject, feature: nil, consent: nil, actor: event.actor, version: nil, cause: nil))
+                if scope.actor != nil { actorSubjects.insert(e.subject) }
+            }
         case .consentRevoked(let e):
             let key = ConsentKey(feature: e.feature, consent: e.consent)
             let since = givenSince[e.subject]?[key]
@@ -208,7 +223,7 @@ public struct AuditReportBuilder: Sendable {
                 revocations[e.feature] = r
             }
         }
-        if let subject = event.payload.subject, event.seq == event.command.last { updateActivity(subject, at: event.at) }
+        if let subject = event.payload.subject, event.seq == event.command.last, erased[subject] == nil { updateActivity(subject, at: event.at) }
     }
 
     /// Opens or closes activity intervals of a subject's features after a change.
@@ -247,7 +262,7 @@ public struct AuditReportBuilder: Sendable {
         let givenSpans = allSpans.filter { inSubjects.contains($0.subject) && (scope.feature == nil || $0.feature == scope.feature) }
             .sorted { ($0.subject, $0.feature, $0.consent, $0.from) < ($1.subject, $1.feature, $1.consent, $1.from) }
         var outdated: [AuditReport.Outdated] = []
-        for subject in subjects {
+        for subject in subjects where erased[subject] == nil {
             let state = replay.state(of: subject)
             for feature in catalog.features where scope.feature == nil || feature.code == scope.feature {
                 for consent in feature.consents where state.isOutdated(feature, consent) {
@@ -265,6 +280,8 @@ public struct AuditReportBuilder: Sendable {
             let r = revocations[f.code] ?? (0, 0)
             return .init(feature: f.code, medianGrantToRevocationMs: median, revocations: r.all, cascades: r.cascades)
         }
-        return AuditReport(scope: scope, entries: entries, counts: countList, outdated: outdated, intervals: overlapping, givenSpans: givenSpans, withdrawals: withdrawals, subjects: subjects, catalog: catalog)
+        var report = AuditReport(scope: scope, entries: entries, counts: countList, outdated: outdated, intervals: overlapping, givenSpans: givenSpans, withdrawals: withdrawals, subjects: subjects, catalog: catalog)
+        report.erased = erased.filter { inSubjects.contains($0.key) }
+        return report
     }
 }

@@ -102,17 +102,25 @@ public struct SubjectState: Hashable, Sendable {
     public var isInsideCommand: Bool { openCommand != nil }
 
     public static func == (a: SubjectState, b: SubjectState) -> Bool {
-        a.consents == b.consents && a.lastSeq == b.lastSeq && a.openCommand == b.openCommand
+        a.consents == b.consents && a.lastSeq == b.lastSeq && a.openCommand == b.openCommand && a.erasedAt == b.erasedAt
     }
 
     public func hash(into hasher: inout Hasher) {
         hasher.combine(consents)
         hasher.combine(lastSeq)
+        hasher.combine(erasedAt)
     }
+
+    /// The `subject.erased` event's seq, once the subject's record was destroyed: nothing of the
+    /// subject may follow it.
+    public private(set) var erasedAt: UInt64?
 
     /// Applies one of this subject's events, re-checking rules R2–R6 and the cascade.
     public mutating func apply(_ event: LedgerEvent, catalog: Catalog) throws(ReplayViolation) {
         let seq = event.seq
+        if let erasedAt {
+            throw ReplayViolation(seq: seq, problem: "the subject was erased at seq \(erasedAt): no event of theirs may follow")
+        }
         if let open = openCommand, open != event.command || seq != (lastSeq ?? 0) + 1 {
             // A command is one subject's, so its events are consecutive even in a subject's
             // own history: a gap means one is missing.
@@ -129,6 +137,11 @@ public struct SubjectState: Hashable, Sendable {
         switch event.payload {
         case .ledgerCreated, .catalogPublished:
             throw ReplayViolation(seq: seq, problem: "a ledger event is not a subject's event")
+        case .subjectErased:
+            guard event.command.size == 1 else {
+                throw ReplayViolation(seq: seq, problem: "an erasure is a command of its own, of one event")
+            }
+            erasedAt = seq
         case .consentGiven(let given):
             let (feature, definition) = try resolve(given.feature, given.consent, seq: seq, catalog: catalog)
             try enter(feature, seq: seq)

@@ -132,6 +132,14 @@ public final class ConsentManager: Sendable {
         }
     }
 
+    /// Erases a subject (GDPR Art. 17): a signed `subject.erased` event, then the subject's
+    /// record destroyed, so nothing links the person to their events any more; every proof stays
+    /// valid. Answers with the receipt for the requester's records.
+    public func erase(_ subject: String, actor: String, reason: String? = nil) async throws(ConsentError) -> ErasureReceipt {
+        let ledger = self.ledger
+        return try await run { try ledger.erase(subject, actor: actor, reason: reason) }
+    }
+
     // MARK: - Proof
 
     /// The current signed checkpoint (C2SP tlog-checkpoint as a signed note).

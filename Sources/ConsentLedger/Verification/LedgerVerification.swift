@@ -72,7 +72,8 @@ extension Ledger {
             if let headsFailure { throw headsFailure }
             try checkEarlierHeads(heads, roots: roots)
             try checkStoredMap(tx, streams, size: Int64(replay.eventCount))
-            try checkSubjectRecords(tx, logSubjects: replay.subjects.keys)
+            try checkSubjectRecords(tx, logSubjects: replay.subjects.filter { $0.value.erasedAt == nil }.keys,
+                                    erased: Set(replay.subjects.filter { $0.value.erasedAt != nil }.keys))
             return VerificationReport(events: replay.eventCount, subjects: replay.subjects.count, head: ChainHead(seq: lastSeq, hash: previous), ledgerName: genesis.ledgerName, publicKey: publicKey, torn: log.torn)
         }
     }
@@ -126,12 +127,16 @@ extension Ledger {
     /// Every pseudonym in the log must have exactly one subject record whose id and salt hash to
     /// it: swapped, altered or missing records would make `status` answer for the wrong patient
     /// or for nobody. A record whose pseudonym has no events is allowed: its salt was saved by a
-    /// command that failed before its events were appended.
-    func checkSubjectRecords(_ tx: any LedgerReadTransaction, logSubjects: some Collection<SubjectRef>) throws {
+    /// command that failed before its events were appended. An erased subject has no record, and
+    /// must have none: one that remains is an erasure left unfinished.
+    func checkSubjectRecords(_ tx: any LedgerReadTransaction, logSubjects: some Collection<SubjectRef>, erased: Set<SubjectRef> = []) throws {
         let place = "\(store.names.subjects) of \(store.names.location)"
         var recorded: [SubjectRef: SubjectID] = [:]
         for (id, salt) in try subjectSalts(tx) {
             let ref = subjectRef(id: id.text, salt: salt)
+            if erased.contains(ref) {
+                throw ConsentError.integrity(IntegrityFailure(.subjectRecord, line: nil, seq: nil, problem: "the subject of pseudonym \(ref.value) was erased, but a record of it remains in \(place): the erasure was cut short; run `consentctl erase --subject` for that id again to finish it"))
+            }
             if let other = recorded.updateValue(id, forKey: ref) {
                 throw ConsentError.integrity(IntegrityFailure(.subjectRecord, line: nil, seq: nil, problem: "two subject records in \(place) have the same pseudonym \(ref.value) (ids \(min(id, other).text.debugDescription) and \(max(id, other).text.debugDescription))"))
             }

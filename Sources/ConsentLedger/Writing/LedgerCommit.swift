@@ -31,7 +31,7 @@ extension Ledger {
     ///
     /// `streams` (format 2, from ``streamState(for:_:)``) links the events into their streams
     /// and gives the subject map whose new records are written with the derived data.
-    func commit(_ events: [LedgerEvent], _ view: LogView, _ tx: any LedgerWriteTransaction, signer: any EventSigner, streams: (state: StreamState, nextIndex: Int64)?, subjects: [(subjectID: SubjectID, record: SubjectRecord)]) throws -> Committed {
+    func commit(_ events: [LedgerEvent], _ view: LogView, _ tx: any LedgerWriteTransaction, signer: any EventSigner, streams: (state: StreamState, nextIndex: Int64)?, subjects: [(subjectID: SubjectID, record: SubjectRecord)], erasing: [SubjectID] = []) throws -> Committed {
         let log = view.log
         var frontier = try trustedFrontier(view)
         let hasher = chain.hasher
@@ -69,7 +69,7 @@ extension Ledger {
                 derived.subjectMap = (all, 0)
             }
         }
-        let warning = try tx.commit(LedgerCommit(firstSeq: log.size, entries: entries, derived: derived, subjects: subjects, head: signedHead)).map {
+        let warning = try tx.commit(LedgerCommit(firstSeq: log.size, entries: entries, derived: derived, subjects: subjects, head: signedHead, erasedSubjects: erasing)).map {
             "events seq \(events.first!.seq)–\(head.seq) are durably appended, but writing the derived data or the head after them failed (\($0)); the next write repairs them"
         }
         let after = warning == nil ? state.map { ($0, (derived.subjectMap?.at ?? 0) + Int64(derived.subjectMap?.records.count ?? 0)) } : nil
