@@ -108,6 +108,21 @@ import Testing
         #expect(try reopened.subjectRef(for: "alice-0042") == ref)
     }
 
+    /// A process that remembered the subject's salt before another process erased the subject
+    /// writes for the id as a new subject, never for the erased pseudonym.
+    @Test func aProcessThatRememberedTheSaltStartsANewPseudonym() throws {
+        let (service, path) = try Self.ledger("two-processes")
+        defer { removeFolder(path) }
+        _ = try service.report(for: "alice-0042")
+        try service.execute(LedgerCommand(subjectID: "alice-0042", request: .give(feature: "medication-management", consents: ["required"])))
+        let other = try Ledger.open(store: FileLedgerStore(directory: path), keys: FileKeyStore(path: path + "/secret.key"))
+        let receipt = try other.erase("alice-0042", actor: "dpo")
+        let result = try service.execute(LedgerCommand(subjectID: "alice-0042", request: .give(feature: "timeline", consents: ["required"])))
+        #expect(result.result.events.count == 1)
+        #expect(try service.subjectRef(for: "alice-0042")?.value != receipt.pseudonym)
+        #expect(try other.verify().events == 9)
+    }
+
     @Test(arguments: [
         ("nobody", nil as String?, "no subject 'nobody'"),
         ("bob", String(repeating: "x", count: 201), "201 bytes, more than 200"),

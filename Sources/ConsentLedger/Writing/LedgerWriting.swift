@@ -47,6 +47,28 @@ extension Ledger {
             let versions = try catalogVersions(view)
             let catalog = versions.last!.catalog
             var states = try currentStates(of: Set(refs.values), view, versions: versions)
+            // A remembered salt whose subject was erased since (by another process): the id is
+            // unknown now, or has a new record; read it again rather than write for the erased one.
+            let erased = refs.filter { states[$0.value]?.erasedAt != nil }.map(\.key)
+            if !erased.isEmpty {
+                for id in erased {
+                    if let record = try tx.subjectRecord(id) {
+                        guard subjectRef(id: id.text, salt: record.salt) != refs[id] else {
+                            throw ConsentError.integrity(IntegrityFailure(.subjectRecord, line: nil, seq: nil, problem: "the subject \(id.text.debugDescription) was erased, but the erasure was cut short and its record remains in \(store.names.subjects): run the erasure again before writing for that id"))
+                        }
+                        try checkRecord(id, record)
+                        salts[id] = record.salt
+                        records?[id] = record
+                    } else {
+                        let salt = random(Pseudonym.saltLength)
+                        salts[id] = salt
+                        newSalts[id] = salt
+                        records?[id] = nil
+                    }
+                    refs[id] = subjectRef(id: id.text, salt: salts[id]!)
+                }
+                states = try currentStates(of: Set(refs.values), view, versions: versions)
+            }
             let streams = try streamState(for: Set(refs.values.map { StreamKey.of(subject: $0) }), view)
             let at = max(clock(), log.last.event.at)
             var nextSeq = log.last.event.seq + 1
