@@ -346,6 +346,13 @@ final class PostgresLedgerTransaction: LedgerWriteTransaction {
         }
     }
 
+    func newestCheckpoint() throws -> IssuedCheckpoint? {
+        try session.query("SELECT size, note FROM \(s).checkpoints ORDER BY recorded_at DESC, size DESC LIMIT 1").map { row in
+            let (size, note) = try row.decode((Int64, String).self)
+            return IssuedCheckpoint(size: size, note: note)
+        }.first
+    }
+
     // MARK: Writing
 
     /// Everything in the one transaction: it commits when the write's body returns.
@@ -425,7 +432,7 @@ final class PostgresLedgerTransaction: LedgerWriteTransaction {
     func recordCheckpoint(_ checkpoint: IssuedCheckpoint) throws {
         try session.query(
             checkpoint.replaces
-                ? "INSERT INTO \(s).checkpoints (size, note) VALUES ($1, $2) ON CONFLICT (size) DO UPDATE SET note = EXCLUDED.note, recorded_at = now()"
+                ? "INSERT INTO \(s).checkpoints (size, note) VALUES ($1, $2) ON CONFLICT (size) DO UPDATE SET note = EXCLUDED.note, recorded_at = clock_timestamp()"
                 : "INSERT INTO \(s).checkpoints (size, note) VALUES ($1, $2) ON CONFLICT (size) DO NOTHING",
             PostgresBindings(checkpoint.size, checkpoint.note))
     }

@@ -879,6 +879,33 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         }
     }
 
+    func newestCheckpoint() throws -> IssuedCheckpoint? {
+        let file: PosixFile
+        do {
+            file = try PosixFile(path: store.checkpointsPath, flags: O_RDONLY)
+        } catch ConsentError.notFound {
+            return nil
+        }
+        // The last complete line, read from the end: a record is a note and a size, far less
+        // than the block read (a longer last line is read whole).
+        let size = try file.size()
+        var block = min(size, 64 << 10)
+        while true {
+            let tail = try file.read(at: size - block, count: Int(block))
+            guard let end = tail.lastIndex(of: FileLedgerStore.newline) else { return nil }
+            if let start = tail[..<end].lastIndex(of: FileLedgerStore.newline) ?? (block == size ? -1 : nil) {
+                let line = Array(tail[(start + 1)..<end])
+                guard case .object(let members)? = try? CanonicalJSON.parse(line, canonical: true), members.count == 2,
+                    case .string(let note)? = members["note"], case .int(let recorded)? = members["size"], recorded >= 0
+                else {
+                    throw integrity("the last line of \(store.checkpointsPath) is not {\"note\":…,\"size\":…}", kind: .head)
+                }
+                return IssuedCheckpoint(size: recorded, note: note)
+            }
+            block = min(size, block * 2)
+        }
+    }
+
     func checkpoints() throws -> [IssuedCheckpoint] {
         let bytes: [UInt8]
         do {

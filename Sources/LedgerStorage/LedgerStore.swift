@@ -327,6 +327,10 @@ public protocol LedgerReadTransaction {
     /// Every recorded checkpoint, by tree size.
     func checkpoints() throws -> [IssuedCheckpoint]
 
+    /// The checkpoint recorded last (a replacement counts as recorded when it replaced), nil if
+    /// none: cheap where the storage can find it without reading them all.
+    func newestCheckpoint() throws -> IssuedCheckpoint?
+
     /// Every signed head the storage keeps, oldest first, the newest being the recorded head.
     /// A folder keeps one per commit, in its log; other storages keep only the newest. Each is
     /// checked to stand where its size says (after that many entries), not that it verifies.

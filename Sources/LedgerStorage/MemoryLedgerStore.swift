@@ -18,6 +18,7 @@ public final class MemoryLedgerStore: LedgerStore {
         var subjectMap: [[UInt8]] = []
         var subjects: [SubjectID: SubjectRecord] = [:]
         var checkpoints: [Int64: String] = [:]
+        var newestCheckpoint: Int64?
     }
 
     private let contents = Mutex<Contents?>(nil)
@@ -156,6 +157,10 @@ final class MemoryLedgerTransaction: LedgerWriteTransaction {
     func checkpoints() throws -> [IssuedCheckpoint] {
         contents.checkpoints.sorted { $0.key < $1.key }.map { IssuedCheckpoint(size: $0.key, note: $0.value) }
     }
+    func newestCheckpoint() throws -> IssuedCheckpoint? {
+        contents.newestCheckpoint.flatMap { size in contents.checkpoints[size].map { IssuedCheckpoint(size: size, note: $0) } }
+    }
+
 
     func commit(_ commit: LedgerCommit) throws -> String? {
         guard commit.firstSeq == contents.entries.count else {
@@ -183,7 +188,10 @@ final class MemoryLedgerTransaction: LedgerWriteTransaction {
     }
 
     func recordCheckpoint(_ checkpoint: IssuedCheckpoint) throws {
-        if contents.checkpoints[checkpoint.size] == nil || checkpoint.replaces { contents.checkpoints[checkpoint.size] = checkpoint.note }
+        if contents.checkpoints[checkpoint.size] == nil || checkpoint.replaces {
+            contents.checkpoints[checkpoint.size] = checkpoint.note
+            contents.newestCheckpoint = checkpoint.size
+        }
     }
 }
 

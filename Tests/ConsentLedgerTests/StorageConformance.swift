@@ -178,10 +178,12 @@ enum StorageConformance: String, CaseIterable, Sendable, CustomTestStringConvert
             let recorded = try store.readCheckpoints()
             #expect(recorded.map(\.size) == [3, 5, 9])
             #expect(recorded[0].note == "note 3 of first\n", "the first note of a size stays")
+            #expect(try store.read { try $0.newestCheckpoint() } == IssuedCheckpoint(size: 9, note: "note 9 of one\n"))
             // The same checkpoint cosigned by witnesses since: it takes the place of the first.
             try store.write { tx throws -> Void in try tx.recordCheckpoint(IssuedCheckpoint(size: 3, note: "note 3, cosigned\n", replaces: true)) }
             let replaced = try store.readCheckpoints()
             #expect(replaced.map(\.size) == [3, 5, 9] && replaced[0].note == "note 3, cosigned\n" && replaced[1].note == "note 5 of one\n")
+            #expect(try store.read { try $0.newestCheckpoint() } == IssuedCheckpoint(size: 3, note: "note 3, cosigned\n"), "a replacement is the newest record")
         }
     }
 

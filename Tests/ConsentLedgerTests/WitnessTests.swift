@@ -388,6 +388,25 @@ struct DirectWitnessTransport: WitnessTransport {
         #expect(try s.ledger.signedCheckpoint().note.components(separatedBy: "\n— ").count == 2)
     }
 
+    /// The newest recorded checkpoint is read from the end of `checkpoints.jsonl`, whatever the
+    /// length of its line, and a torn last line is not it.
+    @Test(arguments: [100, 70_000, 200_000])
+    func theNewestRecordedCheckpointIsReadFromTheEnd(noteBytes: Int) throws {
+        let s = try Setup("newest-\(noteBytes)")
+        defer { s.remove() }
+        let store = FileLedgerStore(directory: s.folder + "/ledger")
+        let long = String(repeating: "n", count: noteBytes) + "\n"
+        try store.write { tx in
+            try tx.recordCheckpoint(IssuedCheckpoint(size: 1, note: "first\n"))
+            try tx.recordCheckpoint(IssuedCheckpoint(size: 2, note: long))
+        }
+        #expect(try store.read { try $0.newestCheckpoint() } == IssuedCheckpoint(size: 2, note: long))
+        // A crash mid-append leaves a partial line: not a record.
+        let path = s.folder + "/ledger/checkpoints.jsonl"
+        writeBytes(readBytes(path) + Array(#"{"note":"torn"#.utf8), to: path)
+        #expect(try store.read { try $0.newestCheckpoint() } == IssuedCheckpoint(size: 2, note: long))
+    }
+
     @Test(arguments: [(0, "between 1"), (3, "between 1")])
     func aQuorumOutsideTheWitnessesIsRefused(quorum: Int, reason: String) throws {
         let a = try CosignerKey(name: "a", publicKey: SodiumSigner(seed: Self.seedA)!.publicKey)

@@ -133,10 +133,14 @@ extension Ledger {
         return text + "\n" + kept.map(\.text).joined() + line
     }
 
-    /// The note to hand out for `head`: the recorded checkpoint of its size when that is the same
-    /// checkpoint with cosignatures added, else the head as signed.
+    /// The note to hand out for `head`: the checkpoint recorded last, when it is this same
+    /// checkpoint with cosignatures added, else the head as signed. Only the newest record is
+    /// read, so that handing out a checkpoint stays cheap however many were recorded: a ledger
+    /// is witnessed right before it hands its checkpoint out, and if another size was recorded
+    /// since, the cosignatures are left out (a verifier that asks for them then refuses; none is
+    /// ever wrong).
     func witnessedNote(_ head: SignedHead, _ view: LogView) throws -> String {
-        guard let recorded = try view.tx.checkpoints().last(where: { $0.size == head.checkpoint.size }), recorded.note != head.note,
+        guard let recorded = try view.tx.newestCheckpoint(), recorded.size == head.checkpoint.size, recorded.note != head.note,
             let (text, _) = try? SignedNote.split(recorded.note), let (headText, _) = try? SignedNote.split(head.note), text == headText
         else { return head.note }
         return recorded.note
