@@ -5,6 +5,9 @@ import LedgerStorage
 import TransparencyLog
 import PostgresNIO
 import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// A ledger in a PostgreSQL schema: entries, derived data and head kept as rows by sequence
 /// number (see ``PostgresSchema``). Nothing here imitates a file: no byte offsets, no torn tails,
@@ -134,26 +137,46 @@ public final class PostgresLedgerStore: LedgerStore {
     }
 
     public func write<T>(_ body: (any LedgerWriteTransaction) throws -> T) throws -> T {
-        var erased = false
+        var erased: (Bool, String?) = (false, nil)
         let result = try inTransaction(exclusive: true) { session in
             let transaction = PostgresLedgerTransaction(store: self, session: session)
-            defer { erased = transaction.erased }
+            defer { erased = (transaction.erased, transaction.erasedBy) }
             return try body(transaction)
         }
-        if erased { try purgeErasedRows() }
+        if erased.0 { try purgeErasedRows(deletedBy: erased.1) }
         return result
     }
 
     /// Rewrites the subjects table and its index (VACUUM FULL), so that no dead row version of an
-    /// erased subject's record stays in the table's files. What WAL and backups still hold is
-    /// the operator's to expire (Spec/erasure.md).
-    func purgeErasedRows() throws {
+    /// erased subject's record stays in the table's files. VACUUM keeps a dead row that a
+    /// transaction open since before the deletion may still see, so it first waits (at most
+    /// ``purgeWait`` seconds) until no such transaction is open in the database. What WAL and
+    /// backups still hold is the operator's to expire (Spec/erasure.md).
+    func purgeErasedRows(deletedBy xid: String?) throws {
         do {
-            try connections.withSession { session in try session.query("VACUUM (FULL) \(s).subjects") }
+            try connections.withSession { session in
+                if let xid {
+                    var waited = 0
+                    while try session.query(
+                        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_xmin IS NOT NULL AND age(backend_xmin) >= age($1::xid)",
+                        PostgresBindings(xid)
+                    ).first?.decode(Int64.self) ?? 0 > 0 {
+                        guard waited < Self.purgeWait * 10 else {
+                            throw ConsentError.storage("a transaction open since before the erasure can still see the deleted record, so VACUUM would keep it; it was waited for \(Self.purgeWait) seconds")
+                        }
+                        usleep(100_000)
+                        waited += 1
+                    }
+                }
+                try session.query("VACUUM (FULL) \(s).subjects")
+            }
         } catch {
-            throw ConsentError.storage("the erasure is recorded and the record deleted at \(address), but VACUUM FULL of the subjects table failed (\(error)): erase the subject again to purge its dead row")
+            throw ConsentError.storage("the erasure is recorded and the record deleted at \(address), but its dead row was not purged (\(error)): run VACUUM (FULL) \(s).subjects once the older transactions have ended")
         }
     }
+
+    /// How long an erasure waits for older transactions before purging.
+    static let purgeWait = 30
 
     // MARK: - Creating
 
@@ -368,6 +391,8 @@ final class PostgresLedgerTransaction: LedgerWriteTransaction {
         if let head = commit.head { try writeHead(head) }
         if !commit.erasedSubjects.isEmpty {
             try session.query("DELETE FROM \(s).subjects WHERE subject_id = ANY($1::bytea[])", PostgresBindings(commit.erasedSubjects.map { $0.utf8.buffer }))
+            // The transaction's id: snapshots older than it may still see the deleted row.
+            erasedBy = try session.query("SELECT backend_xid::text FROM pg_stat_activity WHERE pid = pg_backend_pid()").first?.decode(String?.self) ?? nil
             erased = true
         }
         state = nil
@@ -377,6 +402,8 @@ final class PostgresLedgerTransaction: LedgerWriteTransaction {
     /// Whether this transaction deleted subject records: the store then purges their dead row
     /// versions once it has committed (VACUUM cannot run inside a transaction).
     private(set) var erased = false
+    /// The id of the transaction that deleted them.
+    private(set) var erasedBy: String?
 
     func insertEntries(_ entries: [[UInt8]], from first: Int) throws {
         for chunk in stride(from: 0, to: entries.count, by: 2000) {

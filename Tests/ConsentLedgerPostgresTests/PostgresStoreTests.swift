@@ -4,6 +4,7 @@ import ConsentDomain
 import ConsentLedgerPostgres
 import PostgresNIO
 import PropertyBased
+import Synchronization
 import Testing
 @testable import ConsentLedger
 @testable import ConsentReports
@@ -250,8 +251,24 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
         // The scan finds the record while it is there (so it can fail).
         let foundBefore = holds(try tableFiles(), Array(id.utf8))
         #expect(foundBefore, "the scan finds the record while it is there")
+        // A transaction that took its snapshot before the erasure, and ends a little later: VACUUM
+        // would keep the dead row for it, so the erasure waits for it before purging.
+        let address = try PostgresLedgerAddress(url: url)
+        let reader = try PostgresConnection.connect(
+            on: PostgresConnection.defaultEventLoopGroup.any(),
+            configuration: .init(host: address.host, port: address.port, username: address.username, password: address.password, database: address.database, tls: .disable),
+            id: 2, logger: Logger(label: "test")).wait()
+        _ = try reader.query("BEGIN ISOLATION LEVEL REPEATABLE READ", logger: Logger(label: "test")).wait()
+        _ = try reader.query(PostgresQuery(unsafeSQL: "SELECT count(*) FROM \(schema).events"), logger: Logger(label: "test")).wait()
+        let ended = Mutex(false)
+        DispatchQueue.global().asyncAfter(deadline: .now() + 1.5) {
+            _ = try? reader.query("COMMIT", logger: Logger(label: "test")).wait()
+            ended.withLock { $0 = true }
+            _ = try? reader.close().wait()
+        }
         let receipt = try ledger.erase(id, actor: "dpo", reason: "request 7")
         #expect(receipt.appended)
+        #expect(ended.withLock { $0 }, "the purge waited for the older transaction")
         let files = try tableFiles(), rows = try everyRow()
         for (name, trace) in [("id", Array(id.utf8)), ("salt", salt), ("salt in hex", Array(Hex.encode(salt).utf8))] {
             let inFiles = holds(files, trace), inRows = holds(rows, trace)
