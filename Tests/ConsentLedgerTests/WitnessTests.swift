@@ -368,6 +368,37 @@ struct DirectWitnessTransport: WitnessTransport {
         #expect(result.refusals.isEmpty && result.cosignedBy == ["witness.example/a"])
     }
 
+    /// Another submitter moves the witness on between two requests: the ledger tries again from
+    /// the new size; that is no evidence against anyone.
+    @Test func aWitnessMovedOnByAnotherSubmitterIsAskedAgain() throws {
+        let s = try Setup("moved-on")
+        defer { s.remove() }
+        try s.grow("alice")
+        #expect(s.witness.addCheckpoint(try s.request(old: 0)).status == 200)
+        let first = try s.ledger.signedCheckpoint().checkpoint.size
+        try s.grow("bob")
+        let middle = try s.ledger.signedCheckpoint().checkpoint.size
+        let signer = try FileKeyStore(path: s.folder + "/ledger/secret.key").unlockSigner(passphrase: nil)
+        let middleNote = SignedNote.sign(try s.ledger.checkpoint(size: middle).text, key: s.key, signer: signer)
+        let middleProof = try s.ledger.reading { view in try MerkleTree.consistencyProof(old: first, new: middle, hasher: OpenSSLSHA256(), read: view.treeHashes) }
+        try s.grow("carol")
+        final class Interloper: WitnessTransport, @unchecked Sendable {
+            let witness: Witness, body: [UInt8]
+            var calls = 0
+            init(_ witness: Witness, _ body: [UInt8]) { (self.witness, self.body) = (witness, body) }
+            func addCheckpoint(_ request: [UInt8], to url: String) throws -> WitnessResponse {
+                calls += 1
+                // Before the ledger's second request, another submitter brings the witness to the middle size.
+                if calls == 2 { _ = witness.addCheckpoint(body) }
+                return witness.addCheckpoint(request)
+            }
+        }
+        let transport = Interloper(s.witness, AddCheckpointRequest(oldSize: first, proof: middleProof, note: middleNote).body)
+        let result = try s.ledger.witnessCheckpoint(by: [WitnessEndpoint(url: "https://a.example", key: s.witness.key)], transport: transport)
+        #expect(result.refusals.isEmpty && result.cosignedBy == ["witness.example/a"], "\(result.refusals)")
+        #expect(transport.calls == 3)
+    }
+
     @Test func anUnreachableWitnessIsAnOutageNotEvidence() throws {
         let s = try Setup("outage")
         defer { s.remove() }

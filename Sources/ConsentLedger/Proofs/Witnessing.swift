@@ -65,15 +65,16 @@ extension Ledger {
         return WitnessingResult(checkpoint: checkpoint, note: note, cosignedBy: cosignedBy, refusals: refusals)
     }
 
-    /// One witness: a request from `oldSize`; after a 409 naming another size, one more from
-    /// that size. Returns the witness's verified cosignature line.
+    /// One witness: a request from `oldSize`; after a 409 naming another size, again from that
+    /// size (a few times: another submitter may move the witness on meanwhile). Returns the
+    /// witness's verified cosignature line.
     private func submit(_ note: String, checkpoint: Checkpoint, to witness: WitnessEndpoint, oldSize: Int64, transport: any WitnessTransport) throws -> String {
         let name = witness.key.name
         func refuse(_ problem: String, evidence: Bool = false) -> WitnessingResult.Refusal {
             WitnessingResult.Refusal(witness: name, problem: problem, isEvidence: evidence)
         }
         var old = oldSize
-        for attempt in 0..<2 {
+        for _ in 0..<Self.witnessAttempts {
             guard old <= checkpoint.size else {
                 throw refuse("the witness has cosigned a checkpoint of \(old) records, but this ledger holds \(checkpoint.size): signed events were removed, or the witness saw another history", evidence: true)
             }
@@ -97,8 +98,8 @@ extension Ledger {
                 return line.text
             case 409:
                 guard let size = answer.conflictSize else { throw refuse("the witness answered 409 without its size in text/x.tlog.size") }
-                if size == old || attempt == 1 {
-                    // Same size, yet a conflict: the witness cosigned another root at this size.
+                if size == old {
+                    // A 409 naming the size sent can only mean another root at that size.
                     throw refuse("the witness cosigned another tree at size \(size) than this ledger's: a split view or a changed log", evidence: true)
                 }
                 old = size
@@ -109,8 +110,10 @@ extension Ledger {
                 throw refuse("the witness answered \(answer.status): \(String(String.UnicodeScalarView(body)))")
             }
         }
-        throw refuse("the witness did not settle on a size")
+        throw refuse("the witness's size changed at each of \(Self.witnessAttempts) requests (other submitters?); try again")
     }
+
+    static let witnessAttempts = 3
 
     /// A consistency proof from the tree of `old` records to `checkpoint` (which is signed),
     /// checked against the signed root before it is sent.
