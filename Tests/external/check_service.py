@@ -178,6 +178,14 @@ try:
         ("rule violation", "post", T + "/features/{feature}/activate", "/v1/subjects/alice/features/timeline/activate", alice, {"consents": ["optional-b"]}, 409),
         ("too large", "post", T + "/features/{feature}/activate", "/v1/subjects/alice/features/timeline/activate", alice, {"consents": ["x" * 20000]}, 413),
         ("an actor in the body", "post", T + "/features/{feature}/activate", "/v1/subjects/alice/features/timeline/activate", alice, {"consents": ["required"], "actor": "dr.house"}, 400),
+        # Bob asks to be forgotten: an auditor cannot ask for him, he can, once.
+        ("bob activates", "post", T + "/features/{feature}/activate", "/v1/subjects/bob/features/timeline/activate", bob, {"consents": ["required"]}, 200),
+        ("erase as auditor", "post", T + "/erase", "/v1/subjects/bob/erase", auditor, {}, 403),
+        ("erase another subject", "post", T + "/erase", "/v1/subjects/bob/erase", alice, {}, 403),
+        ("erase with a reason too long", "post", T + "/erase", "/v1/subjects/bob/erase", bob, {"reason": "x" * 201}, 400),
+        ("erase", "post", T + "/erase", "/v1/subjects/bob/erase", bob, {"reason": "request 9"}, 200),
+        ("erase again", "post", T + "/erase", "/v1/subjects/bob/erase", bob, {}, 404),
+        ("status after erasure", "get", T + "/history", "/v1/subjects/bob/history", bob, None, 200),
     ]
     for name, method, template, path, tok, body, expected in cases:
         status, payload = call(base, method, path, tok, body)

@@ -104,6 +104,24 @@ struct RevokeRequest: Decodable {
     let actor: String?
 }
 
+struct EraseRequest: Decodable {
+    let reason: String?
+    let actor: String?
+}
+
+/// An erasure's receipt: the pseudonym and the seq of the `subject.erased` event.
+struct ErasureBody: Encodable {
+    let pseudonym: String
+    let seq: Int64
+    let at: String
+    let events: Int64
+    let appended: Bool
+
+    init(_ receipt: ErasureReceipt) {
+        (pseudonym, seq, at, events, appended) = (receipt.pseudonym, Int64(receipt.seq), receipt.at.rfc3339, Int64(receipt.events), receipt.appended)
+    }
+}
+
 /// Maps the library's typed errors to HTTP: input problems are 4xx, never 500.
 func serviceError(_ error: any Error) -> ServiceError {
     if let e = error as? ServiceError { return e }
@@ -276,6 +294,15 @@ public struct ConsentRoutes: Sendable {
                 try Self.authorize(context, subject: subject, write: true)
                 let body = try await Self.body(RevokeRequest.self, request, context, shape: "an object whose 'consent' is a consent code")
                 return json(FeaturesBody(try await consents.revoke(body.consent, of: feature, for: subject, actor: try Self.actor(context, named: body.actor))))
+            }
+        }
+        // The subject's own request to be forgotten (GDPR Art. 17): an auditor cannot make it.
+        api.post("subjects/:subject/erase") { request, context in
+            await handle(context) {
+                let subject = try context.parameters.require("subject")
+                try Self.authorize(context, subject: subject, write: true)
+                let body = try await Self.body(EraseRequest.self, request, context, shape: "an object, with an optional 'reason' (no personal data: it stays in the log)")
+                return json(ErasureBody(try await consents.erase(subject, actor: try Self.actor(context, named: body.actor), reason: body.reason)))
             }
         }
         api.get("subjects/:subject/export") { _, context in

@@ -86,6 +86,26 @@ import Testing
         }
     }
 
+    /// A subject asks to be forgotten: only their own token may, once; afterwards the service
+    /// knows no such subject, and the ledger still verifies.
+    @Test func aSubjectErasesThemselves() async throws {
+        let f = try await Fixture()
+        defer { try? FileManager.default.removeItem(atPath: f.folder) }
+        try await f.app.test(.router) { client in
+            try await client.execute(uri: "/v1/subjects/alice/features/timeline/activate", method: .post, headers: Self.headers(f.alice), body: ByteBuffer(string: #"{"consents":["required"]}"#)) { #expect($0.status == .ok) }
+            try await client.execute(uri: "/v1/subjects/alice/erase", method: .post, headers: Self.headers(f.auditor), body: ByteBuffer(string: "{}")) { #expect($0.status == .forbidden) }
+            try await client.execute(uri: "/v1/subjects/alice/erase", method: .post, headers: Self.headers(f.bob), body: ByteBuffer(string: "{}")) { #expect($0.status == .forbidden) }
+            try await client.execute(uri: "/v1/subjects/alice/erase", method: .post, headers: Self.headers(f.alice), body: ByteBuffer(string: #"{"reason":"request 9","actor":"dpo"}"#)) { #expect($0.status == .badRequest) }
+            try await client.execute(uri: "/v1/subjects/alice/erase", method: .post, headers: Self.headers(f.alice), body: ByteBuffer(string: #"{"reason":"request 9"}"#)) { response in
+                #expect(response.status == .ok)
+                let receipt = try JSONSerialization.jsonObject(with: Data(buffer: response.body)) as? [String: Any]
+                #expect(receipt?["appended"] as? Bool == true && (receipt?["pseudonym"] as? String)?.count == 32)
+            }
+            try await client.execute(uri: "/v1/subjects/alice/erase", method: .post, headers: Self.headers(f.alice), body: ByteBuffer(string: "{}")) { #expect($0.status == .notFound) }
+        }
+        #expect(try f.consents.ledger.verify().events == 3)
+    }
+
     @Test func wrongExpiredOrMissingTokensAndForeignSubjectsChangeNothing() async throws {
         let f = try await Fixture()
         defer { try? FileManager.default.removeItem(atPath: f.folder) }
