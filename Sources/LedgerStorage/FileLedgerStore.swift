@@ -219,7 +219,7 @@ public struct FileLedgerStore: LedgerStore {
     /// `,"sig":"<128 hex>"` before the `}`. The shape is fixed, so the salt and signature are
     /// read from the end and only the id is parsed as a JSON string.
     /// A line of spaces only: the remains of a record an erasure overwrote.
-    static func isErasedLine(_ line: [UInt8]) -> Bool {
+    static func isErasedLine(_ line: some Collection<UInt8>) -> Bool {
         !line.isEmpty && line.allSatisfy { $0 == 0x20 }
     }
 
@@ -797,7 +797,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         // A trailing line without a newline was never acknowledged (a crash mid-write): ignored.
         for line in bytes.split(separator: FileLedgerStore.newline, omittingEmptySubsequences: false).dropLast() {
             lineNumber += 1
-            if FileLedgerStore.isErasedLine(Array(line)) { continue }
+            if FileLedgerStore.isErasedLine(line) { continue }
             guard let (id, record) = FileLedgerStore.decodeSubjectLine(Array(line)) else {
                 throw ConsentError.integrity(IntegrityFailure(.subjectRecord, line: nil, seq: nil, problem: "\(store.subjectsPath) line \(lineNumber) is not {\"id\":…,\"salt\":…[,\"sig\":…]}"))
             }
@@ -827,7 +827,9 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
             lineNumber += 1
             // A line not even shaped like a record might have been this subject's (a line of
             // spaces is an erased record's remains).
-            if malformed == nil, !FileLedgerStore.isErasedLine(Array(bytes[lineStart..<lineEnd])), !(bytes[lineStart..<lineEnd].starts(with: shape) && lineEnd - lineStart > shape.count + 2 && bytes[lineEnd - 2] == 0x22 && bytes[lineEnd - 1] == 0x7D) {
+            // (Checked only for a line not shaped like a record, so the scan copies nothing.)
+            if malformed == nil, !(bytes[lineStart..<lineEnd].starts(with: shape) && lineEnd - lineStart > shape.count + 2 && bytes[lineEnd - 2] == 0x22 && bytes[lineEnd - 1] == 0x7D),
+                !FileLedgerStore.isErasedLine(bytes[lineStart..<lineEnd]) {
                 malformed = lineNumber
             }
             let matches = lineEnd - lineStart > needle.count && bytes.withUnsafeBytes { all in
