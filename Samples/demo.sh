@@ -107,7 +107,20 @@ say "The export handed to Alice before still verifies, and the report keeps the 
 run verify-export "$work/alice.json" --key "$key"
 run report --format json --out "$work/after-erasure.json"
 
-chapter "12. Someone edits the log"
+chapter "12. The security officer rotates the signing key"
+say "A key is retired on a schedule, or as soon as it may have leaked. A signed key.rotated event names the new key: the old key signs the event and the new key countersigns it, so a thief with only the old key cannot name a successor. From then on the new key signs; the new key file takes the old one's place, sealed under the same passphrase."
+run key rotate --actor security-officer
+run key show --all
+new_key=$("$consentctl" key show)
+run give --subject carol --feature medication-management --consent required
+run verify
+run export --subject alice --out "$work/alice-rotated.json"
+say "Bundles carry the rotation: the auditor who pinned the first key and one who pinned the new key both verify the new bundle, and the bundle exported before the rotation still verifies."
+run verify-export "$work/alice-rotated.json" --key "$key"
+run verify-export "$work/alice-rotated.json" --key "$new_key"
+run verify-export "$work/alice.json" --key "$key"
+
+chapter "13. Someone edits the log"
 say "One byte flipped in the event at seq 3, then verify again:"
 python3 - "$CONSENTCTL_LEDGER/ledger.jsonl" <<'FLIP'
 import sys

@@ -44,7 +44,7 @@ extension Ledger {
                 }
             }
             var ids: [SubjectRef: String] = [:]
-            for (id, salt) in try subjectSalts(view.tx) { ids[subjectRef(id: id.text, salt: salt)] = id.text }
+            for (id, salt) in try subjectSalts(view.tx, keys: view.keys) { ids[subjectRef(id: id.text, salt: salt)] = id.text }
             return LedgerReport(report: builder.finish(), checkpoint: checkpoint, ledgerName: genesis.ledgerName, subjectIDs: ids)
         }
     }

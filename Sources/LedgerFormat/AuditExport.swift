@@ -53,6 +53,10 @@ public struct AuditExport: Hashable, Sendable {
     /// signs the subject map's root, and the map's proofs for the subject and for the ledger's
     /// own stream. Needs no key.
     public let streamProof: StreamProof?
+    /// The ledger's `key.rotated` events below the checkpoint, with their inclusion proofs, when
+    /// its key was rotated: the chain from the genesis key to the key that signs the checkpoint,
+    /// so an auditor may pin either (`Spec/export-format.md`, Keys). Empty otherwise.
+    public let keys: [ExportedEvent]
 
     /// The subject-map proofs of a subject bundle.
     public struct StreamProof: Hashable, Sendable {
@@ -90,6 +94,7 @@ public struct AuditExport: Hashable, Sendable {
         if let state { members["state"] = .object(["features": state]) }
         if scope == .subject { members["catalogVersions"] = .array(catalogEvents.map(event)) }
         if let statement { members["statement"] = .string(statement) }
+        if !keys.isEmpty { members["keys"] = .array(keys.map(StateProof.eventJSON)) }
         if let streamProof {
             members["last"] = StateProof.eventJSON(streamProof.last)
             members["subjectMap"] = StateProof.mapProofJSON(streamProof.subjectMap)
@@ -101,7 +106,8 @@ public struct AuditExport: Hashable, Sendable {
     /// The bundle file: canonical JSON and a newline.
     public var bytes: [UInt8] { CanonicalJSON.serialize(json) + [0x0A] }
 
-    package init(scope: Scope, ledger: String, verifierKey: String, checkpoint: String, catalog: JSONValue, genesis: ExportedEvent, subject: (id: String, ref: String, salt: String)?, events: [ExportedEvent], state: JSONValue?, catalogEvents: [ExportedEvent] = [], statement: String? = nil, streamProof: StreamProof? = nil) {
+    package init(scope: Scope, ledger: String, verifierKey: String, checkpoint: String, catalog: JSONValue, genesis: ExportedEvent, subject: (id: String, ref: String, salt: String)?, events: [ExportedEvent], state: JSONValue?, catalogEvents: [ExportedEvent] = [], statement: String? = nil, streamProof: StreamProof? = nil, keys: [ExportedEvent] = []) {
+        self.keys = keys
         self.catalogEvents = catalogEvents
         self.statement = statement
         self.streamProof = streamProof
@@ -155,6 +161,14 @@ public struct AuditExport: Hashable, Sendable {
             }
             subject = (id, ref, salt)
         }
+        // In the order of Spec/export-format.md, Verifying a bundle, step 0.
+        let ledger = try string("ledger"), verifierKey = try string("verifierKey"), checkpoint = try string("checkpoint")
+        let genesis = try event(value["genesis"])
+        var keys: [ExportedEvent] = []
+        if let members = value["keys"] {
+            guard let items = members.arrayValue else { throw ExportVerificationError(seq: nil, "'keys' is not an array") }
+            for e in items { keys.append(try event(e)) }
+        }
         var streamProof: StreamProof?
         if value["subjectMap"] != nil || value["ledgerMap"] != nil || value["last"] != nil {
             guard value["statement"] == nil else {
@@ -163,7 +177,7 @@ public struct AuditExport: Hashable, Sendable {
             streamProof = StreamProof(last: try StateProof.readEvent(value["last"], "'last'"), subjectMap: try StateProof.readMapProof(value, "subjectMap"),
                                       ledgerMap: try StateProof.readMapProof(value, "ledgerMap"))
         }
-        self.init(scope: scope, ledger: try string("ledger"), verifierKey: try string("verifierKey"), checkpoint: try string("checkpoint"), catalog: catalog, genesis: try event(value["genesis"]), subject: subject, events: events, state: value["state"]?["features"], catalogEvents: catalogEvents, statement: value["statement"]?.stringValue, streamProof: streamProof)
+        self.init(scope: scope, ledger: ledger, verifierKey: verifierKey, checkpoint: checkpoint, catalog: catalog, genesis: genesis, subject: subject, events: events, state: value["state"]?["features"], catalogEvents: catalogEvents, statement: value["statement"]?.stringValue, streamProof: streamProof, keys: keys)
     }
 }
 
@@ -257,13 +271,12 @@ public enum ExportVerifier {
     /// (C2SP `tlog-cosignature`): proof that the ledger showed witnesses this same history.
     public static func verify(_ bytes: [UInt8], pinnedKey: NoteVerifierKey, witnesses: WitnessPolicy? = nil, hasher: any SHA256Hasher = OpenSSLSHA256(), verifier: any SignatureVerifier = Sodium()) throws(ExportVerificationError) -> ExportVerificationReport {
         let bundle = try AuditExport(bytes: bytes)
-        // 1. The key inside the bundle is a convenience; only the pinned key is trusted.
-        guard bundle.verifierKey.utf8.elementsEqual(pinnedKey.text.utf8) else {
-            throw ExportVerificationError(seq: nil, "the bundle's verifier key \(bundle.verifierKey) differs from the pinned key \(pinnedKey.text)")
-        }
+        // 1. Only the pinned key is trusted: the key that signs the checkpoint is the pinned key,
+        // or one that the bundle's key rotations lead to from it or back to it.
+        let keys = try BundleKeys.resolve(pinned: pinnedKey, genesisLine: bundle.genesis.line, rotations: bundle.keys, checkpointNote: bundle.checkpoint, verifierKey: bundle.verifierKey, what: "bundle", hasher: hasher)
         let checkpoint: Checkpoint
         do {
-            checkpoint = try Checkpoint(text: SignedNote.open(bundle.checkpoint, key: pinnedKey, verifier: verifier))
+            checkpoint = try Checkpoint(text: SignedNote.open(bundle.checkpoint, key: keys.checkpointKey, verifier: verifier))
             try witnesses?.check(bundle.checkpoint, verifier: verifier)
         } catch {
             throw ExportVerificationError(seq: nil, "checkpoint: \(error)")
@@ -274,8 +287,8 @@ public enum ExportVerifier {
         guard bundle.ledger.utf8.elementsEqual(pinnedKey.name.utf8) else {
             throw ExportVerificationError(seq: nil, "the bundle says it is from ledger '\(bundle.ledger)', not the pinned key's ledger '\(pinnedKey.name)'")
         }
-        let publicKey = pinnedKey.publicKey
-        let keyID = HashChain(hasher: hasher).keyID(of: publicKey)
+        try keys.verifyChain(checkpoint: checkpoint, hasher: hasher, verifier: verifier)
+        let schedule = keys.schedule
         // 2. The genesis event pins the key and the catalogue.
         let catalogBytes = CanonicalJSON.serialize(bundle.catalog)
         let catalog: Catalog
@@ -287,11 +300,11 @@ public enum ExportVerifier {
         guard CatalogCodec.encode(catalog) == bundle.catalog else {
             throw ExportVerificationError(seq: 0, "the bundled catalogue is not in its canonical form (required consents first)")
         }
-        let genesisRecord = try check(bundle.genesis, checkpoint: checkpoint, publicKey: publicKey, keyID: keyID, hasher: hasher, verifier: verifier, proofRequired: true)
+        let genesisRecord = try check(bundle.genesis, checkpoint: checkpoint, keys: schedule, rotated: !keys.rotations.isEmpty, hasher: hasher, verifier: verifier, proofRequired: true)
         guard case .ledgerCreated(let created) = genesisRecord.event.payload, genesisRecord.event.seq == 0 else {
             throw ExportVerificationError(seq: 0, "the genesis entry is not the ledger's first event")
         }
-        guard created.publicKey == publicKey.hex, created.ledgerName == pinnedKey.name else {
+        guard created.publicKey == schedule.original.key.hex, created.ledgerName == pinnedKey.name else {
             throw ExportVerificationError(seq: 0, "the genesis event pins another key or ledger name")
         }
         guard hasher.sha256(catalogBytes).hex == created.catalogHash else {
@@ -301,13 +314,17 @@ public enum ExportVerifier {
         case .subject where bundle.streamProof != nil:
             return try verifySubjectByStreams(bundle, pinnedKey: pinnedKey, hasher: hasher, verifier: verifier)
         case .subject:
-            return try verifySubject(bundle, checkpoint: checkpoint, catalog: catalog, pinnedKey: pinnedKey, keyID: keyID, hasher: hasher, verifier: verifier)
+            return try verifySubject(bundle, checkpoint: checkpoint, catalog: catalog, pinnedKey: pinnedKey, keys: keys, hasher: hasher, verifier: verifier)
         case .all:
-            return try verifyAll(bundle, genesis: genesisRecord, checkpoint: checkpoint, catalog: catalog, publicKey: publicKey, keyID: keyID, hasher: hasher, verifier: verifier)
+            return try verifyAll(bundle, genesis: genesisRecord, checkpoint: checkpoint, catalog: catalog, keys: keys, hasher: hasher, verifier: verifier)
         }
     }
 
-    static func check(_ e: ExportedEvent, checkpoint: Checkpoint, publicKey: PublicKey, keyID: String, hasher: any SHA256Hasher, verifier: any SignatureVerifier, proofRequired: Bool) throws(ExportVerificationError) -> EventRecord {
+    /// Checking an entry: its line decodes to the event of its seq, signed by the key in force
+    /// for that seq, and (when required) proved in the checkpoint's tree.
+    /// `rotated`: the file carries key rotations (its failure names the key in force, not the
+    /// pinned key).
+    static func check(_ e: ExportedEvent, checkpoint: Checkpoint, keys: KeySchedule, rotated: Bool, hasher: any SHA256Hasher, verifier: any SignatureVerifier, proofRequired: Bool) throws(ExportVerificationError) -> EventRecord {
         let seq = UInt64(max(0, e.seq))
         let line = Array(e.line.utf8)
         let record: EventRecord
@@ -319,8 +336,9 @@ public enum ExportVerifier {
         guard Int64(record.event.seq) == e.seq else {
             throw ExportVerificationError(seq: seq, "the entry says seq \(e.seq) but its event is seq \(record.event.seq)")
         }
-        guard record.keyID == keyID, EventCodec.signedMessage(body: record.body).withUnsafeBytes({ verifier.isValid(record.signature, of: $0, by: publicKey) }) else {
-            throw ExportVerificationError(seq: seq, "the event's signature does not verify with the pinned key")
+        let inForce = keys.forEvent(record.event.seq)
+        guard record.keyID == inForce.keyID, EventCodec.signedMessage(body: record.body).withUnsafeBytes({ verifier.isValid(record.signature, of: $0, by: inForce.key) }) else {
+            throw ExportVerificationError(seq: seq, !rotated ? "the event's signature does not verify with the pinned key" : "the event's signature does not verify with the ledger's key in force for it, \(inForce.keyID)")
         }
         if proofRequired {
             guard e.seq < checkpoint.size,
@@ -340,13 +358,12 @@ public enum ExportVerifier {
         }
         let proof = StateProof(ledger: bundle.ledger, verifierKey: bundle.verifierKey, checkpoint: bundle.checkpoint, catalog: bundle.catalog, genesis: bundle.genesis,
                                last: streams.last, subject: subject, at: nil, events: bundle.events, catalogEvents: bundle.catalogEvents,
-                               subjectMapProof: streams.subjectMap, ledgerMapProof: streams.ledgerMap, state: state)
+                               subjectMapProof: streams.subjectMap, ledgerMapProof: streams.ledgerMap, state: state, keys: bundle.keys)
         let report = try StateProofVerifier.verify(proof.bytes, pinnedKey: pinnedKey, hasher: hasher, verifier: verifier)
         return ExportVerificationReport(scope: .subject, checkpoint: report.checkpoint, events: bundle.events.count, subjectID: subject.id)
     }
 
-    private static func verifySubject(_ bundle: AuditExport, checkpoint: Checkpoint, catalog: Catalog, pinnedKey: NoteVerifierKey, keyID: String, hasher: any SHA256Hasher, verifier: any SignatureVerifier) throws(ExportVerificationError) -> ExportVerificationReport {
-        let publicKey = pinnedKey.publicKey
+    private static func verifySubject(_ bundle: AuditExport, checkpoint: Checkpoint, catalog: Catalog, pinnedKey: NoteVerifierKey, keys: BundleKeys, hasher: any SHA256Hasher, verifier: any SignatureVerifier) throws(ExportVerificationError) -> ExportVerificationReport {
         guard let subject = bundle.subject, let bundledState = bundle.state else {
             throw ExportVerificationError(seq: nil, "a subject export needs 'subject' and 'state'")
         }
@@ -366,9 +383,14 @@ public enum ExportVerifier {
             previous = e.seq
         }
         // The catalogue versions in force: genesis, then each published version, each proven.
+        // A key rotation of the ledger's stream is not a catalogue version; the rotations there
+        // must be those of 'keys'.
         var versions: [(seq: Int64, catalog: Catalog)] = [(0, catalog)]
+        var ledgerRecords: [EventRecord] = []
         for e in bundle.catalogEvents {
-            let record = try check(e, checkpoint: checkpoint, publicKey: publicKey, keyID: keyID, hasher: hasher, verifier: verifier, proofRequired: true)
+            let record = try check(e, checkpoint: checkpoint, keys: keys.schedule, rotated: !keys.rotations.isEmpty, hasher: hasher, verifier: verifier, proofRequired: true)
+            ledgerRecords.append(record)
+            if case .keyRotated = record.event.payload, e.seq > versions.last!.seq { continue }
             guard case .catalogPublished(let published) = record.event.payload, e.seq > versions.last!.seq else {
                 throw ExportVerificationError(seq: record.event.seq, "a catalogue-version entry is not a published catalogue, or is out of order")
             }
@@ -380,11 +402,12 @@ public enum ExportVerifier {
             }
             versions.append((e.seq, published.catalog))
         }
+        try keys.checkSame(asRotationsIn: bundle.catalogEvents, records: ledgerRecords)
         // The signed statement says which events and catalogue versions the export must hold.
         guard let note = bundle.statement else { throw ExportVerificationError(seq: nil, "a subject export needs its signed statement") }
         let statement: ExportStatement
         do {
-            statement = try ExportStatement(text: SignedNote.open(note, key: pinnedKey, verifier: verifier))
+            statement = try ExportStatement(text: SignedNote.open(note, key: keys.checkpointKey, verifier: verifier))
         } catch {
             throw ExportVerificationError(seq: nil, "export statement: \(error)")
         }
@@ -400,7 +423,7 @@ public enum ExportVerifier {
         }
         var state = SubjectState()
         for e in bundle.events {
-            let record = try check(e, checkpoint: checkpoint, publicKey: publicKey, keyID: keyID, hasher: hasher, verifier: verifier, proofRequired: true)
+            let record = try check(e, checkpoint: checkpoint, keys: keys.schedule, rotated: !keys.rotations.isEmpty, hasher: hasher, verifier: verifier, proofRequired: true)
             guard let ref = record.event.payload.subject?.value, ref.utf8.elementsEqual(subject.ref.utf8) else {
                 throw ExportVerificationError(seq: record.event.seq, "the event is about another subject")
             }
@@ -419,16 +442,18 @@ public enum ExportVerifier {
         return ExportVerificationReport(scope: .subject, checkpoint: checkpoint, events: bundle.events.count, subjectID: subject.id)
     }
 
-    private static func verifyAll(_ bundle: AuditExport, genesis: EventRecord, checkpoint: Checkpoint, catalog: Catalog, publicKey: PublicKey, keyID: String, hasher: any SHA256Hasher, verifier: any SignatureVerifier) throws(ExportVerificationError) -> ExportVerificationReport {
+    private static func verifyAll(_ bundle: AuditExport, genesis: EventRecord, checkpoint: Checkpoint, catalog: Catalog, keys: BundleKeys, hasher: any SHA256Hasher, verifier: any SignatureVerifier) throws(ExportVerificationError) -> ExportVerificationReport {
         guard Int64(bundle.events.count) + 1 == checkpoint.size else {
             throw ExportVerificationError(seq: nil, "the bundle holds \(bundle.events.count + 1) events but the checkpoint covers \(checkpoint.size)")
         }
         var replay = LedgerReplay(catalog: catalog)
         var frontier: [(size: Int64, hash: Digest)] = []
         var previous = Digest.zero
+        var rotations: [(ExportedEvent, EventRecord)] = []
         for (i, e) in ([bundle.genesis] + bundle.events).enumerated() {
             guard e.seq == Int64(i) else { throw ExportVerificationError(seq: UInt64(max(0, e.seq)), "expected seq \(i): events are missing or out of order") }
-            let record = i == 0 ? genesis : try check(e, checkpoint: checkpoint, publicKey: publicKey, keyID: keyID, hasher: hasher, verifier: verifier, proofRequired: false)
+            let record = i == 0 ? genesis : try check(e, checkpoint: checkpoint, keys: keys.schedule, rotated: !keys.rotations.isEmpty, hasher: hasher, verifier: verifier, proofRequired: false)
+            if case .keyRotated = record.event.payload { rotations.append((e, record)) }
             guard record.prev == previous else { throw ExportVerificationError(seq: record.event.seq, "prev does not match the previous event's hash") }
             if case .catalogPublished(let published) = record.event.payload, hasher.sha256(CatalogCodec.canonicalBytes(published.catalog)).hex != published.catalogHash {
                 throw ExportVerificationError(seq: record.event.seq, "the published catalogue's SHA-256 differs from its 'catalog' member")
@@ -453,6 +478,7 @@ public enum ExportVerifier {
             throw ExportVerificationError(seq: nil, "the events' Merkle root differs from the checkpoint's")
         }
         guard replay.incompleteCommand == nil else { throw ExportVerificationError(seq: nil, "the events end inside a command") }
+        try keys.checkSame(asRotationsIn: rotations.map(\.0), records: rotations.map(\.1))
         return ExportVerificationReport(scope: .all, checkpoint: checkpoint, events: bundle.events.count + 1, subjectID: nil)
     }
 
@@ -460,10 +486,14 @@ public enum ExportVerifier {
     /// With `witnesses`, the newer checkpoint must carry cosignatures from a quorum of them (the
     /// older one is the checkpoint the auditor already holds and trusts).
     public static func verifyConsistency(_ proof: ConsistencyProof, pinnedKey: NoteVerifierKey, witnesses: WitnessPolicy? = nil, hasher: any SHA256Hasher = OpenSSLSHA256(), verifier: any SignatureVerifier = Sodium()) throws(ExportVerificationError) -> (old: Checkpoint, new: Checkpoint) {
+        // Each checkpoint is signed by the key in force at its size: with key rotations between
+        // them, the file carries the chain (checked against the newer checkpoint's tree).
+        let keys = try BundleKeys.resolve(pinned: pinnedKey, genesisLine: proof.genesis?.line, rotations: proof.keys, checkpointNote: proof.newNote, verifierKey: nil, what: "consistency proof", hasher: hasher)
+        let claimedOld = (try? SignedNote.split(proof.oldNote)).flatMap { try? Checkpoint(text: $0.text) }?.size ?? 0
         let old: Checkpoint, new: Checkpoint
         do {
-            old = try Checkpoint(text: SignedNote.open(proof.oldNote, key: pinnedKey, verifier: verifier))
-            new = try Checkpoint(text: SignedNote.open(proof.newNote, key: pinnedKey, verifier: verifier))
+            old = try Checkpoint(text: SignedNote.open(proof.oldNote, key: try keys.checkpointKey(size: claimedOld, hasher: hasher), verifier: verifier))
+            new = try Checkpoint(text: SignedNote.open(proof.newNote, key: keys.checkpointKey, verifier: verifier))
             try witnesses?.check(proof.newNote, verifier: verifier)
         } catch {
             throw ExportVerificationError(seq: nil, "checkpoint: \(error)")
@@ -471,6 +501,13 @@ public enum ExportVerifier {
         guard old.origin == pinnedKey.name, new.origin == pinnedKey.name else {
             throw ExportVerificationError(seq: nil, "a checkpoint is for another ledger than the pinned key's")
         }
+        if let genesis = proof.genesis, !proof.keys.isEmpty {
+            let record = try check(genesis, checkpoint: new, keys: keys.schedule, rotated: !keys.rotations.isEmpty, hasher: hasher, verifier: verifier, proofRequired: true)
+            guard case .ledgerCreated(let created) = record.event.payload, record.event.seq == 0, created.ledgerName == pinnedKey.name else {
+                throw ExportVerificationError(seq: 0, "the genesis entry is not the ledger's first event")
+            }
+        }
+        try keys.verifyChain(checkpoint: new, hasher: hasher, verifier: verifier)
         guard MerkleTree.checkConsistency(proof.proof, old: old.size, oldRoot: old.root, new: new.size, newRoot: new.root, hasher: hasher) else {
             throw ExportVerificationError(seq: nil, "the consistency proof from size \(old.size) to size \(new.size) does not verify: the log did not only grow")
         }
@@ -480,12 +517,17 @@ public enum ExportVerifier {
 
 extension ConsistencyProof {
     package var json: JSONValue {
-        .object([
+        var members: [String: JSONValue] = [
             "format": .string("consentledger-consistency-v1"),
             "old": .string(oldNote),
             "new": .string(newNote),
             "proof": .array(proof.map { .string(Base64.encode($0.bytes)) }),
-        ])
+        ]
+        if !keys.isEmpty, let genesis {
+            members["genesis"] = StateProof.eventJSON(genesis)
+            members["keys"] = .array(keys.map(StateProof.eventJSON))
+        }
+        return .object(members)
     }
 
     public init(bytes: [UInt8]) throws(ExportVerificationError) {
@@ -499,7 +541,14 @@ extension ConsistencyProof {
             }
             proof.append(d)
         }
-        self.init(oldNote: old, newNote: new, proof: proof)
+        var genesis: ExportedEvent?
+        var keys: [ExportedEvent] = []
+        if let members = value["keys"] {
+            guard let items = members.arrayValue else { throw ExportVerificationError(seq: nil, "'keys' is not an array") }
+            for item in items { keys.append(try StateProof.readEvent(item, "an entry of 'keys'")) }
+            genesis = try StateProof.readEvent(value["genesis"], "'genesis'")
+        }
+        self.init(oldNote: old, newNote: new, proof: proof, genesis: genesis, keys: keys)
     }
 }
 
@@ -508,10 +557,18 @@ public struct ConsistencyProof: Hashable, Sendable {
     public let oldNote: String
     public let newNote: String
     public let proof: [Digest]
+    /// When the ledger's key was rotated below the newer checkpoint: the genesis entry and the
+    /// `key.rotated` entries, each with its inclusion proof in the newer checkpoint's tree, so
+    /// that a verifier pinning the genesis key or the current one can tell which key signed each
+    /// checkpoint.
+    public let genesis: ExportedEvent?
+    public let keys: [ExportedEvent]
 
-    public init(oldNote: String, newNote: String, proof: [Digest]) {
+    public init(oldNote: String, newNote: String, proof: [Digest], genesis: ExportedEvent? = nil, keys: [ExportedEvent] = []) {
         self.oldNote = oldNote
         self.newNote = newNote
         self.proof = proof
+        self.genesis = genesis
+        self.keys = keys
     }
 }

@@ -12,10 +12,10 @@ import ConsentDomain
 package struct EventBodyReader {
     /// Every member name of format versions 1 and 2, in canonical (sorted) order; a member's bit is
     /// 1 << its index here.
-    static let names: [[UInt8]] = ["actor", "at", "catalog", "cause", "channel", "cmd", "cmdSize", "consent", "document", "effectiveAt", "evidence", "feature", "kid", "ledger", "noticeLanguage", "notices", "prev", "publicKey", "reason", "renews", "seq", "streamPrev", "streamRoot", "subject", "type", "v", "version"].map { Array($0.utf8) }
+    static let names: [[UInt8]] = ["actor", "at", "catalog", "cause", "channel", "cmd", "cmdSize", "consent", "document", "effectiveAt", "evidence", "feature", "handover", "kid", "ledger", "noticeLanguage", "notices", "prev", "publicKey", "reason", "renews", "seq", "streamPrev", "streamRoot", "subject", "type", "v", "version"].map { Array($0.utf8) }
 
     enum Name: Int {
-        case actor, at, catalog, cause, channel, cmd, cmdSize, consent, document, effectiveAt, evidence, feature, kid, ledger, noticeLanguage, notices, prev, publicKey, reason, renews, seq, streamPrev, streamRoot, subject, type, v, version
+        case actor, at, catalog, cause, channel, cmd, cmdSize, consent, document, effectiveAt, evidence, feature, handover, kid, ledger, noticeLanguage, notices, prev, publicKey, reason, renews, seq, streamPrev, streamRoot, subject, type, v, version
         var bit: UInt32 { 1 << UInt32(rawValue) }
         var text: String { String(decoding: EventBodyReader.names[rawValue], as: UTF8.self) }
     }
@@ -30,13 +30,14 @@ package struct EventBodyReader {
         "consent.given": bits([.subject, .feature, .consent, .version]),
         "consent.revoked": bits([.subject, .feature, .consent, .reason]),
         "subject.erased": bits([.subject]),
+        "key.rotated": bits([.publicKey, .handover]),
     ]
 
     // What was read (plain fields, not arrays: a reader is made for every event).
     var present: UInt32 = 0
     var v: Int64 = -1, seq: Int64 = -1, cmd: Int64 = -1, cmdSize: Int64 = -1, feature: Int64 = -1, cause: Int64 = -1, renews: Int64 = -1, streamPrev: Int64 = -1
     var document: JSONValue?, notices: JSONValue?
-    var actor: String?, catalog: String?, consent: String?, kid: String?, ledger: String?
+    var actor: String?, catalog: String?, consent: String?, handover: String?, kid: String?, ledger: String?
     var publicKey: String?, reason: String?, subject: String?, type: String?, version: String?
     var channel: String?, evidence: String?, noticeLanguage: String?
     var at: Timestamp?, effectiveAt: Timestamp?
@@ -65,7 +66,7 @@ package struct EventBodyReader {
         return try reader.event()
     }
 
-    private static let staticNames: [StaticString] = ["actor", "at", "catalog", "cause", "channel", "cmd", "cmdSize", "consent", "document", "effectiveAt", "evidence", "feature", "kid", "ledger", "noticeLanguage", "notices", "prev", "publicKey", "reason", "renews", "seq", "streamPrev", "streamRoot", "subject", "type", "v", "version"]
+    private static let staticNames: [StaticString] = ["actor", "at", "catalog", "cause", "channel", "cmd", "cmdSize", "consent", "document", "effectiveAt", "evidence", "feature", "handover", "kid", "ledger", "noticeLanguage", "notices", "prev", "publicKey", "reason", "renews", "seq", "streamPrev", "streamRoot", "subject", "type", "v", "version"]
 
     /// Which member name the bytes spell: a guess from length and first letter, then an exact
     /// comparison.
@@ -85,6 +86,7 @@ package struct EventBodyReader {
         case (3, 0x63): guess = .cmd
         case (7, 0x66): guess = .feature
         case (3, 0x6B): guess = .kid
+        case (8, 0x68): guess = .handover
         case (6, 0x6C): guess = .ledger
         case (4, 0x70): guess = .prev
         case (9, 0x70): guess = .publicKey
@@ -168,6 +170,7 @@ package struct EventBodyReader {
                 case .catalog: catalog = value
                 case .consent: consent = value
                 case .kid: kid = value
+                case .handover: handover = value
                 case .ledger: ledger = value
                 case .publicKey: publicKey = value
                 case .reason: reason = value
@@ -245,6 +248,16 @@ package struct EventBodyReader {
                 why = text
             }
             payload = .subjectErased(SubjectErased(subject: subject, reason: why))
+        case "key.rotated":
+            guard v >= 2 else { throw EventDecodingError(problem: "a 'key.rotated' event belongs only to format version 2") }
+            let key = try string(publicKey, .publicKey), handover = try string(self.handover, .handover)
+            guard key.utf8.count == 64, key.utf8.allSatisfy({ Hex.nibble($0) != nil }) else {
+                throw EventDecodingError(problem: "member 'publicKey' is not 64 lowercase hex digits")
+            }
+            guard handover.utf8.count == 128, handover.utf8.allSatisfy({ Hex.nibble($0) != nil }) else {
+                throw EventDecodingError(problem: "member 'handover' is not 128 lowercase hex digits")
+            }
+            payload = .keyRotated(KeyRotated(publicKey: key, handover: handover))
         default:
             let why: RevocationReason
             switch try string(reason, .reason) {

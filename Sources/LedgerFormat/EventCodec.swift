@@ -162,6 +162,13 @@ public enum EventCodec {
             string("kid", keyID)
             digest("prev", prev)
             if let reason = e.reason { string("reason", reason) }
+        case .keyRotated(let e):
+            integer("cmd", event.command.first)
+            integer("cmdSize", event.command.size)
+            string("handover", e.handover)
+            string("kid", keyID)
+            digest("prev", prev)
+            string("publicKey", e.publicKey)
         }
         integer("seq", event.seq)
         if let previous = stream.previous { integer("streamPrev", previous) }
@@ -229,6 +236,9 @@ public enum EventCodec {
         case .subjectErased(let e):
             members["subject"] = .string(e.subject.value)
             if let reason = e.reason { members["reason"] = .string(reason) }
+        case .keyRotated(let e):
+            members["publicKey"] = .string(e.publicKey)
+            members["handover"] = .string(e.handover)
         }
         return CanonicalJSON.serialize(.object(members))
     }

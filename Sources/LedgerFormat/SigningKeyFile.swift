@@ -62,6 +62,14 @@ public enum SigningKeyFile {
     }
 
     /// The key file for `signer` as `protection` says.
+    /// The public key a key file holds, read without a passphrase (an encrypted file names it).
+    public static func publicKey(of file: SecretBytes, location: String) throws(ConsentError) -> PublicKey {
+        switch try read(file, location: location) {
+        case .plaintext(let signer): return signer.publicKey
+        case .encrypted(let sealed): return sealed.publicKey
+        }
+    }
+
     public static func file(for signer: SodiumSigner, protection: KeyProtection, random: (Int) -> [UInt8]) throws(ConsentError) -> SecretBytes {
         switch protection {
         case .insecurePlaintext:

@@ -31,11 +31,15 @@ public struct StateProof: Hashable, Sendable {
     public let ledgerMapProof: SubjectMapProof
     /// The state (``ListingJSON``) at `at`, or at the checkpoint.
     package let state: JSONValue
+    /// The ledger's `key.rotated` events below the checkpoint, with their proofs, when its key
+    /// was rotated (``AuditExport/keys``).
+    public let keys: [ExportedEvent]
 
     public static func == (a: StateProof, b: StateProof) -> Bool { a.json == b.json }
     public func hash(into hasher: inout Hasher) { hasher.combine(json) }
 
-    package init(ledger: String, verifierKey: String, checkpoint: String, catalog: JSONValue, genesis: ExportedEvent, last: ExportedEvent, subject: (id: String, ref: String, salt: String), at: Timestamp?, events: [ExportedEvent], catalogEvents: [ExportedEvent], subjectMapProof: SubjectMapProof, ledgerMapProof: SubjectMapProof, state: JSONValue) {
+    package init(ledger: String, verifierKey: String, checkpoint: String, catalog: JSONValue, genesis: ExportedEvent, last: ExportedEvent, subject: (id: String, ref: String, salt: String), at: Timestamp?, events: [ExportedEvent], catalogEvents: [ExportedEvent], subjectMapProof: SubjectMapProof, ledgerMapProof: SubjectMapProof, state: JSONValue, keys: [ExportedEvent] = []) {
+        self.keys = keys
         self.ledger = ledger
         self.verifierKey = verifierKey
         self.checkpoint = checkpoint
@@ -81,6 +85,7 @@ public struct StateProof: Hashable, Sendable {
             "state": .object(["features": state]),
         ]
         if let at { members["at"] = .string(at.rfc3339) }
+        if !keys.isEmpty { members["keys"] = .array(keys.map(Self.eventJSON)) }
         return .object(members)
     }
 
@@ -112,11 +117,16 @@ public struct StateProof: Hashable, Sendable {
             at = t
         }
         guard let state = value["state"]?["features"] else { throw fail("the proof has no state") }
+        // In the order of Spec/state-proof.md, Verifying, step 0.
+        let ledger = try string("ledger"), verifierKey = try string("verifierKey"), checkpoint = try string("checkpoint")
+        let genesis = try Self.readEvent(value["genesis"], "'genesis'"), last = try Self.readEvent(value["last"], "'last'")
+        let subjectEvents = try events("events"), catalogEvents = try events("catalogVersions")
+        let keys = value["keys"] == nil ? [] : try events("keys")
         self.init(
-            ledger: try string("ledger"), verifierKey: try string("verifierKey"), checkpoint: try string("checkpoint"), catalog: catalog,
-            genesis: try Self.readEvent(value["genesis"], "'genesis'"), last: try Self.readEvent(value["last"], "'last'"), subject: (id, ref, salt), at: at,
-            events: try events("events"), catalogEvents: try events("catalogVersions"),
-            subjectMapProof: try Self.readMapProof(value, "subjectMap"), ledgerMapProof: try Self.readMapProof(value, "ledgerMap"), state: state)
+            ledger: ledger, verifierKey: verifierKey, checkpoint: checkpoint, catalog: catalog,
+            genesis: genesis, last: last, subject: (id, ref, salt), at: at,
+            events: subjectEvents, catalogEvents: catalogEvents,
+            subjectMapProof: try Self.readMapProof(value, "subjectMap"), ledgerMapProof: try Self.readMapProof(value, "ledgerMap"), state: state, keys: keys)
     }
 
     static func readDigests(_ v: JSONValue?, _ what: String) throws(ExportVerificationError) -> [Digest] {
@@ -169,14 +179,13 @@ public enum StateProofVerifier {
     public static func verify(_ bytes: [UInt8], pinnedKey: NoteVerifierKey, witnesses: WitnessPolicy? = nil, hasher: any SHA256Hasher = OpenSSLSHA256(), verifier: any SignatureVerifier = Sodium()) throws(ExportVerificationError) -> StateProofReport {
         let proof = try StateProof(bytes: bytes)
         func fail(_ seq: UInt64?, _ problem: String) -> ExportVerificationError { ExportVerificationError(seq: seq, problem) }
-        // 1. Only the pinned key is trusted; the checkpoint is the ledger's signed head.
-        guard proof.verifierKey.utf8.elementsEqual(pinnedKey.text.utf8) else {
-            throw fail(nil, "the proof's verifier key \(proof.verifierKey) differs from the pinned key \(pinnedKey.text)")
-        }
+        // 1. Only the pinned key is trusted; the checkpoint is the ledger's signed head, signed by
+        // the pinned key or one that the proof's key rotations lead to from it or back to it.
+        let keys = try BundleKeys.resolve(pinned: pinnedKey, genesisLine: proof.genesis.line, rotations: proof.keys, checkpointNote: proof.checkpoint, verifierKey: proof.verifierKey, what: "proof", hasher: hasher)
         let checkpoint: Checkpoint
         let checkpointText: String
         do {
-            checkpointText = try SignedNote.open(proof.checkpoint, key: pinnedKey, verifier: verifier)
+            checkpointText = try SignedNote.open(proof.checkpoint, key: keys.checkpointKey, verifier: verifier)
             checkpoint = try Checkpoint(text: checkpointText)
             try witnesses?.check(proof.checkpoint, verifier: verifier)
         } catch {
@@ -185,10 +194,10 @@ public enum StateProofVerifier {
         guard checkpoint.origin.utf8.elementsEqual(pinnedKey.name.utf8), proof.ledger.utf8.elementsEqual(pinnedKey.name.utf8) else {
             throw fail(nil, "the checkpoint or the proof is for another ledger than the pinned key's '\(pinnedKey.name)'")
         }
-        let publicKey = pinnedKey.publicKey
-        let keyID = HashChain(hasher: hasher).keyID(of: publicKey)
+        try keys.verifyChain(checkpoint: checkpoint, hasher: hasher, verifier: verifier)
+        let schedule = keys.schedule
         @Sendable func check(_ e: ExportedEvent) throws(ExportVerificationError) -> EventRecord {
-            let record = try ExportVerifier.check(e, checkpoint: checkpoint, publicKey: publicKey, keyID: keyID, hasher: hasher, verifier: verifier, proofRequired: true)
+            let record = try ExportVerifier.check(e, checkpoint: checkpoint, keys: schedule, rotated: !keys.rotations.isEmpty, hasher: hasher, verifier: verifier, proofRequired: true)
             guard record.version >= 2 else { throw ExportVerificationError(seq: record.event.seq, "the event is of format version 1, which has no stream links") }
             return record
         }
@@ -203,7 +212,7 @@ public enum StateProofVerifier {
         guard CatalogCodec.encode(catalog) == proof.catalog else { throw fail(0, "the catalogue is not in its canonical form (required consents first)") }
         let genesis = try check(proof.genesis)
         guard case .ledgerCreated(let created) = genesis.event.payload, genesis.event.seq == 0 else { throw fail(0, "the genesis entry is not the ledger's first event") }
-        guard created.publicKey == publicKey.hex, created.ledgerName == pinnedKey.name else { throw fail(0, "the genesis event pins another key or ledger name") }
+        guard created.publicKey == schedule.original.key.hex, created.ledgerName == pinnedKey.name else { throw fail(0, "the genesis event pins another key or ledger name") }
         guard hasher.sha256(catalogBytes).hex == created.catalogHash else { throw fail(0, "the catalogue's SHA-256 differs from the genesis event's") }
         // 3. The checkpoint's last event signs the subject map's root.
         let last = try check(proof.last)
@@ -250,8 +259,11 @@ public enum StateProofVerifier {
         let subjectEvents = try stream(proof.events, key: StreamKey.of(subject: ref), mapProof: proof.subjectMapProof, what: "the subject")
         let ledgerEvents = try stream([proof.genesis] + proof.catalogEvents, key: SubjectMap.ledgerStream, mapProof: proof.ledgerMapProof, what: "the ledger's own stream")
         // 6. The catalogue versions, then the subject's events replayed up to `at`.
+        // The ledger stream's key rotations are exactly the proof's 'keys'; they are no catalogue.
+        try keys.checkSame(asRotationsIn: proof.catalogEvents, records: Array(ledgerEvents.dropFirst()))
         var versions: [(seq: UInt64, at: Timestamp, catalog: Catalog)] = [(0, genesis.event.at, catalog)]
         for record in ledgerEvents.dropFirst() {
+            if case .keyRotated = record.event.payload { continue }
             guard case .catalogPublished(let published) = record.event.payload else { throw fail(record.event.seq, "a ledger event after the genesis event is not a published catalogue") }
             guard hasher.sha256(CatalogCodec.canonicalBytes(published.catalog)).hex == published.catalogHash else {
                 throw fail(record.event.seq, "the published catalogue's SHA-256 differs from its 'catalog' member")

@@ -1142,7 +1142,14 @@ public struct FileKeyStore: KeyStore {
 
     public var keyLocation: String { path }
 
+    /// Where a rotation keeps the new key until the event that names it is committed.
+    public var pendingPath: String { path + ".next" }
+
     public func loadKeyFile() throws -> SecretBytes {
+        try Self.loadKeyFile(at: path)
+    }
+
+    static func loadKeyFile(at path: String) throws -> SecretBytes {
         let file: PosixFile
         do {
             // Never through a symlink (someone else's file), never blocking on a FIFO.
@@ -1190,5 +1197,31 @@ public struct FileKeyStore: KeyStore {
         var bytes = file.withUnsafeBytes { Array($0) }
         defer { zeroize(&bytes) }
         try PosixFile.writeAtomically(bytes, to: path, mode: 0o600)
+    }
+
+    public func savePendingKeyFile(_ file: SecretBytes) throws {
+        var bytes = file.withUnsafeBytes { Array($0) }
+        defer { zeroize(&bytes) }
+        try PosixFile.writeAtomically(bytes, to: pendingPath, mode: 0o600)
+    }
+
+    public func loadPendingKeyFile() throws -> SecretBytes? {
+        guard PosixFile.ownKind(of: pendingPath) != .missing else { return nil }
+        return try Self.loadKeyFile(at: pendingPath)
+    }
+
+    public func promotePendingKeyFile() throws {
+        _ = try Self.loadKeyFile(at: pendingPath)
+        // The retired key's bytes are overwritten before its name goes to the new key. A crash
+        // in between leaves a key file of zeros, which the pending file (the key the log names
+        // now) replaces on the next write.
+        if PosixFile.ownKind(of: path) == .file, let old = try? PosixFile(path: path, flags: O_WRONLY | O_NOFOLLOW | O_NONBLOCK) {
+            try old.write([UInt8](repeating: 0, count: Int(try old.size())), at: 0)
+            try old.sync()
+        }
+        guard rename(pendingPath, path) == 0 else {
+            throw ConsentError.storage("cannot rename \(pendingPath) to \(path): \(PosixFile.reason())")
+        }
+        try PosixFile.syncDirectory(PosixFile.parent(of: path))
     }
 }

@@ -374,6 +374,18 @@ public protocol KeyStore: Sendable {
     /// Puts a new key file for the same key in place of the stored one, atomically (a changed
     /// passphrase). Fails if no key is stored.
     func replaceKeyFile(_ file: SecretBytes) throws
+
+    // A key rotation stores the new key before the event that names it is committed, and puts
+    // it in place of the old one after: a crash in between leaves the new key pending, and the
+    // next writer that finds the log naming it promotes it. The new key is never lost.
+
+    /// Stores the key file of a key that a rotation is about to introduce, durably, in place of
+    /// any earlier pending one.
+    func savePendingKeyFile(_ file: SecretBytes) throws
+    /// The pending key file, if a rotation left one.
+    func loadPendingKeyFile() throws -> SecretBytes?
+    /// Puts the pending key file in place of the key file, destroying the old key's file.
+    func promotePendingKeyFile() throws
 }
 
 extension KeyStore {
@@ -390,10 +402,10 @@ extension KeyStore {
         return false
     }
 
-    /// The stored key as a signer: a plaintext key as it is, an encrypted one opened with the
-    /// passphrase that `passphrase` gives (asked for only here, when a key must sign).
-    public func unlockSigner(passphrase: PassphraseSource?) throws -> SodiumSigner {
-        switch try SigningKeyFile.read(try loadKeyFile(), location: keyLocation) {
+    /// A key file as a signer: a plaintext key as it is, an encrypted one opened with the
+    /// passphrase that `passphrase` gives.
+    public func unlockSigner(_ file: SecretBytes, passphrase: PassphraseSource?) throws -> SodiumSigner {
+        switch try SigningKeyFile.read(file, location: keyLocation) {
         case .plaintext(let signer):
             return signer
         case .encrypted(let sealed):
@@ -402,5 +414,11 @@ extension KeyStore {
             }
             return try sealed.unlock(passphrase: try passphrase(), location: keyLocation)
         }
+    }
+
+    /// The stored key as a signer: a plaintext key as it is, an encrypted one opened with the
+    /// passphrase that `passphrase` gives (asked for only here, when a key must sign).
+    public func unlockSigner(passphrase: PassphraseSource?) throws -> SodiumSigner {
+        try unlockSigner(try loadKeyFile(), passphrase: passphrase)
     }
 }

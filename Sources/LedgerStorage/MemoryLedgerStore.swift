@@ -219,4 +219,17 @@ final class MemoryKeyStore: KeyStore {
             file = new
         }
     }
+
+    private let pending = Mutex<SecretBytes?>(nil)
+
+    func savePendingKeyFile(_ new: SecretBytes) throws { pending.withLock { $0 = new } }
+
+    func loadPendingKeyFile() throws -> SecretBytes? { pending.withLock { $0 } }
+
+    func promotePendingKeyFile() throws {
+        guard let new = pending.withLock({ p in defer { p = nil }; return p }) else {
+            throw ConsentError.notFound(.signingKey, "no pending signing key in memory")
+        }
+        file.withLock { $0 = new }
+    }
 }

@@ -77,7 +77,7 @@ struct KeyCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "key",
         abstract: "The ledger's keys.",
-        subcommands: [KeyShow.self, KeyPassphrase.self, KeyMoveOut.self],
+        subcommands: [KeyShow.self, KeyRotate.self, KeyPassphrase.self, KeyMoveOut.self],
         defaultSubcommand: KeyShow.self
     )
 }
@@ -87,11 +87,16 @@ struct KeyShow: ParsableCommand {
         commandName: "show",
         abstract: "Print the verifier key that auditors pin.",
         discussion: """
-            The verifier key is the one spelling of the ledger's public key everywhere: \
+            The verifier key is the one spelling of a ledger's public key everywhere: \
             NAME+HASH+BASE64, the C2SP signed-note form (the ledger's name, the key's 8-hex-digit \
             hash, and base64 of the type byte 0x01 and the Ed25519 public key). Give it to \
             auditors; 'verify-export', 'verify-state' and 'verify-consistency' take it with --key, \
             as text or as a file holding it, and trust nothing else. No secret key is read.
+
+            It prints the key in force: the one that signs checkpoints now. After a 'key rotate' \
+            that is the newest key; --all lists every key the ledger has used, oldest first, \
+            with the seq of the rotation that introduced it. Auditors may pin the first key or \
+            the current one: both verify the whole history.
 
             Example:
               consentctl key show > ledger.vkey
@@ -99,17 +104,105 @@ struct KeyShow: ParsableCommand {
             """
     )
 
+    @Flag(help: "List every key the ledger has used, oldest first, with the rotation that introduced it.")
+    var all = false
+
     @ParentCommand var root: ConsentCtl
     @OptionGroup var output: OutputOptions
 
     func run() throws {
         try reporting(json: output.isJSON) {
             let ledger = try root.openLedger()
-            let key = try ledger.verifierKey
+            let history = try ledger.keyHistory()
+            let periods = try history.periods.map { period in (period, try ledger.noteKey(period.key)) }
+            let (current, currentKey) = periods[periods.count - 1]
             if output.isJSON {
-                printJSON(.object(["verifierKey": .string(key.text), "name": .string(key.name), "keyID": .string(ledger.keyID)]))
+                var members: [String: JSONValue] = ["verifierKey": .string(currentKey.text), "name": .string(currentKey.name), "keyID": .string(current.keyID)]
+                if all {
+                    members["keys"] = .array(periods.map { period, key in
+                        var entry: [String: JSONValue] = ["verifierKey": .string(key.text), "keyID": .string(period.keyID), "from": .int(Int64(period.from))]
+                        if let rotation = period.rotation { entry["rotation"] = .int(Int64(rotation)) }
+                        return .object(entry)
+                    })
+                }
+                printJSON(.object(members))
+            } else if all {
+                for (period, key) in periods {
+                    let introduced = period.rotation.map { "rotation at seq \($0)" } ?? "genesis"
+                    print("\(key.text)  (\(introduced); signs seq \(period.from) on\(period.keyID == current.keyID ? ", in force" : ""))")
+                }
             } else {
-                print(key.text)
+                print(currentKey.text)
+            }
+        }
+    }
+}
+
+struct KeyRotate: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "rotate",
+        abstract: "Hand the ledger over to a new signing key.",
+        discussion: """
+            Makes a new Ed25519 key and appends a key.rotated event that names it. The event is \
+            signed by the key in force, and carries the new key's own signature over the ledger, \
+            the event's place in the chain and both keys: whoever holds only the old key cannot \
+            name a successor. From the next event on, events, heads, checkpoints and subject \
+            records are signed by the new key; everything signed before stays valid.
+
+            The new key file takes the old one's place (--key-file, or the ledger folder's \
+            secret.key), sealed under the same passphrase with the same hardness, or left \
+            unencrypted if the old one was; the old key's bytes are overwritten. The new key is \
+            stored before the event is committed, so a crash loses nothing: the next write \
+            finishes the swap. To change the passphrase too, run 'key passphrase' afterwards.
+
+            Auditors who pinned the first key or the current one verify the whole history: \
+            'verify' follows the rotations in the log, and bundles and state proofs carry them. \
+            Give auditors the new key ('consentctl key show'). A witness that cosigns this \
+            ledger's checkpoints needs the new key too (consent-witness serve --log).
+
+            Example:
+              consentctl key rotate --actor security-officer
+            """
+    )
+
+    @ParentCommand var root: ConsentCtl
+
+    @Option(help: "Who acts: the security officer's or system's id.")
+    var actor: String = "consentctl"
+
+    @OptionGroup var output: OutputOptions
+
+    func run() throws {
+        try reporting(json: output.isJSON) {
+            let store = try root.ledgerStore()
+            guard let keys = root.keyStore(for: store) else {
+                throw ConsentError.notFound(.signingKey, "\(store.names.location) keeps no signing key: give --key-file FILE (or set $CONSENTCTL_KEY_FILE)")
+            }
+            // The passphrase is read once: it unlocks the old key and seals the new one.
+            let protection: KeyProtection
+            switch try SigningKeyFile.read(try keys.loadKeyFile(), location: keys.keyLocation) {
+            case .plaintext:
+                protection = .insecurePlaintext
+            case .encrypted(let sealed):
+                let secret = try root.passphrase.read(prompt: "Passphrase for the signing key \(keys.keyLocation): ", missing: "the signing key \(keys.keyLocation) is encrypted and no passphrase was given")
+                protection = .passphrase(secret, hardness: sealed.hardness)
+            }
+            let ledger = try Ledger.open(store: store, keys: keys, passphrase: protection.passphraseSource)
+            let receipt = try ledger.rotateKey(protection: protection, actor: actor)
+            if case .insecurePlaintext = protection {
+                printError("warning: the new secret key is stored unencrypted in \(keys.keyLocation), as the old one was: use this ledger for tests and demos only")
+            }
+            if let warning = ledger.takeWarning() { printError("warning: \(warning)") }
+            if output.isJSON {
+                printJSON(.object([
+                    "ok": .bool(true), "seq": .int(Int64(receipt.seq)), "retired": .string(receipt.retired.text),
+                    "verifierKey": .string(receipt.current.text), "key": .string(keys.keyLocation),
+                ]))
+            } else {
+                print("Rotated the signing key: key.rotated event at seq \(receipt.seq).")
+                print("Retired:   \(receipt.retired.text)")
+                print("In force:  \(receipt.current.text)")
+                print("Give auditors the new verifier key (consentctl key show); either key verifies the whole history.")
             }
         }
     }

@@ -432,8 +432,10 @@ struct Verify: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Check every hash link, signature, sequence number and rule by replaying the whole log.",
         discussion: """
-            On success prints the number of events and subjects and the head hash, exit 0. On failure \
-            names the first bad entry (sequence number and line) and why, exit 2.
+            On success prints the number of events and subjects, the head hash and the key in \
+            force, exit 0. On failure names the first bad entry (sequence number and line) and \
+            why, exit 2. Key rotations are followed: each event must be signed by the key in \
+            force for it, and each rotation by the key before it and the new key.
             """
     )
 
@@ -447,10 +449,13 @@ struct Verify: ParsableCommand {
             let ledger = try root.openLedger()
             let report = try ledger.verify()
             warnAboutTornTail(report.torn, removed: false, store: StoreSelection.folder(root.storeSpec))
+            let inForce = try ledger.noteKey(report.keys.current.key)
+            let rotations = report.keys.periods.compactMap(\.rotation)
             if json {
                 printJSON(.object([
                     "ok": .bool(true), "ledger": .string(report.ledgerName), "events": .int(Int64(report.events)),
-                    "subjects": .int(Int64(report.subjects)), "verifierKey": .string(try ledger.verifierKey.text),
+                    "subjects": .int(Int64(report.subjects)), "verifierKey": .string(inForce.text),
+                    "rotations": .array(rotations.map { .int(Int64($0)) }),
                     "head": .object(["seq": .int(Int64(report.head.seq)), "hash": .string(report.head.hash.hex)]),
                 ]))
                 return
@@ -460,7 +465,10 @@ struct Verify: ParsableCommand {
             table.add(["  events", String(report.events)])
             table.add(["  subjects", String(report.subjects)])
             table.add(["  head", "seq \(report.head.seq), \(report.head.hash.hex)"])
-            table.add(["  verifier key", try ledger.verifierKey.text])
+            table.add(["  verifier key", inForce.text])
+            if !rotations.isEmpty {
+                table.add(["  key rotations", "\(rotations.count), at seq \(rotations.map(String.init).joined(separator: ", ")); genesis key \(try ledger.verifierKey.text)"])
+            }
             table.print()
         }
     }

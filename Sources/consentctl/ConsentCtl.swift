@@ -49,8 +49,8 @@ struct ConsentCtl: ParsableCommand {
               69  a witness did not answer or did not cosign (checkpoint --witness-url); what the
                   others cosigned is recorded
               73  a ledger (or other files) already exists where init would create one
-              75  conflict: another writer changed the PostgreSQL ledger first; nothing was
-                  changed, try again
+              75  conflict: another writer changed the PostgreSQL ledger first, or rotated the
+                  key this process had unlocked; nothing was changed, try again
               77  the signing key is encrypted and no passphrase was given, or a wrong one;
                   nothing was changed
 

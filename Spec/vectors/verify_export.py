@@ -5,11 +5,16 @@ Written from Spec/export-format.md (and Spec/ledger-format.md for events, the ca
 replay), with the Python 3 standard library only. Ed25519, canonical JSON, event decoding and
 replay are imported from verify_vectors.py in this folder; the Merkle tree (RFC 6962 and the tlog
 storage layout), signed notes (C2SP signed-note), checkpoints (C2SP tlog-checkpoint), bundles and
-consistency proofs are implemented here.
+consistency proofs are implemented here, and so is the key schedule a file is checked under
+after a key rotation (export-format.md, Keys), with the rotation rules of verify_vectors.py's
+KeySchedule.
 
 Usage:
     python3 Spec/vectors/verify_export.py              self-tests, then Spec/vectors/export
-                                                       (expected.json) and derived cases
+                                                       (expected.json) and derived cases, recorded
+                                                       checkpoints, then Spec/vectors/rotated (the
+                                                       bundle and consistency cases of its
+                                                       expected.json) and derived key-rotation cases
     python3 Spec/vectors/verify_export.py FILE KEY     verify one export bundle or consistency-proof
                                                        file against the pinned verifier KEY (the
                                                        key text name+hash+key, or a file holding it)
@@ -29,10 +34,11 @@ sys.dont_write_bytecode = True  # importing verify_vectors must not touch __pyca
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from verify_vectors import (  # noqa: E402
-    LINE_PREFIX, SIG_PREFIX, SIGNING_CONTEXT, ZERO_HASH, CatalogError, Checks, DecodeError, Failure, Replay, SubjectState,
-    Violation, catalog_hash, catalog_version, decode_catalog, decode_line, ed25519_public_key, ed25519_sign,
+    LINE_PREFIX, SIG_PREFIX, SIGNING_CONTEXT, ZERO_HASH, CatalogError, Checks, DecodeError, Failure, KeySchedule, Replay,
+    SubjectState, Violation, catalog_hash, catalog_version, decode_catalog, decode_line, ed25519_public_key, ed25519_sign,
     ed25519_verify, event_lines, hex_decode, key_id, notices_of, parse_canonical, problem_as_update, publish_body, read_file,
-    same_bytes, same_text, serialize, sha256, sign_log, subject_ref, trimmed_text, tree_root, verify_folder, SALT_LENGTH,
+    read_subject_records, same_bytes, same_text, serialize, sha256, sign_log, subject_ref, trimmed_text, tree_root, verify_folder,
+    SALT_LENGTH,
 )
 
 BUNDLE_FORMAT = "consentledger-export-v1"
@@ -324,8 +330,9 @@ def sign_note(text, key, seed):
     return text + "\n" + DASH + key.name + " " + b64encode(key.hash.to_bytes(4, "big") + signature) + "\n"
 
 
-def open_note(note, key):
-    """Checks that `note` carries a valid signature by `key`; returns its text."""
+def split_note(note):
+    """The form of a signed note, no signature verified: its text (ending in a newline) and its
+    signature lines as (name, key hash, signature bytes). Raises NoteError."""
     if len(note.encode("utf-8")) > 1 << 20:
         raise NoteError("note is too large")
     split = note.rfind("\n\n")
@@ -337,7 +344,7 @@ def open_note(note, key):
         raise NoteError("note's signature block does not end with a newline")
     if any((ord(c) < 0x20 and c != "\n") or ord(c) == 0x7F for c in text):
         raise NoteError("note text contains control characters")
-    found = False
+    signatures = []
     for line in block[:-1].split("\n"):
         if not line.startswith(DASH):
             raise NoteError("signature line does not start with '\u2014 '")
@@ -345,9 +352,19 @@ def open_note(note, key):
         raw = b64decode(rest[1]) if len(rest) == 2 else None
         if raw is None or len(raw) <= 4:
             raise NoteError("malformed signature line")
-        if not same_text(rest[0], key.name) or int.from_bytes(raw[:4], "big") != key.hash:
+        signatures.append((rest[0], int.from_bytes(raw[:4], "big"), raw[4:]))
+    return text, signatures
+
+
+def open_note(note, key):
+    """Checks that `note` carries a valid signature by `key`; returns its text. The whole note is
+    read (split_note) before any signature is checked, as the reference does."""
+    text, signatures = split_note(note)
+    found = False
+    for name, key_hash, signature in signatures:
+        if not same_text(name, key.name) or key_hash != key.hash:
             continue  # another key's signature: ignored
-        if len(raw) != 68 or not signature_ok(key.public_key, text.encode("utf-8"), raw[4:]):
+        if len(signature) != 64 or not signature_ok(key.public_key, text.encode("utf-8"), signature):
             raise NoteError("the signature by %s does not verify" % key.name)
         found = True
     if not found:
@@ -383,18 +400,21 @@ def parse_checkpoint(text):
     return Checkpoint(lines[0], int(size), root)
 
 
-def check_recorded_checkpoints(lines, records, key):
+def check_recorded_checkpoints(lines, records, name, schedule):
     """ledger-format.md, Verifying, step 8: every recorded checkpoint {"note","size"} must be
-    signed by `key`, name the ledger and its own size, not exceed the log's `lines` (verified
-    lines without their newlines), and commit to the root of the first `size` lines, computed
-    from the lines themselves. Raises Failure."""
+    signed by the key of `schedule` (the KeySchedule verify_folder returns as
+    report.key_schedule) in force for seq `size` (Key rotation: a checkpoint of size S is the key
+    in force for seq S's), under the ledger's `name`; name the ledger and its own size; not exceed
+    the log's `lines` (verified lines without their newlines); and commit to the root of the first
+    `size` lines, computed from the lines themselves. Raises Failure."""
     for record in records:
         size, note = record["size"], record["note"]
+        key = NoteKey(name, schedule.in_force(max(0, size))[0])
         try:
             checkpoint = parse_checkpoint(open_note(note, key))
         except NoteError as e:
             raise Failure(None, None, "the recorded checkpoint of size %d does not verify with the ledger's key: %s" % (size, e))
-        if checkpoint.origin != key.name or checkpoint.size != size:
+        if checkpoint.origin != name or checkpoint.size != size:
             raise Failure(None, None, "the recorded checkpoint of size %d is for '%s' at size %d" % (size, checkpoint.origin, checkpoint.size))
         if size > len(lines):
             raise Failure(None, None, "the ledger signed a checkpoint of %d records, but the log holds only %d: "
@@ -433,7 +453,7 @@ def check_recorded_vectors(checks, here):
     def verdict(lines, recs, phrase):
         def run():
             try:
-                check_recorded_checkpoints(lines, recs, key)
+                check_recorded_checkpoints(lines, recs, report.ledger_name, report.key_schedule)
             except Failure as f:
                 return phrase is not None and phrase in f.reason, f.reason
             return phrase is None, "passed"
@@ -451,6 +471,36 @@ def check_recorded_vectors(checks, here):
     forged["note"] = forged["note"][:-6] + ("A" if forged["note"][-6] != "A" else "B") + forged["note"][-5:]
     checks.run("a recorded note whose signature is broken fails",
                verdict(v.lines, [forged], "does not verify with the ledger's key"))
+
+    # The rotated ledger (key rotated at seq 6): a checkpoint of size S is signed by the key in
+    # force for seq S, the genesis key up to size 6, the new key from size 7 on.
+    folder = os.path.join(here, "rotated-ledger")
+    rotated = verify_folder(folder)
+    lines = event_lines(read_file(folder, "ledger.jsonl"))
+    seeds = {"genesis": v.seed, "new": hex_decode(trimmed_text(read_file(folder, "secret.key")), 32)}
+
+    def signed(size, which):
+        signer = NoteKey(rotated.ledger_name, ed25519_public_key(seeds[which]))
+        root = tree_root([leaf_hash(line) for line in lines[:size]])
+        return {"note": sign_note(Checkpoint(signer.name, size, root).text, signer, seeds[which]), "size": size}
+
+    def rotated_verdict(lines, recs, phrase):
+        def run():
+            try:
+                check_recorded_checkpoints(lines, recs, rotated.ledger_name, rotated.key_schedule)
+            except Failure as f:
+                return phrase is not None and phrase in f.reason, f.reason
+            return phrase is None, "passed"
+        return run
+    honest = [signed(3, "genesis"), signed(6, "genesis"), signed(7, "new"), signed(10, "new")]
+    checks.run("rotated-ledger: recorded checkpoints of sizes 3 and 6 (genesis key) and 7 and 10 (the new key) pass",
+               rotated_verdict(lines, honest, None))
+    checks.run("rotated-ledger: a recorded checkpoint of size 7 signed by the genesis key (retired at seq 6) fails",
+               rotated_verdict(lines, [signed(7, "genesis")], "the recorded checkpoint of size 7 does not verify with the ledger's key"))
+    checks.run("rotated-ledger: a recorded checkpoint of size 6 signed by the new key (not yet in force) fails",
+               rotated_verdict(lines, [signed(6, "new")], "the recorded checkpoint of size 6 does not verify with the ledger's key"))
+    checks.run("rotated-ledger: a log cut below a recorded checkpoint of size 10 (the new key's) fails: signed events were removed",
+               rotated_verdict(lines[:9], honest, "signed events were removed from the end of the log"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -606,6 +656,12 @@ def read_bundle(data):
     state = top.get("state")
     b.state = state["features"] if isinstance(state, dict) and "features" in state else None
     b.statement = top["statement"] if isinstance(top.get("statement"), str) else None
+    # The key rotations below the checkpoint (Keys): present only after a rotation; [] is absent.
+    b.keys = []
+    if "keys" in top:
+        if not isinstance(top["keys"], list):
+            raise ExportFailure(None, "'keys' is not an array")
+        b.keys = [entry(e) for e in top["keys"]]
     # A subject bundle of a format 2 ledger proves itself complete by subject-map proofs instead.
     b.streams = None
     if any(name in top for name in ("last", "subjectMap", "ledgerMap")):
@@ -663,8 +719,10 @@ def parse_statement(text):
     return lines[1], int(lines[2]), subject_line[1], salt_length, seqs(lines[4]), seqs(lines[5])
 
 
-def check_entry(e, checkpoint, key, kid, proof_required):
-    """One entry: decode, seq, key id and signature, inclusion proof. Returns the event."""
+def check_entry(e, checkpoint, schedule, proof_required, rotated=False):
+    """One entry (Checking an entry): decode, seq, key id and signature with the key of
+    `schedule` (a KeySchedule) in force for its seq, inclusion proof. `rotated`: the file carries
+    `keys`, and the reason then names the key in force. Returns the event."""
     seq = max(0, e.seq)
     line = e.line.encode("utf-8")
     try:
@@ -673,12 +731,121 @@ def check_entry(e, checkpoint, key, kid, proof_required):
         raise ExportFailure(seq, "malformed event: %s" % err)
     if event.seq != e.seq:
         raise ExportFailure(seq, "the entry says seq %d but its event is seq %d" % (e.seq, event.seq))
-    if event.kid != kid or not signature_ok(key.public_key, SIGNING_CONTEXT + event.body, event.signature):
-        raise ExportFailure(seq, "the event's signature does not verify with the pinned key")
+    key, kid = schedule.in_force(max(0, event.seq))
+    if event.kid != kid or not signature_ok(key, SIGNING_CONTEXT + event.body, event.signature):
+        raise ExportFailure(seq, "the event's signature does not verify with the ledger's key in force for it, %s" % kid if rotated
+                            else "the event's signature does not verify with the pinned key")
     if proof_required and not (e.seq < checkpoint.size
                                and check_inclusion(e.proof, e.seq, leaf_hash(line), checkpoint.size, checkpoint.root)):
         raise ExportFailure(seq, "the inclusion proof does not lead to the checkpoint's root (tree size %d)" % checkpoint.size)
     return event
+
+
+# ---------------------------------------------------------------------------------------------
+# Keys (Spec/export-format.md, "Keys"): the key schedule of a bundle, state proof or consistency
+# proof, from the pinned key, the genesis entry and `keys`
+# ---------------------------------------------------------------------------------------------
+
+class BundleKeys:
+    """The key schedule a file is checked under (a KeySchedule of verify_vectors.py: the pinned
+    key alone without `keys`; else the genesis key and each rotation's key, as the file claims
+    them until verify_chain has checked them), the checkpoint key (a NoteKey) and the `keys`
+    entries."""
+
+    def __init__(self, schedule, checkpoint_key, rotations):
+        self.schedule, self.checkpoint_key, self.rotations = schedule, checkpoint_key, rotations
+
+    @property
+    def rotated(self):
+        return bool(self.rotations)
+
+    def note_key(self, size):
+        """The verifier key of the ledger's name and the key in force for seq `size`: the key of
+        a checkpoint of that size (a consistency proof's older checkpoint)."""
+        return NoteKey(self.checkpoint_key.name, self.schedule.in_force(max(0, size))[0])
+
+
+def claimed_size(note, unreadable):
+    """The size a signed checkpoint claims, read without its signature; `unreadable` when the
+    note or its checkpoint cannot be read."""
+    try:
+        return parse_checkpoint(split_note(note)[0]).size
+    except NoteError:
+        return unreadable
+
+
+def resolve_keys(pinned, genesis_line, rotations, checkpoint_note, verifier_key, what):
+    """Keys, items 1 and 2: the key schedule and the checkpoint key, from the pinned NoteKey, the
+    genesis entry's line, the `keys` entries and the checkpoint note (its claimed size picks its
+    key); `verifier_key` (None for a consistency proof, which has none) must be the checkpoint
+    key's text. `what` names the file in reasons: bundle, proof, consistency proof. Returns
+    BundleKeys or raises ExportFailure."""
+    if not rotations:
+        if verifier_key is not None and not same_bytes(verifier_key, pinned.text):
+            raise ExportFailure(None, "the %s's verifier key %s differs from the pinned key %s" % (what, verifier_key, pinned.text))
+        return BundleKeys(KeySchedule(pinned.public_key), pinned, [])
+    try:
+        genesis = decode_line(genesis_line.encode("utf-8")) if genesis_line is not None else None
+    except DecodeError:
+        genesis = None
+    genesis_key = hex_decode(genesis.public_key, 32) if genesis is not None and genesis.type == "ledger.created" else None
+    if genesis_key is None:
+        raise ExportFailure(0, "the genesis entry does not name the genesis key that the 'keys' rotations start from")
+    schedule = KeySchedule(genesis_key)
+    for e in rotations:
+        try:
+            event = decode_line(e.line.encode("utf-8"))
+        except DecodeError:
+            event = None
+        # In order: each seq at least the previous rotation's + 1 (where the key in force starts).
+        if event is None or event.type != "key.rotated" or event.seq != e.seq or e.seq < schedule.periods[-1][0]:
+            raise ExportFailure(max(0, e.seq), "an entry of 'keys' is not a key rotation, or is out of order")
+        key = bytes.fromhex(event.public_key)
+        schedule.periods.append((e.seq + 1, key, key_id(key)))  # claimed; verify_chain checks it
+    if pinned.public_key not in schedule.keys:
+        raise ExportFailure(None, "the pinned key %s is neither the ledger's genesis key nor a key that the %s's key rotations introduce"
+                            % (pinned.text, what))
+    # Unreadable: 2^63 - 1, so that no rotation is refused here and opening the note fails next.
+    claimed = claimed_size(checkpoint_note, INT64_MAX)
+    late = next((e for e in rotations if e.seq >= claimed), None)
+    if late is not None:
+        raise ExportFailure(max(0, late.seq), "a key rotation of 'keys' is not below the checkpoint's size %d" % claimed)
+    try:
+        checkpoint_key = NoteKey(pinned.name, schedule.in_force(claimed)[0])
+    except NoteError as e:
+        raise ExportFailure(None, "the pinned key's name cannot name a checkpoint key: %s" % e)
+    if verifier_key is not None and not same_bytes(verifier_key, checkpoint_key.text):
+        raise ExportFailure(None, "the %s's verifier key %s is not the key that signs its checkpoint, %s"
+                            % (what, verifier_key, checkpoint_key.text))
+    return BundleKeys(schedule, checkpoint_key, rotations)
+
+
+def verify_chain(keys, checkpoint):
+    """Keys, item 3, once the checkpoint is open: each `keys` entry, in order, checked as an entry
+    with its proof under the schedule of the entries before it, then taken in as ledger-format.md,
+    Key rotation, items 2-4 (verify_vectors.KeySchedule.admit), LEDGER the checkpoint's origin."""
+    if not keys.rotations:
+        return
+    verified = KeySchedule(keys.schedule.periods[0][1])
+    for e in keys.rotations:
+        event = check_entry(e, checkpoint, verified, True, rotated=True)
+        if event.type != "key.rotated":
+            continue  # cannot happen: resolve_keys read the same line
+        event.line = None  # admit names the line of a ledger's log; a file's entry has none
+        try:
+            verified.admit(event, checkpoint.origin)
+        except Failure as f:
+            raise ExportFailure(event.seq, f.reason)
+
+
+def check_same_rotations(keys, entries, events):
+    """The key.rotated events among a ledger stream's `entries` (decoded as `events`) must be
+    exactly the `keys` entries: the same seqs and lines."""
+    found = [e for e, event in zip(entries, events) if event.type == "key.rotated"]
+    if ([e.seq for e in found] != [e.seq for e in keys.rotations]
+            or not all(same_bytes(a.line, b.line) for a, b in zip(found, keys.rotations))):
+        raise ExportFailure(None, "the key rotations among the ledger's events (seq [%s]) are not the ones 'keys' holds (seq [%s])" % (
+            ", ".join(str(e.seq) for e in found), ", ".join(str(e.seq) for e in keys.rotations)))
 
 
 def display_name(names):
@@ -731,44 +898,44 @@ def verify_bundle(data, key):
     """Verifies bundle bytes against the pinned NoteKey. Returns an ExportReport or raises
     ExportFailure naming the first failure in the order of the spec."""
     b = read_bundle(data)
-    # 1. Only the pinned key is trusted (its text compared byte for byte).
-    if not same_bytes(b.verifier_key, key.text):
-        raise ExportFailure(None, "the bundle's verifier key %s differs from the pinned key %s" % (b.verifier_key, key.text))
-    # 2. The checkpoint.
+    # 1. Only the pinned key is trusted: the key schedule and the checkpoint key (Keys); without
+    # `keys`, the bundle's verifier key must be the pinned key's text byte for byte.
+    keys = resolve_keys(key, b.genesis.line, b.keys, b.checkpoint, b.verifier_key, "bundle")
+    # 2. The checkpoint, opened with the checkpoint key; then the chain of `keys`.
     try:
-        checkpoint = parse_checkpoint(open_note(b.checkpoint, key))
+        checkpoint = parse_checkpoint(open_note(b.checkpoint, keys.checkpoint_key))
     except NoteError as e:
         raise ExportFailure(None, "checkpoint: %s" % e)
     if not same_bytes(checkpoint.origin, key.name):
         raise ExportFailure(None, "the checkpoint's origin '%s' is not the pinned key's ledger '%s'" % (checkpoint.origin, key.name))
     if not same_bytes(b.ledger, key.name):
         raise ExportFailure(None, "the bundle says it is from ledger '%s', not the pinned key's ledger '%s'" % (b.ledger, key.name))
-    kid = key_id(key.public_key)
+    verify_chain(keys, checkpoint)
     # 3. The catalogue and the genesis event.
     catalog_bytes = serialize(b.catalog)
     try:
         catalog, features = decode_catalog(b.catalog)
     except CatalogError as e:
         raise ExportFailure(0, "catalogue: %s" % e)
-    genesis = check_entry(b.genesis, checkpoint, key, kid, True)
+    genesis = check_entry(b.genesis, checkpoint, keys.schedule, True, keys.rotated)
     if genesis.type != "ledger.created" or genesis.seq != 0:
         raise ExportFailure(0, "the genesis entry is not the ledger's first event")
-    if not (same_text(genesis.public_key, key.public_key.hex()) and same_text(genesis.ledger, key.name)):
+    if not (same_text(genesis.public_key, keys.schedule.periods[0][1].hex()) and same_text(genesis.ledger, key.name)):
         raise ExportFailure(0, "the genesis event pins another key or ledger name")
     if sha256(catalog_bytes).hex() != genesis.catalog:
         raise ExportFailure(0, "the bundled catalogue's SHA-256 differs from the genesis event's")
     report = ExportReport()
     report.scope, report.checkpoint = b.scope, checkpoint
     if b.scope == "subject":
-        verify_subject(b, checkpoint, catalog, features, key, kid)
+        verify_subject(b, checkpoint, catalog, features, key, keys)
         report.events, report.subject = len(b.events), b.subject[0]
     else:
-        verify_all(b, genesis, checkpoint, catalog, key, kid)
+        verify_all(b, genesis, checkpoint, catalog, keys)
         report.events, report.subject = len(b.events) + 1, None
     return report
 
 
-def verify_subject(b, checkpoint, catalog, features, key, kid):
+def verify_subject(b, checkpoint, catalog, features, key, keys):
     # 4S.
     if b.subject is None or b.state is None:
         raise ExportFailure(None, "a subject export needs 'subject' and 'state'")
@@ -787,10 +954,14 @@ def verify_subject(b, checkpoint, catalog, features, key, kid):
         if not e.seq > previous:
             raise ExportFailure(max(0, e.seq), "events are not in increasing sequence order")
         previous = e.seq
-    # The catalogue versions: the genesis catalogue, then each published version, each proven.
-    versions = [(0, catalog)]
+    # The catalogue versions: the genesis catalogue, then each published version, each proven. A
+    # key rotation of the ledger's stream changes no catalogue; the rotations there must be 'keys'.
+    versions, ledger_events = [(0, catalog)], []
     for e in b.catalog_versions:
-        event = check_entry(e, checkpoint, key, kid, True)
+        event = check_entry(e, checkpoint, keys.schedule, True, keys.rotated)
+        ledger_events.append(event)
+        if event.type == "key.rotated" and e.seq > versions[-1][0]:
+            continue
         if event.type != "catalog.published" or not e.seq > versions[-1][0]:
             raise ExportFailure(event.seq, "a catalogue-version entry is not a published catalogue, or is out of order")
         if catalog_hash(event.document) != event.catalog:
@@ -799,11 +970,14 @@ def verify_subject(b, checkpoint, catalog, features, key, kid):
         if problem is not None:
             raise ExportFailure(event.seq, "the published catalogue cannot replace the one in force: %s" % problem)
         versions.append((e.seq, event.document))
-    # The signed statement says which events and catalogue versions the bundle must hold.
+    check_same_rotations(keys, b.catalog_versions, ledger_events)
+    # The signed statement says which events and catalogue versions the bundle must hold; it is
+    # signed with the checkpoint key.
     if b.statement is None:
         raise ExportFailure(None, "a subject export needs its signed statement")
     try:
-        origin, size, statement_subject, salt_length, listed_versions, listed_events = parse_statement(open_note(b.statement, key))
+        origin, size, statement_subject, salt_length, listed_versions, listed_events = parse_statement(
+            open_note(b.statement, keys.checkpoint_key))
     except NoteError as e:
         raise ExportFailure(None, "export statement: %s" % e)
     if not (same_bytes(origin, key.name) and size == checkpoint.size and same_bytes(statement_subject, ref) and salt_length == len(salt)):
@@ -819,7 +993,7 @@ def verify_subject(b, checkpoint, catalog, features, key, kid):
                             "(%d listed, %d bundled): an event was left out or added" % (len(listed_events), len(bundled)))
     state = SubjectState()
     for e in b.events:
-        event = check_entry(e, checkpoint, key, kid, True)
+        event = check_entry(e, checkpoint, keys.schedule, True, keys.rotated)
         if event.subject is None or not same_bytes(event.subject, ref):
             raise ExportFailure(event.seq, "the event is about another subject")
         try:
@@ -837,7 +1011,7 @@ def verify_subject_by_streams(b, key):
     checkpoint holds, and is checked as one (state-proof.md, "Verifying a state proof")."""
     from verify_state import STATE_FORMAT, verify_state  # imported here: verify_state imports this file
     proof = {name: b.raw[name] for name in ("ledger", "verifierKey", "checkpoint", "catalog", "genesis", "subject", "events",
-                                            "catalogVersions", "state") if name in b.raw}
+                                            "catalogVersions", "state", "keys") if name in b.raw}
     proof.update({name: value for name, value in b.streams.items() if value is not None})
     proof["format"] = STATE_FORMAT
     try:
@@ -848,15 +1022,17 @@ def verify_subject_by_streams(b, key):
         raise ExportFailure(failure.seq, failure.reason)
 
 
-def verify_all(b, genesis, checkpoint, catalog, key, kid):
+def verify_all(b, genesis, checkpoint, catalog, keys):
     # 4A.
     if len(b.events) + 1 != checkpoint.size:
         raise ExportFailure(None, "the bundle holds %d events but the checkpoint covers %d" % (len(b.events) + 1, checkpoint.size))
-    replay, previous, leaves = Replay(catalog), ZERO_HASH, []
+    replay, previous, leaves, rotations = Replay(catalog), ZERO_HASH, [], []
     for i, e in enumerate([b.genesis] + b.events):
         if e.seq != i:
             raise ExportFailure(max(0, e.seq), "expected seq %d: events are missing or out of order" % i)
-        event = genesis if i == 0 else check_entry(e, checkpoint, key, kid, False)
+        event = genesis if i == 0 else check_entry(e, checkpoint, keys.schedule, False, keys.rotated)
+        if event.type == "key.rotated":
+            rotations.append((e, event))
         if event.prev != previous:
             raise ExportFailure(event.seq, "prev does not match the previous event's hash")
         if event.type == "catalog.published" and catalog_hash(event.document) != event.catalog:
@@ -871,6 +1047,23 @@ def verify_all(b, genesis, checkpoint, catalog, key, kid):
         raise ExportFailure(None, "the events' Merkle root differs from the checkpoint's")
     if replay.open is not None:
         raise ExportFailure(None, "the events end inside a command")
+    check_same_rotations(keys, [e for e, _ in rotations], [event for _, event in rotations])
+
+
+def read_proof_entry(v, what):
+    """An entry read as a state proof's (state-proof.md, Reading the file): an integer seq >= 0, a
+    string line and a proof that is an array of base64 hashes of 32 bytes; `what` names it."""
+    if not (isinstance(v, dict) and is_int(v.get("seq")) and v["seq"] >= 0 and isinstance(v.get("line"), str)):
+        raise ExportFailure(None, "%s lacks 'seq' or 'line'" % what)
+    if not isinstance(v.get("proof"), list):
+        raise ExportFailure(None, "%s's proof is not an array" % what)
+    proof = []
+    for item in v["proof"]:
+        raw = b64decode(item)
+        if raw is None or len(raw) != 32:
+            raise ExportFailure(None, "%s's proof holds something that is not the base64 of 32 bytes" % what)
+        proof.append(raw)
+    return Entry(v["seq"], v["line"], proof)
 
 
 def verify_consistency(data, key):
@@ -889,13 +1082,28 @@ def verify_consistency(data, key):
         if raw is None or len(raw) != 32:
             raise ExportFailure(None, "a proof hash is not the base64 of 32 bytes")
         proof.append(raw)
+    # The second form: the genesis entry and the key rotations below `new`, with their proofs.
+    rotations, genesis = [], None
+    if "keys" in top:
+        if not isinstance(top["keys"], list):
+            raise ExportFailure(None, "'keys' is not an array")
+        rotations = [read_proof_entry(item, "an entry of 'keys'") for item in top["keys"]]
+        genesis = read_proof_entry(top.get("genesis"), "'genesis'")
+    # 3. Each checkpoint opened with the key in force at the size it claims.
+    keys = resolve_keys(key, genesis.line if genesis is not None else None, rotations, top["new"], None, "consistency proof")
     try:
-        old = parse_checkpoint(open_note(top["old"], key))
-        new = parse_checkpoint(open_note(top["new"], key))
+        old = parse_checkpoint(open_note(top["old"], keys.note_key(claimed_size(top["old"], 0))))
+        new = parse_checkpoint(open_note(top["new"], keys.checkpoint_key))
     except NoteError as e:
         raise ExportFailure(None, "checkpoint: %s" % e)
+    # 4. The origins; with `keys`, the genesis entry and the chain, against `new`.
     if not (same_text(old.origin, key.name) and same_text(new.origin, key.name)):
         raise ExportFailure(None, "a checkpoint is for another ledger than the pinned key's")
+    if genesis is not None and rotations:
+        event = check_entry(genesis, new, keys.schedule, True, True)
+        if event.type != "ledger.created" or event.seq != 0 or not same_text(event.ledger, key.name):
+            raise ExportFailure(0, "the genesis entry is not the ledger's first event")
+    verify_chain(keys, new)
     if not check_consistency(proof, old.size, old.root, new.size, new.root):
         raise ExportFailure(None, "the consistency proof from size %d to size %d does not verify: the log did not only grow"
                             % (old.size, new.size))
@@ -1402,11 +1610,13 @@ def check_derived(checks, v, key, checkpoint):
 
 def export_subject(lines, subject_id, salt, key, seed, catalog_value, streams=False):
     """A subject bundle of the log `lines` (without newlines): the signed head of the whole log
-    (signed with `seed`) as the checkpoint, the genesis entry, every catalog.published entry
-    (catalogVersions) and the subject's entries with inclusion proofs, and the listing of the
-    subject's replay under the catalogue in force at each event. With `streams`, as the
-    reference exports a format 2 ledger: complete by the subject map's proofs; without, with
-    the signed export statement (as for a ledger of format 1)."""
+    (signed with `seed`, the key `key` in force for seq len(lines)) as the checkpoint, the genesis
+    entry, every entry of the ledger stream after it (catalog.published and key.rotated:
+    catalogVersions), the key.rotated entries again as `keys` when there are any, and the
+    subject's entries, all with inclusion proofs, and the listing of the subject's replay under
+    the catalogue in force at each event. With `streams`, as the reference exports a format 2
+    ledger: complete by the subject map's proofs; without, with the signed export statement
+    (as for a ledger of format 1, signed with `seed` too)."""
     n, stored = len(lines), build_stored(lines)
     read = stored.__getitem__
     note = sign_note(head_text(lines, key.name, read), key, seed)
@@ -1421,15 +1631,20 @@ def export_subject(lines, subject_id, salt, key, seed, catalog_value, streams=Fa
     events = [decode_line(line) for line in lines]
     ref = subject_ref(subject_id, salt)
     versions = [(0, decode_catalog(catalog_value)[0])] + [(e.seq, e.document) for e in events if e.type == "catalog.published"]
+    ledger_stream = [e.seq for e in events if e.type in ("catalog.published", "key.rotated")]
+    rotations = [e.seq for e in events if e.type == "key.rotated"]
     state = SubjectState()
     mine = [e for e in events if e.subject == ref]
     for e in mine:
         state.apply(e, in_force(versions, e.seq))
-    statement = sign_note(statement_text(key.name, n, ref, [seq for seq, _ in versions[1:]], [e.seq for e in mine]), key, seed)
-    return {"format": BUNDLE_FORMAT, "scope": "subject", "ledger": key.name, "verifierKey": key.text, "checkpoint": note,
-            "catalog": catalog_value, "genesis": entry(0), "events": [entry(e.seq) for e in mine],
-            "catalogVersions": [entry(seq) for seq, _ in versions[1:]], "statement": statement,
-            "subject": {"id": subject_id, "ref": ref, "salt": salt.hex()}, "state": {"features": listing_json(state, versions[-1][1])}}
+    statement = sign_note(statement_text(key.name, n, ref, ledger_stream, [e.seq for e in mine]), key, seed)
+    bundle = {"format": BUNDLE_FORMAT, "scope": "subject", "ledger": key.name, "verifierKey": key.text, "checkpoint": note,
+              "catalog": catalog_value, "genesis": entry(0), "events": [entry(e.seq) for e in mine],
+              "catalogVersions": [entry(seq) for seq in ledger_stream], "statement": statement,
+              "subject": {"id": subject_id, "ref": ref, "salt": salt.hex()}, "state": {"features": listing_json(state, versions[-1][1])}}
+    if rotations:
+        bundle["keys"] = [entry(seq) for seq in rotations]
+    return bundle
 
 
 def head_text(lines, name, read):
@@ -1445,14 +1660,31 @@ def head_text(lines, name, read):
 
 
 def export_all(lines, key, seed, catalog_value):
-    """The all bundle of the log `lines`: the ledger's signed head as the checkpoint, genesis with
-    its proof, every other line without one."""
+    """The all bundle of the log `lines`: the ledger's signed head as the checkpoint (signed with
+    `seed`, the key `key` in force for seq len(lines)), genesis with its proof, every other line
+    without one, and the key.rotated entries with their proofs as `keys` when there are any."""
     n, stored = len(lines), build_stored(lines)
     read = stored.__getitem__
     note = sign_note(head_text(lines, key.name, read), key, seed)
-    return {"format": BUNDLE_FORMAT, "scope": "all", "ledger": key.name, "verifierKey": key.text, "checkpoint": note,
-            "catalog": catalog_value, "events": [{"seq": i, "line": lines[i].decode("utf-8")} for i in range(1, n)],
-            "genesis": {"seq": 0, "line": lines[0].decode("utf-8"), "proof": [b64encode(h) for h in stored_inclusion_proof(0, n, read)]}}
+
+    def entry(seq):
+        return {"seq": seq, "line": lines[seq].decode("utf-8"), "proof": [b64encode(h) for h in stored_inclusion_proof(seq, n, read)]}
+    bundle = {"format": BUNDLE_FORMAT, "scope": "all", "ledger": key.name, "verifierKey": key.text, "checkpoint": note,
+              "catalog": catalog_value, "events": [{"seq": i, "line": lines[i].decode("utf-8")} for i in range(1, n)],
+              "genesis": entry(0)}
+    rotations = [i for i in range(1, n) if event_type(lines[i]) == "key.rotated"]
+    if rotations:
+        bundle["keys"] = [entry(seq) for seq in rotations]
+    return bundle
+
+
+def event_type(line):
+    """The type of the event a line holds, or None for a line that cannot be read (the derived
+    ledgers export lines that break the format, for the verifier to refuse)."""
+    try:
+        return decode_line(line).type
+    except DecodeError:
+        return None
 
 
 def check_exporter(checks, v, key):
@@ -1704,6 +1936,333 @@ def check_evidence(checks, v, key):
                  "evidence: without evidence on the grant, the listing has no evidence member", json.dumps(plain, sort_keys=True))
 
 
+# ---------------------------------------------------------------------------------------------
+# Key rotation (Spec/export-format.md, Keys): Spec/vectors/rotated and derived cases
+# ---------------------------------------------------------------------------------------------
+
+class Rotated:
+    """Spec/vectors/rotated and the ledger its files were made from, rotated-ledger/ (the genesis
+    key, of seed 00..1f, rotated at seq 6 to the key of seed 20..3f), with a writer of derived
+    ledgers re-signed as a rotating writer signs them (verify_vectors.sign_log)."""
+
+    def __init__(self, here):
+        self.here = here
+        self.dir = os.path.join(here, "rotated")
+        self.folder = os.path.join(here, "rotated-ledger")
+        self.expected_bytes = read_file(self.dir, "expected.json")
+        self.expected = json.loads(self.expected_bytes)
+        self.keys = {"genesis": parse_verifier_key(self.expected["genesisKey"]), "current": parse_verifier_key(self.expected["currentKey"])}
+        self.lines = event_lines(read_file(self.folder, "ledger.jsonl"))
+        self.name = decode_line(self.lines[0]).ledger
+        self.genesis_seed = hex_decode(trimmed_text(read_file(os.path.join(here, "tiny-ledger"), "secret.key")), 32)
+        self.new_seed = hex_decode(trimmed_text(read_file(self.folder, "secret.key")), 32)
+        self.other_seed = bytes(range(64, 96))   # a key the ledger never used
+        self.third_seed = bytes(range(96, 128))  # the key of a second rotation, in derived ledgers
+        self.catalog_value = parse_canonical(read_file(self.folder, "catalog.json"))
+        self.salts = {i: record.salt for i, record in read_subject_records(self.folder).items()}
+        self.bodies = [parse_canonical(line[len(LINE_PREFIX):-(len(SIG_PREFIX) + 130)]) for line in self.lines]
+
+    def read(self, name):
+        return read_file(self.dir, name)
+
+    def signer(self, seed):
+        """The verifier key of the ledger's name and the key of `seed`."""
+        return NoteKey(self.name, ed25519_public_key(seed))
+
+    def kid(self, seed):
+        return key_id(ed25519_public_key(seed))
+
+    def ledger(self, change=None):
+        """(event lines, seed in force after them) of the vector's bodies, with the handover to
+        the seed 20..3f at seq 6, changed by `change` (on the list of bodies; it may return a new
+        list) and re-signed by sign_log: each body with the key in force for it ('@next' hands
+        over, '@handover' signs the handover with another seed, '@seed' signs one body)."""
+        bodies = [dict(b) for b in self.bodies]
+        bodies[6]["@next"] = self.new_seed
+        bodies = (change(bodies) if change else None) or bodies
+        seed = self.genesis_seed
+        for b in bodies:
+            seed = b.get("@next", seed)
+        return sign_log(bodies, self.genesis_seed)[0].split(b"\n")[:-1], seed
+
+    def two_rotations(self, bodies):
+        """A second rotation at seq 10, to the key of seed 60..7f, and bob's grant of timeline's
+        optional-a at seq 11, signed with it."""
+        third = self.kid(self.third_seed)
+        return bodies + [
+            {"v": 2, "seq": 10, "at": "2026-01-15T09:00:05.000Z", "actor": "vector-generator", "cmd": 10, "cmdSize": 1,
+             "kid": self.kid(self.new_seed), "type": "key.rotated", "@next": self.third_seed},
+            {"v": 2, "seq": 11, "at": "2026-01-15T09:00:06.000Z", "actor": "self", "cmd": 11, "cmdSize": 1, "kid": third,
+             "type": "consent.given", "subject": bodies[9]["subject"], "feature": 2, "consent": "optional-a", "version": "1.0"}]
+
+    def subject(self, lines, seed, who="alice", streams=True):
+        return export_subject(lines, who, self.salts[who], self.signer(seed), seed, self.catalog_value, streams=streams)
+
+    def everything(self, lines, seed):
+        return export_all(lines, self.signer(seed), seed, self.catalog_value)
+
+    def consistency(self, lines, m, old_seed, new_seed, n=None, keys=True):
+        """A consistency-proof file from size m (a plain checkpoint signed with `old_seed`) to the
+        signed head of the first n lines (signed with `new_seed`), as the reference writes it:
+        with the genesis entry and the key rotations below n, proved against the newer tree."""
+        n = len(lines) if n is None else n
+        stored = build_stored(lines[:n])
+        read = stored.__getitem__
+        old = sign_note(Checkpoint(self.name, m, stored_tree_hash(m, read)).text, self.signer(old_seed), old_seed)
+        new = sign_note(head_text(lines[:n], self.name, read), self.signer(new_seed), new_seed)
+        out = {"format": CONSISTENCY_FORMAT, "old": old, "new": new, "proof": [b64encode(h) for h in stored_consistency_proof(m, n, read)]}
+
+        def entry(seq):
+            return {"seq": seq, "line": lines[seq].decode("utf-8"), "proof": [b64encode(h) for h in stored_inclusion_proof(seq, n, read)]}
+        rotations = [i for i in range(1, n) if event_type(lines[i]) == "key.rotated"]
+        if keys and rotations:
+            out.update(genesis=entry(0), keys=[entry(seq) for seq in rotations])
+        return out
+
+
+def check_rotated(checks, here):
+    """The rotated vectors: every bundle and consistency case of rotated/expected.json with the
+    key it pins (the state proofs are verify_state.py's), this file's exporter reproducing the
+    vectors byte for byte, and derived cases (edited vectors; ledgers re-signed with the test
+    seeds, each breaking one rule of Keys, exported as the reference would export them)."""
+    r = Rotated(here)
+    expected = r.expected
+    checks.check(r.expected_bytes.endswith(b"\n") and serialize(parse_canonical(r.expected_bytes[:-1])) == r.expected_bytes[:-1],
+                 "rotated/expected.json is canonical JSON followed by a newline")
+    names = sorted(f for f in os.listdir(r.dir) if f.endswith(".json") and f != "expected.json")
+    checks.check(sorted({c["file"] for c in expected["cases"]}) == names and {c["kind"] for c in expected["cases"]} == {"bundle", "state", "consistency"},
+                 "rotated/expected.json names every file of rotated/ (bundles, state proofs, consistency proofs)", "%d files" % len(names))
+    report = verify_folder(r.folder)
+    genesis_key, new_key = ed25519_public_key(r.genesis_seed), ed25519_public_key(r.new_seed)
+    checks.check(r.keys["genesis"].text == r.signer(r.genesis_seed).text and genesis_key == report.public_key
+                 and r.keys["current"].text == r.signer(r.new_seed).text and r.name == report.ledger_name
+                 and [p[1] for p in report.key_schedule.periods] == [genesis_key, new_key],
+                 "rotated/expected.json: genesisKey is rotated-ledger's public.key (seed 00..1f), currentKey the key it rotated to at "
+                 "seq 6 (secret.key, seed 20..3f)", "%s, %s" % (r.keys["genesis"].text, r.keys["current"].text))
+
+    def outcome(data, key, kind, reason, seq):
+        """(ok, detail): `data` verifies with `key` (reason None), or fails with `reason` in its
+        reason and exactly `seq`."""
+        try:
+            if kind == "consistency":
+                o, n = verify_consistency(data, key)
+                detail = "size %d -> %d" % (o.size, n.size)
+            else:
+                detail = describe_report(verify_bundle(data, key))
+        except ExportFailure as f:
+            return reason is not None and reason in f.reason and f.seq == seq, str(f)
+        return reason is None, detail
+
+    # Every bundle and consistency case of expected.json, with the key it pins.
+    for c in expected["cases"]:
+        if c["kind"] == "state":
+            continue
+        label = "rotated/%s (%s, %s key pinned) %s" % (c["file"], c["kind"], c["key"], "verifies" if c["ok"] else "fails: %s%s" % (
+            "seq %d, " % c["seq"] if "seq" in c else "", c["reason"]))
+        checks.run(label, lambda c=c: outcome(r.read(c["file"]), r.keys[c["key"]], c["kind"], None if c["ok"] else c["reason"],
+                                              c.get("seq")))
+
+    # The exporter: the vectors, byte for byte, from the ledger's lines and the two seeds.
+    lines, seed = r.ledger()
+    checks.check(lines == r.lines, "rotated: the vector's bodies, handed over to the seed 20..3f at seq 6 and re-signed, are "
+                 "rotated-ledger's event lines byte for byte (the derived ledgers below are written as the reference writes)")
+    for name, made in (("alice.bundle.json", lambda: r.subject(lines, seed)),
+                       ("alice-statement.bundle.json", lambda: r.subject(lines, seed, streams=False)),
+                       ("all.bundle.json", lambda: r.everything(lines, seed)),
+                       ("consistency-6-10.json", lambda: r.consistency(lines, 6, r.genesis_seed, seed))):
+        checks.run("rotated: exporter: %s is reproduced byte for byte (checkpoint signed with the seed 20..3f, 'keys' = seq 6)" % name,
+                   lambda name=name, made=made: (serialize(made()) + b"\n" == r.read(name), name))
+
+    def edited(name, change):
+        o = json.loads(r.read(name)) if isinstance(name, str) else json.loads(json.dumps(name))
+        change(o)
+        return serialize(o) + b"\n"
+
+    def entry_of(o, seq):
+        return next(e for e in o["events"] + o.get("catalogVersions", []) if e["seq"] == seq)
+
+    def flip_handover(o, *lists):
+        for name in lists:
+            for e in o[name]:
+                if "key.rotated" in e["line"]:
+                    e["line"] = e["line"].replace('"handover":"5', '"handover":"6')
+
+    genesis_text, current_text = r.keys["genesis"].text, r.keys["current"].text
+    G, C = r.keys["genesis"], r.keys["current"]
+    other = r.signer(r.other_seed)
+    in_force_new = "the event's signature does not verify with the ledger's key in force for it, %s" % r.kid(r.new_seed)
+    in_force_genesis = "the event's signature does not verify with the ledger's key in force for it, %s" % r.kid(r.genesis_seed)
+    size6 = sign_note(head_text(lines[:6], r.name, build_stored(lines[:6]).__getitem__), G, r.genesis_seed)
+    stored = build_stored(lines)
+    size10_by_genesis = sign_note(head_text(lines, r.name, stored.__getitem__), G, r.genesis_seed)
+    alice_statement = json.loads(r.read("alice-statement.bundle.json"))
+
+    cases = [
+        # Edited vector files.
+        ("all, 'keys' an empty array (counts as absent), genesis key pinned", edited("all.bundle.json", lambda o: o.update(keys=[])), G, None,
+         "the bundle's verifier key %s differs from the pinned key %s" % (current_text, genesis_text)),
+        ("all, without 'keys', current key pinned: the genesis event is the genesis key's", edited("all.bundle.json", lambda o: o.pop("keys")), C, 0,
+         "the event's signature does not verify with the pinned key"),
+        ("all, 'keys' not an array", edited("all.bundle.json", lambda o: o.update(keys={})), G, None, "'keys' is not an array"),
+        ("all, an entry of 'keys' without 'line'", edited("all.bundle.json", lambda o: o["keys"][0].pop("line")), G, None,
+         "an event entry lacks 'seq' or 'line'"),
+        ("alice, pinned a key the ledger never used (same name)", r.read("alice.bundle.json"), other, None,
+         "the pinned key %s is neither the ledger's genesis key nor a key that the bundle's key rotations introduce" % other.text),
+        ("alice, 'keys' holding her consent of seq 5", edited("alice.bundle.json", lambda o: o.update(keys=[entry_of(o, 5)])), G, 5,
+         "an entry of 'keys' is not a key rotation, or is out of order"),
+        ("alice, 'keys' holding the rotation twice", edited("alice.bundle.json", lambda o: o.update(keys=o["keys"] * 2)), G, 6,
+         "an entry of 'keys' is not a key rotation, or is out of order"),
+        ("alice, her first event as the genesis entry", edited("alice.bundle.json", lambda o: o.update(genesis=entry_of(o, 1))), G, 0,
+         "the genesis entry does not name the genesis key that the 'keys' rotations start from"),
+        ("alice, 'verifierKey' the genesis key's text", edited("alice.bundle.json", lambda o: o.update(verifierKey=genesis_text)), C, None,
+         "the bundle's verifier key %s is not the key that signs its checkpoint, %s" % (genesis_text, current_text)),
+        ("alice (statement form), the checkpoint the signed head of size 6 (below the rotation of 'keys')",
+         edited(alice_statement, lambda o: o.update(checkpoint=size6)), G, 6, "a key rotation of 'keys' is not below the checkpoint's size 6"),
+        ("alice, the checkpoint (size 10) signed by the genesis key instead of the key in force for seq 10",
+         edited("alice.bundle.json", lambda o: o.update(checkpoint=size10_by_genesis)), G, None,
+         "checkpoint: the note has no signature by key %s" % "+".join(current_text.split("+")[:2])),
+        ("alice (statement form), the statement signed by the genesis key, not the checkpoint key",
+         edited(alice_statement, lambda o: o.update(statement=sign_note(o["statement"][:o["statement"].rindex("\n\n") + 1], G, r.genesis_seed))),
+         G, None, "export statement: the note has no signature by key %s" % "+".join(current_text.split("+")[:2])),
+        ("all, the rotation's handover changed in 'keys' (its line no longer verifies)", edited("all.bundle.json", lambda o: flip_handover(o, "keys")),
+         G, 6, in_force_genesis),
+        ("all, the rotation's handover changed in 'keys' and in the events", edited("all.bundle.json", lambda o: flip_handover(o, "keys", "events")),
+         C, 6, in_force_genesis),
+        ("all, the rotation's handover changed in the events only", edited("all.bundle.json", lambda o: flip_handover(o, "events")),
+         G, 6, in_force_genesis),
+        ("all, a proof hash of the entry of 'keys' changed", edited("all.bundle.json", lambda o: o["keys"][0]["proof"].__setitem__(0, b64encode(bytes(32)))),
+         C, 6, "the inclusion proof does not lead to the checkpoint's root (tree size 10)"),
+        ("all, seq 7 (after the rotation) with a byte changed", edited("all.bundle.json", lambda o: o["events"][6].update(
+            line=o["events"][6]["line"].replace('"actor":"self"', '"actor":"selF"'))), G, 7, in_force_new),
+        ("alice (statement form), the rotation left out of catalogVersions",
+         edited(alice_statement, lambda o: o.update(catalogVersions=[])), G, None,
+         "the key rotations among the ledger's events (seq []) are not the ones 'keys' holds (seq [6])"),
+        ("alice (statement form), the rotation left out of catalogVersions, the statement re-signed by the holder of the key in force",
+         edited(alice_statement, lambda o: o.update(catalogVersions=[], statement=sign_note(statement_text(
+             r.name, 10, o["subject"]["ref"], [], [e["seq"] for e in o["events"]]), C, r.new_seed))), C, None,
+         "the key rotations among the ledger's events (seq []) are not the ones 'keys' holds (seq [6])"),
+        ("alice (statement form), without 'keys', genesis key pinned: the pinned key no longer leads to the checkpoint",
+         edited(alice_statement, lambda o: o.pop("keys")), G, None,
+         "the bundle's verifier key %s differs from the pinned key %s" % (current_text, genesis_text)),
+    ]
+
+    # Ledgers re-signed with the test seeds.
+    genesis_kid = r.kid(r.genesis_seed)
+
+    def same_key_again(bodies):
+        del bodies[6]["publicKey"]  # sign_log names the key of '@next'
+        bodies[6]["@next"] = r.genesis_seed
+        for b in bodies[7:]:
+            b["kid"] = genesis_kid
+
+    def retired_signs_7(bodies):
+        bodies[7].update({"@seed": r.genesis_seed, "kid": genesis_kid})
+
+    handover, handover_seed = r.ledger(lambda b: b[6].update({"@handover": r.other_seed}))
+    again, again_seed = r.ledger(same_key_again)
+    retired, retired_seed = r.ledger(retired_signs_7)
+    two, two_seed = r.ledger(r.two_rotations)
+    T = r.signer(r.third_seed)
+    not_handed = "the key rotation's handover signature does not verify with the new key %s" % r.kid(r.new_seed)
+    for form, make in (("alice", lambda l, s: r.subject(l, s)), ("alice (statement form)", lambda l, s: r.subject(l, s, streams=False)),
+                       ("all", r.everything)):
+        cases += [
+            ("%s, the handover signed by a key the ledger never used" % form, serialize(make(handover, handover_seed)) + b"\n", G, 6, not_handed),
+            ("%s, the handover signed by a key the ledger never used, current key pinned" % form, serialize(make(handover, handover_seed)) + b"\n",
+             C, 6, not_handed),
+            ("%s, a rotation to the genesis key again" % form, serialize(make(again, again_seed)) + b"\n", G, 6,
+             "the key rotation names key %s, which this ledger has used before" % genesis_kid),
+            ("%s, seq 7 signed with the genesis key it retired (kid too)" % form, serialize(make(retired, retired_seed)) + b"\n", G, 7, in_force_new),
+        ]
+    two_all, two_alice = r.everything(two, two_seed), r.subject(two, two_seed)
+    two_statement = r.subject(two, two_seed, streams=False)
+    for which, pinned in (("genesis", G), ("middle", C), ("third", T)):
+        cases += [("two rotations (seq 6 and 10), %s key pinned: %s" % (which, form), serialize(o) + b"\n", pinned, None, None)
+                  for form, o in (("all", two_all), ("alice", two_alice), ("alice (statement form)", two_statement), ("bob", r.subject(two, two_seed, "bob")))]
+    cases += [
+        ("two rotations, 'keys' without the first: the second is signed by a key the schedule does not have yet",
+         edited(two_all, lambda o: o.update(keys=o["keys"][1:])), G, 10, in_force_genesis),
+        ("two rotations, 'keys' without the second: the bundle's verifier key is not the checkpoint key",
+         edited(two_all, lambda o: o.update(keys=o["keys"][:1])), G, None,
+         "the bundle's verifier key %s is not the key that signs its checkpoint, %s" % (T.text, current_text)),
+        ("two rotations, 'keys' without the second and 'verifierKey' to match: the checkpoint is not the middle key's",
+         edited(two_all, lambda o: o.update(keys=o["keys"][:1], verifierKey=current_text)), G, None,
+         "checkpoint: the note has no signature by key %s" % "+".join(current_text.split("+")[:2])),
+        ("two rotations, 'keys' without the second, third key pinned", edited(two_all, lambda o: o.update(keys=o["keys"][:1])), T, None,
+         "the pinned key %s is neither the ledger's genesis key nor a key that the bundle's key rotations introduce" % T.text),
+        ("two rotations, 'keys' in reverse order", edited(two_all, lambda o: o.update(keys=o["keys"][::-1])), G, 6,
+         "an entry of 'keys' is not a key rotation, or is out of order"),
+    ]
+    for name, data, pinned, seq, reason in cases:
+        checks.run("rotated: derived: %s %s" % (name, "verifies" if reason is None else "fails: %s%s" % (
+            "" if seq is None else "seq %d, " % seq, reason)), lambda data=data, pinned=pinned, seq=seq, reason=reason:
+                   outcome(data, pinned, "bundle", reason, seq))
+
+    def as_ledger():
+        log = sign_log(r.two_rotations([dict(b, **({"@next": r.new_seed} if b["seq"] == 6 else {})) for b in r.bodies]),
+                       r.genesis_seed, heads_in_log=True)[0]
+        v = verify_folder(r.folder, log=log, derived=False, subject_map=False)
+        return ([p[0] for p in v.key_schedule.periods] == [0, 7, 11] and event_lines(log) == two,
+                ", ".join("%s from seq %d" % (kid, start) for start, _, kid in v.key_schedule.periods))
+    checks.run("rotated: derived: the ledger of two rotations verifies as a ledger (verify_vectors.verify_folder): keys from seq 0, 7, 11",
+               as_ledger)
+
+    # Consistency proofs: each checkpoint opened with the key in force at its size.
+    base = json.loads(r.read("consistency-6-10.json"))
+    consistency = [
+        ("6 -> 10 without 'genesis' and 'keys', genesis key pinned: the newer checkpoint is not the genesis key's",
+         edited(base, lambda o: (o.pop("keys"), o.pop("genesis"))), G, None,
+         "checkpoint: the note has no signature by key %s" % "+".join(genesis_text.split("+")[:2])),
+        ("6 -> 10 without 'genesis' and 'keys', current key pinned: the older checkpoint is not the current key's",
+         edited(base, lambda o: (o.pop("keys"), o.pop("genesis"))), C, None,
+         "checkpoint: the note has no signature by key %s" % "+".join(current_text.split("+")[:2])),
+        ("6 -> 10, 'keys' without 'genesis'", edited(base, lambda o: o.pop("genesis")), G, None, "'genesis' lacks 'seq' or 'line'"),
+        ("6 -> 10, 'keys' not an array", edited(base, lambda o: o.update(keys="6")), G, None, "'keys' is not an array"),
+        ("6 -> 10, an entry of 'keys' without its proof", edited(base, lambda o: o["keys"][0].pop("proof")), G, None,
+         "an entry of 'keys''s proof is not an array"),
+        ("6 -> 10, pinned a key the ledger never used", r.read("consistency-6-10.json"), other, None,
+         "the pinned key %s is neither the ledger's genesis key nor a key that the consistency proof's key rotations introduce" % other.text),
+        ("6 -> 10, the older checkpoint (size 6) signed by the new key", serialize(r.consistency(lines, 6, r.new_seed, seed)) + b"\n", C, None,
+         "checkpoint: the note has no signature by key %s" % "+".join(genesis_text.split("+")[:2])),
+        ("7 -> 10, the older checkpoint (size 7) signed by the new key, in force for seq 7", serialize(r.consistency(lines, 7, r.new_seed, seed)) + b"\n",
+         G, None, None),
+        ("7 -> 10, the older checkpoint (size 7) signed by the genesis key", serialize(r.consistency(lines, 7, r.genesis_seed, seed)) + b"\n",
+         C, None, "checkpoint: the note has no signature by key %s" % "+".join(current_text.split("+")[:2])),
+        ("3 -> 6, before the rotation (no 'keys'; genesis key pinned)", serialize(r.consistency(lines, 3, r.genesis_seed, r.genesis_seed, n=6)) + b"\n",
+         G, None, None),
+        ("3 -> 6, before the rotation, current key pinned", serialize(r.consistency(lines, 3, r.genesis_seed, r.genesis_seed, n=6)) + b"\n",
+         C, None, "checkpoint: the note has no signature by key %s" % "+".join(current_text.split("+")[:2])),
+        ("6 -> 10, the rotation's handover changed in 'keys'", edited(base, lambda o: flip_handover(o, "keys")), C, 6, in_force_genesis),
+        ("6 -> 10, the genesis entry of the tiny ledger (same genesis key, another ledger)",
+         edited(base, lambda o: o["genesis"].update(line=event_lines(read_file(os.path.join(here, "tiny-ledger"), "ledger.jsonl"))[0].decode())),
+         G, 0, "the inclusion proof does not lead to the checkpoint's root (tree size 10)"),
+        ("6 -> 10, 'genesis' holding alice's first event", edited(base, lambda o: o.update(genesis={
+            "seq": 1, "line": lines[1].decode(), "proof": [b64encode(h) for h in stored_inclusion_proof(1, 10, stored.__getitem__)]})), G, 0,
+         "the genesis entry does not name the genesis key that the 'keys' rotations start from"),
+        ("6 -> 10, the handover signed by a key the ledger never used", serialize(r.consistency(handover, 6, r.genesis_seed, handover_seed)) + b"\n",
+         G, 6, not_handed),
+    ]
+    for m in (1, 6, 7, 10):
+        for which, pinned in (("genesis", G), ("middle", C), ("third", T)):
+            old_seed = r.genesis_seed if m <= 6 else r.new_seed
+            consistency.append(("two rotations, %d -> 12, %s key pinned" % (m, which), serialize(r.consistency(two, m, old_seed, two_seed)) + b"\n",
+                                pinned, None, None))
+    consistency += [
+        ("two rotations, 1 -> 12, 'keys' without the first: the second is signed by a key the schedule does not have yet",
+         edited(r.consistency(two, 1, r.genesis_seed, two_seed), lambda o: o.update(keys=o["keys"][1:])), G, 10, in_force_genesis),
+        ("two rotations, 7 -> 12, 'keys' without the first: the older checkpoint is opened with the genesis key",
+         edited(r.consistency(two, 7, r.new_seed, two_seed), lambda o: o.update(keys=o["keys"][1:])), G, None,
+         "checkpoint: the note has no signature by key %s" % "+".join(genesis_text.split("+")[:2])),
+        ("two rotations, 1 -> 12, 'keys' without the second", edited(r.consistency(two, 1, r.genesis_seed, two_seed),
+                                                                    lambda o: o.update(keys=o["keys"][:1])), G, None,
+         "checkpoint: the note has no signature by key %s" % "+".join(current_text.split("+")[:2])),
+    ]
+    for name, data, pinned, seq, reason in consistency:
+        checks.run("rotated: consistency: %s %s" % (name, "verifies" if reason is None else "fails: %s%s" % (
+            "" if seq is None else "seq %d, " % seq, reason)), lambda data=data, pinned=pinned, seq=seq, reason=reason:
+                   outcome(data, pinned, "consistency", reason, seq))
+
+
 def read_key_argument(argument):
     """The verifier key: the text itself, or (without a '+') a file holding it."""
     text = argument
@@ -1750,6 +2309,7 @@ def main(argv):
         self_tests(checks)
         check_vectors(checks, here)
         check_recorded_vectors(checks, here)
+        check_rotated(checks, here)
     return checks.finish()
 
 

@@ -11,7 +11,9 @@ the replay up to 'at') is implemented here.
 Usage:
     python3 Spec/vectors/verify_state.py                  Spec/vectors/state (expected.json), a
                                                           prover reproducing its files, and
-                                                          derived cases
+                                                          derived cases; then the state cases of
+                                                          Spec/vectors/rotated (key rotation)
+                                                          and derived key-rotation cases
     python3 Spec/vectors/verify_state.py FILE --key KEY   verify one state proof against the
                                                           pinned verifier KEY (the key text
                                                           name+hash+key, or a file holding it)
@@ -28,14 +30,15 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from verify_vectors import (  # noqa: E402
     KEY_BITS, LEDGER_STREAM, LINE_PREFIX, SIG_PREFIX, SALT_LENGTH, STREAM_KEY_LENGTH, CatalogError, Checks, SubjectMap, SubjectState,
-    Violation, catalog_hash, decode_catalog, decode_line, ed25519_public_key, event_lines, hex_decode, key_id, map_leaf, map_node, map_root,
+    Violation, catalog_hash, decode_catalog, decode_line, ed25519_public_key, event_lines, hex_decode, map_leaf, map_node, map_root,
     parse_canonical, parse_time, problem_as_update, read_file, serialize, sha256, sign_log, stream_key, subject_ref, tree_root,
     trimmed_text, verify_folder, verify_map_proof,
 )
 from verify_export import (  # noqa: E402
     Checkpoint, Entry, ExportFailure, NoteError, NoteKey, b64decode, b64encode, build_stored, check_consistency, check_entry,
-    is_int, json_equal, leaf_hash, listing_json, open_note, parse_checkpoint, parse_json, parse_verifier_key, read_key_argument,
-    same_bytes, same_text, sign_note, stored_consistency_proof, stored_inclusion_proof,
+    check_same_rotations, is_int, json_equal, leaf_hash, listing_json, open_note, parse_checkpoint, parse_json, parse_verifier_key,
+    read_key_argument, resolve_keys, same_bytes, same_text, sign_note, stored_consistency_proof, stored_inclusion_proof, verify_chain,
+    Rotated,
 )
 
 STATE_FORMAT = "consentledger-state-v1"
@@ -125,6 +128,8 @@ def read_proof(data):
     p.ledger, p.verifier_key, p.checkpoint = string("ledger"), string("verifierKey"), string("checkpoint")
     p.genesis, p.last = entry(top.get("genesis"), "'genesis'"), entry(top.get("last"), "'last'")
     p.events, p.catalog_versions = entries("events"), entries("catalogVersions")
+    # Item 10: the key rotations below the checkpoint, only after a rotation ([] counts as absent).
+    p.keys = entries("keys") if "keys" in top else []
     p.subject_map, p.ledger_map = map_proof("subjectMap"), map_proof("ledgerMap")
     return p
 
@@ -141,20 +146,21 @@ def verify_state(data, key):
     """Verifies state-proof bytes against the pinned NoteKey. Returns a StateReport or raises
     StateFailure naming the first failure in the order of the spec."""
     p = read_proof(data)
-    # 1. The pinned key and the checkpoint.
-    if not same_bytes(p.verifier_key, key.text):
-        raise StateFailure(None, "the proof's verifier key %s differs from the pinned key %s" % (p.verifier_key, key.text))
+    # 1. The pinned key and the checkpoint: the key schedule and the checkpoint key
+    # (export-format.md, Keys; without 'keys', verifierKey must be the pinned key's text), the
+    # checkpoint opened with the checkpoint key, then the chain of 'keys'.
+    keys = resolve_keys(key, p.genesis.line, p.keys, p.checkpoint, p.verifier_key, "proof")
     try:
-        checkpoint_text = open_note(p.checkpoint, key)
+        checkpoint_text = open_note(p.checkpoint, keys.checkpoint_key)
         checkpoint = parse_checkpoint(checkpoint_text)
     except NoteError as e:
         raise StateFailure(None, "checkpoint: %s" % e)
     if not (same_bytes(checkpoint.origin, key.name) and same_bytes(p.ledger, key.name)):
         raise StateFailure(None, "the checkpoint or the proof is for another ledger than the pinned key's '%s'" % key.name)
-    kid = key_id(key.public_key)
+    verify_chain(keys, checkpoint)
 
     def check(e):
-        event = check_entry(e, checkpoint, key, kid, True)
+        event = check_entry(e, checkpoint, keys.schedule, True, keys.rotated)
         if event.v < 2:
             raise StateFailure(event.seq, "the event is of format version 1, which has no stream links")
         return event
@@ -169,7 +175,7 @@ def verify_state(data, key):
     genesis = check(p.genesis)
     if genesis.type != "ledger.created" or genesis.seq != 0:
         raise StateFailure(0, "the genesis entry is not the ledger's first event")
-    if not (same_text(genesis.public_key, key.public_key.hex()) and same_text(genesis.ledger, key.name)):
+    if not (same_text(genesis.public_key, keys.schedule.periods[0][1].hex()) and same_text(genesis.ledger, key.name)):
         raise StateFailure(0, "the genesis event pins another key or ledger name")
     if sha256(serialize(p.catalog)).hex() != genesis.catalog:
         raise StateFailure(0, "the catalogue's SHA-256 differs from the genesis event's")
@@ -225,9 +231,13 @@ def verify_state(data, key):
     subject_events = stream(p.events, bytes.fromhex(computed), p.subject_map, "the subject")
     ledger_events = stream([p.genesis] + p.catalog_versions, LEDGER_STREAM, p.ledger_map, "the ledger's own stream")
 
-    # 6. The catalogue versions: (seq, time in ms, catalogue), the genesis catalogue first.
+    # 6. The ledger stream's key rotations are exactly 'keys'; then the catalogue versions: (seq,
+    # time in ms, catalogue), the genesis catalogue first, a key rotation skipped.
+    check_same_rotations(keys, p.catalog_versions, ledger_events[1:])
     versions = [(0, genesis.at_ms, catalog)]
     for event in ledger_events[1:]:
+        if event.type == "key.rotated":
+            continue
         if event.type != "catalog.published":
             raise StateFailure(event.seq, "a ledger event after the genesis event is not a published catalogue")
         if catalog_hash(event.document) != event.catalog:
@@ -290,10 +300,11 @@ def head_note(lines, key, seed, chain=True):
 
 def prove_state(lines, subject_id, salt, key, note, catalog_value, at=None, strict=True):
     """The state proof of `subject_id` for the log `lines` under the signed checkpoint `note` (of
-    the whole of `lines`), as the reference writes it: the subject's stream and the ledger's,
-    each read from the map's newest seq back along the 'streamPrev' links. A replay violation
-    raises Violation (the reference writes no proof), or, without `strict`, ends the replay (the
-    listing is of the events before it: what a key holder could sign anyway)."""
+    the whole of `lines`, signed by `key`, the key in force for seq len(lines)), as the reference
+    writes it: the subject's stream and the ledger's, each read from the map's newest seq back
+    along the 'streamPrev' links; after a key rotation, the key.rotated entries as 'keys'. A
+    replay violation raises Violation (the reference writes no proof), or, without `strict`, ends
+    the replay (the listing is of the events before it: what a key holder could sign anyway)."""
     n, stored = len(lines), build_stored(lines)
     read = stored.__getitem__
     events = [decode_line(line) for line in lines]
@@ -319,7 +330,8 @@ def prove_state(lines, subject_id, salt, key, note, catalog_value, at=None, stri
 
     mine, ledger_stream = walk(bytes.fromhex(ref)), walk(LEDGER_STREAM)
     catalog = decode_catalog(catalog_value)[0]
-    versions = [(0, ledger_stream[0].at_ms, catalog)] + [(e.seq, e.at_ms, e.document) for e in ledger_stream[1:]]
+    versions = [(0, ledger_stream[0].at_ms, catalog)] + [(e.seq, e.at_ms, e.document) for e in ledger_stream[1:]
+                                                           if e.type == "catalog.published"]
     at_ms = parse_time(at) if at is not None else None
     state = SubjectState()
     for e in mine:
@@ -339,6 +351,9 @@ def prove_state(lines, subject_id, salt, key, note, catalog_value, at=None, stri
              "state": {"features": listing_json(state, listed_under)}}
     if at is not None:
         proof["at"] = at
+    rotations = [e.seq for e in ledger_stream if e.type == "key.rotated"]
+    if rotations:
+        proof["keys"] = [entry(seq) for seq in rotations]
     return proof
 
 
@@ -767,6 +782,132 @@ def check_evidence(checks, v, key):
         run(name, data, ok, reason, seq)
 
 
+def check_rotated(checks, here):
+    """Key rotation in state proofs (export-format.md, Keys; state-proof.md, steps 1 and 6): the
+    state cases of rotated/expected.json with the key each pins, the prover reproducing
+    rotated/alice.state.json, and derived cases (edited proofs; ledgers re-signed with the test
+    seeds as verify_export.Rotated writes them, proved as the reference would prove them)."""
+    r = Rotated(here)
+    G, C, T, other = r.keys["genesis"], r.keys["current"], r.signer(r.third_seed), r.signer(r.other_seed)
+    for c in r.expected["cases"]:
+        if c["kind"] != "state":
+            continue
+        label = "rotated/%s (%s key pinned) %s" % (c["file"], c["key"], "verifies" if c["ok"] else "fails: %s%s" % (
+            "seq %d, " % c["seq"] if "seq" in c else "", c["reason"]))
+        checks.run(label, lambda c=c: outcome_check(r.read(c["file"]), r.keys[c["key"]], c["ok"], c.get("reason"), c.get("seq")))
+
+    def prove(lines, seed, who="alice", at=None, size=None):
+        """`who`'s proof at the signed head of the first `size` lines, signed with `seed` (the key
+        in force for seq `size`)."""
+        lines = lines[:size] if size is not None else lines
+        return prove_state(lines, who, r.salts[who], r.signer(seed), head_note(lines, r.signer(seed), seed), r.catalog_value, at)
+    lines, seed = r.ledger()
+    alice = prove(lines, seed)
+    checks.check(file_bytes(alice) == r.read("alice.state.json"),
+                 "rotated: prover: alice.state.json is reproduced byte for byte (the head signed with the seed 20..3f; 'keys' and "
+                 "catalogVersions hold the rotation, seq 6)")
+
+    def run(name, data, pinned, reason=None, seq=None, extra=None):
+        def fn():
+            result, detail = outcome_check(data, pinned, reason is None, reason, seq)
+            if result and extra is not None:
+                result = extra(verify_state(data, pinned))
+            return result, detail
+        checks.run("rotated: derived: %s %s" % (name, "verifies" if reason is None else "fails: %s%s" % (
+            "" if seq is None else "seq %d, " % seq, reason)), fn)
+
+    def entry_of(o, seq):
+        return next(e for e in o["events"] + o["catalogVersions"] if e["seq"] == seq)
+
+    def flip_handover(o):
+        for e in o["keys"] + o["catalogVersions"]:
+            e["line"] = e["line"].replace('"handover":"5', '"handover":"6')
+
+    def short(key):
+        return "+".join(key.text.split("+")[:2])
+    in_force_new = "the event's signature does not verify with the ledger's key in force for it, %s" % r.kid(r.new_seed)
+    in_force_genesis = "the event's signature does not verify with the ledger's key in force for it, %s" % r.kid(r.genesis_seed)
+    genesis_kid = r.kid(r.genesis_seed)
+
+    # What verifies: both keys, before, at and after the rotation; 'at' after it (the rotation is
+    # no catalogue version).
+    for which, pinned in (("genesis", G), ("current", C)):
+        run("bob's proof, %s key pinned (his only event, seq 9, is the new key's)" % which, file_bytes(prove(lines, seed, "bob")), pinned,
+            extra=lambda rep: [e.seq for e in rep.events] == [9])
+        run("alice at the head of size 7, the one the rotation commits (the new key's; 'keys' = seq 6), %s key pinned" % which,
+            file_bytes(prove(lines, r.new_seed, size=7)), pinned, extra=lambda rep: rep.checkpoint.size == 7 and rep.versions == [0])
+        run("alice as of 09:00:02.500, after the rotation, before her withdrawal, %s key pinned" % which,
+            file_bytes(prove(lines, seed, at="2026-01-15T09:00:02.500Z")), pinned,
+            extra=lambda rep: [e.seq for e in rep.events] == [1, 2, 3, 4, 5] and rep.versions == [0])
+    before = prove(lines, r.genesis_seed, size=6)
+    run("alice at the head of size 6, before the rotation (no 'keys'), genesis key pinned", file_bytes(before), G,
+        extra=lambda rep: "keys" not in before and rep.checkpoint.size == 6)
+    run("alice at the head of size 6, before the rotation, current key pinned", file_bytes(before), C,
+        "the proof's verifier key %s differs from the pinned key %s" % (G.text, C.text))
+
+    # Edited proofs.
+    cases = [
+        ("alice, pinned a key the ledger never used (same name)", file_bytes(alice), other, None,
+         "the pinned key %s is neither the ledger's genesis key nor a key that the proof's key rotations introduce" % other.text),
+        ("alice, 'keys' not an array", edited_bytes(alice, lambda o: o.update(keys={})), G, None, "'keys' is not an array"),
+        ("alice, 'keys' null", edited_bytes(alice, lambda o: o.update(keys=None)), G, None, "'keys' is not an array"),
+        ("alice, an entry of 'keys' without 'line'", edited_bytes(alice, lambda o: o["keys"][0].pop("line")), G, None,
+         "an entry of 'keys' lacks 'seq' or 'line'"),
+        ("alice, an entry of 'keys' without its proof", edited_bytes(alice, lambda o: o["keys"][0].pop("proof")), G, None,
+         "an entry of 'keys''s proof is not an array"),
+        ("alice, 'keys' an empty array (counts as absent), genesis key pinned", edited_bytes(alice, lambda o: o.update(keys=[])), G, None,
+         "the proof's verifier key %s differs from the pinned key %s" % (C.text, G.text)),
+        ("alice, 'keys' an empty array, current key pinned: the genesis event is the genesis key's", edited_bytes(alice, lambda o: o.update(keys=[])),
+         C, 0, "the event's signature does not verify with the pinned key"),
+        ("alice, 'verifierKey' the genesis key's text", edited_bytes(alice, lambda o: o.update(verifierKey=G.text)), G, None,
+         "the proof's verifier key %s is not the key that signs its checkpoint, %s" % (G.text, C.text)),
+        ("alice, 'keys' holding her consent of seq 5", edited_bytes(alice, lambda o: o.update(keys=[entry_of(o, 5)])), G, 5,
+         "an entry of 'keys' is not a key rotation, or is out of order"),
+        ("alice, her first event as the genesis entry", edited_bytes(alice, lambda o: o.update(genesis=entry_of(o, 1))), C, 0,
+         "the genesis entry does not name the genesis key that the 'keys' rotations start from"),
+        ("alice, the checkpoint the head of size 6 (below the rotation of 'keys')",
+         edited_bytes(alice, lambda o: o.update(checkpoint=head_note(lines[:6], G, r.genesis_seed))), G, 6,
+         "a key rotation of 'keys' is not below the checkpoint's size 6"),
+        ("alice, the checkpoint (size 10) signed by the genesis key", edited_bytes(alice, lambda o: o.update(
+            checkpoint=head_note(lines, G, r.genesis_seed))), G, None, "checkpoint: the note has no signature by key %s" % short(C)),
+        ("alice, the rotation's handover changed (in 'keys' and catalogVersions)", edited_bytes(alice, flip_handover), G, 6, in_force_genesis),
+        ("alice, a proof hash of the entry of 'keys' changed", edited_bytes(alice, lambda o: o["keys"][0]["proof"].__setitem__(
+            0, b64encode(bytes(32)))), C, 6, "the inclusion proof does not lead to the checkpoint's root (tree size 10)"),
+        ("alice, the rotation left out of catalogVersions (the map's ledger stream still ends at it)",
+         edited_bytes(alice, lambda o: o.update(catalogVersions=[])), G, None,
+         "the subject map says the newest event of the ledger's own stream is seq 6, but the proof's is seq 0"),
+    ]
+
+    # Ledgers re-signed with the test seeds.
+    def same_key_again(bodies):
+        del bodies[6]["publicKey"]  # sign_log names the key of '@next'
+        bodies[6]["@next"] = r.genesis_seed
+        for b in bodies[7:]:
+            b["kid"] = genesis_kid
+    handover, handover_seed = r.ledger(lambda b: b[6].update({"@handover": r.other_seed}))
+    again, again_seed = r.ledger(same_key_again)
+    retired, retired_seed = r.ledger(lambda b: b[7].update({"@seed": r.genesis_seed, "kid": genesis_kid}))
+    two, two_seed = r.ledger(r.two_rotations)
+    cases += [
+        ("alice, the handover signed by a key the ledger never used", file_bytes(prove(handover, handover_seed)), G, 6,
+         "the key rotation's handover signature does not verify with the new key %s" % r.kid(r.new_seed)),
+        ("alice, the handover signed by a key the ledger never used, current key pinned", file_bytes(prove(handover, handover_seed)), C, 6,
+         "the key rotation's handover signature does not verify with the new key %s" % r.kid(r.new_seed)),
+        ("alice, a rotation to the genesis key again", file_bytes(prove(again, again_seed)), G, 6,
+         "the key rotation names key %s, which this ledger has used before" % genesis_kid),
+        ("alice, seq 7 signed with the genesis key it retired (kid too)", file_bytes(prove(retired, retired_seed)), G, 7, in_force_new),
+        ("two rotations (seq 6 and 10), 'keys' without the first", edited_bytes(prove(two, two_seed), lambda o: o.update(keys=o["keys"][1:])),
+         G, 10, in_force_genesis),
+        ("two rotations, 'keys' without the second", edited_bytes(prove(two, two_seed), lambda o: o.update(keys=o["keys"][:1])), G, None,
+         "the proof's verifier key %s is not the key that signs its checkpoint, %s" % (T.text, C.text)),
+    ]
+    for which, pinned in (("genesis", G), ("middle", C), ("third", T)):
+        for who in ("alice", "bob"):
+            cases.append(("two rotations, %s's proof, %s key pinned" % (who, which), file_bytes(prove(two, two_seed, who)), pinned, None, None))
+    for name, data, pinned, seq, reason in cases:
+        run(name, data, pinned, reason, seq)
+
+
 def edited_bytes(proof, change):
     o = json.loads(json.dumps(proof))
     change(o)
@@ -805,6 +946,7 @@ def main(argv):
         check_file(checks, args[2], args[1])
     elif not args:
         check_vectors(checks, os.path.dirname(os.path.abspath(__file__)))
+        check_rotated(checks, os.path.dirname(os.path.abspath(__file__)))
     else:
         print(__doc__.strip())
         return 64

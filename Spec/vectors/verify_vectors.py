@@ -9,7 +9,7 @@ body" describes, so that failures carry the reference implementation's reasons.
 
 Usage:
     python3 Spec/vectors/verify_vectors.py          check Spec/vectors (tiny-ledger, expected.json,
-                                                    tampered/*.jsonl)
+                                                    tampered/*.jsonl, rotated-ledger)
     python3 Spec/vectors/verify_vectors.py DIR      verify the ledger folder DIR (structure only;
                                                     its derived files and subjects.jsonl too, if
                                                     present)
@@ -714,8 +714,8 @@ HEAD_LINE_PREFIX = b'{"h'
 # Every member name of format versions 1 and 2, in canonical (byte) order. The body reader refuses
 # any other name as soon as it meets it, and reports "first" extra or missing members in this order.
 BODY_NAMES = ["actor", "at", "catalog", "cause", "channel", "cmd", "cmdSize", "consent", "document", "effectiveAt",
-              "evidence", "feature", "kid", "ledger", "noticeLanguage", "notices", "prev", "publicKey", "reason", "renews",
-              "seq", "streamPrev", "streamRoot", "subject", "type", "v", "version"]
+              "evidence", "feature", "handover", "kid", "ledger", "noticeLanguage", "notices", "prev", "publicKey", "reason",
+              "renews", "seq", "streamPrev", "streamRoot", "subject", "type", "v", "version"]
 NAME_INDEX = {name.encode("ascii"): i for i, name in enumerate(BODY_NAMES)}
 INTEGER_MEMBERS = {"v", "seq", "cmd", "cmdSize", "feature", "cause", "renews", "streamPrev"}
 HEX64_MEMBERS = {"prev", "streamRoot"}  # strings of 64 lowercase hex digits
@@ -737,6 +737,9 @@ TYPE_MEMBERS = {
     "consent.given": {"subject", "feature", "consent", "version"},
     "consent.revoked": {"subject", "feature", "consent", "reason"},
     "subject.erased": {"subject"},
+    # Format 2 only (refused in a v 1 body after the member checks): the new key and its handover
+    # signature (Spec/ledger-format.md, Key rotation).
+    "key.rotated": {"publicKey", "handover"},
 }
 ERASURE_REASON_MAX_BYTES = 200
 NOTICE_MEMBERS = {"consent", "feature", "sha256", "version"}
@@ -892,6 +895,16 @@ def read_body(body):
                 raise DecodeError("member 'reason': the reason has %d bytes, more than %d" % (len(e.reason.encode("utf-8")), ERASURE_REASON_MAX_BYTES))
             if any(ord(c) < 0x20 or ord(c) == 0x7F for c in e.reason):
                 raise DecodeError("member 'reason': the reason contains a control character")
+    elif etype == "key.rotated":
+        # A ledger event (no subject, the ledger stream). Whether the key is new and the handover
+        # verifies is the key schedule's check (Verifying, step 5, item 7a), not the reader's.
+        if m["v"] < 2:
+            raise DecodeError("a 'key.rotated' event belongs only to format version 2")
+        if hex_decode(m["publicKey"], 32) is None:
+            raise DecodeError("member 'publicKey' is not 64 lowercase hex digits")
+        if hex_decode(m["handover"], 64) is None:
+            raise DecodeError("member 'handover' is not 128 lowercase hex digits")
+        e.public_key, e.handover = m["publicKey"], m["handover"]
     else:
         e.reason = m["reason"]
         if e.reason == "cascade":
@@ -1142,8 +1155,9 @@ class SubjectState:
 
 
 class Replay:
-    """The whole log (Spec/ledger-format.md, Replay, rules 1 to 15). `catalog` is the catalogue in
-    force; `versions` lists (seq, at, catalogue) of the genesis catalogue and each published one."""
+    """The whole log (Spec/ledger-format.md, Replay, rules 1 to 16 and 5a). `catalog` is the
+    catalogue in force; `versions` lists (seq, at, catalogue) of the genesis catalogue and each
+    published one."""
 
     def __init__(self, catalog):
         self.catalog = catalog
@@ -1189,6 +1203,11 @@ class Replay:
                 raise Violation(e.seq, "the notices must list every consent of the published catalogue, in catalogue order, with its version")
             self.catalog = e.document
             self.versions.append((e.seq, e.at, e.document))
+        elif e.type == "key.rotated":
+            # Rule 5a. It changes no consent; its key is taken into the schedule by verify (step 5,
+            # item 7a), after this rule.
+            if self.genesis is None or e.cmd_size != 1:
+                raise Violation(e.seq, "a key rotation is alone in its command, after the genesis event")
         else:
             if self.genesis is None:
                 raise Violation(e.seq, "the log does not start with a genesis event")
@@ -1204,7 +1223,7 @@ class Replay:
 # ---------------------------------------------------------------------------------------------
 
 STREAM_KEY_LENGTH = 16
-LEDGER_STREAM = bytes(STREAM_KEY_LENGTH)  # the stream of ledger.created and catalog.published
+LEDGER_STREAM = bytes(STREAM_KEY_LENGTH)  # the stream of ledger events: genesis, catalogue versions, key rotations
 EMPTY_HASH = bytes(32)                    # the hash of an empty subtree, and of the empty map
 KEY_BITS = 8 * STREAM_KEY_LENGTH          # 128: no path is longer, no proof has more siblings
 
@@ -1575,6 +1594,68 @@ class Report:
     pass
 
 
+# ---------------------------------------------------------------------------------------------
+# The key schedule (Spec/ledger-format.md, Key rotation)
+# ---------------------------------------------------------------------------------------------
+
+HANDOVER_CONTEXT = b"consentledger-key-handover-v1\n"
+
+
+def handover_message(ledger, prev, old_key, new_key):
+    """H, what the new key signs in a key.rotated event's `handover`: the context, the ledger's
+    name, the rotation's own `prev` (hex, as in the body), the key in force and the new key (hex),
+    each followed by a line feed. The name and `prev` pin the handover to one point of one ledger."""
+    return (HANDOVER_CONTEXT + ledger.encode("utf-8") + b"\n" + prev.encode("ascii") + b"\n"
+            + old_key.hex().encode("ascii") + b"\n" + new_key.hex().encode("ascii") + b"\n")
+
+
+class KeySchedule:
+    """The ledger's keys, oldest first, each with the first seq it signs: the genesis key from 0,
+    each rotation's key from the rotation's seq + 1. Built from public.key (which the genesis
+    event pins) and the log's key.rotated events, each taken in after its own line was checked
+    with the key it retires, so no key is trusted that the genesis key did not hand over to."""
+
+    def __init__(self, genesis_key):
+        self.periods = [(0, genesis_key, key_id(genesis_key))]  # (first seq, key, key id)
+
+    def in_force(self, seq):
+        """(key, key id) of the key in force for the event of `seq`: the newest key introduced
+        before it. A checkpoint of size S is signed by in_force(S), the key of the next event, so
+        the head a rotation commits is the new key's."""
+        period = [p for p in self.periods if p[0] <= seq][-1]
+        return period[1], period[2]
+
+    @property
+    def keys(self):
+        return [p[1] for p in self.periods]
+
+    def key_problem(self, kid, seq):
+        """Step 5, item 2: why an event of `seq` whose `kid` is `kid` is not signed by the key in
+        force, or None; a key earlier in the schedule than the one in force (one the ledger
+        rotated away from) is named as such."""
+        start, _, expected = [p for p in self.periods if p[0] <= seq][-1]
+        if kid == expected:
+            return None
+        retired = " (a key this ledger has rotated away from)" if any(p[2] == kid and p[0] < start for p in self.periods) else ""
+        return "signed with key id %s%s, not the ledger's key in force for this event, %s" % (kid, retired, expected)
+
+    def admit(self, e, ledger):
+        """Step 5, item 7a: takes in the key.rotated event `e` (its line already checked with the
+        key in force, item 2 and 3), in the spec's order: after the previous rotation; a key (or
+        key id) the ledger has not used; a handover by the new key over H. Raises Failure with the
+        rotation's line and seq."""
+        if e.seq < self.periods[-1][0]:
+            raise Failure(e.line, e.seq, "the key rotation comes before the rotation at seq %d" % (self.periods[-1][0] - 1))
+        new = bytes.fromhex(e.public_key)
+        new_kid = key_id(new)
+        if any(key == new or kid == new_kid for _, key, kid in self.periods):
+            raise Failure(e.line, e.seq, "the key rotation names key %s, which this ledger has used before" % new_kid)
+        old, _ = self.in_force(e.seq)
+        if not ed25519_verify(new, handover_message(ledger, e.prev, old, new), bytes.fromhex(e.handover)):
+            raise Failure(e.line, e.seq, "the key rotation's handover signature does not verify with the new key %s" % new_kid)
+        self.periods.append((e.seq + 1, new, new_kid))
+
+
 def read_file(folder, name):
     with open(os.path.join(folder, name), "rb") as f:
         return f.read()
@@ -1648,19 +1729,20 @@ def verify_folder(folder, log=None, head_text=None, derived=None, subjects=None,
         ends = [all_ends[k] for k in range(len(all_ends)) if not kinds[k]]
         starts = [all_starts[k] for k in range(len(all_ends)) if not kinds[k]]
         try:
-            (head_seq, head_hash, head_root), end, complete_lines, torn_lines = find_end_in_log(
-                log, all_ends, all_starts, genesis.ledger, public_key)
+            (head_seq, head_hash, head_root), end, complete_lines, torn_lines, head_note = find_end_in_log(
+                log, all_ends, all_starts, genesis.ledger)
         except Failure:
-            check_lines(log, ends, starts, len(ends), public_key, kid, catalog, None, genesis.v)
+            check_lines(log, ends, starts, len(ends), public_key, catalog, None, genesis.v)
             raise
     else:
         if head_text is None:
             head_text = read_file(folder, "head").decode("utf-8", "replace")
         try:
-            head_seq, head_hash, head_root = parse_head(head_text, genesis.ledger, public_key)
+            head_seq, head_hash, head_root = parse_head(head_text, genesis.ledger)
+            head_note = head_text if head_root is not None else None
             end, complete_lines, torn_lines = find_end(log, ends, starts)
         except Failure:
-            check_lines(log, ends, starts, len(ends), public_key, kid, catalog, None, genesis.v)
+            check_lines(log, ends, starts, len(ends), public_key, catalog, None, genesis.v)
             raise
 
     # Step 5: every line up to the end of the last complete command, in order; the derived files
@@ -1670,8 +1752,18 @@ def verify_folder(folder, log=None, head_text=None, derived=None, subjects=None,
         derived = None
     elif len(derived[1]) // 32 < stored_hash_count(complete_lines):
         derived = (derived[0], None)
-    replay, previous_hash, head_seen, records, streams = check_lines(
-        log, ends, starts, complete_lines, public_key, kid, catalog, (head_seq, head_hash), genesis.v, derived)
+    replay, previous_hash, head_seen, records, streams, schedule = check_lines(
+        log, ends, starts, complete_lines, public_key, catalog, (head_seq, head_hash), genesis.v, derived)
+
+    # Step 3, continued: the recorded head's signature, now that the lines gave the key schedule:
+    # the key in force for seq SIZE, the key of the event after it (so the head a rotation
+    # commits is the new key's).
+    if head_note is not None:
+        head_key, head_kid = schedule.in_force(head_seq + 1)
+        problem = head_signature_problem(head_note, genesis.ledger, head_key)
+        if problem is not None:
+            raise Failure(None, None, "the signed head does not verify with the ledger's key in force at size %d, %s: %s"
+                          % (head_seq + 1, head_kid, problem))
 
     # Steps 6 and 7: the head was reached; no command is left open.
     if not head_seen or replay.last_seq is None:
@@ -1692,7 +1784,7 @@ def verify_folder(folder, log=None, head_text=None, derived=None, subjects=None,
     # Step 8 (the part about the log itself; recorded checkpoints are in verify_export.py): every
     # earlier head line of a log that holds its heads.
     if heads_in_log:
-        check_earlier_heads(log, all_ends, all_starts, end, genesis.ledger, public_key, records)
+        check_earlier_heads(log, all_ends, all_starts, end, genesis.ledger, schedule, records)
 
     # Step 9 (format 2): the log's last event carries the subject map's root; the stored subject
     # map, when its newest root record covers the whole log, holds what the log builds (one that
@@ -1701,15 +1793,15 @@ def verify_folder(folder, log=None, head_text=None, derived=None, subjects=None,
         raise Failure(replay.count, replay.count - 1, "the log's last event carries no subject-map root (every commit ends with one)")
     map_checked = streams.version >= 2 and subject_map is not False and check_stored_map(subject_map, replay.count, streams)
 
-    # Step 10: in format 2 every subject record carries the ledger key's signature over its id
-    # and salt (checked in file order; the reference names one of the failing records, which one
-    # is not part of the format); then every pseudonym in the log has exactly one subject record
-    # whose id and salt hash to it (records without events are allowed: a command that failed
-    # after saving its salt).
+    # Step 10: in format 2 every subject record carries the signature of a key of the schedule
+    # (the key in force when it was written) over its id and salt (checked in file order; the
+    # reference names one of the failing records, which one is not part of the format); then
+    # every pseudonym in the log has exactly one subject record whose id and salt hash to it
+    # (records without events are allowed: a command that failed after saving its salt).
     try:
         subject_records = read_subject_records(folder, subjects)
         for record in subject_records.values():
-            check_subject_record(record, public_key, genesis.v, "subjects.jsonl of %s" % folder)
+            check_subject_record(record, schedule.keys, genesis.v, "subjects.jsonl of %s" % folder)
     except ValueError as e:
         raise Failure(None, None, str(e))
     recorded = {}
@@ -1731,7 +1823,9 @@ def verify_folder(folder, log=None, head_text=None, derived=None, subjects=None,
     report.events, report.records, report.replay = replay.count, records, replay
     report.head = (replay.last_seq, previous_hash)
     report.recorded_head = (head_seq, head_hash)
+    # public_key and key_id are the genesis key's (public.key); key_schedule holds every key.
     report.ledger_name, report.public_key, report.key_id = genesis.ledger, public_key, kid
+    report.key_schedule = schedule
     report.catalog, report.catalog_order = catalog, catalog_order
     report.derived_checked = None if derived is None else "lines.idx" if derived[1] is None else "lines.idx and tree.hashes"
     report.map_checked, report.version, report.streams = map_checked, genesis.v, streams
@@ -1745,10 +1839,12 @@ def note_key_hash(name, public_key):
     return sha256(name.encode("utf-8") + b"\n\x01" + public_key)[:4]
 
 
-def parse_head(text, name, public_key, signed_only=False):
-    """Step 3: the signed head (a checkpoint note with one 'chain HASH' extension line, signed by
-    the ledger's key) -> (seq, hash hex, root bytes); or, unless `signed_only` (a head line), the
-    older unsigned `SEQ HASH` -> (seq, hash hex, None)."""
+def parse_head(text, name, signed_only=False):
+    """Step 3: the signed head (a checkpoint note with one 'chain HASH' extension line and a block
+    of well-formed signature lines) -> (seq, hash hex, root bytes); or, unless `signed_only` (a
+    head line), the older unsigned `SEQ HASH` -> (seq, hash hex, None). Its signature is not
+    checked here: the key that signs it is the one in force at its size, which only the lines
+    tell, so verify_folder checks it after step 5 (head_signature_problem)."""
     split = text.rfind("\n\n")
     if split < 0 and signed_only:
         raise Failure(None, None, "head is not a signed head (a checkpoint note with a 'chain' line and a signature block)")
@@ -1765,19 +1861,28 @@ def parse_head(text, name, public_key, signed_only=False):
             or int(lines[1]) < 1 or root is None or len(root) != 32 or not lines[3].startswith("chain ")
             or hex_decode(lines[3][6:], 32) is None):
         raise Failure(None, None, "head is not a signed head of this ledger (ORIGIN, SIZE, ROOT, 'chain HASH')")
-    signed = False
     for line in block.rstrip("\n").split("\n"):
         fields = line[2:].split(" ") if line.startswith("\u2014 ") else []
         raw = base64_decode(fields[1]) if len(fields) == 2 else None
         if raw is None or len(raw) <= 4:
             raise Failure(None, None, "the head's signature block is malformed")
+    return int(lines[1]) - 1, lines[3][6:], root
+
+
+def head_signature_problem(text, name, public_key):
+    """The signature of a signed head that parse_head read (its signature lines well formed):
+    None when a signature by (`name`, `public_key`) verifies, else what is wrong."""
+    split = text.rfind("\n\n")
+    body, block = text[:split + 1], text[split + 2:]
+    signed = False
+    for line in block.rstrip("\n").split("\n"):
+        fields = line[2:].split(" ")
+        raw = base64_decode(fields[1])
         if fields[0] == name and raw[:4] == note_key_hash(name, public_key):
             if len(raw) != 68 or not ed25519_verify(public_key, body.encode("utf-8"), raw[4:]):
-                raise Failure(None, None, "the signed head does not verify with the ledger's key")
+                return "its signature by key %s+%s does not verify" % (name, note_key_hash(name, public_key).hex())
             signed = True
-    if not signed:
-        raise Failure(None, None, "the head carries no signature by the ledger's key")
-    return int(lines[1]) - 1, lines[3][6:], root
+    return None if signed else "it carries no signature by key %s+%s" % (name, note_key_hash(name, public_key).hex())
 
 
 def base64_decode(text):
@@ -1847,10 +1952,11 @@ def find_end(log, ends, starts):
     return ends[k], k + 1, torn_lines
 
 
-def find_end_in_log(log, ends, starts, name, public_key):
+def find_end_in_log(log, ends, starts, name):
     """Step 4 (Torn tails) of a log that holds its heads, over all its complete lines (`ends` and
     `starts`, head lines included): the recorded head is the newest head line, which must hold a
-    signed head of the ledger (step 3) and follow the event of seq SIZE - 1 (the nearest event
+    signed head of the ledger (step 3; its signature is checked after step 5, with the key in
+    force at its size) and follow the event of seq SIZE - 1 (the nearest event
     line before it; earlier head lines are skipped). The complete lines after it must be events,
     their seqs following SEQ one by one. Going forward over them, the events up to the last one
     that ends a commit (its seq is cmd + cmdSize - 1 and, in format 2, it carries streamRoot) are
@@ -1858,7 +1964,7 @@ def find_end_in_log(log, ends, starts, name, public_key):
     and part of the log, which is then ahead of its head. The events after it (a commit a crash
     cut short, never acknowledged) and any partial line are the torn tail. Returns ((seq, hash
     hex, root) of the head, end offset of the kept log, the event lines before it, the complete
-    event lines after it)."""
+    event lines after it, the head's note)."""
     def line(k):
         return log[starts[k]:ends[k] - 1]
 
@@ -1875,7 +1981,7 @@ def find_end_in_log(log, ends, starts, name, public_key):
     except HeadLineError as e:
         raise Failure(None, None, "the head line at byte offset %d (line %d) is not a signed head: %s" % (starts[k], k + 1, e))
     try:
-        head = parse_head(note, name, public_key, signed_only=True)
+        head = parse_head(note, name, signed_only=True)
     except Failure as f:
         raise Failure(None, None, "the head line at byte offset %d (line %d): %s" % (starts[k], k + 1, f.reason))
     # The event line just before the newest head line (earlier head lines skipped).
@@ -1905,7 +2011,7 @@ def find_end_in_log(log, ends, starts, name, public_key):
         torn += 1
         if e.seq == e.cmd + e.cmd_size - 1 and (e.v < 2 or e.stream_root is not None):
             end, kept, torn = ends[j], kept + torn, 0
-    return head, end, kept, torn
+    return head, end, kept, torn, note
 
 
 class HeadLineError(Exception):
@@ -1966,13 +2072,13 @@ def note_signature_problem(note, name, public_key):
     return None if found else "the note has no signature by key %s+%s" % (name, note_key_hash(name, public_key).hex())
 
 
-def check_earlier_heads(log, ends, starts, end, name, public_key, records):
+def check_earlier_heads(log, ends, starts, end, name, schedule, records):
     """Step 8, earlier head lines: every complete head line before `end` (the end of the kept
     log), in file order, MUST be {"head":NOTE} with NOTE a signed head and its SIZE the number of
     event lines before it (the newest included); then each one but the newest (a head line equal
-    to the newest is the newest), oldest first, MUST verify with the ledger's key, and name the
-    ledger and the root of the first SIZE event lines (`records`, the verified lines). Its chain
-    line is not checked. Raises Failure."""
+    to the newest is the newest), oldest first, MUST verify with the key of `schedule` (a
+    KeySchedule) in force at its SIZE, and name the ledger and the root of the first SIZE event
+    lines (`records`, the verified lines). Its chain line is not checked. Raises Failure."""
     heads, entries = [], 0
     for k in range(len(ends)):
         if ends[k] > end:
@@ -1996,7 +2102,7 @@ def check_earlier_heads(log, ends, starts, end, name, public_key, records):
         return
     roots = prefix_roots([leaf_hash(log[e.offset:e.offset + e.length]) for e in records], {h[2] for h in earlier})
     for note, origin, size, root in earlier:
-        problem = note_signature_problem(note, name, public_key)
+        problem = note_signature_problem(note, name, schedule.in_force(size)[0])
         if problem is not None:
             raise Failure(None, size - 1, "the head kept after entry %d does not verify with the ledger's key: %s" % (size - 1, problem))
         if origin != name or roots.get(size) != root:
@@ -2022,13 +2128,15 @@ def prefix_roots(leaves, sizes):
     return roots
 
 
-def check_lines(log, ends, starts, count, public_key, kid, catalog, head, version, derived=None):
-    """Step 5 over the first `count` lines; `head` is (seq, hash) or None (no head check);
-    `version` the genesis event's format version; `derived` is (lines.idx bytes, tree.hashes
-    bytes or None) to check batch by batch, or None. Returns (replay, hash of the last line,
-    whether the head's seq was seen, records, the StreamCheck)."""
+def check_lines(log, ends, starts, count, public_key, catalog, head, version, derived=None):
+    """Step 5 over the first `count` lines; `public_key` is the genesis key, from which the key
+    schedule starts; `head` is (seq, hash) or None (no head check); `version` the genesis event's
+    format version; `derived` is (lines.idx bytes, tree.hashes bytes or None) to check batch by
+    batch, or None. Returns (replay, hash of the last line, whether the head's seq was seen,
+    records, the StreamCheck, the KeySchedule the lines gave)."""
     replay = Replay(catalog)
     streams = StreamCheck(version)
+    schedule = KeySchedule(public_key)
     previous_hash = ZERO_HASH
     head_seen = False
     records = []
@@ -2039,10 +2147,14 @@ def check_lines(log, ends, starts, count, public_key, kid, catalog, head, versio
             e = decode_line(log[starts[i]:ends[i] - 1])
         except DecodeError as err:
             raise Failure(number, None, str(err))
-        if e.kid != kid:
-            raise Failure(number, e.seq, "signed with key id %s, not the ledger's key %s" % (e.kid, kid))
-        if not ed25519_verify(public_key, SIGNING_CONTEXT + e.body, e.signature):
-            raise Failure(number, e.seq, "signature does not verify with the ledger's public key")
+        # Items 2 and 3: the key in force for the seq the event claims, with the rotations of the
+        # lines before it (a retired key's signature is refused even where it verifies).
+        problem = schedule.key_problem(e.kid, e.seq)
+        if problem is not None:
+            raise Failure(number, e.seq, problem)
+        key, kid = schedule.in_force(e.seq)
+        if not ed25519_verify(key, SIGNING_CONTEXT + e.body, e.signature):
+            raise Failure(number, e.seq, "signature does not verify with the ledger's public key %s" % kid)
         if e.type == "catalog.published" and catalog_hash(e.document) != e.catalog:
             raise Failure(number, e.seq, "the published catalogue's SHA-256 differs from its 'catalog' member")
         if e.seq + 1 != number:
@@ -2053,6 +2165,10 @@ def check_lines(log, ends, starts, count, public_key, kid, catalog, head, versio
             replay.apply(e)
         except Violation as v:
             raise Failure(number, v.seq, v.reason)
+        e.line = number
+        if e.type == "key.rotated":
+            # Item 7a, after the replay's rule 5a: the new key signs from the next event on.
+            schedule.admit(e, replay.genesis.ledger)
         body_hash = sha256(e.body).hex()
         streams.check(e, number)
         if head is not None and e.seq == head[0]:
@@ -2067,7 +2183,7 @@ def check_lines(log, ends, starts, count, public_key, kid, catalog, head, versio
         # batch has passed (its batches also end at its 4 MiB reads; not part of the format).
         if derived is not None and (len(records) % DERIVED_BATCH == 0 or i == count - 1):
             tree.check(records[-(len(records) % DERIVED_BATCH or DERIVED_BATCH):], log, derived)
-    return replay, previous_hash, head_seen, records, streams
+    return replay, previous_hash, head_seen, records, streams, schedule
 
 
 # ---------------------------------------------------------------------------------------------
@@ -2222,13 +2338,16 @@ def read_subjects(folder, data=None):
 
 def check_subject_record(record, public_key, version, place="subjects.jsonl"):
     """A record may be used only if its salt is 16 bytes and, in a format-2 ledger, its signature
-    verifies with the ledger's key over its id and salt (a format-1 ledger's records are not
-    signed, and a 'sig' there is not checked). Raises ValueError with the reference's text."""
+    verifies over its id and salt with the ledger's key: `public_key`, or any key of a list of
+    them (the key schedule: a record keeps the signature of the key in force when it was written).
+    A format-1 ledger's records are not signed, and a 'sig' there is not checked. Raises
+    ValueError with the reference's text."""
+    keys = [public_key] if isinstance(public_key, bytes) else list(public_key)
     if len(record.salt) != SALT_LENGTH:
         raise ValueError("the subject record of %s in %s has a salt of %d bytes, not %d"
                          % (swift_quoted(record.id), place, len(record.salt), SALT_LENGTH))
-    if version >= 2 and (record.sig is None
-                         or not ed25519_verify(public_key, subject_record_message(record.id, record.salt), record.sig)):
+    if version >= 2 and (record.sig is None or not any(
+            ed25519_verify(key, subject_record_message(record.id, record.salt), record.sig) for key in keys)):
         raise ValueError("the subject record of %s in %s does not carry the ledger key's signature over its id and salt: "
                          "it was altered, swapped or made up" % (swift_quoted(record.id), place))
 
@@ -2284,7 +2403,15 @@ def sign_log(bodies, seed, heads_in_log=False):
     the stream members: for the derived cases that break a stream rule. Returns (log, head text):
     in the older layout (no head lines; the head text `SEQ HASH` for a `head` file), or, with
     `heads_in_log`, a log that holds its heads (after each commit that ends a command, and after
-    the last body, a head line signed with `seed` for the genesis body's ledger name) and None."""
+    the last body, a head line signed for the genesis body's ledger name) and None.
+
+    Keys: `seed` signs until a body with the member '@next' (a key.rotated body: the new key's
+    seed) hands over, as a writer rotating its key does: that body is signed with the key it
+    retires, its 'publicKey' (unless it holds one) is the new key and its 'handover' the new key's
+    signature over H (Key rotation; with its 'prev' as set here), or, if it has an '@handover',
+    that seed's signature over H, or that hex text as it is; every later body and every head of a
+    size past the rotation is signed with the new seed. A body's '@seed' signs that body alone
+    instead. The 'kid' members are the bodies' own: a test sets them."""
     lines, prev, leaves = [], ZERO_HASH, []
     linker = StreamLinker()
     origin = bodies[0].get("ledger") if bodies else None
@@ -2293,6 +2420,13 @@ def sign_log(bodies, seed, heads_in_log=False):
         b = {k: v for k, v in b.items() if k not in STREAM_MEMBERS}
         b["prev"] = prev
         override = b.pop("@streams", {})
+        signer = b.pop("@seed", seed)
+        successor, handover_seed = b.pop("@next", None), b.pop("@handover", None)
+        if successor is not None:
+            b.setdefault("publicKey", ed25519_public_key(successor).hex())
+            message = handover_message(origin, prev, ed25519_public_key(seed), bytes.fromhex(b["publicKey"]))
+            b["handover"] = (handover_seed if isinstance(handover_seed, str)
+                             else ed25519_sign(handover_seed or successor, message).hex())
         links = linker.link(b, ends_commit)
         if b.get("v") == 2:
             b.update(links)
@@ -2302,7 +2436,9 @@ def sign_log(bodies, seed, heads_in_log=False):
             else:
                 b[name] = value
         body = serialize(b)
-        line = LINE_PREFIX + body + SIG_PREFIX + ed25519_sign(seed, SIGNING_CONTEXT + body).hex().encode() + b'"}'
+        line = LINE_PREFIX + body + SIG_PREFIX + ed25519_sign(signer, SIGNING_CONTEXT + body).hex().encode() + b'"}'
+        if successor is not None:
+            seed = successor  # in force from the next event on, and for every head after this one
         lines.append(line + b"\n")
         prev = sha256(body).hex()
         linker.sealed(b)
@@ -2904,7 +3040,7 @@ def check_vectors(checks, here):
         def run():
             ends = [i + 1 for i, b in enumerate(data) if b == 0x0A]
             try:
-                find_end_in_log(data, ends, [0] + ends[:-1], report.ledger_name, report.public_key)
+                find_end_in_log(data, ends, [0] + ends[:-1], report.ledger_name)
             except Failure as f:
                 return phrase in f.reason and (f.line, f.seq) == (None, seq), str(f)
             return False, "found the end"
@@ -3920,7 +4056,9 @@ def check_folder(checks, folder):
         r.ledger_name, r.events, len(r.replay.subjects)))
     print("      head      seq %d %s" % r.head)
     print("      recorded  seq %d %s (%s)" % (r.recorded_head + ("the log's newest head line" if r.heads_in_log else "the head file",)))
-    print("      key       %s (kid %s)" % (r.public_key.hex(), r.key_id))
+    print("      key       %s (kid %s)%s" % (r.public_key.hex(), r.key_id, ", the genesis key" if len(r.key_schedule.periods) > 1 else ""))
+    for start, key, kid in r.key_schedule.periods[1:]:
+        print("                %s (kid %s), in force from seq %d (key.rotated at seq %d)" % (key.hex(), kid, start, start - 1))
     print("      " + describe_torn(r.torn))
     print("      catalogue versions in force from seq %s" % ", ".join(str(seq) for seq, _, _ in r.replay.versions))
     print("      derived   %s" % ("%s checked" % r.derived_checked if r.derived_checked == "lines.idx and tree.hashes" else
@@ -3937,7 +4075,8 @@ def check_folder(checks, folder):
         def subjects():
             salts = read_subjects(folder)
             # Verify (step 10) has checked each record's signature in format 2.
-            return True, "%d subject ids, each once%s" % (len(salts), ", each signed by the ledger's key" if r.version >= 2 else "")
+            signed = ", each signed by the ledger's key" if len(r.key_schedule.periods) == 1 else ", each signed by one of the ledger's keys"
+            return True, "%d subject ids, each once%s" % (len(salts), signed if r.version >= 2 else "")
         checks.run("subjects.jsonl is well formed", subjects)
 
 
@@ -3996,6 +4135,319 @@ def check_erasure(checks, here):
         checks.run("erasure: %s: %s" % (name, "accepted" if reason is None else "refused (%s)" % reason), run)
 
 
+def check_rotation(checks, here):
+    """Key rotation (Spec/ledger-format.md, Key rotation; the vector rotated-ledger/): the vector
+    verifies and is reproduced with its two seeds, and derived copies, re-signed so that each
+    breaks one rule of the key schedule, fail where the spec says."""
+    folder = os.path.join(here, "rotated-ledger")
+    genesis_seed, new_seed, other_seed = bytes(range(32)), bytes(range(32, 64)), bytes(range(64, 96))
+    genesis_key, new_key, other_key = (ed25519_public_key(s) for s in (genesis_seed, new_seed, other_seed))
+    genesis_kid, new_kid, other_kid = key_id(genesis_key), key_id(new_key), key_id(other_key)
+    log = read_file(folder, "ledger.jsonl")
+    file_lines = log.split(b"\n")[:-1]
+    events = event_lines(log)
+
+    def bodies_of(data):
+        return [parse_canonical(line[len(LINE_PREFIX):-(len(SIG_PREFIX) + 130)]) for line in event_lines(data)]
+    bodies = bodies_of(log)
+    tiny_folder = os.path.join(here, "tiny-ledger")
+    tiny = bodies_of(read_file(tiny_folder, "ledger.jsonl"))
+    try:
+        report = verify_folder(folder)
+    except Failure as f:
+        checks.check(False, "rotated-ledger verifies", str(f))
+        return
+    periods = [(start, key) for start, key, _ in report.key_schedule.periods]
+    checks.check(report.events == 10 and periods == [(0, genesis_key), (7, new_key)],
+                 "rotated-ledger verifies: 10 events, key schedule [(0, genesis key), (7, key of seed 20..3f)]",
+                 ", ".join("%s from seq %d" % (kid, start) for start, _, kid in report.key_schedule.periods))
+    checks.check(new_kid == "24f6ed6acbfe1009" and new_key.hex().startswith("29acbae1") and genesis_kid == "56475aa75463474c",
+                 "the key of seed 20..3f is 29acbae1..., key id 24f6ed6acbfe1009 (Test vectors, rotated-ledger/)", new_key.hex())
+    public = hex_decode(trimmed_text(read_file(folder, "public.key")), 32)
+    secret = hex_decode(trimmed_text(read_file(folder, "secret.key")), 32)
+    checks.check(public == genesis_key == report.public_key and report.key_id == genesis_kid,
+                 "rotated-ledger: public.key keeps the genesis key (the key of seed 00..1f)", public.hex() if public else "")
+    checks.check(secret == new_seed and ed25519_public_key(secret) == new_key,
+                 "rotated-ledger: secret.key holds the seed 20..3f, the key in force", secret.hex() if secret else "")
+    for name in ("public.key", "secret.key"):
+        data = read_file(folder, name)
+        checks.check(len(data) == 65 and data.endswith(b"\n") and hex_decode(data[:-1].decode(), 32) is not None,
+                     "rotated-ledger: %s is 64 lowercase hex digits and a newline" % name)
+
+    # The rotation (line 7, seq 6): a ledger event alone in its command, signed by the key it
+    # retires; its handover is the new key's signature over H, spelt out here from the spec.
+    rotation = report.records[6]
+    h = (b"consentledger-key-handover-v1\n" + b"consentledger.example/rotated" + b"\n" + rotation.prev.encode() + b"\n"
+         + genesis_key.hex().encode() + b"\n" + new_key.hex().encode() + b"\n")
+    checks.check(rotation.type == "key.rotated" and (rotation.seq, rotation.cmd, rotation.cmd_size) == (6, 6, 1)
+                 and rotation.subject is None and rotation.kid == genesis_kid and rotation.public_key == new_key.hex()
+                 and rotation.prev == report.records[5].hash and rotation.at == "2026-01-15T09:00:02.000Z"
+                 and rotation.actor == "vector-generator",
+                 "line 7 (seq 6) is a key.rotated event alone in its command, kid of the genesis key, naming the new key")
+    checks.check(h == handover_message(report.ledger_name, rotation.prev, genesis_key, new_key)
+                 and ed25519_sign(new_seed, h).hex() == rotation.handover,
+                 "line 7: the handover is reproduced by signing H with the seed 20..3f (H = context, ledger, prev, old key, new key)",
+                 "SHA-256(H) %s" % sha256(h).hex())
+    handover = bytes.fromhex(rotation.handover)
+    checks.check(not ed25519_verify(genesis_key, h, handover)
+                 and not ed25519_verify(new_key, handover_message(tiny[0]["ledger"], rotation.prev, genesis_key, new_key), handover)
+                 and not ed25519_verify(new_key, handover_message(report.ledger_name, report.records[4].hash, genesis_key, new_key), handover),
+                 "line 7: the handover verifies neither with the old key nor for another ledger name or another prev")
+    for e in report.records:
+        seed, kid, which = (genesis_seed, genesis_kid, "genesis") if e.seq <= 6 else (new_seed, new_kid, "new")
+        checks.check(e.kid == kid and ed25519_sign(seed, SIGNING_CONTEXT + e.body) == e.signature,
+                     "rotated-ledger line %d (seq %d, %s): kid %s, signature reproduced with the %s seed" % (e.line, e.seq, e.type, kid, which))
+    same = lambda a, b, *left_out: {k: v for k, v in a.items() if k not in left_out} == {k: v for k, v in b.items() if k not in left_out}
+    checks.check(same(bodies[0], tiny[0], "ledger") and all(same(bodies[i], tiny[i], "prev") for i in range(1, 6)),
+                 "rotated-ledger lines 1-6 are the tiny ledger's events (but for the ledger's name and the prev links it changes)")
+
+    # Heads: each signed with the key in force for seq SIZE, the key of the next event. The head
+    # of size 6 (the rotation is seq 6) is the genesis key's; from size 7 on, the new key's.
+    def head_lines():
+        sizes, count = [], 0
+        for line in file_lines:
+            if not is_head_line(line):
+                count += 1
+                continue
+            seed = genesis_seed if count <= 6 else new_seed
+            e = report.records[count - 1]
+            if line != head_line(signed_head_note(report.ledger_name, seed, count, tree_root([leaf_hash(x) for x in events[:count]]), e.hash)):
+                return False, "the head line after %d events" % count
+            sizes.append(count)
+        return sizes == [1, 6, 7, 9, 10], "head lines of sizes %s" % sizes
+    checks.run("rotated-ledger: every head line is reproduced byte for byte, sizes 1 and 6 with the genesis seed, 7, 9 and 10 with "
+               "the new seed", head_lines)
+    newest = parse_canonical(file_lines[-1])["head"]
+    checks.check(note_signature_problem(newest, report.ledger_name, new_key) is None
+                 and note_signature_problem(newest, report.ledger_name, genesis_key) is not None,
+                 "rotated-ledger: the newest head (size 10) verifies with the new key and not with the genesis key",
+                 note_signature_problem(newest, report.ledger_name, genesis_key) or "")
+    rotating = [dict(b) for b in bodies]
+    rotating[6]["@next"] = new_seed
+    checks.check(sign_log(rotating, genesis_seed, heads_in_log=True)[0] == log,
+                 "rotated-ledger: ledger.jsonl is reproduced byte for byte by a writer of its bodies that hands over to the seed 20..3f "
+                 "at seq 6 (this file's sign_log)")
+
+    def with_derived():
+        index, tree = derive_files(log)
+        r = verify_folder(folder, derived=(index, tree), subject_map=derive_subject_map(log))
+        entry = index[6 * INDEX_ENTRY:7 * INDEX_ENTRY]
+        return (r.derived_checked == "lines.idx and tree.hashes" and r.map_checked and entry[16:] == NO_SUBJECT
+                and r.streams.newest[LEDGER_STREAM] == 6), "the rotation's lines.idx entry names no subject; the ledger stream's newest is seq 6"
+    checks.run("rotated-ledger with its derived files and subject map verifies: the rotation is in the ledger stream", with_derived)
+
+    # Subject records keep the signature of the key in force when they were written: alice's the
+    # genesis key's (before the rotation), bob's the new key's (his first command is after it).
+    records = read_subject_records(folder)
+    message = {i: subject_record_message(i, r.salt) for i, r in records.items()}
+    checks.check(ed25519_sign(genesis_seed, message["alice"]) == records["alice"].sig
+                 and ed25519_sign(new_seed, message["bob"]) == records["bob"].sig
+                 and not ed25519_verify(genesis_key, message["bob"], records["bob"].sig),
+                 "rotated-ledger subjects.jsonl: alice's record is signed with the genesis seed, bob's (written after the rotation) "
+                 "with the new seed, reproduced")
+    subject_lines = read_file(folder, "subjects.jsonl").split(b"\n")[:-1]
+
+    def record(subject_id, seed):
+        salt = records[subject_id].salt
+        return serialize({"id": subject_id, "salt": salt.hex(), "sig": ed25519_sign(seed, subject_record_message(subject_id, salt)).hex()}) + b"\n"
+
+    def verdict(data, line, seq, reason, ledger=folder, **options):
+        """Verifies `data` as the log of `ledger`: `reason` None to verify, else the exact reason
+        expected, with `line` and `seq`."""
+        def run():
+            try:
+                r = verify_folder(ledger, log=data, derived=False, subject_map=False, **options)
+            except Failure as f:
+                return reason is not None and f.reason == reason and (f.line, f.seq) == (line, seq), str(f)
+            return reason is None, "verified, %d events, keys %s" % (
+                r.events, ", ".join("%s from seq %d" % (kid, start) for start, _, kid in r.key_schedule.periods))
+        return run
+    no_signature = "does not carry the ledger key's signature over its id and salt: it was altered, swapped or made up"
+    checks.run("rotated-ledger: bob's record re-signed with the genesis key verifies (any key of the schedule, step 10)",
+               verdict(log, None, None, None, subjects=subject_lines[0] + b"\n" + record("bob", genesis_seed)))
+    checks.run("rotated-ledger: alice's record signed by a key the ledger never used fails (step 10)",
+               verdict(log, None, None, 'the subject record of "alice" in subjects.jsonl of %s %s' % (folder, no_signature),
+                       subjects=record("alice", other_seed) + subject_lines[1] + b"\n"))
+    checks.run("rotated-ledger cut before its rotation (6 events): bob's record, signed by the new key, is signed by no key of the "
+               "schedule (step 10)",
+               verdict(b"".join(line + b"\n" for line in file_lines[:file_lines.index(events[5]) + 2]), None, None,
+                       'the subject record of "bob" in subjects.jsonl of %s %s' % (folder, no_signature)))
+
+    # The body reader on the rotation's body.
+    body = parse_canonical(rotation.body)
+
+    def reads(reason, members=None, without=(), raw=None):
+        """The body reader refuses the rotation's body with `members` changed and `without` left
+        out (or the bytes `raw`) for `reason`."""
+        def run():
+            b = {k: v for k, v in dict(body, **(members or {})).items() if k not in without}
+            try:
+                read_body(raw if raw is not None else serialize(b))
+            except DecodeError as e:
+                return str(e) == reason, str(e)
+            return False, "read"
+        return run
+    rotation_v1 = {k: v for k, v in body.items() if k not in STREAM_MEMBERS}
+    handover_member = b'"handover":"%s",' % rotation.handover.encode()
+    kid_member = b'"kid":"%s",' % genesis_kid.encode()
+    swapped = rotation.body.replace(handover_member, b"").replace(kid_member, kid_member + handover_member)
+    for name, reason, kw in [
+        ("in a format-1 body", "a 'key.rotated' event belongs only to format version 2", dict(raw=serialize(dict(rotation_v1, v=1)))),
+        ("with 'publicKey' in uppercase hex", "member 'publicKey' is not 64 lowercase hex digits", dict(members={"publicKey": new_key.hex().upper()})),
+        ("with 'publicKey' of 62 digits", "member 'publicKey' is not 64 lowercase hex digits", dict(members={"publicKey": new_key.hex()[:62]})),
+        ("with 'publicKey' an integer", "member 'publicKey' must be a string", dict(members={"publicKey": 7})),
+        ("with 'handover' of 126 digits", "member 'handover' is not 128 lowercase hex digits", dict(members={"handover": rotation.handover[:126]})),
+        ("with 'handover' in uppercase hex", "member 'handover' is not 128 lowercase hex digits", dict(members={"handover": rotation.handover.upper()})),
+        ("with 'handover' an array", "member 'handover' must be a string", dict(members={"handover": []})),
+        ("without 'handover'", "member 'handover' is missing from a 'key.rotated' event", dict(without=("handover",))),
+        ("without 'publicKey' and 'handover'", "member 'handover' is missing from a 'key.rotated' event", dict(without=("handover", "publicKey"))),
+        ("with a subject", "member 'subject' does not belong to a 'key.rotated' event", dict(members={"subject": bodies[1]["subject"]})),
+        ("with 'handover' after 'kid'", "body is not canonical JSON: byte %d: member 'handover' is out of canonical (RFC 8785) order"
+         % (swapped.index(b'"handover"') + len(LINE_PREFIX) + 1), dict(raw=swapped)),
+    ]:
+        checks.run("body reader: a key.rotated event %s is refused (%s)" % (name, reason), reads(reason, **kw))
+    checks.run("body reader: 'handover' on a consent.given event does not belong to it",
+               reads("member 'handover' does not belong to a 'consent.given' event",
+                     raw=serialize(dict(bodies[1], handover=rotation.handover))))
+
+    # Derived ledgers. `rotating` is the vector's bodies with the handover to the seed 20..3f at
+    # seq 6; each case changes it, sign_log re-signs (with the key in force for each event and
+    # head, as a writer does) and the reason expected is the reference's, with its line and seq.
+    def build(change):
+        b = [dict(x) for x in rotating]
+        b = change(b) or b
+        return sign_log(b, genesis_seed, heads_in_log=True)[0]
+
+    def edit(i, **members):
+        def change(b):
+            b[i].update(members)
+        return change
+
+    def appended(*extra):
+        def change(b):
+            return b + [dict(x) for x in extra]
+        return change
+
+    def rotation_to(seq, seed, **members):
+        """A key.rotated body at `seq` (a command of its own) handing over to the key of `seed`,
+        signed by the key in force (the new key of the vector, unless `members` say otherwise)."""
+        x = {"v": 2, "seq": seq, "at": "2026-01-15T09:00:05.000Z", "actor": "vector-generator", "cmd": seq, "cmdSize": 1,
+             "kid": new_kid, "type": "key.rotated", "@next": seed}
+        x.update(members)
+        return x
+
+    def grant(seq, kid, **members):
+        """Bob gives timeline's optional-a (seq `seq`, a command of its own)."""
+        x = {"v": 2, "seq": seq, "at": "2026-01-15T09:00:06.000Z", "actor": "self", "cmd": seq, "cmdSize": 1, "kid": kid,
+             "type": "consent.given", "subject": bodies[9]["subject"], "feature": 2, "consent": "optional-a", "version": "1.0"}
+        x.update(members)
+        return x
+
+    def resign_head(data, size, seed):
+        """`data` with its head line of `size` signed with `seed` instead (its text unchanged)."""
+        out = []
+        for line in data.split(b"\n")[:-1]:
+            if is_head_line(line):
+                note = parse_canonical(line)["head"]
+                origin, n, root = read_head_note(note)
+                if n == size:
+                    line = head_line(signed_head_note(origin, seed, n, root, note.split("\n")[3][6:]))
+            out.append(line + b"\n")
+        return b"".join(out)
+
+    retired = "signed with key id %s (a key this ledger has rotated away from), not the ledger's key in force for this event, %s"
+    # Line 8 re-signed by the new key but claiming seq 3: item 2 (the key in force for the seq it
+    # claims, the genesis key) comes before item 5 (seq), and the new key is no retired key.
+    moved = serialize(dict({k: v for k, v in bodies[7].items() if k != "streamPrev"}, seq=3, cmd=3, cmdSize=1))
+    moved = log.replace(events[7], LINE_PREFIX + moved + SIG_PREFIX + ed25519_sign(new_seed, SIGNING_CONTEXT + moved).hex().encode() + b'"}')
+    third = appended(rotation_to(10, other_seed), grant(11, other_kid))
+    cases = [
+        # (a) An event after the rotation signed by the key it retired.
+        ("(a) the last event (seq 9) re-signed with the retired genesis key and its kid",
+         build(edit(9, kid=genesis_kid, **{"@seed": genesis_seed})), 10, 9, retired % (genesis_kid, new_kid)),
+        ("the first event after the rotation (seq 7) re-signed with the retired genesis key and its kid",
+         build(edit(7, kid=genesis_kid, **{"@seed": genesis_seed})), 8, 7, retired % (genesis_kid, new_kid)),
+        ("seq 7 signed with the genesis key but carrying the new key's kid",
+         build(edit(7, **{"@seed": genesis_seed})), 8, 7, "signature does not verify with the ledger's public key %s" % new_kid),
+        ("the rotation itself signed by the new key with its kid (the key it retires signs it)",
+         build(edit(6, kid=new_kid, **{"@seed": new_seed})), 7, 6,
+         "signed with key id %s, not the ledger's key in force for this event, %s" % (new_kid, genesis_kid)),
+        ("after a second rotation (seq 10, to the key of seed 40..5f), an event signed by the first rotation's key",
+         build(appended(rotation_to(10, other_seed), grant(11, new_kid, **{"@seed": new_seed}))), 12, 11, retired % (new_kid, other_kid)),
+        ("line 8 re-signed by the new key but claiming seq 3, before the rotation", moved, 8, 3,
+         "signed with key id %s, not the ledger's key in force for this event, %s" % (new_kid, genesis_kid)),
+        # (b) A handover another key signed, or made for another point of the log.
+        ("(b) the rotation's handover signed by another key (seed 40..5f)",
+         build(edit(6, **{"@handover": other_seed})), 7, 6,
+         "the key rotation's handover signature does not verify with the new key %s" % new_kid),
+        ("the rotation's handover signed by the old key (the genesis seed)",
+         build(edit(6, **{"@handover": genesis_seed})), 7, 6,
+         "the key rotation's handover signature does not verify with the new key %s" % new_kid),
+        ("the vector's handover copied into a rotation one event later (another prev)",
+         build(lambda b: b[:6] + [grant(6, genesis_kid, at="2026-01-15T09:00:01.000Z", consent="required", feature=1),
+                                  dict(b[6], seq=7, cmd=7, **{"@handover": rotation.handover})]
+               + [dict(x, seq=x["seq"] + 1, cmd=x["cmd"] + 1, **({"cause": x["cause"] + 1} if "cause" in x else {})) for x in b[7:]]),
+         8, 7, "the key rotation's handover signature does not verify with the new key %s" % new_kid),
+        # (c) A key the ledger has used before.
+        ("(c) the rotation naming the genesis key again (and later events signed by it)",
+         build(lambda b: b[:6] + [dict(b[6], publicKey=genesis_key.hex(), **{"@next": genesis_seed})]
+               + [dict(x, kid=genesis_kid) for x in b[7:]]),
+         7, 6, "the key rotation names key %s, which this ledger has used before" % genesis_kid),
+        ("a second rotation (seq 10) back to the genesis key",
+         build(appended(rotation_to(10, genesis_seed), grant(11, genesis_kid))), 11, 10,
+         "the key rotation names key %s, which this ledger has used before" % genesis_kid),
+        ("a second rotation (seq 10) naming the key in force",
+         build(appended(rotation_to(10, new_seed), grant(11, new_kid))), 11, 10,
+         "the key rotation names key %s, which this ledger has used before" % new_kid),
+        # (d) Heads signed by a key not in force at their size.
+        ("(d) the head of size 7 (the one the rotation commits) signed by the genesis key",
+         resign_head(log, 7, genesis_seed), None, 6, "the head kept after entry 6 does not verify with the ledger's key: the note has no "
+         "signature by key %s+%s" % (report.ledger_name, note_key_hash(report.ledger_name, new_key).hex())),
+        ("the head of size 6 (before the rotation, which the genesis key signs) signed by the new key",
+         resign_head(log, 6, new_seed), None, 5, "the head kept after entry 5 does not verify with the ledger's key: the note has no "
+         "signature by key %s+%s" % (report.ledger_name, note_key_hash(report.ledger_name, genesis_key).hex())),
+        ("the newest head (size 10) signed by the genesis key",
+         resign_head(log, 10, genesis_seed), None, None, "the signed head does not verify with the ledger's key in force at size 10, %s: "
+         "it carries no signature by key %s+%s" % (new_kid, report.ledger_name, note_key_hash(report.ledger_name, new_key).hex())),
+        # (e) A rotation that shares its command.
+        ("(e) a key.rotated event in a command of two events (the rotation and another)",
+         build(lambda b: b[:6] + [dict(b[6], cmdSize=2), dict(rotation_to(7, other_seed), cmd=6, cmdSize=2, at=b[6]["at"])]), 7, 6,
+         "a key rotation is alone in its command, after the genesis event"),
+        ("a key.rotated event in a format-1 ledger",
+         build(lambda b: [dict(x, v=1) for x in b]), 7, None, "a 'key.rotated' event belongs only to format version 2"),
+        # Accepted.
+        ("the rotation as the log's last event (its head, size 7, the new key's)", build(lambda b: b[:7]), None, None, None),
+        ("a second rotation (seq 10, to the key of seed 40..5f) and an event it signs", build(third), None, None, None),
+    ]
+    for name, data, line, seq, reason in cases:
+        where = ", ".join(w for w in ("line %d" % line if line else "", "seq %d" % seq if seq is not None else "") if w)
+        checks.run("rotation: %s: %s" % (name, "verifies" if reason is None else "fails at %s" % where if where else "fails, no line or seq"),
+                   verdict(data, line, seq, reason))
+
+    def two_rotations():
+        r = verify_folder(folder, log=build(third), derived=False, subject_map=False)
+        return [(start, key) for start, key, _ in r.key_schedule.periods] == [(0, genesis_key), (7, new_key), (11, other_key)], \
+            ", ".join("%s from seq %d" % (kid, start) for start, _, kid in r.key_schedule.periods)
+    checks.run("rotation: two rotations give the schedule [(0, genesis), (7, new), (11, seed 40..5f)]", two_rotations)
+    checks.run("rotation: the vector's rotation replayed into the tiny ledger (seq 10, its handover as it is) fails: another ledger, "
+               "another prev",
+               verdict(sign_log(tiny + [dict(rotation_to(10, new_seed, kid=genesis_kid), **{"@handover": rotation.handover})],
+                                genesis_seed, heads_in_log=True)[0],
+                       11, 10, "the key rotation's handover signature does not verify with the new key %s" % new_kid, ledger=tiny_folder))
+
+    # Without head lines the log fails step 3 and 4; the scan of every line (step 4's first bad
+    # entry) follows the rotation, so no line is bad and the failure is step 3's.
+    older = b"".join(line + b"\n" for line in events)
+    checks.run("rotation: the vector's event lines without head lines fail only for the missing head (the scan follows the rotation)",
+               verdict(older, None, None, "the log holds no head line: the signed head that ends every commit is missing"))
+    checks.run("rotation, older layout: the event lines with the newest head's note as the head file verify",
+               verdict(older, None, None, None, head_text=newest))
+    checks.run("rotation, older layout: a head file of size 10 signed by the genesis key fails",
+               verdict(older, None, None, "the signed head does not verify with the ledger's key in force at size 10, %s: it carries no "
+                       "signature by key %s+%s" % (new_kid, report.ledger_name, note_key_hash(report.ledger_name, new_key).hex()),
+                       head_text=parse_canonical(resign_head(log, 10, genesis_seed).split(b"\n")[-2])["head"]))
+
+
 def main(argv):
     checks = Checks()
     if len(argv) > 2 or (len(argv) == 2 and argv[1] in ("-h", "--help")):
@@ -4013,6 +4465,7 @@ def main(argv):
         check_derived_files(checks, here)
         check_subject_map(checks, here)
         check_erasure(checks, here)
+        check_rotation(checks, here)
     return checks.finish()
 
 

@@ -137,3 +137,118 @@ import Glibc
         }
     }
 }
+
+/// `Spec/vectors/rotated/`: bundles, a state proof and a consistency proof of the rotated ledger
+/// of the ledger vectors (`rotated-ledger/`), each verified with the genesis key and with the
+/// current key, and tampered copies, with the outcome a verifier must reach (`expected.json`).
+@Suite struct RotatedVectorTests {
+    static let folder = packageRoot + "/Spec/vectors/rotated"
+
+    struct Case {
+        let file: String
+        let kind: String  // "bundle", "state" or "consistency"
+        let key: String  // "genesis" or "current": which key the verifier pins
+        let ok: Bool
+        let seq: Int?
+        let reason: String
+        let bytes: [UInt8]
+    }
+
+    static func cases() throws -> (genesis: NoteVerifierKey, current: NoteVerifierKey, cases: [Case]) {
+        let temp = TemporaryFolder("rotated-vectors")
+        defer { temp.remove() }
+        let ledger = try VectorTests.buildRotatedLedger(at: temp.path + "/rotated")
+        let genesisKey = try ledger.verifierKey
+        let currentKey = try ledger.currentVerifierKey()
+        let alice = try ledger.exportSubject("alice")
+        let statementForm = try ledger.exportSubjectWithStatement("alice")
+        let all = try ledger.exportAll()
+        let state = try ledger.proveState(for: "alice")
+        let oldCheckpoint = SignedNote.sign(try ledger.checkpoint(size: 6).text, key: genesisKey, signer: SodiumSigner(seed: vectorSeed)!)
+        let consistency = try ledger.proveConsistency(from: oldCheckpoint)
+        func edit(_ json: JSONValue, _ change: (inout [String: JSONValue]) -> Void) -> [UInt8] {
+            var object = json.objectValue!
+            change(&object)
+            return CanonicalJSON.serialize(.object(object)) + [0x0A]
+        }
+        // The rotation's handover with one hex digit changed, in 'keys' and in the ledger stream.
+        func flippedHandover(_ o: inout [String: JSONValue], lists: [String]) {
+            for list in lists {
+                o[list] = .array(o[list]!.arrayValue!.map { entry in
+                    guard let line = entry["line"]?.stringValue, line.contains("key.rotated") else { return entry }
+                    var m = entry.objectValue!
+                    m["line"] = .string(line.replacingOccurrences(of: "\"handover\":\"5", with: "\"handover\":\"6"))
+                    return .object(m)
+                })
+            }
+        }
+        var list: [Case] = []
+        for key in ["genesis", "current"] {
+            list += [
+                Case(file: "alice.bundle.json", kind: "bundle", key: key, ok: true, seq: nil, reason: "", bytes: alice.bytes),
+                Case(file: "alice-statement.bundle.json", kind: "bundle", key: key, ok: true, seq: nil, reason: "", bytes: statementForm.bytes),
+                Case(file: "all.bundle.json", kind: "bundle", key: key, ok: true, seq: nil, reason: "", bytes: all.bytes),
+                Case(file: "alice.state.json", kind: "state", key: key, ok: true, seq: nil, reason: "", bytes: state.bytes),
+                Case(file: "consistency-6-10.json", kind: "consistency", key: key, ok: true, seq: nil, reason: "", bytes: CanonicalJSON.serialize(consistency.json) + [0x0A]),
+            ]
+        }
+        list += [
+            Case(file: "bad-keys-left-out.json", kind: "bundle", key: "genesis", ok: false, seq: nil, reason: "differs from the pinned key", bytes: edit(alice.json) { o in
+                o["keys"] = nil
+            }),
+            Case(file: "bad-keys-left-out.state.json", kind: "state", key: "current", ok: false, seq: 0, reason: "signature does not verify with the pinned key", bytes: edit(state.json) { o in
+                o["keys"] = nil
+            }),
+            Case(file: "bad-handover.json", kind: "bundle", key: "current", ok: false, seq: 6, reason: "signature does not verify", bytes: edit(alice.json) { o in
+                flippedHandover(&o, lists: ["keys", "catalogVersions"])
+            }),
+            Case(file: "bad-verifier-key-is-genesis.json", kind: "bundle", key: "genesis", ok: false, seq: nil, reason: "is not the key that signs its checkpoint", bytes: edit(all.json) { o in
+                o["verifierKey"] = .string(genesisKey.text)
+            }),
+        ]
+        return (genesisKey, currentKey, list)
+    }
+
+    @Test func rotatedVectorsMatchTheCodeAndVerifyAsExpected() throws {
+        let (genesisKey, currentKey, cases) = try Self.cases()
+        let expected = CanonicalJSON.serialize(.object([
+            "description": .string("Expected outcomes for Spec/vectors/rotated; see Spec/export-format.md section 'Test vectors'. Made from Spec/vectors/rotated-ledger; 'key' says which verifier key to pin."),
+            "genesisKey": .string(genesisKey.text),
+            "currentKey": .string(currentKey.text),
+            "cases": .array(cases.map { c in
+                var m: [String: JSONValue] = ["file": .string(c.file), "kind": .string(c.kind), "key": .string(c.key), "ok": .bool(c.ok)]
+                if !c.ok { m["reason"] = .string(c.reason) }
+                if let seq = c.seq { m["seq"] = .int(Int64(seq)) }
+                return .object(m)
+            }),
+        ])) + [0x0A]
+        if getenv("CONSENTLEDGER_UPDATE_VECTORS") != nil {
+            _ = system("mkdir -p '\(Self.folder)'")
+            writeBytes(expected, to: Self.folder + "/expected.json")
+            for c in cases { writeBytes(c.bytes, to: Self.folder + "/" + c.file) }
+        }
+        #expect(readBytes(Self.folder + "/expected.json") == expected)
+        for c in cases {
+            let same = readBytes(Self.folder + "/" + c.file) == c.bytes
+            #expect(same, "\(c.file) differs from what the code makes")
+            let key = c.key == "genesis" ? genesisKey : currentKey
+            let error: ExportVerificationError?
+            do throws(ExportVerificationError) {
+                switch c.kind {
+                case "bundle": _ = try ExportVerifier.verify(c.bytes, pinnedKey: key)
+                case "state": _ = try StateProofVerifier.verify(c.bytes, pinnedKey: key)
+                default: _ = try ExportVerifier.verifyConsistency(try ConsistencyProof(bytes: c.bytes), pinnedKey: key)
+                }
+                error = nil
+            } catch let failure {
+                error = failure
+            }
+            if c.ok {
+                #expect(error == nil, "\(c.file) with the \(c.key) key: \(String(describing: error))")
+            } else {
+                #expect(error?.problem.contains(c.reason) == true, "\(c.file): \(String(describing: error))")
+                if let seq = c.seq { #expect(error?.seq == UInt64(seq), "\(c.file): \(String(describing: error))") }
+            }
+        }
+    }
+}

@@ -22,6 +22,7 @@ enum StorageConformance: String, CaseIterable, Sendable, CustomTestStringConvert
     case subjectRecordsRoundTripByteForByte
     case checkpointsAreRecordedOncePerSizeAndListedBySize
     case anErasedSubjectsRecordIsDestroyedAndTheLedgerStillVerifies
+    case aKeyRotationIsFollowedByReadsWritesAndVerify
 
     var testDescription: String { rawValue }
 
@@ -168,6 +169,20 @@ enum StorageConformance: String, CaseIterable, Sendable, CustomTestStringConvert
             #expect(try reopened.subjectRef(for: "alice") == nil)
             try reopened.execute(LedgerCommand(subjectID: "alice", request: .give(feature: "timeline", consents: ["required"])))
             #expect(try reopened.subjectRef(for: "alice")?.value != receipt.pseudonym)
+            #expect(try reopened.verify().events == 5)
+        case .aKeyRotationIsFollowedByReadsWritesAndVerify:
+            try fixture.ledger.execute(LedgerCommand(subjectID: "alice", request: .give(feature: "timeline", consents: ["required"])))
+            let new = SodiumSigner.generate()
+            let receipt = try fixture.ledger.rotateKey(to: new as any EventSigner, actor: "security")
+            #expect(receipt.seq == 2)
+            try fixture.ledger.execute(LedgerCommand(subjectID: "bob", request: .give(feature: "timeline", consents: ["required"])))
+            // Another process: it must bring the new key, and finds the history whole.
+            #expect(throws: ConsentError.self) { try Ledger.open(store: store, signer: fixture.signer) }
+            let reopened = try Ledger.open(store: store, signer: new)
+            let report = try reopened.verify()
+            #expect(report.events == 4 && report.keys.periods.map(\.from) == [0, 3])
+            #expect(try reopened.report(for: "alice").events.count == 1 && reopened.report(for: "bob").events.count == 1)
+            try reopened.execute(LedgerCommand(subjectID: "alice", request: .give(feature: "timeline", consents: ["optional-a"])))
             #expect(try reopened.verify().events == 5)
         case .checkpointsAreRecordedOncePerSizeAndListedBySize:
             // (and a witnessed checkpoint replaces the one of its size)

@@ -34,6 +34,48 @@ import Glibc
         return ledger
     }
 
+    /// The seed of the key the rotated ledger hands over to: bytes 20 21 … 3f.
+    static let rotatedSeed: [UInt8] = Array(32..<64)
+
+    /// `Spec/vectors/rotated-ledger`: the seed scenario with a key rotation between its second
+    /// and third commands, then bob's grant, under the new key.
+    static func buildRotatedLedger(at path: String) throws -> Ledger {
+        let clock = SteppingClock()
+        let random = CountingRandom()
+        let ledger = try Ledger.create(
+            store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog,
+            name: "consentledger.example/rotated", keyProtection: .insecurePlaintext, actor: "vector-generator",
+            signer: SodiumSigner(seed: vectorSeed)!, clock: clock.clock, random: random.source
+        )
+        try ledger.execute(Array(seedScenario[0...1]))
+        try ledger.rotateKey(to: SodiumSigner(seed: rotatedSeed)!, protection: .insecurePlaintext, actor: "vector-generator")
+        try ledger.execute(seedScenario[2])
+        try ledger.execute(LedgerCommand(subjectID: "bob", request: .give(feature: "timeline", consents: ["required"]), actor: "dr.house"))
+        return ledger
+    }
+
+    @Test func rotatedVectorsMatchTheCode() throws {
+        let folder = TemporaryFolder("rotated")
+        defer { folder.remove() }
+        let path = folder.path + "/rotated-ledger"
+        let ledger = try Self.buildRotatedLedger(at: path)
+        let report = try ledger.verify()
+        #expect(report.keys.periods.map(\.from) == [0, 7] && report.events == 10)
+        let files = ["ledger.jsonl", "catalog.json", "public.key", "secret.key", "subjects.jsonl"]
+        if getenv("CONSENTLEDGER_UPDATE_VECTORS") != nil {
+            _ = system("mkdir -p '\(Self.vectors)/rotated-ledger'")
+            for f in files { writeBytes(readBytes(path + "/" + f), to: "\(Self.vectors)/rotated-ledger/\(f)") }
+        }
+        for f in files {
+            let same = readBytes(path + "/" + f) == readBytes("\(Self.vectors)/rotated-ledger/\(f)")
+            #expect(same, "Spec/vectors/rotated-ledger/\(f) differs from what the code writes")
+        }
+        // The committed vector verifies as it is.
+        let copy = folder.path + "/copy"
+        copyFolder(Self.vectors + "/rotated-ledger", to: copy)
+        #expect(verifyFolder(copy) == .ok(events: 10))
+    }
+
     /// The negative vectors: a change to the tiny ledger's log, and what `verify` must report.
     static let tamperings: [(name: String, line: Int, change: @Sendable ([[UInt8]]) -> [[UInt8]], expect: String)] = [
         ("flipped-signature-byte", 3, { l in var l = l; l[2][l[2].count - 10] = l[2][l[2].count - 10] == 0x30 ? 0x31 : 0x30; return l }, "signature does not verify"),

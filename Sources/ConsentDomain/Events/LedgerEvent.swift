@@ -151,6 +151,24 @@ public struct SubjectErased: Hashable, Sendable {
     }
 }
 
+/// From the next event on, the ledger signs with a new key: events, heads, checkpoints and
+/// subject records. The event itself is signed by the key it retires (the key in force, like
+/// every event), and carries the new key's `handover` signature over the ledger, the position
+/// and both keys, so that whoever holds only the old key cannot name a successor. What the
+/// signatures mean is the format's business (`KeyHandover`); the domain sees a ledger-level
+/// command of its own.
+public struct KeyRotated: Hashable, Sendable {
+    /// Lowercase hex of the new Ed25519 public key (64 digits).
+    public let publicKey: String
+    /// Lowercase hex of the new key's handover signature (128 digits).
+    public let handover: String
+
+    public init(publicKey: String, handover: String) {
+        self.publicKey = publicKey
+        self.handover = handover
+    }
+}
+
 /// What happened.
 public enum EventPayload: Hashable, Sendable {
     case ledgerCreated(LedgerCreated)
@@ -158,11 +176,12 @@ public enum EventPayload: Hashable, Sendable {
     case consentGiven(ConsentGiven)
     case consentRevoked(ConsentRevoked)
     case subjectErased(SubjectErased)
+    case keyRotated(KeyRotated)
 
     /// The subject the event is about, if any.
     public var subject: SubjectRef? {
         switch self {
-        case .ledgerCreated, .catalogPublished: return nil
+        case .ledgerCreated, .catalogPublished, .keyRotated: return nil
         case .consentGiven(let e): return e.subject
         case .consentRevoked(let e): return e.subject
         case .subjectErased(let e): return e.subject
@@ -177,6 +196,7 @@ public enum EventPayload: Hashable, Sendable {
         case .consentGiven: return "consent.given"
         case .consentRevoked: return "consent.revoked"
         case .subjectErased: return "subject.erased"
+        case .keyRotated: return "key.rotated"
         }
     }
 }

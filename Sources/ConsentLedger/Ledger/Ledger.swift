@@ -101,6 +101,8 @@ public final class Ledger: Sendable {
     /// The ledger format version of its events (the genesis event's `v`): 2 for ledgers created
     /// now, 1 for older ones, whose events carry no stream links.
     public let version: Int64
+    /// The genesis key: the key the genesis event pins, which signs everything up to the first
+    /// key rotation (``keyHistory()`` gives every key).
     public let publicKey: PublicKey
     public let keyID: String
     public let chain: HashChain
@@ -130,6 +132,8 @@ public final class Ledger: Sendable {
         /// cache, and the newest event of each stream it wrote), with the index of the map's
         /// next record: reused while the stored map is still the one committed here.
         var streams: (state: StreamState, nextIndex: Int64)?
+        /// The key schedule learned from the log's first `through` records (``keySchedule(_:map:size:)``).
+        var keys: (schedule: KeySchedule, through: Int)?
     }
 
     private init(store: any LedgerStore, keys: (any KeyStore)?, passphrase: PassphraseSource?, catalog: Catalog, catalogBytes: [UInt8], genesis: LedgerCreated, genesisTime: Timestamp, version: Int64, publicKey: PublicKey, chain: HashChain, verifier: any SignatureVerifier, clock: @escaping LedgerClock, random: @escaping RandomSource, signer: (any EventSigner)?) {
@@ -254,10 +258,14 @@ public final class Ledger: Sendable {
         } catch {
             throw fail("stored catalogue: \(error)")
         }
-        if let signer, signer.publicKey != publicKey {
-            throw ConsentError.integrity(IntegrityFailure(.ledgerFiles, line: nil, seq: nil, problem: "the signer's public key \(signer.publicKey.hex) is not the ledger's, \(publicKey.hex)"))
+        let ledger = Ledger(store: store, keys: keys, passphrase: passphrase, catalog: catalog, catalogBytes: catalogBytes, genesis: created, genesisTime: record.event.at, version: record.version, publicKey: publicKey, chain: chain, verifier: verifier, clock: clock, random: random, signer: signer)
+        if let signer {
+            let inForce = try ledger.keyHistory().current.key
+            guard signer.publicKey == inForce else {
+                throw ConsentError.integrity(IntegrityFailure(.ledgerFiles, line: nil, seq: nil, problem: "the signer's public key \(signer.publicKey.hex) is not the ledger's key in force, \(inForce.hex)"))
+            }
         }
-        return Ledger(store: store, keys: keys, passphrase: passphrase, catalog: catalog, catalogBytes: catalogBytes, genesis: created, genesisTime: record.event.at, version: record.version, publicKey: publicKey, chain: chain, verifier: verifier, clock: clock, random: random, signer: signer)
+        return ledger
     }
 
     // MARK: - Subjects
@@ -290,7 +298,13 @@ public final class Ledger: Sendable {
         let id = SubjectID(subjectID)
         if let cached = memory.withLock({ $0.salts?[id] }) { return cached }
         guard let record = try store.read({ tx in try tx.subjectRecord(id) }) else { return nil }
-        try checkRecord(id, record)
+        let learned = memory.withLock { $0.keys?.schedule }
+        do {
+            try checkRecord(id, record, keys: try learned ?? keyHistory())
+        } catch where learned != nil {
+            // Signed, perhaps, by a key this process has not learned of yet: ask the log.
+            try checkRecord(id, record, keys: try keyHistory())
+        }
         return record.salt
     }
 
@@ -298,14 +312,18 @@ public final class Ledger: Sendable {
     /// a format-2 ledger, the ledger's key signed it: with a salt swapped between two records, or
     /// a record altered or made up, a read would find none of the patient's events and answer
     /// "no consents", and a write would file the patient's choices under another pseudonym.
-    func checkRecord(_ id: SubjectID, _ record: SubjectRecord) throws {
+    /// Any key of `keys` may have signed it: a record keeps the signature of the key in force
+    /// when it was written.
+    func checkRecord(_ id: SubjectID, _ record: SubjectRecord, keys: KeySchedule) throws {
         let place = "\(store.names.subjects) of \(store.names.location)"
         guard record.salt.count == Pseudonym.saltLength else {
             throw ConsentError.integrity(IntegrityFailure(.subjectRecord, line: nil, seq: nil, problem: "the subject record of \(id.text.debugDescription) in \(place) has a salt of \(record.salt.count) bytes, not \(Pseudonym.saltLength)"))
         }
         guard version >= 2 else { return }
         let valid = record.signature.map { signature in
-            Pseudonym.recordMessage(id: id, salt: record.salt).withUnsafeBytes { verifier.isValid(signature, of: $0, by: publicKey) }
+            Pseudonym.recordMessage(id: id, salt: record.salt).withUnsafeBytes { message in
+                keys.periods.reversed().contains { verifier.isValid(signature, of: message, by: $0.key) }
+            }
         } ?? false
         guard valid else {
             throw ConsentError.integrity(IntegrityFailure(.subjectRecord, line: nil, seq: nil, problem: "the subject record of \(id.text.debugDescription) in \(place) does not carry the ledger key's signature over its id and salt: it was altered, swapped or made up"))
@@ -314,11 +332,11 @@ public final class Ledger: Sendable {
 
     /// Every subject record of the store, each checked (``checkRecord(_:_:)``), on all cores; the
     /// failure reported is that of the first failing id in byte order.
-    package func subjectSalts(_ tx: any LedgerReadTransaction) throws -> [SubjectID: [UInt8]] {
+    package func subjectSalts(_ tx: any LedgerReadTransaction, keys: KeySchedule) throws -> [SubjectID: [UInt8]] {
         let records = try tx.subjectRecords().sorted { $0.key < $1.key }
         let failures = parallelMap(records.count) { [self] i -> ConsentError? in
             do {
-                try checkRecord(records[i].key, records[i].value)
+                try checkRecord(records[i].key, records[i].value, keys: keys)
                 return nil
             } catch let error as ConsentError {
                 return error
@@ -380,9 +398,9 @@ public final class Ledger: Sendable {
 
     /// The recorded head must be on the log: the log may run ahead of it (a crash between the
     /// log's sync and the head's), never behind.
-    func checkHead(_ log: LogState) throws {
+    func checkHead(_ log: LogState, keys: KeySchedule) throws {
         let head = log.recordedHead
-        try checkSignedHead(log)
+        try checkSignedHead(log, keys: keys)
         if log.last.event.seq < head.seq {
             throw ConsentError.integrity(IntegrityFailure(.head, line: Int(log.last.event.seq) + 2, seq: log.last.event.seq + 1, problem: "the log ends at seq \(log.last.event.seq) but seq \(head.seq) was acknowledged: acknowledged events are missing (truncated log)"))
         }
@@ -391,13 +409,14 @@ public final class Ledger: Sendable {
         }
     }
 
-    /// A signed head must carry the ledger's signature and name the ledger.
-    func checkSignedHead(_ log: LogState) throws {
+    /// A signed head must carry the signature of the key in force at its size and name the ledger.
+    func checkSignedHead(_ log: LogState, keys: KeySchedule) throws {
         if let signed = log.signedHead, memory.withLock({ $0.trustedHead?.note }) != signed.note {
+            let inForce = keys.forCheckpoint(size: signed.checkpoint.size)
             do {
-                try signed.verify(key: try verifierKey, verifier: verifier)
+                try signed.verify(key: try noteKey(inForce.key), verifier: verifier)
             } catch {
-                throw ConsentError.integrity(IntegrityFailure(.head, line: nil, seq: nil, problem: "the signed head of \(store.names.location) does not verify with the ledger's key: \(error)"))
+                throw ConsentError.integrity(IntegrityFailure(.head, line: nil, seq: nil, problem: "the signed head of \(store.names.location) does not verify with the ledger's key in force at size \(signed.checkpoint.size), \(inForce.keyID): \(error)"))
             }
             guard signed.checkpoint.origin == genesis.ledgerName else {
                 throw ConsentError.integrity(IntegrityFailure(.head, line: nil, seq: nil, problem: "the signed head of \(store.names.location) is for '\(signed.checkpoint.origin)', not '\(genesis.ledgerName)'"))

@@ -31,6 +31,10 @@ public enum LedgerCopy {
     public static func copy(from source: any LedgerStore, to target: any LedgerStore, keys: (any KeyStore)? = nil, passphrase: PassphraseSource? = nil, batchLines: Int = 4096) throws -> LedgerCopyReport {
         let original = try Ledger.open(store: source, keys: keys, passphrase: passphrase)
         let sourceReport = try original.verify()
+        guard sourceReport.keys.periods.count == 1 else {
+            // The copy's first heads would need the retired keys, which signed the source's.
+            throw ConsentError.invalidRequest("this ledger's key was rotated (\(sourceReport.keys.periods.count - 1) time(s)); copying a rotated ledger to another store is not supported yet")
+        }
         let signer = try original.signingKey()
         var (size, setup, head, checkpoints, salts, frontier) = try source.read { tx in
             let view = try original.view(tx)

@@ -21,7 +21,7 @@ extension Ledger {
             return AuditExport(
                 scope: .subject, ledger: proof.ledger, verifierKey: proof.verifierKey, checkpoint: proof.checkpoint, catalog: proof.catalog,
                 genesis: proof.genesis, subject: proof.subject, events: proof.events, state: proof.state, catalogEvents: proof.catalogEvents,
-                streamProof: AuditExport.StreamProof(last: proof.last, subjectMap: proof.subjectMapProof, ledgerMap: proof.ledgerMapProof))
+                streamProof: AuditExport.StreamProof(last: proof.last, subjectMap: proof.subjectMapProof, ledgerMap: proof.ledgerMapProof), keys: proof.keys)
         }
         return try exportSubjectWithStatement(subjectID)
     }
@@ -39,7 +39,7 @@ extension Ledger {
             // The signed head when it covers the log; a checkpoint signed now otherwise.
             let head = try coveringSignedHead(view)
             let checkpoint = try head?.checkpoint ?? currentCheckpoint(view)
-            let note = try head.map { try witnessedNote($0, view) } ?? SignedNote.sign(checkpoint.text, key: verifierKey, signer: signer)
+            let note = try head.map { try witnessedNote($0, view) } ?? signNote(checkpoint.text, signer: signer, view)
             let ledgerStream = try streamEntries(SubjectMap.ledgerStream, view)
             let versions = try catalogVersions(ledgerStream)
             var catalogEvents: [ExportedEvent] = []
@@ -51,7 +51,7 @@ extension Ledger {
             var events: [ExportedEvent] = []
             for entry in try streamEntries(StreamKey.of(subject: ref), view) {
                 let (seq, line, record) = (entry.seq, entry.line, entry.record)
-                if version < 2 { try checkSignature(record, line: seq + 1) }
+                if version < 2 { try checkSignature(record, line: seq + 1, keys: genesisSchedule) }
                 do throws(ReplayViolation) {
                     try state.apply(record.event, catalog: Self.catalog(in: versions, before: UInt64(seq)))
                 } catch {
@@ -64,13 +64,14 @@ extension Ledger {
             let genesisProof = try checkedInclusionProof(record: 0, line: genesisLine, checkpoint: checkpoint, view)
             let statement = ExportStatement(origin: genesis.ledgerName, size: size, subject: ref.value, catalogVersions: catalogEvents.map(\.seq), events: events.map(\.seq))
             return AuditExport(
-                scope: .subject, ledger: genesis.ledgerName, verifierKey: try verifierKey.text, checkpoint: note,
+                scope: .subject, ledger: genesis.ledgerName, verifierKey: try checkpointKey(view).text, checkpoint: note,
                 catalog: CatalogCodec.encode(catalog),
                 genesis: ExportedEvent(seq: 0, line: String(decoding: genesisLine, as: UTF8.self), proof: genesisProof),
                 subject: (subjectID, ref.value, Hex.encode(salt)), events: events,
                 state: ListingJSON.encode(ConsentListing(state: state, catalog: versions.last!.catalog)),
                 catalogEvents: catalogEvents,
-                statement: SignedNote.sign(statement.text, key: try verifierKey, signer: signer)
+                statement: try signNote(statement.text, signer: signer, view),
+                keys: try rotationEntries(view, checkpoint: checkpoint)
             )
         }
     }
@@ -87,7 +88,7 @@ extension Ledger {
         let signer = try signingKey()
         return try reading { view in
             let checkpoint = try currentCheckpoint(view)
-            return try exportAll(view, checkpoint: checkpoint, note: SignedNote.sign(checkpoint.text, key: try verifierKey, signer: signer))
+            return try exportAll(view, checkpoint: checkpoint, note: signNote(checkpoint.text, signer: signer, view))
         }
     }
 
@@ -101,10 +102,10 @@ extension Ledger {
         let first = events.removeFirst()
         let genesisProof = try checkedInclusionProof(record: 0, line: Array(first.line.utf8), checkpoint: checkpoint, view)
         return AuditExport(
-            scope: .all, ledger: genesis.ledgerName, verifierKey: try verifierKey.text, checkpoint: note,
+            scope: .all, ledger: genesis.ledgerName, verifierKey: try checkpointKey(view).text, checkpoint: note,
             catalog: CatalogCodec.encode(catalog),
             genesis: ExportedEvent(seq: 0, line: first.line, proof: genesisProof),
-            subject: nil, events: events, state: nil
+            subject: nil, events: events, state: nil, keys: try rotationEntries(view, checkpoint: checkpoint)
         )
     }
 }

@@ -8,8 +8,9 @@ import TransparencyLog
 extension Ledger {
     // MARK: - Keys and checkpoints
 
-    /// The verifier key of the ledger's checkpoints: the ledger's name and public key in the
-    /// C2SP signed-note text form.
+    /// The verifier key of the genesis key: the ledger's name and its first public key in the
+    /// C2SP signed-note text form. It signs the ledger's checkpoints until the first key
+    /// rotation (``currentVerifierKey()`` is the key that signs them now).
     public var verifierKey: NoteVerifierKey {
         get throws {
             do {
@@ -60,7 +61,7 @@ extension Ledger {
         guard let head = log.signedHead, head.checkpoint.size == Int64(log.size), head.chainHead.seq == log.last.event.seq,
             head.chainHead.hash == chain.hash(ofBody: log.last.body)
         else { return nil }
-        try checkSignedHead(log)
+        try checkSignedHead(log, keys: view.keys)
         return head
     }
 
@@ -76,7 +77,7 @@ extension Ledger {
             let signer = try signingKey()
             issued = try reading { view in
                 let checkpoint = try currentCheckpoint(view)
-                return (checkpoint, SignedNote.sign(checkpoint.text, key: try verifierKey, signer: signer))
+                return (checkpoint, try signNote(checkpoint.text, signer: signer, view))
             }
         }
         recordIssued(IssuedCheckpoint(size: issued.checkpoint.size, note: issued.note))
@@ -103,10 +104,12 @@ extension Ledger {
     }
 
     /// A consistency proof from an older signed checkpoint of this ledger to the current one.
-    /// Fails if the old checkpoint is not signed by this ledger's key, or is not a prefix of
-    /// this log (a fork).
+    /// Fails if the old checkpoint is not signed by this ledger's key in force at its size, or
+    /// is not a prefix of this log (a fork).
     public func proveConsistency(from oldNote: String) throws -> ConsistencyProof {
-        let key = try verifierKey
+        // The size the note claims picks the key; the signature then vouches for the size.
+        let claimed = (try? SignedNote.split(oldNote)).flatMap { try? Checkpoint(text: $0.text) }
+        let key = try noteKey(try keyHistory().forCheckpoint(size: claimed?.size ?? 0).key)
         let old: Checkpoint
         do {
             old = try Checkpoint(text: SignedNote.open(oldNote, key: key, verifier: verifier))
@@ -130,7 +133,11 @@ extension Ledger {
             guard MerkleTree.checkConsistency(proof, old: old.size, oldRoot: old.root, new: new.size, newRoot: new.root, hasher: chain.hasher) else {
                 throw ConsentError.integrity(IntegrityFailure(.derivedData, line: nil, seq: nil, problem: "the stored tree hashes give a consistency proof that does not lead to the signed root (\(store.names.derivedRepair))"))
             }
-            return ConsistencyProof(oldNote: oldNote, newNote: newNote, proof: proof)
+            // With key rotations below the newer checkpoint, the chain that says which key signed each.
+            let keys = try rotationEntries(view, checkpoint: new)
+            let genesisLine = try view.tx.entry(0)
+            let genesis = keys.isEmpty ? nil : ExportedEvent(seq: 0, line: String(decoding: genesisLine, as: UTF8.self), proof: try checkedInclusionProof(record: 0, line: genesisLine, checkpoint: new, view))
+            return ConsistencyProof(oldNote: oldNote, newNote: newNote, proof: proof, genesis: genesis, keys: keys)
         }
     }
 }

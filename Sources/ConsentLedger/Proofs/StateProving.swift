@@ -21,7 +21,7 @@ extension Ledger {
             guard let head = log.signedHead, head.checkpoint.size == Int64(log.size), head.chainHead.seq == log.last.event.seq else {
                 throw ConsentError.invalidRequest("the newest events are not yet covered by a signed head (a write was interrupted); the next write, or `consentctl checkpoint`, signs one")
             }
-            try checkSignedHead(log)
+            try checkSignedHead(log, keys: view.keys)
             let checkpoint = head.checkpoint
             let stored = try currentMap(view)
             func proved(_ entry: StreamEntry) throws -> ExportedEvent {
@@ -49,14 +49,15 @@ extension Ledger {
             }
             let lastLine = log.last.lineWithoutNewline
             return StateProof(
-                ledger: genesis.ledgerName, verifierKey: try verifierKey.text, checkpoint: try witnessedNote(head, view),
+                ledger: genesis.ledgerName, verifierKey: try checkpointKey(view).text, checkpoint: try witnessedNote(head, view),
                 catalog: CatalogCodec.encode(catalog),
                 genesis: try proved(ledgerEntries[0]),
                 last: ExportedEvent(seq: Int64(log.last.event.seq), line: String(decoding: lastLine, as: UTF8.self), proof: try checkedInclusionProof(record: Int64(log.last.event.seq), line: lastLine, checkpoint: checkpoint, view)),
                 subject: (subjectID, ref.value, Hex.encode(salt)), at: at,
                 events: try subjectEntries.map(proved), catalogEvents: try ledgerEntries.dropFirst().map(proved),
                 subjectMapProof: subjectMapProof, ledgerMapProof: ledgerMapProof,
-                state: ListingJSON.encode(ConsentListing(state: state, catalog: Self.catalog(in: versions, at: at))))
+                state: ListingJSON.encode(ConsentListing(state: state, catalog: Self.catalog(in: versions, at: at))),
+                keys: try rotationEntries(view, checkpoint: checkpoint))
         }
     }
 }

@@ -45,10 +45,11 @@ extension Ledger {
     func catalogVersions(_ ledgerStream: [StreamEntry]) throws -> [CatalogVersion] {
         var versions = [CatalogVersion(seq: 0, at: genesisTime, catalog: catalog, published: nil)]
         for entry in ledgerStream where entry.seq > 0 {
+            if case .keyRotated = entry.record.event.payload { continue }
             guard case .catalogPublished(let published) = entry.record.event.payload else {
                 throw ConsentError.integrity(IntegrityFailure(.ledgerFiles, line: entry.seq + 1, seq: UInt64(entry.seq), problem: "a ledger event after the genesis event is not a published catalogue"))
             }
-            if version < 2 { try checkSignature(entry.record, line: entry.seq + 1) }
+            if version < 2 { try checkSignature(entry.record, line: entry.seq + 1, keys: genesisSchedule) }
             try checkCatalogHash(published, seq: UInt64(entry.seq))
             versions.append(CatalogVersion(seq: entry.record.event.seq, at: entry.record.event.at, catalog: published.catalog, published: published))
         }

@@ -84,7 +84,7 @@ extension Ledger {
             let records = try view.tx.subjectRecords().filter { matching($0.key) }.sorted { $0.key < $1.key }
             var ids: [String] = []
             for (id, record) in records {
-                try checkRecord(id, record)
+                try checkRecord(id, record, keys: view.keys)
                 if try hasEvents(StreamKey.of(subject: subjectRef(id: id.text, salt: record.salt)), view) { ids.append(id.text) }
             }
             return ids
@@ -134,7 +134,7 @@ extension Ledger {
         for entry in try streamEntries(StreamKey.of(subject: subject), view) {
             let record = entry.record
             if let until, record.event.at > until { break }
-            if version < 2 { try checkSignature(record, line: entry.seq + 1) }
+            if version < 2 { try checkSignature(record, line: entry.seq + 1, keys: genesisSchedule) }
             do throws(ReplayViolation) {
                 try state.apply(record.event, catalog: Self.catalog(in: versions, before: record.event.seq))
             } catch {
@@ -153,23 +153,12 @@ extension Ledger {
         }
     }
 
-    func checkSignature(_ record: EventRecord, line: Int) throws {
-        guard record.keyID == keyID else {
-            throw ConsentError.integrity(IntegrityFailure(line: line, seq: record.event.seq, problem: "signed with key id \(record.keyID), not the ledger's key \(keyID)"))
-        }
-        let valid = EventCodec.signedMessage(body: record.body).withUnsafeBytes { verifier.isValid(record.signature, of: $0, by: publicKey) }
-        guard valid else {
-            throw ConsentError.integrity(IntegrityFailure(.ledgerFiles, line: line, seq: record.event.seq, problem: "signature does not verify with the ledger's public key"))
-        }
-    }
-
     /// Replays every event into memory and keeps the result, so later commands and reads need
     /// not scan the log. Returns the replay.
     @discardableResult
     public func loadAll() throws -> LedgerReplay {
         try store.read { tx in
-            let log = try tx.logState()
-            try checkHead(log)
+            let log = try view(tx).log
             var replay = LedgerReplay(catalog: catalog)
             let hash = try replayLines(tx, from: 0, to: log.size, into: &replay, after: .zero)
             let (result, head) = (replay, ChainHead(seq: log.last.event.seq, hash: hash))

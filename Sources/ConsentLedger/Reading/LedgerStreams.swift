@@ -48,9 +48,9 @@ extension Ledger {
     }
 
     /// The subject map of the whole log, checked against the root the log's last event signs.
-    func checkedMap(_ stored: StoredMap, log: LogState) throws -> StoredMap {
+    func checkedMap(_ stored: StoredMap, log: LogState, keys: KeySchedule) throws -> StoredMap {
         var stored = stored
-        try checkLastEvent(log)
+        try checkLastEvent(log, keys: keys)
         guard let root = log.last.stream.root else {
             throw ConsentError.integrity(IntegrityFailure(line: Int(log.last.event.seq) + 1, seq: log.last.event.seq, problem: "the log's last event carries no subject-map root"))
         }
@@ -70,9 +70,9 @@ extension Ledger {
     /// The log's last event is what every stream read starts from: it must be the signed head's
     /// (checked by ``checkHead(_:)``) or carry a valid signature of its own (a complete command
     /// past the head, left by a crash).
-    func checkLastEvent(_ log: LogState) throws {
+    func checkLastEvent(_ log: LogState, keys: KeySchedule) throws {
         if let head = log.signedHead, head.chainHead.seq == log.last.event.seq, head.chainHead.hash == chain.hash(ofBody: log.last.body) { return }
-        try checkSignature(log.last, line: Int(log.last.event.seq) + 1)
+        try checkSignature(log.last, line: Int(log.last.event.seq) + 1, keys: keys)
     }
 
     /// One event of a stream, as read from the log.

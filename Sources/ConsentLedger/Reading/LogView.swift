@@ -21,6 +21,8 @@ package struct LogView {
     /// Format 2: the subject map of the whole log, checked against the root its last event
     /// signs, with the index of the next stored record.
     var map: Ledger.StoredMap?
+    /// Which key signs which event and checkpoint of the log (``Ledger/keySchedule(_:map:size:)``).
+    package var keys: KeySchedule
 
     package var size: Int { log.size }
 
@@ -49,7 +51,8 @@ extension Ledger {
     /// data caught up in memory.
     func view(_ tx: any LedgerReadTransaction) throws -> LogView {
         let log = try tx.logState()
-        try checkHead(log)
+        // The head is checked once the key schedule is known: the rotations are found through
+        // the subject map, brought up to date below (and itself checked after the head).
         let counts = try tx.derivedCounts()
         let acknowledged = Int(log.recordedHead.seq) + 1
         // Derived entries past the head may be from a write a crash cut short: not trusted.
@@ -98,9 +101,11 @@ extension Ledger {
                 throw mapFailure("\(damaged)")
             }
         }
-        var view = LogView(tx: tx, log: log, indexTrusted: indexTrusted, pendingKeys: pendingKeys, treeTrusted: MerkleTree.storedHashCount(Int64(trustedTreeSize)), pendingTree: pendingTree, map: nil)
+        let keys = try keySchedule(tx, map: version >= 2 ? map : nil, size: log.size)
+        try checkHead(log, keys: keys)
+        var view = LogView(tx: tx, log: log, indexTrusted: indexTrusted, pendingKeys: pendingKeys, treeTrusted: MerkleTree.storedHashCount(Int64(trustedTreeSize)), pendingTree: pendingTree, map: nil, keys: keys)
         if version >= 2 {
-            view.map = try checkedMap(StoredMap(map: map, nextIndex: stored?.nextIndex ?? 0, coveredSize: Int64(log.size)), log: log)
+            view.map = try checkedMap(StoredMap(map: map, nextIndex: stored?.nextIndex ?? 0, coveredSize: Int64(log.size)), log: log, keys: keys)
         }
         return view
     }

@@ -10,7 +10,10 @@ public struct VerificationReport: Hashable, Sendable {
     /// The newest event and its chain hash.
     public let head: ChainHead
     public let ledgerName: String
+    /// The genesis key.
     public let publicKey: PublicKey
+    /// Every key of the ledger, as its rotations give them (one when it never rotated).
+    public let keys: KeySchedule
     /// A torn tail left by a crash (not part of the ledger; the next write removes it).
     public let torn: TornTail?
 }
@@ -37,7 +40,6 @@ extension Ledger {
             // even when the tree hashes are behind.
             let derivedComplete: DerivedCheck = counts.indexed < log.size ? .none
                 : counts.treeHashes >= MerkleTree.storedHashCount(Int64(log.size)) ? .all : .indexOnly
-            try checkSignedHead(log)
             let recorded = try tx.checkpoints()
             var wanted = Set(recorded.map(\.size))
             if let signed = log.signedHead { wanted.insert(signed.checkpoint.size) }
@@ -54,7 +56,9 @@ extension Ledger {
             } catch {
                 headsFailure = error
             }
-            let (replay, previous, headSeen, roots, streams) = try checkLines(tx, to: log.size, head: log.recordedHead, derived: derivedComplete, roots: wanted)
+            let (replay, previous, headSeen, roots, streams, keys) = try checkLines(tx, to: log.size, head: log.recordedHead, derived: derivedComplete, roots: wanted)
+            // The head's key is known once the lines gave every rotation.
+            try checkSignedHead(log, keys: keys)
             let head = log.recordedHead
             guard headSeen, let lastSeq = replay.lastSeq else {
                 throw ConsentError.integrity(IntegrityFailure(.head, line: replay.eventCount + 1, seq: replay.lastSeq.map { $0 + 1 }, problem: "the log ends at seq \(replay.lastSeq.map(String.init) ?? "none") but seq \(head.seq) was acknowledged: acknowledged events are missing (truncated log)"))
@@ -68,13 +72,13 @@ extension Ledger {
             if let signed = log.signedHead, roots[signed.checkpoint.size] != signed.checkpoint.root {
                 throw ConsentError.integrity(IntegrityFailure(.head, line: nil, seq: nil, problem: "the signed head commits to root \(signed.checkpoint.root.hex) at size \(signed.checkpoint.size), but the log's first \(signed.checkpoint.size) records hash to another root"))
             }
-            try checkRecordedCheckpoints(recorded, roots: roots, size: Int64(replay.eventCount))
+            try checkRecordedCheckpoints(recorded, roots: roots, size: Int64(replay.eventCount), keys: keys)
             if let headsFailure { throw headsFailure }
-            try checkEarlierHeads(heads, roots: roots)
+            try checkEarlierHeads(heads, roots: roots, keys: keys)
             try checkStoredMap(tx, streams, size: Int64(replay.eventCount))
-            try checkSubjectRecords(tx, logSubjects: replay.subjects.filter { $0.value.erasedAt == nil }.keys,
+            try checkSubjectRecords(tx, keys: keys, logSubjects: replay.subjects.filter { $0.value.erasedAt == nil }.keys,
                                     erased: Set(replay.subjects.filter { $0.value.erasedAt != nil }.keys))
-            return VerificationReport(events: replay.eventCount, subjects: replay.subjects.count, head: ChainHead(seq: lastSeq, hash: previous), ledgerName: genesis.ledgerName, publicKey: publicKey, torn: log.torn)
+            return VerificationReport(events: replay.eventCount, subjects: replay.subjects.count, head: ChainHead(seq: lastSeq, hash: previous), ledgerName: genesis.ledgerName, publicKey: publicKey, keys: keys, torn: log.torn)
         }
     }
 
@@ -113,15 +117,16 @@ extension Ledger {
     /// from the lines.
     enum DerivedCheck { case none, indexOnly, all }
 
-    private func checkLines(_ tx: any LedgerReadTransaction, to end: Int, head: ChainHead?, derived: DerivedCheck, roots: Set<Int64>) throws -> (LedgerReplay, Digest, Bool, [Int64: Digest], LogChecker.StreamCheck?) {
-        var checker = LogChecker(tx: tx, names: store.names, hasher: chain.hasher, signatures: (verifier, publicKey, keyID))
+    private func checkLines(_ tx: any LedgerReadTransaction, to end: Int, head: ChainHead?, derived: DerivedCheck, roots: Set<Int64>) throws -> (LedgerReplay, Digest, Bool, [Int64: Digest], LogChecker.StreamCheck?, KeySchedule) {
+        var checker = LogChecker(tx: tx, names: store.names, hasher: chain.hasher, signatures: verifier)
         checker.checkDerived = derived == .all
         checker.checkIndexOnly = derived == .indexOnly
         checker.rootsWanted = roots
         var progress = LogChecker.Progress(replay: LedgerReplay(catalog: catalog), previous: .zero)
         progress.streams = LogChecker.StreamCheck(version: version, hasher: chain.hasher)
+        progress.keys = genesisSchedule
         let result = try checker.run(from: 0, to: end, head: head, progress: progress)
-        return (result.replay, result.previous, result.headSeen, result.roots, result.streams)
+        return (result.replay, result.previous, result.headSeen, result.roots, result.streams, result.keys ?? genesisSchedule)
     }
 
     /// Every pseudonym in the log must have exactly one subject record whose id and salt hash to
@@ -129,10 +134,10 @@ extension Ledger {
     /// or for nobody. A record whose pseudonym has no events is allowed: its salt was saved by a
     /// command that failed before its events were appended. An erased subject has no record, and
     /// must have none: one that remains is an erasure left unfinished.
-    func checkSubjectRecords(_ tx: any LedgerReadTransaction, logSubjects: some Collection<SubjectRef>, erased: Set<SubjectRef> = []) throws {
+    func checkSubjectRecords(_ tx: any LedgerReadTransaction, keys: KeySchedule, logSubjects: some Collection<SubjectRef>, erased: Set<SubjectRef> = []) throws {
         let place = "\(store.names.subjects) of \(store.names.location)"
         var recorded: [SubjectRef: SubjectID] = [:]
-        for (id, salt) in try subjectSalts(tx) {
+        for (id, salt) in try subjectSalts(tx, keys: keys) {
             let ref = subjectRef(id: id.text, salt: salt)
             if erased.contains(ref) {
                 throw ConsentError.integrity(IntegrityFailure(.subjectRecord, line: nil, seq: nil, problem: "the subject of pseudonym \(ref.value) was erased, but a record of it remains in \(place): the erasure was cut short; run `consentctl erase --subject` for that id again to finish it"))
@@ -150,11 +155,10 @@ extension Ledger {
 
     /// The heads of earlier commits that the storage keeps: each signed by the ledger's key and
     /// name, with the root of the log's first SIZE entries.
-    func checkEarlierHeads(_ heads: [SignedHead], roots: [Int64: Digest]) throws {
-        let key = try verifierKey
+    func checkEarlierHeads(_ heads: [SignedHead], roots: [Int64: Digest], keys: KeySchedule) throws {
         for head in heads {
             do {
-                try head.verify(key: key, verifier: verifier)
+                try head.verify(key: try noteKey(keys.forCheckpoint(size: head.checkpoint.size).key), verifier: verifier)
             } catch {
                 throw ConsentError.integrity(IntegrityFailure(.head, line: nil, seq: head.seq, problem: "the head kept after entry \(head.seq) does not verify with the ledger's key: \(error)"))
             }
@@ -167,13 +171,12 @@ extension Ledger {
     /// Every checkpoint the ledger recorded must be signed by its key and commit to a prefix of
     /// this log: a signed checkpoint larger than the log means acknowledged events were cut
     /// off, even when the head was rewritten to match the shorter log.
-    func checkRecordedCheckpoints(_ recorded: [IssuedCheckpoint], roots: [Int64: Digest], size: Int64) throws {
-        let key = try verifierKey
+    func checkRecordedCheckpoints(_ recorded: [IssuedCheckpoint], roots: [Int64: Digest], size: Int64, keys: KeySchedule) throws {
         let place = "\(store.names.checkpoints) of \(store.names.location)"
         for issued in recorded {
             let checkpoint: Checkpoint
             do {
-                checkpoint = try Checkpoint(text: SignedNote.open(issued.note, key: key, verifier: verifier))
+                checkpoint = try Checkpoint(text: SignedNote.open(issued.note, key: try noteKey(keys.forCheckpoint(size: issued.size).key), verifier: verifier))
             } catch {
                 throw ConsentError.integrity(IntegrityFailure(.head, line: nil, seq: nil, problem: "the recorded checkpoint of size \(issued.size) in \(place) does not verify with the ledger's key: \(error)"))
             }

@@ -16,8 +16,9 @@ struct LogChecker {
     /// The storage's names, for messages.
     let names: StorageNames
     let hasher: any SHA256Hasher
-    /// Check key ids and signatures (verify), or only links and rules (replay).
-    let signatures: (verifier: any SignatureVerifier, publicKey: PublicKey, keyID: String)?
+    /// Check key ids and signatures (verify), or only links and rules (replay). The keys are
+    /// those of ``Progress/keys``, learned from the log's rotations as it is read.
+    let signatures: (any SignatureVerifier)?
     /// Also check the derived data (per-subject index and stored tree hashes) against the entries.
     var checkDerived = false
     /// Check the line index only (the stored tree hashes are behind the log).
@@ -38,6 +39,15 @@ struct LogChecker {
         let indexedKey: [UInt8]?
         let version: Int64
         let stream: StreamLink
+        let keyID: String
+        /// Whether the signature verifies with the key its `kid` names, when the parallel stage
+        /// knew that key; whether that key is the one in force is decided in order.
+        let signatureValid: Bool?
+        /// The body and signature of an event whose key the parallel stage did not know yet
+        /// (one introduced by a rotation still being applied): checked in order.
+        let deferred: (body: [UInt8], signature: Signature)?
+        /// A published catalogue's hash matches its document (true for other events).
+        let catalogHashValid: Bool
     }
 
     enum LineOutcome: Sendable {
@@ -58,6 +68,8 @@ struct LogChecker {
         var roots: [Int64: Digest] = [:]
         /// Set to check every event's format version and stream links (verify, from the start).
         var streams: StreamCheck?
+        /// The keys so far, when signatures are checked: which key must have signed each event.
+        var keys: KeySchedule?
     }
 
     /// The streams as the log builds them: each stream's newest event and the subject map.
@@ -127,12 +139,15 @@ struct LogChecker {
         let hashLeaves = checkDerived || !rootsWanted.isEmpty
         let tx = self.tx
         let names = self.names
+        // The keys the parallel stage checks signatures with: those the ordered stage has learned.
+        let knownKeys = Mutex<[String: PublicKey]>(Dictionary(uniqueKeysWithValues: (start.keys?.periods ?? []).map { ($0.keyID, $0.key) }))
         do {
             try tx.entries(from..<end, batchSize: 4096, indexedKeys: checkDerived) { batch in
                 if let failed = failure.withLock({ $0 }) { throw failed }
+                let known = knownKeys.withLock { $0 }
                 let outcomes = parallelMap(batch.count, minimumForParallel: 256) { i in
                     batch.withEntry(i) { line in
-                        Self.check(line, number: batch.seq(i) + 1, hasher: hasher, signatures: signatures, hashLeaf: hashLeaves, indexedKey: batch.indexedKeys?[i])
+                        Self.check(line, number: batch.seq(i) + 1, hasher: hasher, signatures: signatures.map { ($0, known) }, hashLeaf: hashLeaves, indexedKey: batch.indexedKeys?[i])
                     }
                 }
                 // The stored hashes of a batch's entries are those between the stored counts of
@@ -144,13 +159,17 @@ struct LogChecker {
                 ordered.async {
                     defer { slots.signal() }
                     guard failure.withLock({ $0 == nil }) else { return }
+                    let keysBefore = box.progress.keys?.periods.count
                     for outcome in outcomes {
                         do throws(ConsentError) {
-                            try Self.apply(outcome, to: &box.progress, head: head)
+                            try Self.apply(outcome, to: &box.progress, head: head, hasher: hasher, verifier: signatures)
                         } catch {
                             failure.withLock { $0 = error }
                             return
                         }
+                    }
+                    if let keys = box.progress.keys, keys.periods.count != keysBefore {
+                        knownKeys.withLock { known in for period in keys.periods { known[period.keyID] = period.key } }
                     }
                     if hashLeaves {
                         do throws(ConsentError) {
@@ -173,38 +192,61 @@ struct LogChecker {
         return box.progress
     }
 
-    private static func check(_ line: UnsafeBufferPointer<UInt8>, number: Int, hasher: any SHA256Hasher, signatures: (verifier: any SignatureVerifier, publicKey: PublicKey, keyID: String)?, hashLeaf: Bool, indexedKey: [UInt8]?) -> LineOutcome {
+    private static func check(_ line: UnsafeBufferPointer<UInt8>, number: Int, hasher: any SHA256Hasher, signatures: (verifier: any SignatureVerifier, known: [String: PublicKey])?, hashLeaf: Bool, indexedKey: [UInt8]?) -> LineOutcome {
         do throws(EventDecodingError) {
             let (body, signature) = try EventCodec.splitLine(line, decodeSignature: signatures != nil)
             let read = try EventBodyReader.read(body)
             let (event, prev, keyID) = (read.event, read.prev, read.keyID)
+            // Only what needs no other line is decided here; the failures are reported in order,
+            // in the order `verify` names them (key id, signature, catalogue hash, seq, link…).
+            var deferred: (body: [UInt8], signature: Signature)?
+            var signatureValid: Bool?
             if let signatures {
-                guard keyID == signatures.keyID else {
-                    return .failed(IntegrityFailure(line: number, seq: event.seq, problem: "signed with key id \(keyID), not the ledger's key \(signatures.keyID)"))
-                }
-                let context = EventCodec.signingContext
-                let valid = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: context.count + body.count) { message in
-                    _ = message.initialize(fromContentsOf: context)
-                    _ = UnsafeMutableBufferPointer(rebasing: message[context.count...]).initialize(fromContentsOf: body)
-                    return signatures.verifier.isValid(signature, of: UnsafeRawBufferPointer(message), by: signatures.publicKey)
-                }
-                guard valid else {
-                    return .failed(IntegrityFailure(.ledgerFiles, line: number, seq: event.seq, problem: "signature does not verify with the ledger's public key"))
+                if let key = signatures.known[keyID] {
+                    signatureValid = isSignatureValid(signature, body: body, key: key, verifier: signatures.verifier)
+                } else {
+                    deferred = (Array(body), signature)
                 }
             }
-            if case .catalogPublished(let published) = event.payload,
-                hasher.sha256(CatalogCodec.canonicalBytes(published.catalog)).hex != published.catalogHash
-            {
-                return .failed(IntegrityFailure(line: number, seq: event.seq, problem: "the published catalogue's SHA-256 differs from its 'catalog' member"))
+            var catalogHashValid = true
+            if case .catalogPublished(let published) = event.payload {
+                catalogHashValid = hasher.sha256(CatalogCodec.canonicalBytes(published.catalog)).hex == published.catalogHash
             }
             var leaf: Digest?
             if hashLeaf { leaf = MerkleTree.leafHash(UnsafeRawBufferPointer(line), hasher: hasher) }
             if let indexedKey, indexedKey != StreamKey.of(event.payload) {
                 return .failed(IntegrityFailure(.derivedData, line: number, seq: event.seq, problem: "the per-subject index gives this entry another stream than its event's"))
             }
-            return .checked(CheckedLine(number: number, event: event, prev: prev, hash: hasher.sha256(UnsafeRawBufferPointer(body)), leaf: leaf, indexedKey: indexedKey, version: read.version, stream: read.stream))
+            return .checked(CheckedLine(number: number, event: event, prev: prev, hash: hasher.sha256(UnsafeRawBufferPointer(body)), leaf: leaf, indexedKey: indexedKey, version: read.version, stream: read.stream, keyID: keyID, signatureValid: signatureValid, deferred: deferred, catalogHashValid: catalogHashValid))
         } catch {
             return .failed(IntegrityFailure(line: number, seq: nil, problem: error.problem))
+        }
+    }
+
+    /// An event signature: over the signing context and the body, without copying the body twice.
+    private static func isSignatureValid(_ signature: Signature, body: UnsafeBufferPointer<UInt8>, key: PublicKey, verifier: any SignatureVerifier) -> Bool {
+        let context = EventCodec.signingContext
+        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: context.count + body.count) { message in
+            _ = message.initialize(fromContentsOf: context)
+            _ = UnsafeMutableBufferPointer(rebasing: message[context.count...]).initialize(fromContentsOf: body)
+            return verifier.isValid(signature, of: UnsafeRawBufferPointer(message), by: key)
+        }
+    }
+
+    /// The ordered part of checking a signature: the event's key must be the one in force for
+    /// its seq (a retired key's signature is refused even when it verifies), and a signature
+    /// the parallel stage could not check is checked now.
+    private static func checkKey(_ line: CheckedLine, keys: KeySchedule, verifier: any SignatureVerifier) throws(ConsentError) {
+        let seq = line.event.seq
+        let inForce = keys.forEvent(seq)
+        if let problem = keys.keyProblem(keyID: line.keyID, seq: seq) {
+            throw .integrity(IntegrityFailure(line: line.number, seq: seq, problem: problem))
+        }
+        let valid = line.signatureValid ?? line.deferred.map { deferred in
+            deferred.body.withUnsafeBufferPointer { isSignatureValid(deferred.signature, body: $0, key: inForce.key, verifier: verifier) }
+        } ?? false
+        guard valid else {
+            throw .integrity(IntegrityFailure(.ledgerFiles, line: line.number, seq: seq, problem: "signature does not verify with the ledger's public key \(inForce.keyID)"))
         }
     }
 
@@ -243,13 +285,17 @@ struct LogChecker {
         progress.treeIndex += Int64(expected.count)
     }
 
-    private static func apply(_ outcome: LineOutcome, to progress: inout Progress, head: ChainHead?) throws(ConsentError) {
+    private static func apply(_ outcome: LineOutcome, to progress: inout Progress, head: ChainHead?, hasher: any SHA256Hasher, verifier: (any SignatureVerifier)?) throws(ConsentError) {
         let line: CheckedLine
         switch outcome {
         case .failed(let failure): throw .integrity(failure)
         case .checked(let checked): line = checked
         }
         let seq = line.event.seq
+        if let verifier, let keys = progress.keys { try checkKey(line, keys: keys, verifier: verifier) }
+        guard line.catalogHashValid else {
+            throw .integrity(IntegrityFailure(line: line.number, seq: seq, problem: "the published catalogue's SHA-256 differs from its 'catalog' member"))
+        }
         guard Int(seq) + 1 == line.number else {
             throw .integrity(IntegrityFailure(line: line.number, seq: seq, problem: "line \(line.number) holds seq \(seq); expected seq \(line.number - 1) (lines removed, inserted or reordered)"))
         }
@@ -260,6 +306,13 @@ struct LogChecker {
             try progress.replay.apply(line.event)
         } catch {
             throw .integrity(IntegrityFailure(line: line.number, seq: error.seq, problem: error.problem))
+        }
+        if let verifier, case .keyRotated(let rotation) = line.event.payload, progress.keys != nil, let ledger = progress.replay.genesis?.ledgerName {
+            do {
+                try progress.keys!.admit(rotation, seq: seq, prev: line.prev, keyID: line.keyID, ledger: ledger, hasher: hasher, verifier: verifier)
+            } catch {
+                throw .integrity(IntegrityFailure(.ledgerFiles, line: line.number, seq: seq, problem: error.description))
+            }
         }
         try progress.streams?.check(line)
         if let head, seq == head.seq {

@@ -31,8 +31,17 @@ extension Ledger {
     ///
     /// `streams` (format 2, from ``streamState(for:_:)``) links the events into their streams
     /// and gives the subject map whose new records are written with the derived data.
-    func commit(_ events: [LedgerEvent], _ view: LogView, _ tx: any LedgerWriteTransaction, signer: any EventSigner, streams: (state: StreamState, nextIndex: Int64)?, subjects: [(subjectID: SubjectID, record: SubjectRecord)], erasing: [SubjectID] = []) throws -> Committed {
+    ///
+    /// `signer` must hold the key in force; a key rotation (its events signed by the key it
+    /// retires) gives the new key as `headSigner`, since the head after it is the new key's.
+    func commit(_ events: [LedgerEvent], _ view: LogView, _ tx: any LedgerWriteTransaction, signer: any EventSigner, headSigner: (any EventSigner)? = nil, streams: (state: StreamState, nextIndex: Int64)?, subjects: [(subjectID: SubjectID, record: SubjectRecord)], erasing: [SubjectID] = []) throws -> Committed {
         let log = view.log
+        let inForce = view.keys.current
+        guard signer.publicKey == inForce.key else {
+            // Another process rotated the key since this one unlocked it: unlock again next time.
+            memory.withLock { $0.signer = nil }
+            throw ConsentError.conflict("the ledger's key was rotated (at seq \(inForce.rotation ?? 0)) after this process unlocked the key it retired; nothing was written: try again, and the key in force (\(inForce.keyID)) is unlocked")
+        }
         var frontier = try trustedFrontier(view)
         let hasher = chain.hasher
         var state = streams?.state
@@ -54,9 +63,10 @@ extension Ledger {
             entries.append(line)
         }
         let head = ChainHead(seq: events.last!.seq, hash: newHash)
+        let headSigner = headSigner ?? signer
         let signedHead = SignedHead.sign(
             Checkpoint(origin: genesis.ledgerName, size: frontier.size, root: frontier.root(hasher: hasher)),
-            chainHash: newHash, key: try verifierKey, signer: signer)
+            chainHash: newHash, key: try noteKey(headSigner.publicKey), signer: headSigner)
         var derived = view.pendingDerived(newKeys: keys, newHashes: treeHashes)
         if state != nil, let first = streams?.nextIndex {
             let appended = state!.map.takeNewRecords(firstIndex: first, coveringSize: frontier.size)
@@ -94,7 +104,7 @@ extension Ledger {
         } else if let recorded = try view.tx.checkpoints().last(where: { $0.size > 0 && $0.size <= Int64(log.size) }) {
             let checkpoint: Checkpoint
             do {
-                checkpoint = try Checkpoint(text: SignedNote.open(recorded.note, key: try verifierKey, verifier: verifier))
+                checkpoint = try Checkpoint(text: SignedNote.open(recorded.note, key: try noteKey(view.keys.forCheckpoint(size: recorded.size).key), verifier: verifier))
             } catch {
                 throw ConsentError.integrity(IntegrityFailure(.head, line: nil, seq: nil, problem: "the recorded checkpoint of size \(recorded.size) in \(store.names.checkpoints) does not verify with the ledger's key: \(error)"))
             }
@@ -116,7 +126,7 @@ extension Ledger {
                 guard record.event.seq == UInt64(frontier.size) else {
                     throw ConsentError.integrity(IntegrityFailure(.derivedData, line: batch.seq(i) + 1, seq: record.event.seq, problem: "expected seq \(frontier.size) past the signed head, found seq \(record.event.seq) (\(store.names.derivedRepair))"))
                 }
-                try checkSignature(record, line: batch.seq(i) + 1)
+                try checkSignature(record, line: batch.seq(i) + 1, keys: view.keys)
                 frontier.append(MerkleTree.leafHash(line, hasher: hasher), hasher: hasher)
             }
         }
@@ -129,8 +139,9 @@ extension Ledger {
     /// A signed head for the log as it stands (a ledger whose head is of the older unsigned
     /// form, being copied).
     func signHead(for view: LogView) throws -> SignedHead {
-        SignedHead.sign(Checkpoint(origin: genesis.ledgerName, size: Int64(view.size), root: try trustedRoot(view)),
-                        chainHash: chain.hash(ofBody: view.log.last.body), key: try verifierKey, signer: try signingKey())
+        let signer = try signingKey()
+        return SignedHead.sign(Checkpoint(origin: genesis.ledgerName, size: Int64(view.size), root: try trustedRoot(view)),
+                               chainHash: chain.hash(ofBody: view.log.last.body), key: try noteKey(signer.publicKey), signer: signer)
     }
 
     /// The root of the whole log, from signed data (``trustedFrontier(_:)``).

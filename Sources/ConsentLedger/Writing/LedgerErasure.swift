@@ -37,7 +37,7 @@ extension Ledger {
             guard let record = try tx.subjectRecord(id) else {
                 throw ConsentError.notFound(.subject, "the ledger has no subject '\(subjectID)' (never recorded, or already erased): nothing was changed")
             }
-            try checkRecord(id, record)
+            try checkRecord(id, record, keys: view.keys)
             let ref = subjectRef(id: subjectID, salt: record.salt)
             let versions = try catalogVersions(view)
             var state = try currentStates(of: [ref], view, versions: versions)[ref] ?? SubjectState()

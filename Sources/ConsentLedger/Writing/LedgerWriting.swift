@@ -29,7 +29,7 @@ extension Ledger {
                 if records == nil || unchecked.contains(where: { records?[$0] == nil }) { records = try tx.subjectRecords() }
                 for id in unchecked {
                     guard let record = records?[id] else { continue }
-                    try checkRecord(id, record)
+                    try checkRecord(id, record, keys: view.keys)
                     salts[id] = record.salt
                 }
             }
@@ -56,7 +56,7 @@ extension Ledger {
                         guard subjectRef(id: id.text, salt: record.salt) != refs[id] else {
                             throw ConsentError.integrity(IntegrityFailure(.subjectRecord, line: nil, seq: nil, problem: "the subject \(id.text.debugDescription) was erased, but the erasure was cut short and its record remains in \(store.names.subjects): run the erasure again before writing for that id"))
                         }
-                        try checkRecord(id, record)
+                        try checkRecord(id, record, keys: view.keys)
                         salts[id] = record.salt
                         records?[id] = record
                     } else {
@@ -213,13 +213,30 @@ extension Ledger {
         try keys.replaceKeyFile(try SigningKeyFile.file(for: signer, protection: protection, random: random))
     }
 
+    /// The signer of the key in force, unlocked once. A key file that holds a key the ledger
+    /// has rotated away from is refused; a rotation that committed its event but was cut short
+    /// before putting the new key file in place is finished here.
     func signingKey() throws -> any EventSigner {
         if let signer = memory.withLock({ $0.signer }) { return signer }
         guard let keys else {
             throw ConsentError.notFound(.signingKey, "\(store.names.location) keeps no signing key: writers load it from a key file (consentctl --key-file FILE) or a key store of their own")
         }
-        let signer = try keys.unlockSigner(passphrase: passphrase)
-        guard signer.publicKey == publicKey else {
+        let schedule = try keyHistory()
+        let inForce = schedule.current
+        var file = try keys.loadKeyFile()
+        let stored = try? SigningKeyFile.publicKey(of: file, location: keys.keyLocation)
+        if stored != inForce.key, let pending = try keys.loadPendingKeyFile(),
+            try SigningKeyFile.publicKey(of: pending, location: keys.keyLocation) == inForce.key
+        {
+            try keys.promotePendingKeyFile()
+            file = pending
+        }
+        let signer = try keys.unlockSigner(file, passphrase: passphrase)
+        guard signer.publicKey == inForce.key else {
+            if let retired = schedule.period(of: signer.publicKey) {
+                let next = schedule.periods.first { $0.from > retired.from }
+                throw ConsentError.integrity(IntegrityFailure(.ledgerFiles, line: nil, seq: nil, problem: "the secret key in \(keys.keyLocation) is key \(retired.keyID), which the ledger rotated away from at seq \(next?.rotation ?? 0); the key in force is \(inForce.keyID)"))
+            }
             throw ConsentError.integrity(IntegrityFailure(.ledgerFiles, line: nil, seq: nil, problem: "the secret key does not belong to the ledger's public key"))
         }
         memory.withLock { $0.signer = signer }

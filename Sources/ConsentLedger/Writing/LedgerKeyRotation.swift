@@ -1,0 +1,85 @@
+import ConsentDomain
+import LedgerFormat
+import LedgerStorage
+import TransparencyLog
+
+/// What a key rotation did, for the operator's records: where it is in the log, and the keys
+/// before and after.
+public struct KeyRotationReceipt: Hashable, Sendable {
+    /// The `key.rotated` event's sequence number.
+    public let seq: UInt64
+    /// The key it retired (which signed the event) and the key in force from now on.
+    public let retired: NoteVerifierKey
+    public let current: NoteVerifierKey
+    /// The signed head after the rotation: the new key's first signature on the log.
+    public let head: String
+}
+
+extension Ledger {
+    /// Rotates the ledger to a new key kept in the ledger's key store, sealed as `protection`
+    /// says: appends a `key.rotated` event signed by the key in force, with the new key's
+    /// handover signature, and from then on signs with the new key.
+    ///
+    /// The new key file is stored (pending) before the event is committed and put in place of
+    /// the old one after, overwriting the old key: a crash in between loses nothing, since the
+    /// next write that finds the log naming the pending key finishes the swap.
+    @discardableResult
+    public func rotateKey(to newSigner: SodiumSigner = .generate(), protection: KeyProtection, actor: String = "consentctl") throws -> KeyRotationReceipt {
+        guard let keys else {
+            throw ConsentError.invalidRequest("this ledger signs with a signer of its own, not a key file: rotate with rotateKey(to:actor:) and keep the new key where that signer keeps keys")
+        }
+        let file = try SigningKeyFile.file(for: newSigner, protection: protection, random: random)
+        let receipt = try rotate(to: newSigner, actor: actor) { try keys.savePendingKeyFile(file) }
+        do {
+            try keys.promotePendingKeyFile()
+        } catch {
+            // The rotation stands; the key file is swapped by the next write that needs the key.
+            lastWarning.withLock { $0 = "the key rotation is committed (seq \(receipt.seq)), but putting the new key file in place of \(keys.keyLocation) failed (\(error)); the next write finishes it" }
+        }
+        return receipt
+    }
+
+    /// Rotates the ledger to `newSigner`, a signer of your own (an HSM or KMS key): the caller
+    /// keeps the new key, and opens the ledger with it from now on.
+    @discardableResult
+    public func rotateKey(to newSigner: any EventSigner, actor: String = "consentctl") throws -> KeyRotationReceipt {
+        try rotate(to: newSigner, actor: actor) {}
+    }
+
+    func rotate(to newSigner: any EventSigner, actor: String, beforeCommit: () throws -> Void) throws -> KeyRotationReceipt {
+        try Self.validateText(actor, what: "actor", maxBytes: 128)
+        guard version >= 2 else {
+            throw ConsentError.invalidRequest("this ledger is of format version 1, which has no ledger stream to record a key rotation in")
+        }
+        let signer = try signingKey()
+        return try writing { tx, view, afterCommit in
+            let log = view.log
+            let keys = view.keys
+            if let used = keys.period(of: newSigner.publicKey) {
+                throw ConsentError.invalidRequest("the new key \(used.keyID) is one this ledger has used before; a rotation needs a new key")
+            }
+            let seq = log.last.event.seq + 1
+            let prev = chain.hash(ofBody: log.last.body)
+            let handover = KeyHandover.message(ledger: genesis.ledgerName, prev: prev, from: signer.publicKey, to: newSigner.publicKey).withUnsafeBytes { newSigner.sign($0) }
+            let rotation = KeyRotated(publicKey: newSigner.publicKey.hex, handover: handover.hex)
+            // What every reader will check, checked before anything is written.
+            var after = keys
+            do {
+                try after.admit(rotation, seq: seq, prev: prev, keyID: keys.current.keyID, ledger: genesis.ledgerName, hasher: chain.hasher, verifier: verifier)
+            } catch {
+                throw ConsentError.invalidRequest("the new key cannot take over: \(error)")
+            }
+            let event = LedgerEvent(seq: seq, at: max(clock(), log.last.event.at), actor: actor, command: CommandSpan(first: seq, size: 1), payload: .keyRotated(rotation))
+            try beforeCommit()
+            let committed = try commit([event], view, tx, signer: signer, headSigner: newSigner, streams: try streamState(for: [SubjectMap.ledgerStream], view), subjects: [])
+            if let warning = committed.warning { lastWarning.withLock { $0 = warning } }
+            afterCommit.append { [self] in
+                if committed.warning == nil { remember(committed.signedHead, frontier: committed.frontier) }
+                memory(streams: committed.streams)
+                advanceMemory(from: log.size, to: committed.size, events: [event], head: committed.head)
+                memory.withLock { $0.signer = newSigner; $0.keys = (after, committed.size) }
+            }
+            return KeyRotationReceipt(seq: seq, retired: try noteKey(signer.publicKey), current: try noteKey(newSigner.publicKey), head: committed.signedHead.note)
+        }
+    }
+}
