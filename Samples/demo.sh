@@ -119,6 +119,9 @@ say "Bundles carry the rotation: the auditor who pinned the first key and one wh
 run verify-export "$work/alice-rotated.json" --key "$key"
 run verify-export "$work/alice-rotated.json" --key "$new_key"
 run verify-export "$work/alice.json" --key "$key"
+say "Had the old key leaked, the officer revokes it as well, from the first event it may have signed for someone else: the new key re-attests the honest events since then by their hashes, and verify refuses any other event the old key signed in that window."
+run key revoke --compromised-since 9 --actor security-officer
+run verify
 
 chapter "13. Someone edits the log"
 say "One byte flipped in the event at seq 3, then verify again:"

@@ -390,7 +390,10 @@ public enum ExportVerifier {
         for e in bundle.catalogEvents {
             let record = try check(e, checkpoint: checkpoint, keys: keys.schedule, rotated: !keys.rotations.isEmpty, hasher: hasher, verifier: verifier, proofRequired: true)
             ledgerRecords.append(record)
-            if case .keyRotated = record.event.payload, e.seq > versions.last!.seq { continue }
+            if e.seq > versions.last!.seq {
+                if case .keyRotated = record.event.payload { continue }
+                if case .keyRevoked = record.event.payload { continue }
+            }
             guard case .catalogPublished(let published) = record.event.payload, e.seq > versions.last!.seq else {
                 throw ExportVerificationError(seq: record.event.seq, "a catalogue-version entry is not a published catalogue, or is out of order")
             }
@@ -403,6 +406,7 @@ public enum ExportVerifier {
             versions.append((e.seq, published.catalog))
         }
         try keys.checkSame(asRotationsIn: bundle.catalogEvents, records: ledgerRecords)
+        let withRevocations = try keys.withRevocations(ledgerRecords)
         // The signed statement says which events and catalogue versions the export must hold.
         guard let note = bundle.statement else { throw ExportVerificationError(seq: nil, "a subject export needs its signed statement") }
         let statement: ExportStatement
@@ -427,6 +431,7 @@ public enum ExportVerifier {
             guard let ref = record.event.payload.subject?.value, ref.utf8.elementsEqual(subject.ref.utf8) else {
                 throw ExportVerificationError(seq: record.event.seq, "the event is about another subject")
             }
+            try BundleKeys.checkAttested(record, keys: withRevocations, hasher: hasher)
             let inForce = versions.last { $0.seq < e.seq }?.catalog ?? catalog
             do throws(ReplayViolation) {
                 try state.apply(record.event, catalog: inForce)
@@ -450,10 +455,12 @@ public enum ExportVerifier {
         var frontier: [(size: Int64, hash: Digest)] = []
         var previous = Digest.zero
         var rotations: [(ExportedEvent, EventRecord)] = []
+        var revocations: [EventRecord] = []
         for (i, e) in ([bundle.genesis] + bundle.events).enumerated() {
             guard e.seq == Int64(i) else { throw ExportVerificationError(seq: UInt64(max(0, e.seq)), "expected seq \(i): events are missing or out of order") }
             let record = i == 0 ? genesis : try check(e, checkpoint: checkpoint, keys: keys.schedule, rotated: !keys.rotations.isEmpty, hasher: hasher, verifier: verifier, proofRequired: false)
             if case .keyRotated = record.event.payload { rotations.append((e, record)) }
+            if case .keyRevoked = record.event.payload { revocations.append(record) }
             guard record.prev == previous else { throw ExportVerificationError(seq: record.event.seq, "prev does not match the previous event's hash") }
             if case .catalogPublished(let published) = record.event.payload, hasher.sha256(CatalogCodec.canonicalBytes(published.catalog)).hex != published.catalogHash {
                 throw ExportVerificationError(seq: record.event.seq, "the published catalogue's SHA-256 differs from its 'catalog' member")
@@ -479,6 +486,16 @@ public enum ExportVerifier {
         }
         guard replay.incompleteCommand == nil else { throw ExportVerificationError(seq: nil, "the events end inside a command") }
         try keys.checkSame(asRotationsIn: rotations.map(\.0), records: rotations.map(\.1))
+        // Every event a revoked key signed in its compromised window is one it attests.
+        // (A revocation follows the window it covers: the window's events are read again.)
+        let withRevocations = try keys.withRevocations(revocations)
+        let all = [bundle.genesis] + bundle.events
+        for revocation in withRevocations.revocations {
+            for seq in revocation.since...revocation.until {
+                let record = try check(all[Int(seq)], checkpoint: checkpoint, keys: keys.schedule, rotated: !keys.rotations.isEmpty, hasher: hasher, verifier: verifier, proofRequired: false)
+                try BundleKeys.checkAttested(record, keys: withRevocations, hasher: hasher)
+            }
+        }
         return ExportVerificationReport(scope: .all, checkpoint: checkpoint, events: bundle.events.count + 1, subjectID: nil)
     }
 

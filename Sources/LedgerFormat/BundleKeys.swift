@@ -78,6 +78,32 @@ package struct BundleKeys {
         }
     }
 
+    /// The revocations among a ledger stream's checked events, taken into the schedule: each
+    /// signed by the key in force, of a retired key, as `ledger-format.md` (Key rotation) says.
+    package func withRevocations(_ records: [EventRecord]) throws(ExportVerificationError) -> KeySchedule {
+        var keys = schedule
+        for record in records {
+            guard case .keyRevoked(let revocation) = record.event.payload else { continue }
+            do {
+                try keys.admit(revocation, seq: record.event.seq, keyID: record.keyID)
+            } catch {
+                throw ExportVerificationError(seq: record.event.seq, error.description)
+            }
+        }
+        return keys
+    }
+
+    /// An event a revoked key signed in its compromised window must be one its revocation
+    /// attests (by the SHA-256 of its body).
+    package static func checkAttested(_ record: EventRecord, keys: KeySchedule, hasher: any SHA256Hasher) throws(ExportVerificationError) {
+        let seq = record.event.seq
+        for revocation in keys.revocations where revocation.keyID == record.keyID && seq >= revocation.since && seq <= revocation.until {
+            guard revocation.attested[Int(seq - revocation.since)] == hasher.sha256(record.body) else {
+                throw ExportVerificationError(seq: seq, "the event was signed by key \(revocation.keyID) after it was compromised (seq \(revocation.since) on), and its revocation at seq \(revocation.seq) does not re-attest it")
+            }
+        }
+    }
+
     /// The checkpoint key of another size under the same schedule (a consistency proof's older
     /// checkpoint).
     package func checkpointKey(size: Int64, hasher: any SHA256Hasher) throws(ExportVerificationError) -> NoteVerifierKey {

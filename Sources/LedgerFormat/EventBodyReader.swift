@@ -12,10 +12,10 @@ import ConsentDomain
 package struct EventBodyReader {
     /// Every member name of format versions 1 and 2, in canonical (sorted) order; a member's bit is
     /// 1 << its index here.
-    static let names: [[UInt8]] = ["actor", "at", "catalog", "cause", "channel", "cmd", "cmdSize", "consent", "document", "effectiveAt", "evidence", "feature", "handover", "kid", "ledger", "noticeLanguage", "notices", "prev", "publicKey", "reason", "renews", "seq", "streamPrev", "streamRoot", "subject", "type", "v", "version"].map { Array($0.utf8) }
+    static let names: [[UInt8]] = ["actor", "at", "attested", "catalog", "cause", "channel", "cmd", "cmdSize", "compromisedSince", "consent", "document", "effectiveAt", "evidence", "feature", "handover", "kid", "ledger", "noticeLanguage", "notices", "prev", "publicKey", "reason", "renews", "seq", "streamPrev", "streamRoot", "subject", "type", "v", "version"].map { Array($0.utf8) }
 
     enum Name: Int {
-        case actor, at, catalog, cause, channel, cmd, cmdSize, consent, document, effectiveAt, evidence, feature, handover, kid, ledger, noticeLanguage, notices, prev, publicKey, reason, renews, seq, streamPrev, streamRoot, subject, type, v, version
+        case actor, at, attested, catalog, cause, channel, cmd, cmdSize, compromisedSince, consent, document, effectiveAt, evidence, feature, handover, kid, ledger, noticeLanguage, notices, prev, publicKey, reason, renews, seq, streamPrev, streamRoot, subject, type, v, version
         var bit: UInt32 { 1 << UInt32(rawValue) }
         var text: String { String(decoding: EventBodyReader.names[rawValue], as: UTF8.self) }
     }
@@ -31,12 +31,13 @@ package struct EventBodyReader {
         "consent.revoked": bits([.subject, .feature, .consent, .reason]),
         "subject.erased": bits([.subject]),
         "key.rotated": bits([.publicKey, .handover]),
+        "key.revoked": bits([.publicKey, .compromisedSince, .attested]),
     ]
 
     // What was read (plain fields, not arrays: a reader is made for every event).
     var present: UInt32 = 0
-    var v: Int64 = -1, seq: Int64 = -1, cmd: Int64 = -1, cmdSize: Int64 = -1, feature: Int64 = -1, cause: Int64 = -1, renews: Int64 = -1, streamPrev: Int64 = -1
-    var document: JSONValue?, notices: JSONValue?
+    var v: Int64 = -1, seq: Int64 = -1, cmd: Int64 = -1, cmdSize: Int64 = -1, feature: Int64 = -1, cause: Int64 = -1, renews: Int64 = -1, streamPrev: Int64 = -1, compromisedSince: Int64 = -1
+    var document: JSONValue?, notices: JSONValue?, attested: JSONValue?
     var actor: String?, catalog: String?, consent: String?, handover: String?, kid: String?, ledger: String?
     var publicKey: String?, reason: String?, subject: String?, type: String?, version: String?
     var channel: String?, evidence: String?, noticeLanguage: String?
@@ -66,7 +67,7 @@ package struct EventBodyReader {
         return try reader.event()
     }
 
-    private static let staticNames: [StaticString] = ["actor", "at", "catalog", "cause", "channel", "cmd", "cmdSize", "consent", "document", "effectiveAt", "evidence", "feature", "handover", "kid", "ledger", "noticeLanguage", "notices", "prev", "publicKey", "reason", "renews", "seq", "streamPrev", "streamRoot", "subject", "type", "v", "version"]
+    private static let staticNames: [StaticString] = ["actor", "at", "attested", "catalog", "cause", "channel", "cmd", "cmdSize", "compromisedSince", "consent", "document", "effectiveAt", "evidence", "feature", "handover", "kid", "ledger", "noticeLanguage", "notices", "prev", "publicKey", "reason", "renews", "seq", "streamPrev", "streamRoot", "subject", "type", "v", "version"]
 
     /// Which member name the bytes spell: a guess from length and first letter, then an exact
     /// comparison.
@@ -76,6 +77,8 @@ package struct EventBodyReader {
         switch (range.count, first) {
         case (5, 0x61): guess = .actor
         case (2, 0x61): guess = .at
+        case (8, 0x61): guess = .attested
+        case (16, 0x63): guess = .compromisedSince
         case (7, 0x63):
             let second = bytes[range.lowerBound + 1]
             guess = bytes[range.lowerBound + 2] == 0x74 ? .catalog : (second == 0x6D ? .cmdSize : (second == 0x68 ? .channel : .consent))
@@ -133,10 +136,14 @@ package struct EventBodyReader {
             p.index += 1
             guard p.index < bytes.count else { throw p.error("unexpected end of input") }
             switch name {
-            case .document, .notices:
+            case .document, .notices, .attested:
                 let value = try p.parseValue(depth: 1)
-                if name == .document { document = value } else { notices = value }
-            case .v, .seq, .cmd, .cmdSize, .feature, .cause, .renews, .streamPrev:
+                switch name {
+                case .document: document = value
+                case .notices: notices = value
+                default: attested = value
+                }
+            case .v, .seq, .cmd, .cmdSize, .feature, .cause, .renews, .streamPrev, .compromisedSince:
                 let c = bytes[p.index]
                 guard c == UInt8(ascii: "-") || (c >= 0x30 && c <= 0x39) else {
                     throw EventDecodingError(problem: "member '\(name.text)' must be an integer")
@@ -150,6 +157,7 @@ package struct EventBodyReader {
                 case .feature: feature = value
                 case .renews: renews = value
                 case .streamPrev: streamPrev = value
+                case .compromisedSince: compromisedSince = value
                 default: cause = value
                 }
             case .at, .effectiveAt:
@@ -258,6 +266,25 @@ package struct EventBodyReader {
                 throw EventDecodingError(problem: "member 'handover' is not 128 lowercase hex digits")
             }
             payload = .keyRotated(KeyRotated(publicKey: key, handover: handover))
+        case "key.revoked":
+            guard v >= 2 else { throw EventDecodingError(problem: "a 'key.revoked' event belongs only to format version 2") }
+            let key = try string(publicKey, .publicKey)
+            guard key.utf8.count == 64, key.utf8.allSatisfy({ Hex.nibble($0) != nil }) else {
+                throw EventDecodingError(problem: "member 'publicKey' is not 64 lowercase hex digits")
+            }
+            let since = UInt64(try integer(compromisedSince, .compromisedSince))
+            guard let items = attested?.arrayValue, !items.isEmpty else {
+                throw EventDecodingError(problem: "member 'attested' must be a non-empty array of event hashes")
+            }
+            var hashes: [String] = []
+            hashes.reserveCapacity(items.count)
+            for item in items {
+                guard let hash = item.stringValue, hash.utf8.count == 64, hash.utf8.allSatisfy({ Hex.nibble($0) != nil }) else {
+                    throw EventDecodingError(problem: "member 'attested' holds something that is not 64 lowercase hex digits")
+                }
+                hashes.append(hash)
+            }
+            payload = .keyRevoked(KeyRevoked(publicKey: key, compromisedSince: since, attested: hashes))
         default:
             let why: RevocationReason
             switch try string(reason, .reason) {

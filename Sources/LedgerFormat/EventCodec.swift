@@ -162,6 +162,14 @@ public enum EventCodec {
             string("kid", keyID)
             digest("prev", prev)
             if let reason = e.reason { string("reason", reason) }
+        case .keyRevoked(let e):
+            json("attested", .array(e.attested.map { .string($0) }))
+            integer("cmd", event.command.first)
+            integer("cmdSize", event.command.size)
+            integer("compromisedSince", e.compromisedSince)
+            string("kid", keyID)
+            digest("prev", prev)
+            string("publicKey", e.publicKey)
         case .keyRotated(let e):
             integer("cmd", event.command.first)
             integer("cmdSize", event.command.size)
@@ -239,6 +247,10 @@ public enum EventCodec {
         case .keyRotated(let e):
             members["publicKey"] = .string(e.publicKey)
             members["handover"] = .string(e.handover)
+        case .keyRevoked(let e):
+            members["publicKey"] = .string(e.publicKey)
+            members["compromisedSince"] = .int(Int64(e.compromisedSince))
+            members["attested"] = .array(e.attested.map { .string($0) })
         }
         return CanonicalJSON.serialize(.object(members))
     }

@@ -48,6 +48,22 @@ public struct KeySchedule: Hashable, Sendable {
     /// Oldest first; never empty.
     public private(set) var periods: [Period]
 
+    /// A retired key marked compromised (`key.revoked`): the events it signed from `since` up to
+    /// its rotation must be the attested ones.
+    public struct Revocation: Hashable, Sendable {
+        /// The seq of the `key.revoked` event.
+        public let seq: UInt64
+        public let keyID: String
+        /// The first seq the key may have signed for someone else.
+        public let since: UInt64
+        /// The last seq the key signed: the rotation that retired it.
+        public let until: UInt64
+        /// The hashes of the honest events of seq `since` … `until`, in order.
+        public let attested: [Digest]
+    }
+
+    /// Oldest first.
+    public private(set) var revocations: [Revocation] = []
     public init(genesis key: PublicKey, hasher: any SHA256Hasher) {
         periods = [Period(from: 0, key: key, keyID: Self.keyID(of: key, hasher: hasher))]
     }
@@ -121,6 +137,41 @@ public struct KeySchedule: Hashable, Sendable {
             throw Refusal(description: "the key rotation's handover signature does not verify with the new key \(newID)")
         }
         periods.append(Period(from: seq + 1, key: new, keyID: newID))
+    }
+
+    /// Takes in the revocation of event `seq`, whose `kid` is `keyID`: signed by the key in force
+    /// (checked like any event's), of a key of the schedule that is not in force (a key is
+    /// rotated away from before it is revoked), not revoked before, compromised from a seq that
+    /// key signed, and attesting exactly one hash per event from there to its rotation. Whether
+    /// the hashes are those of the log's events is the verifier's to check
+    /// (``Revocation/attested``).
+    public mutating func admit(_ revocation: KeyRevoked, seq: UInt64, keyID: String) throws(Refusal) {
+        let inForce = forEvent(seq)
+        guard keyID == inForce.keyID else {
+            throw Refusal(description: "the key revocation is signed with key id \(keyID), not with the key in force, \(inForce.keyID)")
+        }
+        guard let key = PublicKey(hex: revocation.publicKey), let index = periods.firstIndex(where: { $0.key == key }) else {
+            throw Refusal(description: "the key revocation names a key this ledger never used")
+        }
+        let revoked = periods[index]
+        guard revoked.from <= seq, index + 1 < periods.count, periods[index + 1].from <= seq else {
+            throw Refusal(description: "the key revocation names key \(revoked.keyID), which is still in force: a key is rotated away from before it is revoked")
+        }
+        guard !revocations.contains(where: { $0.keyID == revoked.keyID }) else {
+            throw Refusal(description: "the key revocation names key \(revoked.keyID), which was revoked before")
+        }
+        let until = periods[index + 1].from - 1
+        guard revocation.compromisedSince >= revoked.from, revocation.compromisedSince <= until else {
+            throw Refusal(description: "the key revocation says key \(revoked.keyID) was compromised from seq \(revocation.compromisedSince), but it signed seq \(revoked.from) to \(until)")
+        }
+        guard UInt64(revocation.attested.count) == until - revocation.compromisedSince + 1 else {
+            throw Refusal(description: "the key revocation attests \(revocation.attested.count) events, but key \(revoked.keyID) signed \(until - revocation.compromisedSince + 1) from seq \(revocation.compromisedSince) to \(until)")
+        }
+        let hashes = revocation.attested.compactMap { Digest(hex: $0) }
+        guard hashes.count == revocation.attested.count else {
+            throw Refusal(description: "the key revocation attests something that is not a hash")
+        }
+        revocations.append(Revocation(seq: seq, keyID: revoked.keyID, since: revocation.compromisedSince, until: until, attested: hashes))
     }
 
     /// A period taken as claimed (a bundle's, before its signatures are checked).

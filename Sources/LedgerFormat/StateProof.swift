@@ -262,8 +262,11 @@ public enum StateProofVerifier {
         // The ledger stream's key rotations are exactly the proof's 'keys'; they are no catalogue.
         try keys.checkSame(asRotationsIn: proof.catalogEvents, records: Array(ledgerEvents.dropFirst()))
         var versions: [(seq: UInt64, at: Timestamp, catalog: Catalog)] = [(0, genesis.event.at, catalog)]
+        let withRevocations = try keys.withRevocations(ledgerEvents)
+        for record in subjectEvents { try BundleKeys.checkAttested(record, keys: withRevocations, hasher: hasher) }
         for record in ledgerEvents.dropFirst() {
             if case .keyRotated = record.event.payload { continue }
+            if case .keyRevoked = record.event.payload { continue }
             guard case .catalogPublished(let published) = record.event.payload else { throw fail(record.event.seq, "a ledger event after the genesis event is not a published catalogue") }
             guard hasher.sha256(CatalogCodec.canonicalBytes(published.catalog)).hex == published.catalogHash else {
                 throw fail(record.event.seq, "the published catalogue's SHA-256 differs from its 'catalog' member")

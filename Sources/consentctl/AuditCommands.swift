@@ -77,7 +77,7 @@ struct KeyCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "key",
         abstract: "The ledger's keys.",
-        subcommands: [KeyShow.self, KeyRotate.self, KeyPassphrase.self, KeyMoveOut.self],
+        subcommands: [KeyShow.self, KeyRotate.self, KeyRevoke.self, KeyPassphrase.self, KeyMoveOut.self],
         defaultSubcommand: KeyShow.self
     )
 }
@@ -203,6 +203,55 @@ struct KeyRotate: ParsableCommand {
                 print("Retired:   \(receipt.retired.text)")
                 print("In force:  \(receipt.current.text)")
                 print("Give auditors the new verifier key (consentctl key show); either key verifies the whole history.")
+            }
+        }
+    }
+}
+
+struct KeyRevoke: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "revoke",
+        abstract: "Mark a retired key compromised from an event on, re-attesting the honest events it signed.",
+        discussion: """
+            For a key that leaked: first 'key rotate' (so that a key the thief does not hold is \
+            in force), then 'key revoke --compromised-since SEQ', SEQ the first event the old key \
+            may have signed for someone else. It appends a key.revoked event, signed by the key \
+            in force, that names the old key and lists the hashes of the events that key signed \
+            from SEQ up to its rotation, as the log holds them now: the honest ones. From then \
+            on 'verify' refuses any event signed by the revoked key in that window that is not \
+            listed, and bundles carry the revocation like a rotation.
+
+            A key is revoked once. The window is every event from SEQ to the rotation, so pick \
+            SEQ no later than the first moment the key may have leaked; each event in it costs \
+            67 bytes in the revocation.
+
+            Example:
+              consentctl key rotate --actor security-officer
+              consentctl key revoke --compromised-since 1200 --actor security-officer
+            """
+    )
+
+    @ParentCommand var root: ConsentCtl
+
+    @Option(help: ArgumentHelp("The seq of the first event the revoked key may have signed for someone else; the key that signed it is the one revoked.", valueName: "SEQ"))
+    var compromisedSince: UInt64
+
+    @Option(help: "Who acts: the security officer's or system's id.")
+    var actor: String = "consentctl"
+
+    @OptionGroup var output: OutputOptions
+
+    func run() throws {
+        try reporting(json: output.isJSON) {
+            let receipt = try root.openLedger().revokeKey(compromisedSince: compromisedSince, actor: actor)
+            if output.isJSON {
+                printJSON(.object([
+                    "ok": .bool(true), "seq": .int(Int64(receipt.seq)), "revoked": .string(receipt.revoked.text),
+                    "compromisedSince": .int(Int64(receipt.compromisedSince)), "attested": .int(Int64(receipt.attested)),
+                ]))
+            } else {
+                print("Revoked key \(receipt.revoked.text): key.revoked event at seq \(receipt.seq).")
+                print("Compromised from seq \(receipt.compromisedSince); the \(receipt.attested) event\(receipt.attested == 1 ? "" : "s") it signed from there to its rotation are re-attested by the key in force.")
             }
         }
     }

@@ -456,6 +456,7 @@ struct Verify: ParsableCommand {
                     "ok": .bool(true), "ledger": .string(report.ledgerName), "events": .int(Int64(report.events)),
                     "subjects": .int(Int64(report.subjects)), "verifierKey": .string(inForce.text),
                     "rotations": .array(rotations.map { .int(Int64($0)) }),
+                    "revocations": .array(report.keys.revocations.map { .object(["seq": .int(Int64($0.seq)), "keyID": .string($0.keyID), "compromisedSince": .int(Int64($0.since)), "attested": .int(Int64($0.attested.count))]) }),
                     "head": .object(["seq": .int(Int64(report.head.seq)), "hash": .string(report.head.hash.hex)]),
                 ]))
                 return
@@ -468,6 +469,9 @@ struct Verify: ParsableCommand {
             table.add(["  verifier key", inForce.text])
             if !rotations.isEmpty {
                 table.add(["  key rotations", "\(rotations.count), at seq \(rotations.map(String.init).joined(separator: ", ")); genesis key \(try ledger.verifierKey.text)"])
+            }
+            for revocation in report.keys.revocations {
+                table.add(["  key revoked", "\(revocation.keyID) at seq \(revocation.seq): compromised from seq \(revocation.since), \(revocation.attested.count) event(s) to seq \(revocation.until) re-attested"])
             }
             table.print()
         }

@@ -6,15 +6,16 @@ replay), with the Python 3 standard library only. Ed25519, canonical JSON, event
 replay are imported from verify_vectors.py in this folder; the Merkle tree (RFC 6962 and the tlog
 storage layout), signed notes (C2SP signed-note), checkpoints (C2SP tlog-checkpoint), bundles and
 consistency proofs are implemented here, and so is the key schedule a file is checked under
-after a key rotation (export-format.md, Keys), with the rotation rules of verify_vectors.py's
-KeySchedule.
+after a key rotation (export-format.md, Keys), with the rotation and revocation rules of
+verify_vectors.py's KeySchedule.
 
 Usage:
     python3 Spec/vectors/verify_export.py              self-tests, then Spec/vectors/export
                                                        (expected.json) and derived cases, recorded
                                                        checkpoints, then Spec/vectors/rotated (the
                                                        bundle and consistency cases of its
-                                                       expected.json) and derived key-rotation cases
+                                                       expected.json) and derived key-rotation
+                                                       and revocation cases
     python3 Spec/vectors/verify_export.py FILE KEY     verify one export bundle or consistency-proof
                                                        file against the pinned verifier KEY (the
                                                        key text name+hash+key, or a file holding it)
@@ -848,6 +849,33 @@ def check_same_rotations(keys, entries, events):
             ", ".join(str(e.seq) for e in found), ", ".join(str(e.seq) for e in keys.rotations)))
 
 
+def with_revocations(keys, events):
+    """Keys, Revocations: the key.revoked events among a ledger stream's checked `events`, in
+    order, taken into a copy of the file's schedule (ledger-format.md, Key rotation, Revocation,
+    items 1-6; verify_vectors.KeySchedule.revocation), each failure with the revocation's seq.
+    Returns the KeySchedule with its revocations."""
+    schedule = KeySchedule(keys.schedule.periods[0][1])
+    schedule.periods = list(keys.schedule.periods)
+    for event in events:
+        if event.type != "key.revoked":
+            continue
+        problem, revocation = schedule.revocation(event)
+        if problem is not None:
+            raise ExportFailure(event.seq, problem)
+        schedule.revocations.append(revocation)
+    return schedule
+
+
+def check_attested(event, schedule):
+    """Keys, Revocations: an event a revoked key signed in its compromised window (seq C ... U)
+    must hash to its revocation's `attested` entry at its position; else its seq fails."""
+    revocation = schedule.unattested(event.seq, event.kid, sha256(event.body).hex())
+    if revocation is not None:
+        seq, kid, since = revocation[:3]
+        raise ExportFailure(event.seq, "the event was signed by key %s after it was compromised (seq %d on), and its revocation at "
+                            "seq %d does not re-attest it" % (kid, since, seq))
+
+
 def display_name(names):
     """The English name, else the first by language tag (tags compared as Swift sorts strings)."""
     if "en" in names:
@@ -955,12 +983,13 @@ def verify_subject(b, checkpoint, catalog, features, key, keys):
             raise ExportFailure(max(0, e.seq), "events are not in increasing sequence order")
         previous = e.seq
     # The catalogue versions: the genesis catalogue, then each published version, each proven. A
-    # key rotation of the ledger's stream changes no catalogue; the rotations there must be 'keys'.
+    # key rotation or revocation of the ledger's stream changes no catalogue; the rotations there
+    # must be 'keys', and the revocations are taken in.
     versions, ledger_events = [(0, catalog)], []
     for e in b.catalog_versions:
         event = check_entry(e, checkpoint, keys.schedule, True, keys.rotated)
         ledger_events.append(event)
-        if event.type == "key.rotated" and e.seq > versions[-1][0]:
+        if event.type in ("key.rotated", "key.revoked") and e.seq > versions[-1][0]:
             continue
         if event.type != "catalog.published" or not e.seq > versions[-1][0]:
             raise ExportFailure(event.seq, "a catalogue-version entry is not a published catalogue, or is out of order")
@@ -971,6 +1000,7 @@ def verify_subject(b, checkpoint, catalog, features, key, keys):
             raise ExportFailure(event.seq, "the published catalogue cannot replace the one in force: %s" % problem)
         versions.append((e.seq, event.document))
     check_same_rotations(keys, b.catalog_versions, ledger_events)
+    revoked = with_revocations(keys, ledger_events)
     # The signed statement says which events and catalogue versions the bundle must hold; it is
     # signed with the checkpoint key.
     if b.statement is None:
@@ -996,6 +1026,7 @@ def verify_subject(b, checkpoint, catalog, features, key, keys):
         event = check_entry(e, checkpoint, keys.schedule, True, keys.rotated)
         if event.subject is None or not same_bytes(event.subject, ref):
             raise ExportFailure(event.seq, "the event is about another subject")
+        check_attested(event, revoked)
         try:
             state.apply(event, in_force(versions, e.seq))
         except Violation as v:
@@ -1026,13 +1057,16 @@ def verify_all(b, genesis, checkpoint, catalog, keys):
     # 4A.
     if len(b.events) + 1 != checkpoint.size:
         raise ExportFailure(None, "the bundle holds %d events but the checkpoint covers %d" % (len(b.events) + 1, checkpoint.size))
-    replay, previous, leaves, rotations = Replay(catalog), ZERO_HASH, [], []
-    for i, e in enumerate([b.genesis] + b.events):
+    replay, previous, leaves, rotations, revocations = Replay(catalog), ZERO_HASH, [], [], []
+    entries = [b.genesis] + b.events
+    for i, e in enumerate(entries):
         if e.seq != i:
             raise ExportFailure(max(0, e.seq), "expected seq %d: events are missing or out of order" % i)
         event = genesis if i == 0 else check_entry(e, checkpoint, keys.schedule, False, keys.rotated)
         if event.type == "key.rotated":
             rotations.append((e, event))
+        if event.type == "key.revoked":
+            revocations.append(event)
         if event.prev != previous:
             raise ExportFailure(event.seq, "prev does not match the previous event's hash")
         if event.type == "catalog.published" and catalog_hash(event.document) != event.catalog:
@@ -1048,6 +1082,12 @@ def verify_all(b, genesis, checkpoint, catalog, keys):
     if replay.open is not None:
         raise ExportFailure(None, "the events end inside a command")
     check_same_rotations(keys, [e for e, _ in rotations], [event for _, event in rotations])
+    # 6. The revocations, in order; then each entry of each revocation's window (seq C ... U), in
+    # order, checked again as an entry without its proof, must be re-attested.
+    revoked = with_revocations(keys, revocations)
+    for _, _, since, until, _ in revoked.revocations:
+        for seq in range(since, until + 1):
+            check_attested(check_entry(entries[seq], checkpoint, keys.schedule, False, keys.rotated), revoked)
 
 
 def read_proof_entry(v, what):
@@ -1611,8 +1651,8 @@ def check_derived(checks, v, key, checkpoint):
 def export_subject(lines, subject_id, salt, key, seed, catalog_value, streams=False):
     """A subject bundle of the log `lines` (without newlines): the signed head of the whole log
     (signed with `seed`, the key `key` in force for seq len(lines)) as the checkpoint, the genesis
-    entry, every entry of the ledger stream after it (catalog.published and key.rotated:
-    catalogVersions), the key.rotated entries again as `keys` when there are any, and the
+    entry, every entry of the ledger stream after it (catalog.published, key.rotated and
+    key.revoked: catalogVersions), the key.rotated entries again as `keys` when there are any, and the
     subject's entries, all with inclusion proofs, and the listing of the subject's replay under
     the catalogue in force at each event. With `streams`, as the reference exports a format 2
     ledger: complete by the subject map's proofs; without, with the signed export statement
@@ -1631,7 +1671,7 @@ def export_subject(lines, subject_id, salt, key, seed, catalog_value, streams=Fa
     events = [decode_line(line) for line in lines]
     ref = subject_ref(subject_id, salt)
     versions = [(0, decode_catalog(catalog_value)[0])] + [(e.seq, e.document) for e in events if e.type == "catalog.published"]
-    ledger_stream = [e.seq for e in events if e.type in ("catalog.published", "key.rotated")]
+    ledger_stream = [e.seq for e in events if e.type in ("catalog.published", "key.rotated", "key.revoked")]
     rotations = [e.seq for e in events if e.type == "key.rotated"]
     state = SubjectState()
     mine = [e for e in events if e.subject == ref]
@@ -1942,7 +1982,8 @@ def check_evidence(checks, v, key):
 
 class Rotated:
     """Spec/vectors/rotated and the ledger its files were made from, rotated-ledger/ (the genesis
-    key, of seed 00..1f, rotated at seq 6 to the key of seed 20..3f), with a writer of derived
+    key, of seed 00..1f, rotated at seq 6 to the key of seed 20..3f and revoked at seq 10,
+    compromised from seq 3), with a writer of derived
     ledgers re-signed as a rotating writer signs them (verify_vectors.sign_log)."""
 
     def __init__(self, here):
@@ -1986,10 +2027,10 @@ class Rotated:
         return sign_log(bodies, self.genesis_seed)[0].split(b"\n")[:-1], seed
 
     def two_rotations(self, bodies):
-        """A second rotation at seq 10, to the key of seed 60..7f, and bob's grant of timeline's
-        optional-a at seq 11, signed with it."""
+        """The vector's first ten events (before its revocation), a second rotation at seq 10, to
+        the key of seed 60..7f, and bob's grant of timeline's optional-a at seq 11, signed with it."""
         third = self.kid(self.third_seed)
-        return bodies + [
+        return bodies[:10] + [
             {"v": 2, "seq": 10, "at": "2026-01-15T09:00:05.000Z", "actor": "vector-generator", "cmd": 10, "cmdSize": 1,
              "kid": self.kid(self.new_seed), "type": "key.rotated", "@next": self.third_seed},
             {"v": 2, "seq": 11, "at": "2026-01-15T09:00:06.000Z", "actor": "self", "cmd": 11, "cmdSize": 1, "kid": third,
@@ -2000,6 +2041,91 @@ class Rotated:
 
     def everything(self, lines, seed):
         return export_all(lines, self.signer(seed), seed, self.catalog_value)
+
+    def revoked(self, seq, key_seed, since, window, kid_seed=None, **members):
+        """A key.revoked body at `seq` (a command of its own) naming the key of `key_seed`,
+        compromised from `since`, attesting the events of `window` (sign_log's '@attest': first,
+        last[, edit]), with the kid of `kid_seed` (the seed 20..3f's by default; sign_log signs it
+        with the key in force)."""
+        x = {"v": 2, "seq": seq, "at": "2026-01-15T09:00:05.000Z", "actor": "vector-generator", "cmd": seq, "cmdSize": 1,
+             "kid": self.kid(kid_seed or self.new_seed), "type": "key.revoked", "publicKey": ed25519_public_key(key_seed).hex(),
+             "compromisedSince": since, "@attest": window}
+        x.update(members)
+        return x
+
+    def revocation_cases(self):
+        """Derived ledgers about the revocation (export-format.md, Keys, Revocations), each re-signed
+        so that only its defect remains: [(name, event lines, seed in force after them, outcomes)],
+        outcomes {form: None (verifies) or (seq, reason)} for the forms 'alice', 'bob' (a subject
+        bundle in either form, or a state proof) and 'all' (the all bundle)."""
+        genesis_kid, new_kid = self.kid(self.genesis_seed), self.kid(self.new_seed)
+
+        def wrong(i):
+            def edit(hashes):
+                hashes[i] = sha256(b"").hex()
+                return hashes
+            return edit
+
+        def window(*args):
+            return lambda b: b[10].update({"@attest": args})
+
+        def replace(**members):
+            return lambda b: b[10].update(members)
+
+        def not_attested(kid, since, at):
+            return "the event was signed by key %s after it was compromised (seq %d on), and its revocation at seq %d does not re-attest it" % (
+                kid, since, at)
+        genesis_window = not_attested(genesis_kid, 3, 10)
+        still = "the key revocation names key %s, which is still in force: a key is rotated away from before it is revoked"
+        second = self.two_rotations(self.bodies)[10]  # the rotation at seq 10 to the key of seed 60..7f
+        third_seed = self.third_seed
+
+        def then_revoke_new(edit=None):
+            """The first ten events, a second rotation (seq 10) and a revocation (seq 11, signed by
+            the third key) of the first rotation's key, compromised from seq 7 (its first event),
+            attesting seq 7-10."""
+            def change(b):
+                return b[:10] + [dict(second), self.revoked(11, self.new_seed, 7, (7, 10) + ((edit,) if edit else ()), kid_seed=third_seed)]
+            return change
+
+        def thief(b):
+            b[5]["evidence"] = "forged-form-0666"  # alice's grant of seq 5, made by the holder of the leaked key
+
+        cases = [
+            ("the revocation's hash for seq 4 replaced", window(3, 6, wrong(1)),
+             {"alice": (4, genesis_window), "bob": None, "all": (4, genesis_window)}),
+            ("seq 5 replaced by an event signed with the leaked genesis key (re-chained), the vector's revocation as it is", thief,
+             {"alice": (5, genesis_window), "bob": None, "all": (5, genesis_window)}),
+            ("the revocation's hash for seq 6 (the rotation, no subject's event) replaced", window(3, 6, wrong(3)),
+             {"alice": None, "bob": None, "all": (6, genesis_window)}),
+            ("a revocation from seq 0 whose hash for the genesis event is replaced", replace(compromisedSince=0, **{"@attest": (0, 6, wrong(0))}),
+             {"alice": None, "bob": None, "all": (0, not_attested(genesis_kid, 0, 10))}),
+            ("a revocation from seq 0 (7 hashes, seq 0-6)", replace(compromisedSince=0, **{"@attest": (0, 6)}),
+             {"alice": None, "bob": None, "all": None}),
+            ("a revocation naming the key in force", replace(publicKey=ed25519_public_key(self.new_seed).hex(), compromisedSince=7,
+                                                            **{"@attest": (7, 9)}),
+             dict.fromkeys(("alice", "bob", "all"), (10, still % new_kid))),
+            ("a revocation naming a key the ledger never used", replace(publicKey=ed25519_public_key(self.other_seed).hex()),
+             dict.fromkeys(("alice", "bob", "all"), (10, "the key revocation names a key this ledger never used"))),
+            ("the genesis key revoked twice (again at seq 11)", lambda b: b + [self.revoked(11, self.genesis_seed, 3, (3, 6))],
+             dict.fromkeys(("alice", "bob", "all"), (11, "the key revocation names key %s, which was revoked before" % genesis_kid))),
+            ("compromisedSince 7, outside the genesis key's period", replace(compromisedSince=7),
+             dict.fromkeys(("alice", "bob", "all"), (10, "the key revocation says key %s was compromised from seq 7, but it signed seq 0 to 6"
+                                                     % genesis_kid))),
+            ("3 hashes for the window seq 3-6", window(3, 5),
+             dict.fromkeys(("alice", "bob", "all"), (10, "the key revocation attests 3 events, but key %s signed 4 from seq 3 to 6"
+                                                     % genesis_kid))),
+            ("a second rotation (seq 10), then a revocation of the first rotation's key from seq 7 (seq 11)", then_revoke_new(),
+             {"alice": None, "bob": None, "all": None}),
+            ("a second rotation (seq 10), then a revocation of the first rotation's key whose hash for seq 8 is replaced",
+             then_revoke_new(wrong(1)),
+             {"alice": (8, not_attested(new_kid, 7, 11)), "bob": None, "all": (8, not_attested(new_kid, 7, 11))}),
+        ]
+        out = []
+        for name, change, outcomes in cases:
+            lines, seed = self.ledger(change)
+            out.append((name, lines, seed, outcomes))
+        return out
 
     def consistency(self, lines, m, old_seed, new_seed, n=None, keys=True):
         """A consistency-proof file from size m (a plain checkpoint signed with `old_seed`) to the
@@ -2069,7 +2195,7 @@ def check_rotated(checks, here):
     for name, made in (("alice.bundle.json", lambda: r.subject(lines, seed)),
                        ("alice-statement.bundle.json", lambda: r.subject(lines, seed, streams=False)),
                        ("all.bundle.json", lambda: r.everything(lines, seed)),
-                       ("consistency-6-10.json", lambda: r.consistency(lines, 6, r.genesis_seed, seed))):
+                       ("consistency-6-11.json", lambda: r.consistency(lines, 6, r.genesis_seed, seed))):
         checks.run("rotated: exporter: %s is reproduced byte for byte (checkpoint signed with the seed 20..3f, 'keys' = seq 6)" % name,
                    lambda name=name, made=made: (serialize(made()) + b"\n" == r.read(name), name))
 
@@ -2094,7 +2220,7 @@ def check_rotated(checks, here):
     in_force_genesis = "the event's signature does not verify with the ledger's key in force for it, %s" % r.kid(r.genesis_seed)
     size6 = sign_note(head_text(lines[:6], r.name, build_stored(lines[:6]).__getitem__), G, r.genesis_seed)
     stored = build_stored(lines)
-    size10_by_genesis = sign_note(head_text(lines, r.name, stored.__getitem__), G, r.genesis_seed)
+    size11_by_genesis = sign_note(head_text(lines, r.name, stored.__getitem__), G, r.genesis_seed)
     alice_statement = json.loads(r.read("alice-statement.bundle.json"))
 
     cases = [
@@ -2118,8 +2244,8 @@ def check_rotated(checks, here):
          "the bundle's verifier key %s is not the key that signs its checkpoint, %s" % (genesis_text, current_text)),
         ("alice (statement form), the checkpoint the signed head of size 6 (below the rotation of 'keys')",
          edited(alice_statement, lambda o: o.update(checkpoint=size6)), G, 6, "a key rotation of 'keys' is not below the checkpoint's size 6"),
-        ("alice, the checkpoint (size 10) signed by the genesis key instead of the key in force for seq 10",
-         edited("alice.bundle.json", lambda o: o.update(checkpoint=size10_by_genesis)), G, None,
+        ("alice, the checkpoint (size 11) signed by the genesis key instead of the key in force for seq 11",
+         edited("alice.bundle.json", lambda o: o.update(checkpoint=size11_by_genesis)), G, None,
          "checkpoint: the note has no signature by key %s" % "+".join(current_text.split("+")[:2])),
         ("alice (statement form), the statement signed by the genesis key, not the checkpoint key",
          edited(alice_statement, lambda o: o.update(statement=sign_note(o["statement"][:o["statement"].rindex("\n\n") + 1], G, r.genesis_seed))),
@@ -2131,7 +2257,7 @@ def check_rotated(checks, here):
         ("all, the rotation's handover changed in the events only", edited("all.bundle.json", lambda o: flip_handover(o, "events")),
          G, 6, in_force_genesis),
         ("all, a proof hash of the entry of 'keys' changed", edited("all.bundle.json", lambda o: o["keys"][0]["proof"].__setitem__(0, b64encode(bytes(32)))),
-         C, 6, "the inclusion proof does not lead to the checkpoint's root (tree size 10)"),
+         C, 6, "the inclusion proof does not lead to the checkpoint's root (tree size 11)"),
         ("all, seq 7 (after the rotation) with a byte changed", edited("all.bundle.json", lambda o: o["events"][6].update(
             line=o["events"][6]["line"].replace('"actor":"self"', '"actor":"selF"'))), G, 7, in_force_new),
         ("alice (statement form), the rotation left out of catalogVersions",
@@ -2139,7 +2265,7 @@ def check_rotated(checks, here):
          "the key rotations among the ledger's events (seq []) are not the ones 'keys' holds (seq [6])"),
         ("alice (statement form), the rotation left out of catalogVersions, the statement re-signed by the holder of the key in force",
          edited(alice_statement, lambda o: o.update(catalogVersions=[], statement=sign_note(statement_text(
-             r.name, 10, o["subject"]["ref"], [], [e["seq"] for e in o["events"]]), C, r.new_seed))), C, None,
+             r.name, 11, o["subject"]["ref"], [], [e["seq"] for e in o["events"]]), C, r.new_seed))), C, None,
          "the key rotations among the ledger's events (seq []) are not the ones 'keys' holds (seq [6])"),
         ("alice (statement form), without 'keys', genesis key pinned: the pinned key no longer leads to the checkpoint",
          edited(alice_statement, lambda o: o.pop("keys")), G, None,
@@ -2198,6 +2324,47 @@ def check_rotated(checks, here):
             "" if seq is None else "seq %d, " % seq, reason)), lambda data=data, pinned=pinned, seq=seq, reason=reason:
                    outcome(data, pinned, "bundle", reason, seq))
 
+    # Revocations (Keys, Revocations): ledgers re-signed so that only the revocation's defect
+    # remains, exported as the reference exports them; every form, with each key it can pin.
+    for name, revoked_lines, revoked_seed, outcomes in r.revocation_cases():
+        pins = (("genesis", G), ("current", C)) + ((("third", T),) if revoked_seed == r.third_seed else ())
+        for form, who, make in (("alice", "alice", lambda l, s: r.subject(l, s)),
+                                ("alice (statement form)", "alice", lambda l, s: r.subject(l, s, streams=False)),
+                                ("bob", "bob", lambda l, s: r.subject(l, s, "bob")),
+                                ("bob (statement form)", "bob", lambda l, s: r.subject(l, s, "bob", streams=False)),
+                                ("all", "all", r.everything)):
+            data = serialize(make(revoked_lines, revoked_seed)) + b"\n"
+            outcome_of = outcomes[who]
+            seq, reason = outcome_of if outcome_of is not None else (None, None)
+            for which, pinned in pins:
+                checks.run("rotated: revocation: %s, %s, %s key pinned: %s" % (
+                    name, form, which, "verifies" if reason is None else "fails: seq %d, %s" % (seq, reason)),
+                    lambda data=data, pinned=pinned, seq=seq, reason=reason: outcome(data, pinned, "bundle", reason, seq))
+
+    def revocation_as_ledger():
+        """verify_vectors.verify_folder on the same derived ledgers: the same defects, each where
+        verify names it (the line of its seq)."""
+        wrong = []
+        for name, lines, seed, outcomes in r.revocation_cases():
+            log = b"".join(line + b"\n" for line in lines)
+            try:
+                verify_folder(r.folder, log=log, head_text=sign_note(head_text(lines, r.name, build_stored(lines).__getitem__),
+                                                                  r.signer(seed), seed), derived=False, subject_map=False)
+                got = None
+            except Failure as f:
+                got = (f.seq, f.reason)
+            expected = outcomes["all"]
+            if (got is None) != (expected is None) or (got is not None and got[0] != expected[0]):
+                wrong.append("%s: %s" % (name, got))
+        return not wrong, "; ".join(wrong) or "%d ledgers, each failing verify at the seq the all bundle names" % len(r.revocation_cases())
+    checks.run("rotated: revocation: the derived ledgers verify, or fail verify_folder at the seq their all bundle fails", revocation_as_ledger)
+    checks.run("rotated: revocation: alice (statement form) with the revocation left out of catalogVersions (statement as signed)",
+               lambda: outcome(edited(alice_statement, lambda o: o.update(catalogVersions=o["catalogVersions"][:1])), G, "bundle",
+                               "the signed export statement lists catalogue versions [6, 10] but the bundle holds [6]", None))
+    checks.run("rotated: revocation: all, the revocation's line with a changed hash in 'attested' (not re-signed): its signature fails",
+               lambda: outcome(edited("all.bundle.json", lambda o: o["events"][9].update(line=o["events"][9]["line"].replace(
+                   '"attested":["9', '"attested":["8'))), C, "bundle", in_force_new, 10))
+
     def as_ledger():
         log = sign_log(r.two_rotations([dict(b, **({"@next": r.new_seed} if b["seq"] == 6 else {})) for b in r.bodies]),
                        r.genesis_seed, heads_in_log=True)[0]
@@ -2208,38 +2375,38 @@ def check_rotated(checks, here):
                as_ledger)
 
     # Consistency proofs: each checkpoint opened with the key in force at its size.
-    base = json.loads(r.read("consistency-6-10.json"))
+    base = json.loads(r.read("consistency-6-11.json"))
     consistency = [
-        ("6 -> 10 without 'genesis' and 'keys', genesis key pinned: the newer checkpoint is not the genesis key's",
+        ("6 -> 11 without 'genesis' and 'keys', genesis key pinned: the newer checkpoint is not the genesis key's",
          edited(base, lambda o: (o.pop("keys"), o.pop("genesis"))), G, None,
          "checkpoint: the note has no signature by key %s" % "+".join(genesis_text.split("+")[:2])),
-        ("6 -> 10 without 'genesis' and 'keys', current key pinned: the older checkpoint is not the current key's",
+        ("6 -> 11 without 'genesis' and 'keys', current key pinned: the older checkpoint is not the current key's",
          edited(base, lambda o: (o.pop("keys"), o.pop("genesis"))), C, None,
          "checkpoint: the note has no signature by key %s" % "+".join(current_text.split("+")[:2])),
-        ("6 -> 10, 'keys' without 'genesis'", edited(base, lambda o: o.pop("genesis")), G, None, "'genesis' lacks 'seq' or 'line'"),
-        ("6 -> 10, 'keys' not an array", edited(base, lambda o: o.update(keys="6")), G, None, "'keys' is not an array"),
-        ("6 -> 10, an entry of 'keys' without its proof", edited(base, lambda o: o["keys"][0].pop("proof")), G, None,
+        ("6 -> 11, 'keys' without 'genesis'", edited(base, lambda o: o.pop("genesis")), G, None, "'genesis' lacks 'seq' or 'line'"),
+        ("6 -> 11, 'keys' not an array", edited(base, lambda o: o.update(keys="6")), G, None, "'keys' is not an array"),
+        ("6 -> 11, an entry of 'keys' without its proof", edited(base, lambda o: o["keys"][0].pop("proof")), G, None,
          "an entry of 'keys''s proof is not an array"),
-        ("6 -> 10, pinned a key the ledger never used", r.read("consistency-6-10.json"), other, None,
+        ("6 -> 11, pinned a key the ledger never used", r.read("consistency-6-11.json"), other, None,
          "the pinned key %s is neither the ledger's genesis key nor a key that the consistency proof's key rotations introduce" % other.text),
-        ("6 -> 10, the older checkpoint (size 6) signed by the new key", serialize(r.consistency(lines, 6, r.new_seed, seed)) + b"\n", C, None,
+        ("6 -> 11, the older checkpoint (size 6) signed by the new key", serialize(r.consistency(lines, 6, r.new_seed, seed)) + b"\n", C, None,
          "checkpoint: the note has no signature by key %s" % "+".join(genesis_text.split("+")[:2])),
-        ("7 -> 10, the older checkpoint (size 7) signed by the new key, in force for seq 7", serialize(r.consistency(lines, 7, r.new_seed, seed)) + b"\n",
+        ("7 -> 11, the older checkpoint (size 7) signed by the new key, in force for seq 7", serialize(r.consistency(lines, 7, r.new_seed, seed)) + b"\n",
          G, None, None),
-        ("7 -> 10, the older checkpoint (size 7) signed by the genesis key", serialize(r.consistency(lines, 7, r.genesis_seed, seed)) + b"\n",
+        ("7 -> 11, the older checkpoint (size 7) signed by the genesis key", serialize(r.consistency(lines, 7, r.genesis_seed, seed)) + b"\n",
          C, None, "checkpoint: the note has no signature by key %s" % "+".join(current_text.split("+")[:2])),
         ("3 -> 6, before the rotation (no 'keys'; genesis key pinned)", serialize(r.consistency(lines, 3, r.genesis_seed, r.genesis_seed, n=6)) + b"\n",
          G, None, None),
         ("3 -> 6, before the rotation, current key pinned", serialize(r.consistency(lines, 3, r.genesis_seed, r.genesis_seed, n=6)) + b"\n",
          C, None, "checkpoint: the note has no signature by key %s" % "+".join(current_text.split("+")[:2])),
-        ("6 -> 10, the rotation's handover changed in 'keys'", edited(base, lambda o: flip_handover(o, "keys")), C, 6, in_force_genesis),
-        ("6 -> 10, the genesis entry of the tiny ledger (same genesis key, another ledger)",
+        ("6 -> 11, the rotation's handover changed in 'keys'", edited(base, lambda o: flip_handover(o, "keys")), C, 6, in_force_genesis),
+        ("6 -> 11, the genesis entry of the tiny ledger (same genesis key, another ledger)",
          edited(base, lambda o: o["genesis"].update(line=event_lines(read_file(os.path.join(here, "tiny-ledger"), "ledger.jsonl"))[0].decode())),
-         G, 0, "the inclusion proof does not lead to the checkpoint's root (tree size 10)"),
-        ("6 -> 10, 'genesis' holding alice's first event", edited(base, lambda o: o.update(genesis={
-            "seq": 1, "line": lines[1].decode(), "proof": [b64encode(h) for h in stored_inclusion_proof(1, 10, stored.__getitem__)]})), G, 0,
+         G, 0, "the inclusion proof does not lead to the checkpoint's root (tree size 11)"),
+        ("6 -> 11, 'genesis' holding alice's first event", edited(base, lambda o: o.update(genesis={
+            "seq": 1, "line": lines[1].decode(), "proof": [b64encode(h) for h in stored_inclusion_proof(1, 11, stored.__getitem__)]})), G, 0,
          "the genesis entry does not name the genesis key that the 'keys' rotations start from"),
-        ("6 -> 10, the handover signed by a key the ledger never used", serialize(r.consistency(handover, 6, r.genesis_seed, handover_seed)) + b"\n",
+        ("6 -> 11, the handover signed by a key the ledger never used", serialize(r.consistency(handover, 6, r.genesis_seed, handover_seed)) + b"\n",
          G, 6, not_handed),
     ]
     for m in (1, 6, 7, 10):

@@ -12,8 +12,8 @@ Usage:
     python3 Spec/vectors/verify_state.py                  Spec/vectors/state (expected.json), a
                                                           prover reproducing its files, and
                                                           derived cases; then the state cases of
-                                                          Spec/vectors/rotated (key rotation)
-                                                          and derived key-rotation cases
+                                                          Spec/vectors/rotated (key rotation
+                                                          and revocation) and derived cases
     python3 Spec/vectors/verify_state.py FILE --key KEY   verify one state proof against the
                                                           pinned verifier KEY (the key text
                                                           name+hash+key, or a file holding it)
@@ -35,8 +35,8 @@ from verify_vectors import (  # noqa: E402
     trimmed_text, verify_folder, verify_map_proof,
 )
 from verify_export import (  # noqa: E402
-    Checkpoint, Entry, ExportFailure, NoteError, NoteKey, b64decode, b64encode, build_stored, check_consistency, check_entry,
-    check_same_rotations, is_int, json_equal, leaf_hash, listing_json, open_note, parse_checkpoint, parse_json, parse_verifier_key,
+    Checkpoint, Entry, ExportFailure, NoteError, NoteKey, b64decode, b64encode, build_stored, check_attested, check_consistency,
+    check_entry, check_same_rotations, with_revocations, is_int, json_equal, leaf_hash, listing_json, open_note, parse_checkpoint, parse_json, parse_verifier_key,
     read_key_argument, resolve_keys, same_bytes, same_text, sign_note, stored_consistency_proof, stored_inclusion_proof, verify_chain,
     Rotated,
 )
@@ -231,12 +231,18 @@ def verify_state(data, key):
     subject_events = stream(p.events, bytes.fromhex(computed), p.subject_map, "the subject")
     ledger_events = stream([p.genesis] + p.catalog_versions, LEDGER_STREAM, p.ledger_map, "the ledger's own stream")
 
-    # 6. The ledger stream's key rotations are exactly 'keys'; then the catalogue versions: (seq,
-    # time in ms, catalogue), the genesis catalogue first, a key rotation skipped.
+    # 6. The ledger stream's key rotations are exactly 'keys'; its revocations are taken in, in
+    # order, and each event of the subject's stream that a revoked key signed in its compromised
+    # window must be re-attested, in order (export-format.md, Keys, Revocations); then the
+    # catalogue versions: (seq, time in ms, catalogue), the genesis catalogue first, a key rotation
+    # or revocation skipped.
     check_same_rotations(keys, p.catalog_versions, ledger_events[1:])
+    revoked = with_revocations(keys, ledger_events)
+    for event in subject_events:
+        check_attested(event, revoked)
     versions = [(0, genesis.at_ms, catalog)]
     for event in ledger_events[1:]:
-        if event.type == "key.rotated":
+        if event.type in ("key.rotated", "key.revoked"):
             continue
         if event.type != "catalog.published":
             raise StateFailure(event.seq, "a ledger event after the genesis event is not a published catalogue")
@@ -868,14 +874,14 @@ def check_rotated(checks, here):
         ("alice, the checkpoint the head of size 6 (below the rotation of 'keys')",
          edited_bytes(alice, lambda o: o.update(checkpoint=head_note(lines[:6], G, r.genesis_seed))), G, 6,
          "a key rotation of 'keys' is not below the checkpoint's size 6"),
-        ("alice, the checkpoint (size 10) signed by the genesis key", edited_bytes(alice, lambda o: o.update(
+        ("alice, the checkpoint (size 11) signed by the genesis key", edited_bytes(alice, lambda o: o.update(
             checkpoint=head_note(lines, G, r.genesis_seed))), G, None, "checkpoint: the note has no signature by key %s" % short(C)),
         ("alice, the rotation's handover changed (in 'keys' and catalogVersions)", edited_bytes(alice, flip_handover), G, 6, in_force_genesis),
         ("alice, a proof hash of the entry of 'keys' changed", edited_bytes(alice, lambda o: o["keys"][0]["proof"].__setitem__(
-            0, b64encode(bytes(32)))), C, 6, "the inclusion proof does not lead to the checkpoint's root (tree size 10)"),
-        ("alice, the rotation left out of catalogVersions (the map's ledger stream still ends at it)",
+            0, b64encode(bytes(32)))), C, 6, "the inclusion proof does not lead to the checkpoint's root (tree size 11)"),
+        ("alice, the rotation and the revocation left out of catalogVersions (the map's ledger stream still ends at the revocation)",
          edited_bytes(alice, lambda o: o.update(catalogVersions=[])), G, None,
-         "the subject map says the newest event of the ledger's own stream is seq 6, but the proof's is seq 0"),
+         "the subject map says the newest event of the ledger's own stream is seq 10, but the proof's is seq 0"),
     ]
 
     # Ledgers re-signed with the test seeds.
@@ -906,6 +912,36 @@ def check_rotated(checks, here):
             cases.append(("two rotations, %s's proof, %s key pinned" % (who, which), file_bytes(prove(two, two_seed, who)), pinned, None, None))
     for name, data, pinned, seq, reason in cases:
         run(name, data, pinned, reason, seq)
+
+    # Revocations (step 6): the vector's proofs hold the revocation (seq 10) in catalogVersions
+    # and the events 3-5 of alice that it re-attests; the derived ledgers of verify_export's
+    # Rotated.revocation_cases, proved as the reference proves them, fail at the seq of the
+    # subject's event that is not re-attested, or of the revocation that cannot be taken in.
+    run("alice's proof: the revocation (seq 10) is in catalogVersions and is no catalogue version; her events 3-5, signed by the "
+        "revoked genesis key in its window, are re-attested", file_bytes(alice), G,
+        extra=lambda rep: rep.versions == [0] and [e["seq"] for e in alice["catalogVersions"]] == [6, 10])
+    run("alice as of 09:00:01.500 (before the rotation and the revocation): verifies, her events 3-5 re-attested",
+        file_bytes(prove(lines, seed, at="2026-01-15T09:00:01.500Z")), C, extra=lambda rep: [e.seq for e in rep.events] == [1, 2, 3, 4, 5])
+    revocation_cases = r.revocation_cases()
+    _, late_lines, late_seed, late = next(c for c in revocation_cases if "hash for seq 8 is replaced" in c[0])
+    run("alice as of 09:00:02.500, the first rotation's key revoked with a wrong hash for seq 8 (09:00:03, after 'at'): every event of "
+        "her stream is checked, those after 'at' too", file_bytes(prove(late_lines, late_seed, at="2026-01-15T09:00:02.500Z")), G,
+        late["alice"][1], late["alice"][0])
+    for name, revoked_lines, revoked_seed, outcomes in revocation_cases:
+        pins = (("genesis", G), ("current", C)) + ((("third", T),) if revoked_seed == r.third_seed else ())
+        for who in ("alice", "bob"):
+            data = file_bytes(prove(revoked_lines, revoked_seed, who))
+            seq, reason = outcomes[who] if outcomes[who] is not None else (None, None)
+            for which, pinned in pins:
+                checks.run("rotated: revocation: %s, %s's proof, %s key pinned %s" % (
+                    name, who, which, "verifies" if reason is None else "fails: seq %d, %s" % (seq, reason)),
+                    lambda data=data, pinned=pinned, seq=seq, reason=reason: outcome_check(data, pinned, reason is None, reason, seq))
+    # Which check comes first: a revocation that cannot be taken in fails before the catalogue
+    # versions, and an event that is not re-attested before the replay.
+    unattested = next(c for c in revocation_cases if c[0] == "the revocation's hash for seq 4 replaced")
+    broken = edited_bytes(prove(unattested[1], unattested[2]), lambda o: o["state"]["features"][0].update(active=not o["state"]["features"][0]["active"]))
+    run("alice, the hash for seq 4 replaced and the state edited: the re-attestation (step 6) fails before the state (step 8)", broken, G,
+        unattested[3]["alice"][1], 4)
 
 
 def edited_bytes(proof, change):

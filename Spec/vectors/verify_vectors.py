@@ -9,7 +9,8 @@ body" describes, so that failures carry the reference implementation's reasons.
 
 Usage:
     python3 Spec/vectors/verify_vectors.py          check Spec/vectors (tiny-ledger, expected.json,
-                                                    tampered/*.jsonl, rotated-ledger)
+                                                    tampered/*.jsonl, rotated-ledger: key
+                                                    rotation and revocation)
     python3 Spec/vectors/verify_vectors.py DIR      verify the ledger folder DIR (structure only;
                                                     its derived files and subjects.jsonl too, if
                                                     present)
@@ -713,11 +714,11 @@ SIG_PREFIX = b',"sig":"'
 HEAD_LINE_PREFIX = b'{"h'
 # Every member name of format versions 1 and 2, in canonical (byte) order. The body reader refuses
 # any other name as soon as it meets it, and reports "first" extra or missing members in this order.
-BODY_NAMES = ["actor", "at", "catalog", "cause", "channel", "cmd", "cmdSize", "consent", "document", "effectiveAt",
-              "evidence", "feature", "handover", "kid", "ledger", "noticeLanguage", "notices", "prev", "publicKey", "reason",
-              "renews", "seq", "streamPrev", "streamRoot", "subject", "type", "v", "version"]
+BODY_NAMES = ["actor", "at", "attested", "catalog", "cause", "channel", "cmd", "cmdSize", "compromisedSince", "consent",
+              "document", "effectiveAt", "evidence", "feature", "handover", "kid", "ledger", "noticeLanguage", "notices", "prev",
+              "publicKey", "reason", "renews", "seq", "streamPrev", "streamRoot", "subject", "type", "v", "version"]
 NAME_INDEX = {name.encode("ascii"): i for i, name in enumerate(BODY_NAMES)}
-INTEGER_MEMBERS = {"v", "seq", "cmd", "cmdSize", "feature", "cause", "renews", "streamPrev"}
+INTEGER_MEMBERS = {"v", "seq", "cmd", "cmdSize", "feature", "cause", "renews", "streamPrev", "compromisedSince"}
 HEX64_MEMBERS = {"prev", "streamRoot"}  # strings of 64 lowercase hex digits
 # Format 2: every event's place in its stream (Spec/ledger-format.md, Streams and the subject map).
 # Allowed in format 2 only, on every type, each optional at the body level.
@@ -729,7 +730,7 @@ EVIDENCE_MAX_BYTES = 512
 ASCII_LETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 ASCII_DIGITS = frozenset("0123456789")
 FORMAT_VERSIONS = (1, 2)
-JSON_MEMBERS = {"document", "notices"}  # any canonical JSON value, checked after the scan
+JSON_MEMBERS = {"document", "notices", "attested"}  # any canonical JSON value, checked after the scan
 COMMON = {"v", "seq", "at", "actor", "cmd", "cmdSize", "prev", "kid", "type"}
 TYPE_MEMBERS = {
     "ledger.created": {"ledger", "catalog", "publicKey"},
@@ -740,6 +741,10 @@ TYPE_MEMBERS = {
     # Format 2 only (refused in a v 1 body after the member checks): the new key and its handover
     # signature (Spec/ledger-format.md, Key rotation).
     "key.rotated": {"publicKey", "handover"},
+    # Format 2 only, likewise: a retired key marked compromised from a seq on, and the hashes of
+    # the events it signed from there to its rotation (Spec/ledger-format.md, Key rotation,
+    # Revocation).
+    "key.revoked": {"publicKey", "compromisedSince", "attested"},
 }
 ERASURE_REASON_MAX_BYTES = 200
 NOTICE_MEMBERS = {"consent", "feature", "sha256", "version"}
@@ -905,6 +910,20 @@ def read_body(body):
         if hex_decode(m["handover"], 64) is None:
             raise DecodeError("member 'handover' is not 128 lowercase hex digits")
         e.public_key, e.handover = m["publicKey"], m["handover"]
+    elif etype == "key.revoked":
+        # Reading a body, item 2.6b. A ledger event too; whether the key is a retired one of the
+        # schedule and the hashes those of the log is the key schedule's check (Verifying, step 5,
+        # item 7a, and step 6a).
+        if m["v"] < 2:
+            raise DecodeError("a 'key.revoked' event belongs only to format version 2")
+        if hex_decode(m["publicKey"], 32) is None:
+            raise DecodeError("member 'publicKey' is not 64 lowercase hex digits")
+        e.public_key, e.compromised_since = m["publicKey"], integer("compromisedSince")
+        if not isinstance(m["attested"], list) or not m["attested"]:
+            raise DecodeError("member 'attested' must be a non-empty array of event hashes")
+        if any(hex_decode(h, 32) is None for h in m["attested"]):
+            raise DecodeError("member 'attested' holds something that is not 64 lowercase hex digits")
+        e.attested = list(m["attested"])
     else:
         e.reason = m["reason"]
         if e.reason == "cascade":
@@ -1208,6 +1227,10 @@ class Replay:
             # item 7a), after this rule.
             if self.genesis is None or e.cmd_size != 1:
                 raise Violation(e.seq, "a key rotation is alone in its command, after the genesis event")
+        elif e.type == "key.revoked":
+            # Rule 5a, likewise; the revocation is taken into the schedule by item 7a.
+            if self.genesis is None or e.cmd_size != 1:
+                raise Violation(e.seq, "a key revocation is alone in its command, after the genesis event")
         else:
             if self.genesis is None:
                 raise Violation(e.seq, "the log does not start with a genesis event")
@@ -1223,7 +1246,7 @@ class Replay:
 # ---------------------------------------------------------------------------------------------
 
 STREAM_KEY_LENGTH = 16
-LEDGER_STREAM = bytes(STREAM_KEY_LENGTH)  # the stream of ledger events: genesis, catalogue versions, key rotations
+LEDGER_STREAM = bytes(STREAM_KEY_LENGTH)  # the stream of ledger events: genesis, catalogue versions, key rotations and revocations
 EMPTY_HASH = bytes(32)                    # the hash of an empty subtree, and of the empty map
 KEY_BITS = 8 * STREAM_KEY_LENGTH          # 128: no path is longer, no proof has more siblings
 
@@ -1617,6 +1640,10 @@ class KeySchedule:
 
     def __init__(self, genesis_key):
         self.periods = [(0, genesis_key, key_id(genesis_key))]  # (first seq, key, key id)
+        # The revocations taken in, oldest first: (seq of the key.revoked event, key id of the
+        # revoked key, C the seq it was compromised from, U the rotation that retired it, the
+        # attested hashes as 64-digit hex texts, one per seq C ... U).
+        self.revocations = []
 
     def in_force(self, seq):
         """(key, key id) of the key in force for the event of `seq`: the newest key introduced
@@ -1654,6 +1681,64 @@ class KeySchedule:
         if not ed25519_verify(new, handover_message(ledger, e.prev, old, new), bytes.fromhex(e.handover)):
             raise Failure(e.line, e.seq, "the key rotation's handover signature does not verify with the new key %s" % new_kid)
         self.periods.append((e.seq + 1, new, new_kid))
+
+    def revocation(self, e):
+        """Key rotation, Revocation, items 1-6 in order (and the reference's last check, which the
+        body reader makes unreachable), for the key.revoked event `e` against the schedule so
+        far: (None, the revocation as self.revocations holds it) or (the reason, None). Item 1
+        cannot fail for a line that passed step 5, item 2, nor for an entry that passed Checking
+        an entry."""
+        _, in_force_kid = self.in_force(e.seq)
+        if e.kid != in_force_kid:
+            return "the key revocation is signed with key id %s, not with the key in force, %s" % (e.kid, in_force_kid), None
+        key = hex_decode(e.public_key, 32)
+        index = next((i for i, p in enumerate(self.periods) if p[1] == key), None)
+        if index is None:
+            return "the key revocation names a key this ledger never used", None
+        start, _, kid = self.periods[index]
+        # Rotated away from before this event: the next period has begun by its seq. (In a file's
+        # schedule, which holds every rotation below the checkpoint, a key retired only after the
+        # revocation is still in force for it.)
+        if not (start <= e.seq and index + 1 < len(self.periods) and self.periods[index + 1][0] <= e.seq):
+            return "the key revocation names key %s, which is still in force: a key is rotated away from before it is revoked" % kid, None
+        if any(r[1] == kid for r in self.revocations):
+            return "the key revocation names key %s, which was revoked before" % kid, None
+        until = self.periods[index + 1][0] - 1  # U, the rotation that retired it
+        since = e.compromised_since
+        if not start <= since <= until:
+            return "the key revocation says key %s was compromised from seq %d, but it signed seq %d to %d" % (kid, since, start, until), None
+        if len(e.attested) != until - since + 1:
+            return "the key revocation attests %d events, but key %s signed %d from seq %d to %d" % (
+                len(e.attested), kid, until - since + 1, since, until), None
+        if any(hex_decode(h, 32) is None for h in e.attested):
+            return "the key revocation attests something that is not a hash", None
+        return None, (e.seq, kid, since, until, list(e.attested))
+
+    def admit_revocation(self, e):
+        """Step 5, item 7a, for a key.revoked event `e` (its line already checked with the key in
+        force): takes the revocation in. Raises Failure with the revocation's line and seq."""
+        problem, revocation = self.revocation(e)
+        if problem is not None:
+            raise Failure(e.line, e.seq, problem)
+        self.revocations.append(revocation)
+
+    def unattested(self, seq, kid, body_hash):
+        """The first revocation (as self.revocations holds it) whose compromised window holds the
+        event of `seq` signed by key `kid` but whose `attested` entry for it is not `body_hash`
+        (hex SHA-256 of its BODY), or None. An event outside every revoked key's window needs no
+        attestation."""
+        for revocation in self.revocations:
+            r_seq, r_kid, since, until, attested = revocation
+            if r_kid == kid and since <= seq <= until and attested[seq - since] != body_hash:
+                return revocation
+        return None
+
+
+def unattested_reason(revocation_seq, kid, since):
+    """Verifying, step 6a: an event of a revoked key's compromised window that its revocation
+    does not attest."""
+    return "signed by key %s after it was compromised (seq %d on), and not re-attested by its revocation at seq %d" % (
+        kid, since, revocation_seq)
 
 
 def read_file(folder, name):
@@ -1770,6 +1855,12 @@ def verify_folder(folder, log=None, head_text=None, derived=None, subjects=None,
         last = "none" if replay.last_seq is None else str(replay.last_seq)
         raise Failure(replay.count + 1, None if replay.last_seq is None else replay.last_seq + 1,
                       "the log ends at seq %s but seq %d was acknowledged: acknowledged events are missing (truncated log)" % (last, head_seq))
+    # Step 6a: every event line of a revoked key's compromised window (seq C ... U) hashes to the
+    # entry of its revocation's `attested` at its position; oldest revocation first, in order.
+    for revocation_seq, revoked_kid, since, until, attested in schedule.revocations:
+        for s in range(since, until + 1):
+            if records[s].hash != attested[s - since]:
+                raise Failure(s + 1, s, unattested_reason(revocation_seq, revoked_kid, since))
     if replay.open is not None:
         first = replay.open[0][0]
         raise Failure(first + 1, first, "the command starting here is incomplete")
@@ -2169,6 +2260,10 @@ def check_lines(log, ends, starts, count, public_key, catalog, head, version, de
         if e.type == "key.rotated":
             # Item 7a, after the replay's rule 5a: the new key signs from the next event on.
             schedule.admit(e, replay.genesis.ledger)
+        elif e.type == "key.revoked":
+            # Item 7a: a revocation of a retired key, its window and its count of hashes; whether
+            # the hashes are the window's events is step 6a's (after the head is reached).
+            schedule.admit_revocation(e)
         body_hash = sha256(e.body).hex()
         streams.check(e, number)
         if head is not None and e.seq == head[0]:
@@ -2411,8 +2506,13 @@ def sign_log(bodies, seed, heads_in_log=False):
     signature over H (Key rotation; with its 'prev' as set here), or, if it has an '@handover',
     that seed's signature over H, or that hex text as it is; every later body and every head of a
     size past the rotation is signed with the new seed. A body's '@seed' signs that body alone
-    instead. The 'kid' members are the bodies' own: a test sets them."""
-    lines, prev, leaves = [], ZERO_HASH, []
+    instead. The 'kid' members are the bodies' own: a test sets them.
+
+    Revocations: a body's '@attest' (FIRST, LAST) or (FIRST, LAST, EDIT) sets its 'attested' to
+    the hashes (hex SHA-256 of BODY) of the bodies at positions FIRST ... LAST of those written
+    before it (their seqs, in a log whose seqs are its positions), as a writer revoking a key
+    re-attests them, or to EDIT(those hashes) (a list) for the cases that break the rule."""
+    lines, prev, leaves, hashes = [], ZERO_HASH, [], []
     linker = StreamLinker()
     origin = bodies[0].get("ledger") if bodies else None
     for n, b in enumerate(bodies):
@@ -2422,6 +2522,11 @@ def sign_log(bodies, seed, heads_in_log=False):
         override = b.pop("@streams", {})
         signer = b.pop("@seed", seed)
         successor, handover_seed = b.pop("@next", None), b.pop("@handover", None)
+        attest = b.pop("@attest", None)
+        if attest is not None:
+            b["attested"] = hashes[attest[0]:attest[1] + 1]
+            if len(attest) > 2:
+                b["attested"] = attest[2](list(b["attested"]))
         if successor is not None:
             b.setdefault("publicKey", ed25519_public_key(successor).hex())
             message = handover_message(origin, prev, ed25519_public_key(seed), bytes.fromhex(b["publicKey"]))
@@ -2441,6 +2546,7 @@ def sign_log(bodies, seed, heads_in_log=False):
             seed = successor  # in force from the next event on, and for every head after this one
         lines.append(line + b"\n")
         prev = sha256(body).hex()
+        hashes.append(prev)
         linker.sealed(b)
         leaves.append(leaf_hash(line))
         ends_command = all(_is_int(b.get(k)) for k in ("seq", "cmd", "cmdSize")) and b["seq"] == b["cmd"] + b["cmdSize"] - 1
@@ -4059,6 +4165,9 @@ def check_folder(checks, folder):
     print("      key       %s (kid %s)%s" % (r.public_key.hex(), r.key_id, ", the genesis key" if len(r.key_schedule.periods) > 1 else ""))
     for start, key, kid in r.key_schedule.periods[1:]:
         print("                %s (kid %s), in force from seq %d (key.rotated at seq %d)" % (key.hex(), kid, start, start - 1))
+    for seq, kid, since, until, attested in r.key_schedule.revocations:
+        print("      revoked   kid %s, compromised from seq %d (key.revoked at seq %d): its events of seq %d-%d re-attested"
+              % (kid, since, seq, since, until))
     print("      " + describe_torn(r.torn))
     print("      catalogue versions in force from seq %s" % ", ".join(str(seq) for seq, _, _ in r.replay.versions))
     print("      derived   %s" % ("%s checked" % r.derived_checked if r.derived_checked == "lines.idx and tree.hashes" else
@@ -4136,9 +4245,9 @@ def check_erasure(checks, here):
 
 
 def check_rotation(checks, here):
-    """Key rotation (Spec/ledger-format.md, Key rotation; the vector rotated-ledger/): the vector
-    verifies and is reproduced with its two seeds, and derived copies, re-signed so that each
-    breaks one rule of the key schedule, fail where the spec says."""
+    """Key rotation and revocation (Spec/ledger-format.md, Key rotation; the vector rotated-ledger/):
+    the vector verifies and is reproduced with its two seeds, and derived copies, re-signed so that
+    each breaks one rule of the key schedule, fail where the spec says."""
     folder = os.path.join(here, "rotated-ledger")
     genesis_seed, new_seed, other_seed = bytes(range(32)), bytes(range(32, 64)), bytes(range(64, 96))
     genesis_key, new_key, other_key = (ed25519_public_key(s) for s in (genesis_seed, new_seed, other_seed))
@@ -4158,9 +4267,13 @@ def check_rotation(checks, here):
         checks.check(False, "rotated-ledger verifies", str(f))
         return
     periods = [(start, key) for start, key, _ in report.key_schedule.periods]
-    checks.check(report.events == 10 and periods == [(0, genesis_key), (7, new_key)],
-                 "rotated-ledger verifies: 10 events, key schedule [(0, genesis key), (7, key of seed 20..3f)]",
+    checks.check(report.events == 11 and periods == [(0, genesis_key), (7, new_key)],
+                 "rotated-ledger verifies: 11 events, key schedule [(0, genesis key), (7, key of seed 20..3f)]",
                  ", ".join("%s from seq %d" % (kid, start) for start, _, kid in report.key_schedule.periods))
+    window = [e.hash for e in report.records[3:7]]
+    checks.check(report.key_schedule.revocations == [(10, genesis_kid, 3, 6, window)],
+                 "rotated-ledger: one revocation (seq 10) of the genesis key, compromised from seq 3 to its rotation (seq 6), "
+                 "attesting the body hashes of seq 3-6", repr([r[:4] for r in report.key_schedule.revocations]))
     checks.check(new_kid == "24f6ed6acbfe1009" and new_key.hex().startswith("29acbae1") and genesis_kid == "56475aa75463474c",
                  "the key of seed 20..3f is 29acbae1..., key id 24f6ed6acbfe1009 (Test vectors, rotated-ledger/)", new_key.hex())
     public = hex_decode(trimmed_text(read_file(folder, "public.key")), 32)
@@ -4214,27 +4327,54 @@ def check_rotation(checks, here):
             if line != head_line(signed_head_note(report.ledger_name, seed, count, tree_root([leaf_hash(x) for x in events[:count]]), e.hash)):
                 return False, "the head line after %d events" % count
             sizes.append(count)
-        return sizes == [1, 6, 7, 9, 10], "head lines of sizes %s" % sizes
-    checks.run("rotated-ledger: every head line is reproduced byte for byte, sizes 1 and 6 with the genesis seed, 7, 9 and 10 with "
-               "the new seed", head_lines)
+        return sizes == [1, 6, 7, 9, 10, 11], "head lines of sizes %s" % sizes
+    checks.run("rotated-ledger: every head line is reproduced byte for byte, sizes 1 and 6 with the genesis seed, 7, 9, 10 and 11 "
+               "with the new seed", head_lines)
     newest = parse_canonical(file_lines[-1])["head"]
     checks.check(note_signature_problem(newest, report.ledger_name, new_key) is None
                  and note_signature_problem(newest, report.ledger_name, genesis_key) is not None,
-                 "rotated-ledger: the newest head (size 10) verifies with the new key and not with the genesis key",
+                 "rotated-ledger: the newest head (size 11) verifies with the new key and not with the genesis key",
                  note_signature_problem(newest, report.ledger_name, genesis_key) or "")
-    rotating = [dict(b) for b in bodies]
-    rotating[6]["@next"] = new_seed
-    checks.check(sign_log(rotating, genesis_seed, heads_in_log=True)[0] == log,
+    revoking = [dict(b) for b in bodies]
+    revoking[6]["@next"] = new_seed
+    checks.check(sign_log(revoking, genesis_seed, heads_in_log=True)[0] == log,
                  "rotated-ledger: ledger.jsonl is reproduced byte for byte by a writer of its bodies that hands over to the seed 20..3f "
                  "at seq 6 (this file's sign_log)")
+    # The first ten events: the rotation without the revocation, which the rotation cases below
+    # extend.
+    rotating = revoking[:10]
+
+    # The revocation (line 11, seq 10): a ledger event alone in its command, signed by the key in
+    # force (the new one), naming the genesis key, compromised from seq 3; its `attested` are the
+    # body hashes of seq 3 to 6 (the rotation that retired the key), spelt out here.
+    revocation = report.records[10]
+    expected = {"v": 2, "seq": 10, "at": "2026-01-15T09:00:05.000Z", "actor": "vector-generator", "cmd": 10, "cmdSize": 1,
+                "kid": new_kid, "type": "key.revoked", "publicKey": genesis_key.hex(), "compromisedSince": 3,
+                "attested": [sha256(report.records[s].body).hex() for s in range(3, 7)], "prev": report.records[9].hash,
+                "streamPrev": 6, "streamRoot": report.streams.map.root.hex()}
+    revocation_body = serialize(expected)
+    checks.check(events[10] == LINE_PREFIX + revocation_body + SIG_PREFIX + ed25519_sign(new_seed, SIGNING_CONTEXT + revocation_body).hex().encode() + b'"}',
+                 "line 11 (seq 10) is reproduced byte for byte: a key.revoked event alone in its command, kid of the new key, naming the "
+                 "genesis key, compromisedSince 3, attested = SHA-256 of the bodies of seq 3-6, signed with the seed 20..3f",
+                 "attested %s" % ", ".join(h[:8] for h in expected["attested"]))
+    checks.check(revocation.type == "key.revoked" and revocation.subject is None and revocation.compromised_since == 3
+                 and revocation.attested == [e.hash for e in report.records[3:7]] and revocation.stream_prev == 6,
+                 "line 11: the body reader reads publicKey, compromisedSince and attested; the revocation is in the ledger stream "
+                 "(streamPrev 6, the rotation)")
+    checks.check(sign_log(rotating + [dict({k: v for k, v in bodies[10].items() if k != "attested"}, **{"@attest": (3, 6)})],
+                          genesis_seed, heads_in_log=True)[0] == log,
+                 "rotated-ledger: a writer that re-attests the events 3-6 it wrote (their body hashes, in order) writes ledger.jsonl "
+                 "byte for byte")
 
     def with_derived():
         index, tree = derive_files(log)
         r = verify_folder(folder, derived=(index, tree), subject_map=derive_subject_map(log))
-        entry = index[6 * INDEX_ENTRY:7 * INDEX_ENTRY]
-        return (r.derived_checked == "lines.idx and tree.hashes" and r.map_checked and entry[16:] == NO_SUBJECT
-                and r.streams.newest[LEDGER_STREAM] == 6), "the rotation's lines.idx entry names no subject; the ledger stream's newest is seq 6"
-    checks.run("rotated-ledger with its derived files and subject map verifies: the rotation is in the ledger stream", with_derived)
+        entries = [index[n * INDEX_ENTRY:(n + 1) * INDEX_ENTRY] for n in (6, 10)]
+        return (r.derived_checked == "lines.idx and tree.hashes" and r.map_checked and all(e[16:] == NO_SUBJECT for e in entries)
+                and r.streams.newest[LEDGER_STREAM] == 10), \
+            "the rotation's and the revocation's lines.idx entries name no subject; the ledger stream's newest is seq 10"
+    checks.run("rotated-ledger with its derived files and subject map verifies: the rotation and the revocation are in the ledger "
+               "stream", with_derived)
 
     # Subject records keep the signature of the key in force when they were written: alice's the
     # genesis key's (before the rotation), bob's the new key's (his first command is after it).
@@ -4309,6 +4449,71 @@ def check_rotation(checks, here):
     checks.run("body reader: 'handover' on a consent.given event does not belong to it",
                reads("member 'handover' does not belong to a 'consent.given' event",
                      raw=serialize(dict(bodies[1], handover=rotation.handover))))
+
+    # The body reader on the revocation's body (Reading a body, items 1.2, 1.3, 2.2, 2.3, 2.6b).
+    revoked_body = parse_canonical(revocation.body)
+
+    def reads_revocation(reason, members=None, without=(), raw=None):
+        def run():
+            b = {k: v for k, v in dict(revoked_body, **(members or {})).items() if k not in without}
+            try:
+                read_body(raw if raw is not None else serialize(b))
+            except DecodeError as e:
+                return str(e) == reason, str(e)
+            return False, "read"
+        return run
+    revocation_v1 = {k: v for k, v in revoked_body.items() if k not in STREAM_MEMBERS}
+    attested = revoked_body["attested"]
+    spaced = revocation.body.replace(b'"attested":[', b'"attested":[ ')
+    reordered = revocation.body.replace(b'"compromisedSince":3,', b"").replace(b'"attested":', b'"compromisedSince":3,"attested":')
+    not_hex = "member 'attested' holds something that is not 64 lowercase hex digits"
+    not_array = "member 'attested' must be a non-empty array of event hashes"
+    for name, reason, kw in [
+        ("in a format-1 body", "a 'key.revoked' event belongs only to format version 2", dict(raw=serialize(dict(revocation_v1, v=1)))),
+        ("in a format-1 body with 'publicKey' in uppercase (the version is checked first)", "a 'key.revoked' event belongs only to "
+         "format version 2", dict(raw=serialize(dict(revocation_v1, v=1, publicKey=genesis_key.hex().upper())))),
+        ("with 'publicKey' in uppercase hex", "member 'publicKey' is not 64 lowercase hex digits", dict(members={"publicKey": genesis_key.hex().upper()})),
+        ("with 'publicKey' of 62 digits and 'compromisedSince' -1 (publicKey first)", "member 'publicKey' is not 64 lowercase hex digits",
+         dict(members={"publicKey": genesis_key.hex()[:62], "compromisedSince": -1})),
+        ("with 'compromisedSince' -1", "member 'compromisedSince' is missing or negative", dict(members={"compromisedSince": -1})),
+        ("with 'compromisedSince' -1 and 'attested' empty (compromisedSince first)", "member 'compromisedSince' is missing or negative",
+         dict(members={"compromisedSince": -1, "attested": []})),
+        ("with 'compromisedSince' a string", "member 'compromisedSince' must be an integer", dict(members={"compromisedSince": "3"})),
+        ("with 'compromisedSince' 3.0", "body is not canonical JSON: byte %d: only integers are allowed here"
+         % (revocation.body.index(b'"compromisedSince":3') + len(b'"compromisedSince":') + len(LINE_PREFIX) + 1),
+         dict(raw=revocation.body.replace(b'"compromisedSince":3,', b'"compromisedSince":3.0,'))),
+        ("with 'attested' empty", not_array, dict(members={"attested": []})),
+        ("with 'attested' a string", not_array, dict(members={"attested": attested[0]})),
+        ("with 'attested' an object", not_array, dict(members={"attested": {"3": attested[0]}})),
+        ("with 'attested' null", not_array, dict(members={"attested": None})),
+        ("with 'attested' holding an integer", not_hex, dict(members={"attested": attested[:3] + [7]})),
+        ("with 'attested' holding a hash in uppercase hex", not_hex, dict(members={"attested": attested[:3] + [attested[3].upper()]})),
+        ("with 'attested' holding 62 hex digits", not_hex, dict(members={"attested": [attested[0][:62]] + attested[1:]})),
+        ("with 'attested' holding a nested array", not_hex, dict(members={"attested": [attested]})),
+        ("with 'attested' holding null", not_hex, dict(members={"attested": [None]})),
+        ("with a space after 'attested''s '['", "body is not canonical JSON: byte %d: unexpected character ' '"
+         % (spaced.index(b"[ ") + 1 + len(LINE_PREFIX) + 1), dict(raw=spaced)),
+        ("with 'compromisedSince' before 'attested'", "body is not canonical JSON: byte %d: member 'attested' is out of canonical "
+         "(RFC 8785) order" % (reordered.index(b'"attested"') + len(LINE_PREFIX) + 1), dict(raw=reordered)),
+        ("without 'attested'", "member 'attested' is missing from a 'key.revoked' event", dict(without=("attested",))),
+        ("without 'compromisedSince' and 'publicKey'", "member 'compromisedSince' is missing from a 'key.revoked' event",
+         dict(without=("compromisedSince", "publicKey"))),
+        ("without 'publicKey'", "member 'publicKey' is missing from a 'key.revoked' event", dict(without=("publicKey",))),
+        ("with a 'handover'", "member 'handover' does not belong to a 'key.revoked' event", dict(members={"handover": rotation.handover})),
+        ("with a subject", "member 'subject' does not belong to a 'key.revoked' event", dict(members={"subject": bodies[1]["subject"]})),
+        ("of type 'key.revoke'", "unknown event type 'key.revoke'", dict(members={"type": "key.revoke"})),
+    ]:
+        checks.run("body reader: a key.revoked event %s is refused (%s)" % (name, reason), reads_revocation(reason, **kw))
+
+    def zeros_read():
+        e = read_body(serialize(dict(revoked_body, attested=["0" * 64] * 5, compromisedSince=99)))
+        return (e.attested, e.compromised_since, e.public_key) == (["0" * 64] * 5, 99, genesis_key.hex()), "read"
+    checks.run("body reader: a key.revoked event attesting hashes of no event, for a window of another length, is read (the key "
+               "schedule and step 6a check them)", zeros_read)
+    for member, value, etype, base in (("attested", attested, "key.rotated", body), ("compromisedSince", 3, "key.rotated", body),
+                                       ("compromisedSince", 3, "consent.given", bodies[1]), ("attested", attested, "ledger.created", bodies[0])):
+        checks.run("body reader: '%s' on a %s event does not belong to it" % (member, etype),
+                   reads("member '%s' does not belong to a '%s' event" % (member, etype), raw=serialize(dict(base, **{member: value}))))
 
     # Derived ledgers. `rotating` is the vector's bodies with the handover to the seed 20..3f at
     # seq 6; each case changes it, sign_log re-signs (with the key in force for each event and
@@ -4406,8 +4611,11 @@ def check_rotation(checks, here):
         ("the head of size 6 (before the rotation, which the genesis key signs) signed by the new key",
          resign_head(log, 6, new_seed), None, 5, "the head kept after entry 5 does not verify with the ledger's key: the note has no "
          "signature by key %s+%s" % (report.ledger_name, note_key_hash(report.ledger_name, genesis_key).hex())),
-        ("the newest head (size 10) signed by the genesis key",
-         resign_head(log, 10, genesis_seed), None, None, "the signed head does not verify with the ledger's key in force at size 10, %s: "
+        ("the head of size 10 (the new key's) signed by the genesis key",
+         resign_head(log, 10, genesis_seed), None, 9, "the head kept after entry 9 does not verify with the ledger's key: the note has no "
+         "signature by key %s+%s" % (report.ledger_name, note_key_hash(report.ledger_name, new_key).hex())),
+        ("the newest head (size 11, after the revocation) signed by the genesis key",
+         resign_head(log, 11, genesis_seed), None, None, "the signed head does not verify with the ledger's key in force at size 11, %s: "
          "it carries no signature by key %s+%s" % (new_kid, report.ledger_name, note_key_hash(report.ledger_name, new_key).hex())),
         # (e) A rotation that shares its command.
         ("(e) a key.rotated event in a command of two events (the rotation and another)",
@@ -4442,11 +4650,164 @@ def check_rotation(checks, here):
                verdict(older, None, None, "the log holds no head line: the signed head that ends every commit is missing"))
     checks.run("rotation, older layout: the event lines with the newest head's note as the head file verify",
                verdict(older, None, None, None, head_text=newest))
-    checks.run("rotation, older layout: a head file of size 10 signed by the genesis key fails",
-               verdict(older, None, None, "the signed head does not verify with the ledger's key in force at size 10, %s: it carries no "
+    checks.run("rotation, older layout: a head file of size 11 signed by the genesis key fails",
+               verdict(older, None, None, "the signed head does not verify with the ledger's key in force at size 11, %s: it carries no "
                        "signature by key %s+%s" % (new_kid, report.ledger_name, note_key_hash(report.ledger_name, new_key).hex()),
-                       head_text=parse_canonical(resign_head(log, 10, genesis_seed).split(b"\n")[-2])["head"]))
+                       head_text=parse_canonical(resign_head(log, 11, genesis_seed).split(b"\n")[-2])["head"]))
 
+
+    # Revocation (Key rotation, Revocation; Verifying, step 5 item 7a and step 6a). `revoking` is
+    # the whole vector (its revocation as it is, attesting the honest events 3-6); the cases below
+    # change it, or `rotating` (the first ten events) and a revocation of their own, whose
+    # 'attested' sign_log fills with the hashes of the events it wrote ('@attest'), and re-sign.
+    def revoked(seq, key, since, window=None, kid=new_kid, **members):
+        """A key.revoked body at `seq` (a command of its own) naming `key`, compromised from
+        `since`, attesting the events of `window` (first, last[, edit]) as written (by default
+        `since` to 6, the genesis key's rotation), signed by the key in force (the new one, unless
+        `kid` and an '@seed' say otherwise)."""
+        x = {"v": 2, "seq": seq, "at": "2026-01-15T09:00:05.000Z", "actor": "vector-generator", "cmd": seq, "cmdSize": 1,
+             "kid": kid, "type": "key.revoked", "publicKey": key.hex(), "compromisedSince": since,
+             "@attest": window if window is not None else (since, 6)}
+        x.update(members)
+        return x
+
+    def build_revoking(change):
+        b = [dict(x) for x in revoking]
+        b = change(b) or b
+        return sign_log(b, genesis_seed, heads_in_log=True)[0]
+
+    def wrong(i):
+        """An '@attest' edit: entry i of the attested list replaced by the hash of nothing."""
+        def edit(hashes):
+            hashes[i] = sha256(b"").hex()
+            return hashes
+        return edit
+
+    def thief(b):
+        """seq 5, alice's grant of timeline's optional-b, replaced by one the holder of the leaked
+        genesis key made (evidence of a paper form that never was); the revocation still attests
+        the honest events."""
+        b[5]["evidence"] = "forged-form-0666"
+
+    unattested = "signed by key %s after it was compromised (seq %d on), and not re-attested by its revocation at seq %d"
+    still = "the key revocation names key %s, which is still in force: a key is rotated away from before it is revoked"
+    second_rotation = rotation_to(10, other_seed)
+    revocation_cases = [
+        # Accepted.
+        ("the vector's revocation written again by a writer that re-attests seq 3-6", build(appended(revoked(10, genesis_key, 3))),
+         None, None, None),
+        ("a revocation from seq 0 (the genesis event on: 7 hashes, seq 0-6)", build(appended(revoked(10, genesis_key, 0))), None, None, None),
+        ("a revocation from seq 6 (the rotation alone: 1 hash)", build(appended(revoked(10, genesis_key, 6))), None, None, None),
+        ("the vector, then bob's grant (seq 11, after the revocation)", build_revoking(lambda b: b + [grant(11, new_kid)]), None, None, None),
+        ("a second rotation (seq 10, to the key of seed 40..5f), then a revocation of the first rotation's key from seq 8 (seq 11, "
+         "attesting seq 8-10)", build(appended(second_rotation, revoked(11, new_key, 8, (8, 10), kid=other_kid))), None, None, None),
+        # (f) An event of the window that the revocation does not attest (step 6a).
+        ("(f) the revocation's hash for seq 4 replaced (a thief's event it leaves out)",
+         build(appended(revoked(10, genesis_key, 3, (3, 6, wrong(1))))), 5, 4, unattested % (genesis_kid, 3, 10)),
+        ("the revocation's hash for seq 6 (the rotation) replaced", build(appended(revoked(10, genesis_key, 3, (3, 6, wrong(3))))),
+         7, 6, unattested % (genesis_kid, 3, 10)),
+        ("the revocation attesting seq 2-5 instead of 3-6 (each hash one event early)", build(appended(revoked(10, genesis_key, 3, (2, 5)))),
+         4, 3, unattested % (genesis_kid, 3, 10)),
+        ("seq 5 replaced by an event signed with the leaked genesis key (and the log re-chained), the vector's revocation as it is",
+         build_revoking(thief), 6, 5, unattested % (genesis_kid, 3, 10)),
+        ("two revocations, both with a wrong hash: the newer key's (seq 11, window 7-10, seq 8 wrong) is checked first, being older "
+         "than the genesis key's (seq 12, window 3-6, seq 4 wrong)",
+         build(appended(second_rotation, revoked(11, new_key, 7, (7, 10, wrong(1)), kid=other_kid),
+                        revoked(12, genesis_key, 3, (3, 6, wrong(1)), kid=other_kid))), 9, 8, unattested % (new_kid, 7, 11)),
+        ("a wrong hash for seq 4, and a later line (seq 11) whose signature does not verify: step 5 comes before step 6a",
+         build(appended(revoked(10, genesis_key, 3, (3, 6, wrong(1))), grant(11, new_kid, **{"@seed": other_seed}))), 12, 11,
+         "signature does not verify with the ledger's public key %s" % new_kid),
+        # (g) A revocation that cannot be taken in (step 5, item 7a; Revocation, items 2-6).
+        ("(g) a revocation naming a key this ledger never used (seed 40..5f)", build(appended(revoked(10, other_key, 3))), 11, 10,
+         "the key revocation names a key this ledger never used"),
+        ("a revocation naming the key in force", build(appended(revoked(10, new_key, 7, (7, 9)))), 11, 10, still % new_kid),
+        ("a revocation of the genesis key before it was rotated away from (seq 6, signed by it)",
+         build(lambda b: b[:6] + [revoked(6, genesis_key, 3, (3, 5), kid=genesis_kid)]), 7, 6, still % genesis_kid),
+        ("a key revoked twice (the vector, then a second revocation of the genesis key at seq 11)",
+         build_revoking(lambda b: b + [revoked(11, genesis_key, 3)]), 12, 11,
+         "the key revocation names key %s, which was revoked before" % genesis_kid),
+        ("compromisedSince 7, after the genesis key's period (seq 0-6)", build(appended(revoked(10, genesis_key, 7, (3, 6)))), 11, 10,
+         "the key revocation says key %s was compromised from seq 7, but it signed seq 0 to 6" % genesis_kid),
+        ("compromisedSince 5, before the first rotation's key's period (seq 7-10), after a second rotation",
+         build(appended(second_rotation, revoked(11, new_key, 5, (7, 10), kid=other_kid))), 12, 11,
+         "the key revocation says key %s was compromised from seq 5, but it signed seq 7 to 10" % new_kid),
+        ("compromisedSince 10, past the log's last event", build(appended(revoked(10, genesis_key, 10, (3, 6)))), 11, 10,
+         "the key revocation says key %s was compromised from seq 10, but it signed seq 0 to 6" % genesis_kid),
+        ("3 hashes (seq 3-5) for the window seq 3-6", build(appended(revoked(10, genesis_key, 3, (3, 5)))), 11, 10,
+         "the key revocation attests 3 events, but key %s signed 4 from seq 3 to 6" % genesis_kid),
+        ("5 hashes (seq 2-6) for the window seq 3-6", build(appended(revoked(10, genesis_key, 3, (2, 6)))), 11, 10,
+         "the key revocation attests 5 events, but key %s signed 4 from seq 3 to 6" % genesis_kid),
+        ("a revocation signed by the key it revokes (the genesis key, with its kid)",
+         build(appended(revoked(10, genesis_key, 3, kid=genesis_kid, **{"@seed": genesis_seed}))), 11, 10, retired % (genesis_kid, new_kid)),
+        # (h) The body and the command.
+        ("(h) a key.revoked event in a format-1 ledger (at seq 6, naming the genesis key)",
+         build(lambda b: [dict(x, v=1) for x in b[:6]] + [revoked(6, genesis_key, 3, (3, 5), kid=genesis_kid, v=1)]), 7, None,
+         "a 'key.revoked' event belongs only to format version 2"),
+        ("a key.revoked event in a command of two events (the revocation and bob's grant)",
+         build(appended(revoked(10, genesis_key, 3, cmdSize=2), grant(11, new_kid, cmd=10, cmdSize=2, at="2026-01-15T09:00:05.000Z",
+                                                                    actor="vector-generator"))), 11, 10,
+         "a key revocation is alone in its command, after the genesis event"),
+        ("a revocation whose 'attested' is empty", build(appended(revoked(10, genesis_key, 3, (3, 6, lambda h: [])))), 11, None,
+         "member 'attested' must be a non-empty array of event hashes"),
+        ("a revocation whose 'attested' holds a hash in uppercase hex",
+         build(appended(revoked(10, genesis_key, 3, (3, 6, lambda h: h[:1] + [h[1].upper()] + h[2:])))), 11, None,
+         "member 'attested' holds something that is not 64 lowercase hex digits"),
+        ("a revocation whose 'attested' holds an integer", build(appended(revoked(10, genesis_key, 3, (3, 6, lambda h: h[:3] + [6]))))
+         , 11, None, "member 'attested' holds something that is not 64 lowercase hex digits"),
+    ]
+    # The schedule's own checks, apart from a line (as a bundle's schedule takes revocations in):
+    # item 1, which a line that passed step 5 item 2 cannot fail, and the reference's last check,
+    # which the body reader makes unreachable.
+    def apart(reason, **changes):
+        def run():
+            schedule = KeySchedule(genesis_key)
+            schedule.periods.append((7, new_key, new_kid))
+            e = decode_line(events[10])
+            for k, v in changes.items():
+                setattr(e, k, v)
+            problem, taken = schedule.revocation(e)
+            ok = problem == reason and (taken is None if reason is not None else taken == (10, genesis_kid, 3, 6, revocation.attested))
+            return ok, problem or repr(taken[:4])
+        return run
+    checks.run("revocation, the schedule alone: the vector's revocation is taken in as (10, genesis kid, 3, 6, its hashes)",
+               apart(None))
+    checks.run("revocation, the schedule alone (item 1): a revocation carrying the genesis key's kid is not signed with the key in force",
+               apart("the key revocation is signed with key id %s, not with the key in force, %s" % (genesis_kid, new_kid), kid=genesis_kid))
+    checks.run("revocation, the schedule alone (the reference's last check): an attested entry that is not a hash",
+               apart("the key revocation attests something that is not a hash", attested=revocation.attested[:3] + ["x" * 64]))
+    checks.run("revocation, the schedule alone: a revocation of seq 5, before the rotation that retires the key (seq 6)",
+               apart("the key revocation names key %s, which is still in force: a key is rotated away from before it is revoked" % genesis_kid,
+                     seq=5, kid=genesis_kid))
+    for name, data, line, seq, reason in revocation_cases:
+        where = ", ".join(w for w in ("line %d" % line if line else "", "seq %d" % seq if seq is not None else "") if w)
+        checks.run("revocation: %s: %s" % (name, "verifies" if reason is None else "fails at %s" % where if where else "fails, no line or seq"),
+                   verdict(data, line, seq, reason))
+
+    def two_revocations():
+        data = build(appended(second_rotation, revoked(11, new_key, 8, (8, 10), kid=other_kid),
+                              revoked(12, genesis_key, 0, kid=other_kid)))
+        r = verify_folder(folder, log=data, derived=False, subject_map=False)
+        return ([x[:4] for x in r.key_schedule.revocations] == [(11, new_kid, 8, 10), (12, genesis_kid, 0, 6)]
+                and [len(x[4]) for x in r.key_schedule.revocations] == [3, 7]), repr([x[:4] for x in r.key_schedule.revocations])
+    checks.run("revocation: a second rotation, then revocations of both retired keys (seq 11: the first rotation's key from seq 8; "
+               "seq 12: the genesis key from seq 0) verify, in that order", two_revocations)
+    # The windows are checked once the head is reached (step 6a): a log cut inside the window
+    # before its revocation has nothing to check; one cut after the revocation, below the head,
+    # fails step 6 first.
+    checks.run("revocation: the vector cut before its revocation (10 events) verifies (nothing to re-attest yet)",
+               verdict(b"".join(line + b"\n" for line in file_lines[:file_lines.index(events[9]) + 2]), None, None, None))
+    def truncated_first():
+        data = build(appended(revoked(10, genesis_key, 3, (3, 6, wrong(1))), grant(11, new_kid)))
+        newest_note = parse_canonical(data.split(b"\n")[-2])["head"]
+        cut = b"".join(line + b"\n" for line in event_lines(data)[:11])
+        return verdict(cut, 12, 11, "the log ends at seq 10 but seq 11 was acknowledged: acknowledged events are missing (truncated log)",
+                       head_text=newest_note)()
+    checks.run("revocation, older layout: a wrong hash for seq 4 and a head file of size 12 over 11 event lines: step 6 (truncated "
+               "log) before step 6a", truncated_first)
+    checks.run("revocation, older layout: a wrong hash for seq 4 and the newest head as the head file: step 6a",
+               verdict(b"".join(line + b"\n" for line in event_lines(build(appended(revoked(10, genesis_key, 3, (3, 6, wrong(1))))))),
+                       5, 4, unattested % (genesis_kid, 3, 10),
+                       head_text=parse_canonical(build(appended(revoked(10, genesis_key, 3, (3, 6, wrong(1))))).split(b"\n")[-2])["head"]))
 
 def main(argv):
     checks = Checks()

@@ -189,7 +189,7 @@ import Glibc
                 Case(file: "alice-statement.bundle.json", kind: "bundle", key: key, ok: true, seq: nil, reason: "", bytes: statementForm.bytes),
                 Case(file: "all.bundle.json", kind: "bundle", key: key, ok: true, seq: nil, reason: "", bytes: all.bytes),
                 Case(file: "alice.state.json", kind: "state", key: key, ok: true, seq: nil, reason: "", bytes: state.bytes),
-                Case(file: "consistency-6-10.json", kind: "consistency", key: key, ok: true, seq: nil, reason: "", bytes: CanonicalJSON.serialize(consistency.json) + [0x0A]),
+                Case(file: "consistency-6-11.json", kind: "consistency", key: key, ok: true, seq: nil, reason: "", bytes: CanonicalJSON.serialize(consistency.json) + [0x0A]),
             ]
         }
         list += [

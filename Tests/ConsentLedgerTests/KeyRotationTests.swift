@@ -279,3 +279,104 @@ import Testing
         }
     }
 }
+
+/// Revocation: a `key.revoked` event, signed by the key in force, marks a retired key
+/// compromised from a seq on and re-attests the honest events it signed since; an event of that
+/// window it does not attest is refused.
+@Suite struct KeyRevocationTests {
+    /// Alice, bob and carol each give a consent under the genesis key (seq 1–3), then a rotation (seq 4).
+    static func rotated(_ label: String) throws -> (Ledger, SodiumSigner, String) {
+        let (ledger, genesis, path) = try KeyRotationTests.ledger(label)
+        for subject in ["bob", "carol"] {
+            try ledger.execute(LedgerCommand(subjectID: subject, request: .give(feature: "timeline", consents: ["required"])))
+        }
+        try ledger.rotateKey(protection: .insecurePlaintext)
+        return (ledger, genesis, path)
+    }
+
+    @Test func aRevocationReattestsTheHonestEventsAndTheLedgerStillVerifies() throws {
+        let (ledger, genesis, path) = try Self.rotated("honest")
+        defer { removeFolder(path) }
+        let receipt = try ledger.revokeKey(compromisedSince: 2, actor: "security")
+        let revokedKey = try ledger.noteKey(genesis.publicKey)
+        #expect(receipt.seq == 5 && receipt.compromisedSince == 2 && receipt.attested == 3 && receipt.revoked == revokedKey)
+        try ledger.execute(LedgerCommand(subjectID: "dan", request: .give(feature: "timeline", consents: ["required"])))
+        let report = try KeyRotationTests.reopen(path).verify()
+        #expect(report.events == 7 && report.keys.revocations.count == 1)
+        #expect(report.keys.revocations.first.map { ($0.since, $0.until, $0.attested.count) } ?? (0, 0, 0) == (2, 4, 3))
+        // Bundles and proofs carry the revocation in the ledger stream and still verify.
+        for key in [try ledger.verifierKey, try ledger.currentVerifierKey()] {
+            #expect(throws: Never.self) { try ExportVerifier.verify(try ledger.exportSubject("bob").bytes, pinnedKey: key) }
+            #expect(throws: Never.self) { try ExportVerifier.verify(try ledger.exportSubjectWithStatement("bob").bytes, pinnedKey: key) }
+            #expect(throws: Never.self) { try ExportVerifier.verify(try ledger.exportAll().bytes, pinnedKey: key) }
+            #expect(throws: Never.self) { try StateProofVerifier.verify(try ledger.proveState(for: "carol").bytes, pinnedKey: key) }
+        }
+    }
+
+    @Test(arguments: [
+        (UInt64(1), "rotate first"),  // the key in force signed seq 1: no rotation yet
+        (UInt64(99), "past the log's end"),
+    ])
+    func aRevocationThatCannotBeIsRefusedAndChangesNothing(_ c: (UInt64, String)) throws {
+        let (ledger, _, path) = try KeyRotationTests.ledger("refused-\(c.0)")
+        defer { removeFolder(path) }
+        if c.0 == 99 { try ledger.rotateKey(protection: .insecurePlaintext) }
+        let before = try FileLedgerStore(directory: path).snapshot()
+        #expect {
+            try ledger.revokeKey(compromisedSince: c.0)
+        } throws: { error in
+            guard case ConsentError.invalidRequest(let message) = error else { return false }
+            return message.contains(c.1)
+        }
+        #expect(try FileLedgerStore(directory: path).snapshot() == before)
+    }
+
+    @Test func aKeyIsRevokedOnce() throws {
+        let (ledger, _, path) = try Self.rotated("twice")
+        defer { removeFolder(path) }
+        try ledger.revokeKey(compromisedSince: 3)
+        #expect {
+            try ledger.revokeKey(compromisedSince: 1)
+        } throws: { error in
+            guard case ConsentError.invalidRequest(let message) = error else { return false }
+            return message.contains("which was revoked before")
+        }
+    }
+
+    /// A revocation that does not attest one of the window's events (as one written with the key
+    /// in force but leaving out a line the thief put in): verify names that event.
+    @Test func anEventOfTheCompromisedWindowThatIsNotReattestedIsRefused() throws {
+        let (ledger, _, path) = try Self.rotated("unattested")
+        defer { removeFolder(path) }
+        let store = FileLedgerStore(directory: path)
+        let log = try store.logState()
+        let entries = try store.snapshot().entries
+        var attested = (2...4).map { ledger.chain.hash(ofBody: try! EventCodec.decode(line: entries[$0]).body).hex }
+        attested[1] = Digest.zero.hex  // seq 3 left out
+        let seq = log.last.event.seq + 1
+        let event = LedgerEvent(seq: seq, at: log.last.event.at, actor: "security", command: CommandSpan(first: seq, size: 1),
+                                payload: .keyRevoked(KeyRevoked(publicKey: ledger.publicKey.hex, compromisedSince: 2, attested: attested)))
+        var streams: StreamState? = try ledger.streamStateForSealing([event])
+        let current = try FileKeyStore(path: path + "/secret.key").unlockSigner(passphrase: nil)
+        let (records, _) = try ledger.chain.seal([event], after: ledger.chain.hash(ofBody: log.last.body), signer: current, streams: &streams)
+        let file = try PosixFile(path: path + "/ledger.jsonl", flags: O_WRONLY | O_APPEND)
+        try file.write(records[0].lineWithoutNewline + [0x0A], at: try file.size())
+        #expect {
+            _ = try KeyRotationTests.reopen(path).verify()
+        } throws: { error in
+            guard case ConsentError.integrity(let failure) = error else { return false }
+            return failure.seq == 3 && failure.problem.contains("not re-attested by its revocation at seq 5")
+        }
+        // A bundle of carol (her grant is seq 3) carries the revocation, and its verifier refuses her event too.
+        let reopened = try KeyRotationTests.reopen(path)
+        let bundles = [try reopened.exportSubjectWithStatement("carol").bytes, try reopened.exportAll().bytes]
+        for bytes in bundles {
+            #expect {
+                try ExportVerifier.verify(bytes, pinnedKey: try reopened.currentVerifierKey())
+            } throws: { error in
+                guard let failure = error as? ExportVerificationError else { return false }
+                return failure.seq == 3 && failure.problem.contains("does not re-attest it")
+            }
+        }
+    }
+}

@@ -184,6 +184,10 @@ enum StorageConformance: String, CaseIterable, Sendable, CustomTestStringConvert
             #expect(try reopened.report(for: "alice").events.count == 1 && reopened.report(for: "bob").events.count == 1)
             try reopened.execute(LedgerCommand(subjectID: "alice", request: .give(feature: "timeline", consents: ["optional-a"])))
             #expect(try reopened.verify().events == 5)
+            // The retired key revoked from alice's grant on: the grant and the rotation re-attested.
+            let revocation = try reopened.revokeKey(compromisedSince: 1, actor: "security")
+            #expect(revocation.attested == 2)
+            #expect(try Ledger.open(store: store, signer: new).verify().keys.revocations.count == 1)
         case .checkpointsAreRecordedOncePerSizeAndListedBySize:
             // (and a witnessed checkpoint replaces the one of its size)
             try store.write { tx throws -> Void in

@@ -202,6 +202,8 @@ class Scenario:
         with open(os.path.join(self.ledger, "secret.key"), "rb") as f:
             self.rotated_seed = open_key_file(f.read(), PASSPHRASE.encode())[0]
         self.json_command("key show", ["--all"] + j)
+        self.json_command("key revoke", ["--compromised-since", "3", "--actor", "security"] + j)
+        self.json_command("key revoke", ["--compromised-since", "3"] + j, expect_rc=64)  # revoked before
         self.json_command("verify", j)
         # A ledger whose signature no longer verifies: the integrity error names the entry.
         shutil.copytree(self.ledger, os.path.join(self.work, "damaged"))

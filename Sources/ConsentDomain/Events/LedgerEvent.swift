@@ -169,6 +169,27 @@ public struct KeyRotated: Hashable, Sendable {
     }
 }
 
+/// A key the ledger rotated away from was compromised from event `compromisedSince` on. The
+/// event is signed by the key in force (never the revoked one), and re-attests, by their hashes,
+/// the honest events the revoked key signed from `compromisedSince` up to and including the
+/// rotation that retired it: from then on an event signed by the revoked key in that window
+/// whose hash is not attested is refused. The domain sees a ledger-level command of its own.
+public struct KeyRevoked: Hashable, Sendable {
+    /// Lowercase hex of the revoked Ed25519 public key (64 digits).
+    public let publicKey: String
+    /// The seq of the first event the key may have signed for someone else.
+    public let compromisedSince: UInt64
+    /// Lowercase hex SHA-256 of the body of each event the key signed from `compromisedSince`
+    /// on, in log order.
+    public let attested: [String]
+
+    public init(publicKey: String, compromisedSince: UInt64, attested: [String]) {
+        self.publicKey = publicKey
+        self.compromisedSince = compromisedSince
+        self.attested = attested
+    }
+}
+
 /// What happened.
 public enum EventPayload: Hashable, Sendable {
     case ledgerCreated(LedgerCreated)
@@ -177,11 +198,12 @@ public enum EventPayload: Hashable, Sendable {
     case consentRevoked(ConsentRevoked)
     case subjectErased(SubjectErased)
     case keyRotated(KeyRotated)
+    case keyRevoked(KeyRevoked)
 
     /// The subject the event is about, if any.
     public var subject: SubjectRef? {
         switch self {
-        case .ledgerCreated, .catalogPublished, .keyRotated: return nil
+        case .ledgerCreated, .catalogPublished, .keyRotated, .keyRevoked: return nil
         case .consentGiven(let e): return e.subject
         case .consentRevoked(let e): return e.subject
         case .subjectErased(let e): return e.subject
@@ -197,6 +219,7 @@ public enum EventPayload: Hashable, Sendable {
         case .consentRevoked: return "consent.revoked"
         case .subjectErased: return "subject.erased"
         case .keyRotated: return "key.rotated"
+        case .keyRevoked: return "key.revoked"
         }
     }
 }

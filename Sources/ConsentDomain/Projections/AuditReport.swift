@@ -165,7 +165,7 @@ public struct AuditReportBuilder: Sendable {
         let inWindow = scope.inWindow(event.at)
         let actorMatches = scope.actor.map { $0.utf8.elementsEqual(event.actor.utf8) } ?? true
         switch event.payload {
-        case .ledgerCreated, .keyRotated:
+        case .ledgerCreated, .keyRotated, .keyRevoked:
             break
         case .catalogPublished(let published):
             if inWindow && actorMatches {

@@ -70,6 +70,10 @@ public struct LedgerReplay: Sendable {
             guard genesis != nil, event.command.size == 1 else {
                 throw ReplayViolation(seq: seq, problem: "a key rotation is alone in its command, after the genesis event")
             }
+        case .keyRevoked:
+            guard genesis != nil, event.command.size == 1 else {
+                throw ReplayViolation(seq: seq, problem: "a key revocation is alone in its command, after the genesis event")
+            }
         default:
             guard genesis != nil, let subject = event.payload.subject else {
                 throw ReplayViolation(seq: seq, problem: "the log does not start with a genesis event")

@@ -50,24 +50,33 @@ extension Ledger {
             guard record.event.seq == seq, record.event.payload.subject == nil else {
                 throw mapFailure("the ledger stream leads to seq \(seq), which is not a ledger event", seq: seq)
             }
-            if case .keyRotated = record.event.payload { rotations.append(record) }
+            switch record.event.payload {
+            case .keyRotated, .keyRevoked: rotations.append(record)
+            default: break
+            }
             next = record.stream.previous
         }
         for record in rotations.reversed() {
-            try admitRotation(record, into: &schedule)
+            try admitKeyEvent(record, into: &schedule)
         }
         memory.withLock { $0.keys = (schedule, size) }
         return schedule
     }
 
-    /// Takes a `key.rotated` event into `schedule`: its line signed by the key in force, its
-    /// handover by the new key.
-    func admitRotation(_ record: EventRecord, into schedule: inout KeySchedule) throws {
-        guard case .keyRotated(let rotation) = record.event.payload else { return }
+    /// Takes a `key.rotated` or `key.revoked` event into `schedule`: its line signed by the key in
+    /// force, a rotation's handover by the new key, a revocation of a retired key.
+    func admitKeyEvent(_ record: EventRecord, into schedule: inout KeySchedule) throws {
         let seq = record.event.seq
         try checkSignature(record, line: Int(seq) + 1, keys: schedule)
         do {
-            try schedule.admit(rotation, seq: seq, prev: record.prev, keyID: record.keyID, ledger: genesis.ledgerName, hasher: chain.hasher, verifier: verifier)
+            switch record.event.payload {
+            case .keyRotated(let rotation):
+                try schedule.admit(rotation, seq: seq, prev: record.prev, keyID: record.keyID, ledger: genesis.ledgerName, hasher: chain.hasher, verifier: verifier)
+            case .keyRevoked(let revocation):
+                try schedule.admit(revocation, seq: seq, keyID: record.keyID)
+            default:
+                break
+            }
         } catch {
             throw ConsentError.integrity(IntegrityFailure(.ledgerFiles, line: Int(seq) + 1, seq: seq, problem: error.description))
         }

@@ -45,7 +45,10 @@ extension Ledger {
     func catalogVersions(_ ledgerStream: [StreamEntry]) throws -> [CatalogVersion] {
         var versions = [CatalogVersion(seq: 0, at: genesisTime, catalog: catalog, published: nil)]
         for entry in ledgerStream where entry.seq > 0 {
-            if case .keyRotated = entry.record.event.payload { continue }
+            switch entry.record.event.payload {
+            case .keyRotated, .keyRevoked: continue
+            default: break
+            }
             guard case .catalogPublished(let published) = entry.record.event.payload else {
                 throw ConsentError.integrity(IntegrityFailure(.ledgerFiles, line: entry.seq + 1, seq: UInt64(entry.seq), problem: "a ledger event after the genesis event is not a published catalogue"))
             }

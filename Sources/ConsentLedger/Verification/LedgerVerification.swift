@@ -63,6 +63,7 @@ extension Ledger {
             guard headSeen, let lastSeq = replay.lastSeq else {
                 throw ConsentError.integrity(IntegrityFailure(.head, line: replay.eventCount + 1, seq: replay.lastSeq.map { $0 + 1 }, problem: "the log ends at seq \(replay.lastSeq.map(String.init) ?? "none") but seq \(head.seq) was acknowledged: acknowledged events are missing (truncated log)"))
             }
+            try checkAttestations(tx, keys: keys)
             if let open = replay.incompleteCommand {
                 throw ConsentError.integrity(IntegrityFailure(line: Int(open.first) + 1, seq: open.first, problem: "the command starting here is incomplete"))
             }
@@ -79,6 +80,26 @@ extension Ledger {
             try checkSubjectRecords(tx, keys: keys, logSubjects: replay.subjects.filter { $0.value.erasedAt == nil }.keys,
                                     erased: Set(replay.subjects.filter { $0.value.erasedAt != nil }.keys))
             return VerificationReport(events: replay.eventCount, subjects: replay.subjects.count, head: ChainHead(seq: lastSeq, hash: previous), ledgerName: genesis.ledgerName, publicKey: publicKey, keys: keys, torn: log.torn)
+        }
+    }
+
+    /// Each revoked key's window, from the seq it was compromised to its rotation, holds exactly
+    /// the events its revocation attests: an event it signed there that the ledger did not
+    /// re-attest (a line put in by whoever held the leaked key) is refused.
+    func checkAttestations(_ tx: any LedgerReadTransaction, keys: KeySchedule) throws {
+        let hasher = chain.hasher
+        for revocation in keys.revocations {
+            try tx.entries(Int(revocation.since)..<Int(revocation.until) + 1, batchSize: 4096, indexedKeys: false) { batch in
+                for i in 0..<batch.count {
+                    let seq = batch.seq(i)
+                    let hash = try batch.withEntry(i) { line throws -> Digest in
+                        hasher.sha256(UnsafeRawBufferPointer(try EventCodec.splitLine(line, decodeSignature: false).body))
+                    }
+                    guard hash == revocation.attested[seq - Int(revocation.since)] else {
+                        throw ConsentError.integrity(IntegrityFailure(line: seq + 1, seq: UInt64(seq), problem: "signed by key \(revocation.keyID) after it was compromised (seq \(revocation.since) on), and not re-attested by its revocation at seq \(revocation.seq)"))
+                    }
+                }
+            }
         }
     }
 

@@ -307,9 +307,16 @@ struct LogChecker {
         } catch {
             throw .integrity(IntegrityFailure(line: line.number, seq: error.seq, problem: error.problem))
         }
-        if let verifier, case .keyRotated(let rotation) = line.event.payload, progress.keys != nil, let ledger = progress.replay.genesis?.ledgerName {
+        if let verifier, progress.keys != nil, let ledger = progress.replay.genesis?.ledgerName {
             do {
-                try progress.keys!.admit(rotation, seq: seq, prev: line.prev, keyID: line.keyID, ledger: ledger, hasher: hasher, verifier: verifier)
+                switch line.event.payload {
+                case .keyRotated(let rotation):
+                    try progress.keys!.admit(rotation, seq: seq, prev: line.prev, keyID: line.keyID, ledger: ledger, hasher: hasher, verifier: verifier)
+                case .keyRevoked(let revocation):
+                    try progress.keys!.admit(revocation, seq: seq, keyID: line.keyID)
+                default:
+                    break
+                }
             } catch {
                 throw .integrity(IntegrityFailure(.ledgerFiles, line: line.number, seq: seq, problem: error.description))
             }

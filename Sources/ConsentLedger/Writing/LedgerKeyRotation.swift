@@ -71,15 +71,69 @@ extension Ledger {
             }
             let event = LedgerEvent(seq: seq, at: max(clock(), log.last.event.at), actor: actor, command: CommandSpan(first: seq, size: 1), payload: .keyRotated(rotation))
             try beforeCommit()
-            let committed = try commit([event], view, tx, signer: signer, headSigner: newSigner, streams: try streamState(for: [SubjectMap.ledgerStream], view), subjects: [])
-            if let warning = committed.warning { lastWarning.withLock { $0 = warning } }
-            afterCommit.append { [self] in
-                if committed.warning == nil { remember(committed.signedHead, frontier: committed.frontier) }
-                memory(streams: committed.streams)
-                advanceMemory(from: log.size, to: committed.size, events: [event], head: committed.head)
-                memory.withLock { $0.signer = newSigner; $0.keys = (after, committed.size) }
-            }
+            let committed = try commitLedgerEvent(event, view, tx, signer: signer, headSigner: newSigner, afterCommit: &afterCommit)
+            afterCommit.append { [self] in memory.withLock { $0.signer = newSigner; $0.keys = (after, committed.size) } }
             return KeyRotationReceipt(seq: seq, retired: try noteKey(signer.publicKey), current: try noteKey(newSigner.publicKey), head: committed.signedHead.note)
+        }
+    }
+}
+
+/// What a key revocation did: the key marked compromised, from which seq, and how many of the
+/// events it signed since were re-attested.
+public struct KeyRevocationReceipt: Hashable, Sendable {
+    /// The `key.revoked` event's sequence number.
+    public let seq: UInt64
+    public let revoked: NoteVerifierKey
+    public let compromisedSince: UInt64
+    /// The events the revoked key signed from `compromisedSince` to its rotation, re-attested.
+    public let attested: Int
+}
+
+extension Ledger {
+    /// Marks the key that signed event `since` compromised from that event on, with a
+    /// `key.revoked` event signed by the key in force. The key must have been rotated away from
+    /// (`rotateKey`) first. The event re-attests, by their hashes, the events that key signed from
+    /// `since` up to its rotation, as the log holds them now: from then on `verify` refuses any
+    /// event signed by the revoked key in that window that is not among them.
+    @discardableResult
+    public func revokeKey(compromisedSince since: UInt64, actor: String = "consentctl") throws -> KeyRevocationReceipt {
+        try Self.validateText(actor, what: "actor", maxBytes: 128)
+        guard version >= 2 else {
+            throw ConsentError.invalidRequest("this ledger is of format version 1, which has no ledger stream to record a key revocation in")
+        }
+        let signer = try signingKey()
+        return try writing { tx, view, afterCommit in
+            let log = view.log
+            let keys = view.keys
+            guard since < UInt64(view.size) else {
+                throw ConsentError.invalidRequest("--compromised-since \(since) is past the log's end: its newest event is seq \(view.size - 1)")
+            }
+            let revoked = keys.forEvent(since)
+            guard let next = keys.periods.first(where: { $0.from > revoked.from }) else {
+                throw ConsentError.invalidRequest("seq \(since) was signed by key \(revoked.keyID), the key in force: rotate first (consentctl key rotate), then revoke the old key")
+            }
+            let until = next.from - 1
+            var attested: [String] = []
+            let hasher = chain.hasher
+            try view.tx.entries(Int(since)..<Int(until) + 1, batchSize: 4096, indexedKeys: false) { batch in
+                for i in 0..<batch.count {
+                    attested.append(try batch.withEntry(i) { line throws -> String in
+                        hasher.sha256(UnsafeRawBufferPointer(try EventCodec.splitLine(line, decodeSignature: false).body)).hex
+                    })
+                }
+            }
+            let seq = log.last.event.seq + 1
+            let revocation = KeyRevoked(publicKey: revoked.key.hex, compromisedSince: since, attested: attested)
+            var after = keys
+            do {
+                try after.admit(revocation, seq: seq, keyID: keys.current.keyID)
+            } catch {
+                throw ConsentError.invalidRequest("cannot revoke: \(error)")
+            }
+            let event = LedgerEvent(seq: seq, at: max(clock(), log.last.event.at), actor: actor, command: CommandSpan(first: seq, size: 1), payload: .keyRevoked(revocation))
+            let committed = try commitLedgerEvent(event, view, tx, signer: signer, afterCommit: &afterCommit)
+            afterCommit.append { [self] in memory.withLock { $0.keys = (after, committed.size) } }
+            return KeyRevocationReceipt(seq: seq, revoked: try noteKey(revoked.key), compromisedSince: since, attested: attested.count)
         }
     }
 }

@@ -187,15 +187,24 @@ extension Ledger {
             let published = CatalogPublished(catalog: newCatalog, catalogHash: hasher.sha256(CatalogCodec.canonicalBytes(newCatalog)).hex, notices: notices)
             let seq = log.last.event.seq + 1
             let event = LedgerEvent(seq: seq, at: max(clock(), log.last.event.at), actor: actor, command: CommandSpan(first: seq, size: 1), payload: .catalogPublished(published))
-            let committed = try commit([event], view, tx, signer: signer, streams: try streamState(for: [SubjectMap.ledgerStream], view), subjects: [])
-            if let warning = committed.warning { lastWarning.withLock { $0 = warning } }
-            afterCommit.append { [self] in
-                if committed.warning == nil { remember(committed.signedHead, frontier: committed.frontier) }
-                memory(streams: committed.streams)
-                advanceMemory(from: log.size, to: committed.size, events: [event], head: committed.head)
-            }
+            _ = try commitLedgerEvent(event, view, tx, signer: signer, afterCommit: &afterCommit)
             return event
         }
+    }
+
+    /// Commits one ledger event (a catalogue publication, a key rotation or revocation): a
+    /// command of its own in the ledger stream, on the one commit path. What the process
+    /// remembers is updated once the storage has committed.
+    func commitLedgerEvent(_ event: LedgerEvent, _ view: LogView, _ tx: any LedgerWriteTransaction, signer: any EventSigner, headSigner: (any EventSigner)? = nil, afterCommit: inout [() -> Void]) throws -> Committed {
+        let committed = try commit([event], view, tx, signer: signer, headSigner: headSigner, streams: try streamState(for: [SubjectMap.ledgerStream], view), subjects: [])
+        if let warning = committed.warning { lastWarning.withLock { $0 = warning } }
+        let size = view.log.size
+        afterCommit.append { [self] in
+            if committed.warning == nil { remember(committed.signedHead, frontier: committed.frontier) }
+            memory(streams: committed.streams)
+            advanceMemory(from: size, to: committed.size, events: [event], head: committed.head)
+        }
+        return committed
     }
 
     /// Unlocks the signing key now, asking for its passphrase if it is encrypted, so that later
