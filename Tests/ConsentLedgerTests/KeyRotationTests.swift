@@ -55,6 +55,39 @@ import Testing
         #expect(try again.verify().events == 6)
     }
 
+    /// The rotations are found through the subject map, a derived file: a map that hides the
+    /// rotation (an older map made to claim the whole log) must give an integrity error, never
+    /// a read under the retired key.
+    @Test func aSubjectMapThatHidesTheRotationGivesAnIntegrityErrorNotAnotherKey() throws {
+        let (ledger, _, path) = try Self.ledger("hidden")
+        defer { removeFolder(path) }
+        let before = readBytes(path + "/subjects.map")
+        try ledger.rotateKey(protection: .insecurePlaintext)
+        try ledger.execute(LedgerCommand(subjectID: "bob", request: .give(feature: "timeline", consents: ["required"])))
+        let size = try FileLedgerStore(directory: path).logState().size
+        // The old map's root record, made to claim the log as it is now.
+        let size88 = SubjectMapRecord.size
+        let root = try SubjectMapRecord.decodeRoot(Array(before[(before.count - size88)...]))
+        var forged = Array(before[..<(before.count - size88)])
+        SubjectMapRecord.append(SubjectMapRecord.Root(coveredSize: Int64(size), node: root.node, hash: root.hash, keyCount: root.keyCount), to: &forged)
+        writeBytes(forged, to: path + "/subjects.map")
+        let reopened = try KeyRotationTests.reopen(path)
+        for read in [{ _ = try reopened.report(for: "alice") }, { _ = try reopened.keyHistory() }] as [() throws -> Void] {
+            #expect {
+                try read()
+            } throws: { error in
+                guard case ConsentError.integrity(let failure) = error else { return false }
+                return failure.problem.contains("the derived data hides a key rotation")
+            }
+        }
+        #expect {
+            _ = try reopened.verify()
+        } throws: { error in
+            guard case ConsentError.integrity(let failure) = error else { return false }
+            return failure.problem.contains("subject map")
+        }
+    }
+
     @Test func aSecondRotationChainsFromTheFirst() throws {
         let (ledger, _, path) = try Self.ledger("twice")
         defer { removeFolder(path) }

@@ -416,7 +416,10 @@ public final class Ledger: Sendable {
             do {
                 try signed.verify(key: try noteKey(inForce.key), verifier: verifier)
             } catch {
-                throw ConsentError.integrity(IntegrityFailure(.head, line: nil, seq: nil, problem: "the signed head of \(store.names.location) does not verify with the ledger's key in force at size \(signed.checkpoint.size), \(inForce.keyID): \(error)"))
+                // The key rotations are found through the subject map: one that hides a rotation
+                // makes a genuine head fail here.
+                let hint = version >= 2 ? " (if the head is genuine, the derived data hides a key rotation: \(store.names.derivedRepair))" : ""
+                throw ConsentError.integrity(IntegrityFailure(.head, line: nil, seq: nil, problem: "the signed head of \(store.names.location) does not verify with the ledger's key in force at size \(signed.checkpoint.size), \(inForce.keyID): \(error)\(hint)"))
             }
             guard signed.checkpoint.origin == genesis.ledgerName else {
                 throw ConsentError.integrity(IntegrityFailure(.head, line: nil, seq: nil, problem: "the signed head of \(store.names.location) is for '\(signed.checkpoint.origin)', not '\(genesis.ledgerName)'"))
