@@ -176,11 +176,4 @@ public struct KeySchedule: Hashable, Sendable {
 
     /// A period taken as claimed (a bundle's, before its signatures are checked).
     mutating func appendUnchecked(_ period: Period) { periods.append(period) }
-
-    /// The schedule as it stood before the event at `seq` (the rotations before it).
-    public func before(_ seq: UInt64) -> KeySchedule {
-        var copy = self
-        copy.periods = periods.filter { $0.from <= seq }
-        return copy
-    }
 }

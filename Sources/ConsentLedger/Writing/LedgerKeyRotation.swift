@@ -47,11 +47,7 @@ extension Ledger {
     }
 
     func rotate(to newSigner: any EventSigner, actor: String, beforeCommit: () throws -> Void) throws -> KeyRotationReceipt {
-        try Self.validateText(actor, what: "actor", maxBytes: 128)
-        guard version >= 2 else {
-            throw ConsentError.invalidRequest("this ledger is of format version 1, which has no ledger stream to record a key rotation in")
-        }
-        let signer = try signingKey()
+        let signer = try keyEventSigner(actor: actor, what: "a key rotation")
         return try writing { tx, view, afterCommit in
             let log = view.log
             let keys = view.keys
@@ -90,6 +86,16 @@ public struct KeyRevocationReceipt: Hashable, Sendable {
 }
 
 extension Ledger {
+    /// What a key event (rotation, revocation) needs before its write: a valid actor, a ledger
+    /// with a ledger stream, and the key in force unlocked.
+    private func keyEventSigner(actor: String, what: String) throws -> any EventSigner {
+        try Self.validateText(actor, what: "actor", maxBytes: 128)
+        guard version >= 2 else {
+            throw ConsentError.invalidRequest("this ledger is of format version 1, which has no ledger stream to record \(what) in")
+        }
+        return try signingKey()
+    }
+
     /// Marks the key that signed event `since` compromised from that event on, with a
     /// `key.revoked` event signed by the key in force. The key must have been rotated away from
     /// (`rotateKey`) first. The event re-attests, by their hashes, the events that key signed from
@@ -97,11 +103,7 @@ extension Ledger {
     /// event signed by the revoked key in that window that is not among them.
     @discardableResult
     public func revokeKey(compromisedSince since: UInt64, actor: String = "consentctl") throws -> KeyRevocationReceipt {
-        try Self.validateText(actor, what: "actor", maxBytes: 128)
-        guard version >= 2 else {
-            throw ConsentError.invalidRequest("this ledger is of format version 1, which has no ledger stream to record a key revocation in")
-        }
-        let signer = try signingKey()
+        let signer = try keyEventSigner(actor: actor, what: "a key revocation")
         return try writing { tx, view, afterCommit in
             let log = view.log
             let keys = view.keys
