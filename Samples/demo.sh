@@ -43,6 +43,10 @@ chapter "4. Bob signs a paper form, recorded the next day"
 say "The grant keeps both times: when it was recorded (what the rules use) and when Bob agreed, with the channel, the notice's language and the scan."
 run give --subject bob --feature timeline --consent required --effective-at "$(date -u -d '1 day ago' +%Y-%m-%dT%H:%M:%SZ)" \
   --channel paper --notice-language de --evidence scan-2026-0042 --actor dr.house
+say "The scan's reference may name Bob, so the log holds it sealed under a key that only Bob's record gives (an erasure destroys it). The ledger opens it for every read; the log's bytes never show it:"
+run history --subject bob
+printf '\n$ grep -c scan-2026-0042 "$CONSENTCTL_LEDGER/ledger.jsonl"\n'
+grep -c scan-2026-0042 "$CONSENTCTL_LEDGER/ledger.jsonl" || true
 say "An optional consent alone cannot activate a feature (R2): refused, nothing appended."
 refused give --subject carol --feature timeline --consent optional-a
 
@@ -106,6 +110,9 @@ run verify
 say "The export handed to Alice before still verifies, and the report keeps the counts, showing Bob's pseudonym as erased."
 run verify-export "$work/alice.json" --key "$key"
 run report --format json --out "$work/after-erasure.json"
+say "Bob's scan reference is still in the log, sealed; with his record gone, nobody can open it:"
+printf '\n$ consentctl report | grep sealed\n'
+"$consentctl" report | grep sealed
 
 chapter "12. The security officer rotates the signing key"
 say "A key is retired on a schedule, or as soon as it may have leaked. A signed key.rotated event names the new key: the old key signs the event and the new key countersigns it, so a thief with only the old key cannot name a successor. From then on the new key signs; the new key file takes the old one's place, sealed under the same passphrase."

@@ -705,15 +705,15 @@ def self_test(tally, args):
         for line in open(log, "rb").read().split(b"\n")[:-1]:
             if not line.startswith(b'{"h'):  # head lines are not leaves
                 t.append(line)
-        tally.check(b64(t.root(10)) == "RDRA06184Q7G7WGZ3Rne69uOw1Zjbzz5B8JNyzms/3E=", "root(10) of the tiny ledger matches export-format.md")
+        tally.check(b64(t.root(10)) == "O8KLCmBycdriHgZJA7SLLqOPKeUbk4ZfH+AP3qJjs3A=", "root(10) of the tiny ledger matches export-format.md")
         tally.check(b64(t.root(6)) == "nBBZKWGGkFJXF157tR9DvHLapfI7CCYfRidxQ3OPunE=", "root(6) of the tiny ledger matches export-format.md")
         tally.check([b64(h) for h in t.path(1, 10)] == [
             "y2ltEUPWFf2L/oPM0O2xWsoMme0PNCH2mtmyW9cloak=", "SfptUzhnNn40mq8yB1qWLcOYPg0TMW67iN+BdpfkdPk=",
-            "tXThnzE4HSn9Pt94iRKWyA45W074lq3n0GBAPl7845s=", "DKMmhSXHNzCbRWiXGx3hw/MPXxXC6QNVYYqiPcYmLr4="],
+            "tXThnzE4HSn9Pt94iRKWyA45W074lq3n0GBAPl7845s=", "Vwl9/KvzGSvImnzxGCHdYYN0Xm5x2IRZJ5BnYeXla+c="],
             "inclusion proof of record 1 in the tree of 10 matches export-format.md")
         tally.check([b64(h) for h in t.consistency(6, 10)] == [
             "qjD80juwZWCqWIahoXymAA36Jtwgs8yq636l664aCbo=", "4pkTPHZoGZRev4lGdCPNQBAw9L/STTRj3Zjpnlnvy8M=",
-            "RSgI93PYYBegPIwb3rGJ0uwXWwGx720CJpsJY2srbko=", "DKMmhSXHNzCbRWiXGx3hw/MPXxXC6QNVYYqiPcYmLr4="],
+            "RSgI93PYYBegPIwb3rGJ0uwXWwGx720CJpsJY2srbko=", "Vwl9/KvzGSvImnzxGCHdYYN0Xm5x2IRZJ5BnYeXla+c="],
             "consistency proof from 6 to 10 matches export-format.md")
         if ED25519:
             key = ED25519.parse_verifier_key(open(os.path.join(HERE, "vectors", "export", "verifier-key.txt")).read().strip())

@@ -386,6 +386,17 @@ final class PostgresLedgerTransaction: LedgerWriteTransaction {
         }
         try commit.checkHead(following: size, at: "\(address)")
         try saveSubjects(commit.subjects)
+        let resigned = commit.revisedSubjects.compactMap { r in r.record.map { (r.subjectID, $0) } }
+        for chunk in stride(from: 0, to: resigned.count, by: 5000) {
+            let part = resigned[chunk..<min(resigned.count, chunk + 5000)]
+            try session.query(
+                "UPDATE \(s).subjects AS r SET sig = t.sig FROM unnest($1::bytea[], $2::bytea[], $3::bytea[]) AS t(id, salt, sig) WHERE r.subject_id = t.id AND r.salt = t.salt",
+                PostgresBindings(part.map { $0.0.utf8.buffer }, part.map { $0.1.salt.buffer }, part.map { ($0.1.signature?.bytes ?? []).buffer }))
+        }
+        let removed = commit.revisedSubjects.filter { $0.record == nil }.map(\.subjectID)
+        if !removed.isEmpty {
+            try session.query("DELETE FROM \(s).subjects WHERE subject_id = ANY($1::bytea[])", PostgresBindings(removed.map { $0.utf8.buffer }))
+        }
         try insertEntries(commit.entries, from: commit.firstSeq)
         try writeDerived(commit.derived)
         if let head = commit.head { try writeHead(head) }

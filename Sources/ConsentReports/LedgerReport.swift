@@ -28,6 +28,15 @@ extension Ledger {
             let size = Int64(view.size)
             let checkpoint = try checkpoint(size: size, view)
             var builder = AuditReportBuilder(catalog: catalog, scope: scope)
+            // The operator holds the records: each known subject's evidence is shown in clear.
+            // An erased subject's record and key are gone, so its evidence stays sealed.
+            var ids: [SubjectRef: String] = [:]
+            var keys: [SubjectRef: SubjectKey] = [:]
+            for (id, salt) in try subjectSalts(view.tx, keys: view.keys) {
+                let ref = subjectRef(id: id.text, salt: salt)
+                ids[ref] = id.text
+                keys[ref] = subjectKey(id.text, salt: salt)
+            }
             var done = false
             try view.tx.entries(0..<view.size, batchSize: 4096, indexedKeys: false) { batch in
                 for i in 0..<batch.count where !done {
@@ -36,15 +45,17 @@ extension Ledger {
                         done = true
                         break
                     }
+                    var event = record.event
+                    if let subject = event.payload.subject, let key = keys[subject] {
+                        event = try event.mappingEvidence { (e) throws(ConsentError) in try openEvidence(e, seq: event.seq, key: key) }
+                    }
                     do throws(ReplayViolation) {
-                        try builder.add(record.event)
+                        try builder.add(event)
                     } catch {
                         throw ConsentError.integrity(IntegrityFailure(line: batch.seq(i) + 1, seq: error.seq, problem: error.problem))
                     }
                 }
             }
-            var ids: [SubjectRef: String] = [:]
-            for (id, salt) in try subjectSalts(view.tx, keys: view.keys) { ids[subjectRef(id: id.text, salt: salt)] = id.text }
             return LedgerReport(report: builder.finish(), checkpoint: checkpoint, ledgerName: genesis.ledgerName, subjectIDs: ids)
         }
     }

@@ -102,7 +102,7 @@ extension LedgerReport {
             row("event", [
                 "seq": String(e.seq), "at": e.at.rfc3339, "type": e.kind.rawValue, "subject": subjectID(e.subject), "feature": featureKey(e.feature), "consent": e.consent ?? "",
                 "actor": e.actor, "version": e.version ?? "", "cause": e.cause.map(String.init) ?? "",
-                "effectiveAt": e.evidence.effectiveAt?.rfc3339 ?? "", "channel": e.evidence.channel?.rawValue ?? "", "noticeLanguage": e.evidence.noticeLanguage ?? "", "evidence": e.evidence.reference ?? "",
+                "effectiveAt": e.evidence.effectiveAt?.rfc3339 ?? "", "channel": e.evidence.channel?.rawValue ?? "", "noticeLanguage": e.evidence.noticeLanguage ?? "", "evidence": e.evidence.reference ?? (e.evidence.isReferenceSealed ? "(sealed)" : ""),
                 "value": e.changes.map(changeText).joined(separator: " "),
             ])
         }
@@ -168,6 +168,8 @@ extension LedgerReport {
             note += e.changes.map(changeText)
             if let t = e.evidence.effectiveAt { note.append("agreed \(t.dayMonthYearTime(in: zone))") }
             if let c = e.evidence.channel { note.append(c.rawValue) }
+            // The reference itself is in the JSON, CSV and HTML forms; an erased subject's stays sealed.
+            if e.evidence.isReferenceSealed { note.append("evidence sealed") }
             let consent = e.feature.map { "\(featureKey($0))/\(e.consent ?? "")" } ?? ""
             return [String(e.seq), e.at.dayMonthYearTime(in: zone), e.kind.rawValue, subjectID(e.subject), consent, e.actor, note.joined(separator: ", ")]
         }, shrinkable: [3, 5, 6]).rendered

@@ -212,7 +212,7 @@ extension LedgerReport {
             if let t = e.evidence.effectiveAt { note.append("agreed \(time(t))") }
             if let c = e.evidence.channel { note.append(c.rawValue) }
             if let l = e.evidence.noticeLanguage { note.append("notice \(l)") }
-            if let ref = e.evidence.reference { note.append("evidence \(ref)") }
+            if let ref = e.evidence.reference { note.append("evidence \(ref)") } else if e.evidence.isReferenceSealed { note.append("evidence sealed") }
             let consent = e.feature.map { "\(featureKey($0))/\(e.consent ?? "")" } ?? ""
             let causeLink = e.cause.map { " <a href=\"#event-\($0)\">→ seq \($0)</a>" } ?? ""
             events += "<tr id=\"event-\(e.seq)\" data-type=\"\(e.kind.rawValue)\"><td data-sort=\"\(e.seq)\">\(e.seq)</td><td data-sort=\"\(e.at.millisecondsSinceEpoch)\">\(time(e.at))</td><td>\(e.kind.rawValue)</td><td>\(subjectID(e.subject).htmlEscaped)</td><td>\(consent.htmlEscaped)</td><td>\(e.actor.htmlEscaped)</td><td>\(note.joined(separator: ", ").htmlEscaped)\(causeLink)</td></tr>"

@@ -426,6 +426,8 @@ public enum ExportVerifier {
             throw ExportVerificationError(seq: missing.map { UInt64($0) }, "the signed export statement lists events the bundle does not hold exactly (\(statement.events.count) listed, \(bundle.events.count) bundled): an event was left out or added")
         }
         var state = SubjectState()
+        // The bundle holds the subject's record, so its sealed evidence opens (Spec/erasure.md).
+        let subjectKey = SubjectKey(id: SubjectID(subject.id), salt: salt, hasher: hasher)
         for e in bundle.events {
             let record = try check(e, checkpoint: checkpoint, keys: keys.schedule, rotated: !keys.rotations.isEmpty, hasher: hasher, verifier: verifier, proofRequired: true)
             guard let ref = record.event.payload.subject?.value, ref.utf8.elementsEqual(subject.ref.utf8) else {
@@ -433,8 +435,14 @@ public enum ExportVerifier {
             }
             try BundleKeys.checkAttested(record, keys: withRevocations, hasher: hasher)
             let inForce = versions.last { $0.seq < e.seq }?.catalog ?? catalog
+            let event: LedgerEvent
+            do {
+                event = try EvidenceSeal.opening(record.event, key: subjectKey)
+            } catch {
+                throw ExportVerificationError(seq: record.event.seq, "\(error.problem) (the key the bundle's subject record gives)")
+            }
             do throws(ReplayViolation) {
-                try state.apply(record.event, catalog: inForce)
+                try state.apply(event, catalog: inForce)
             } catch {
                 throw ExportVerificationError(seq: record.event.seq, "replay: \(error.problem)")
             }

@@ -12,17 +12,17 @@ import ConsentDomain
 package struct EventBodyReader {
     /// Every member name of format versions 1 and 2, in canonical (sorted) order; a member's bit is
     /// 1 << its index here.
-    static let names: [[UInt8]] = ["actor", "at", "attested", "catalog", "cause", "channel", "cmd", "cmdSize", "compromisedSince", "consent", "document", "effectiveAt", "evidence", "feature", "handover", "kid", "ledger", "noticeLanguage", "notices", "prev", "publicKey", "reason", "renews", "seq", "streamPrev", "streamRoot", "subject", "type", "v", "version"].map { Array($0.utf8) }
+    static let names: [[UInt8]] = ["actor", "at", "attested", "catalog", "cause", "channel", "cmd", "cmdSize", "compromisedSince", "consent", "document", "effectiveAt", "evidence", "feature", "handover", "kid", "ledger", "noticeLanguage", "notices", "prev", "publicKey", "reason", "renews", "sealedEvidence", "seq", "streamPrev", "streamRoot", "subject", "type", "v", "version"].map { Array($0.utf8) }
 
     enum Name: Int {
-        case actor, at, attested, catalog, cause, channel, cmd, cmdSize, compromisedSince, consent, document, effectiveAt, evidence, feature, handover, kid, ledger, noticeLanguage, notices, prev, publicKey, reason, renews, seq, streamPrev, streamRoot, subject, type, v, version
+        case actor, at, attested, catalog, cause, channel, cmd, cmdSize, compromisedSince, consent, document, effectiveAt, evidence, feature, handover, kid, ledger, noticeLanguage, notices, prev, publicKey, reason, renews, sealedEvidence, seq, streamPrev, streamRoot, subject, type, v, version
         var bit: UInt32 { 1 << UInt32(rawValue) }
         var text: String { String(decoding: EventBodyReader.names[rawValue], as: UTF8.self) }
     }
 
     static func bits(_ names: [Name]) -> UInt32 { names.reduce(0) { $0 | $1.bit } }
     /// The optional members of a grant: its evidence (``GrantEvidence``).
-    static let evidenceBits = bits([.effectiveAt, .channel, .noticeLanguage, .evidence])
+    static let evidenceBits = bits([.effectiveAt, .channel, .noticeLanguage, .evidence, .sealedEvidence])
     static let commonBits = bits([.v, .seq, .at, .actor, .cmd, .cmdSize, .prev, .kid, .type])
     static let typeBits: [String: UInt32] = [
         "ledger.created": bits([.ledger, .catalog, .publicKey]),
@@ -40,7 +40,7 @@ package struct EventBodyReader {
     var document: JSONValue?, notices: JSONValue?, attested: JSONValue?
     var actor: String?, catalog: String?, consent: String?, handover: String?, kid: String?, ledger: String?
     var publicKey: String?, reason: String?, subject: String?, type: String?, version: String?
-    var channel: String?, evidence: String?, noticeLanguage: String?
+    var channel: String?, evidence: String?, noticeLanguage: String?, sealedEvidence: String?
     var at: Timestamp?, effectiveAt: Timestamp?
     var prev: Digest?, streamRoot: Digest?
 
@@ -67,7 +67,7 @@ package struct EventBodyReader {
         return try reader.event()
     }
 
-    private static let staticNames: [StaticString] = ["actor", "at", "attested", "catalog", "cause", "channel", "cmd", "cmdSize", "compromisedSince", "consent", "document", "effectiveAt", "evidence", "feature", "handover", "kid", "ledger", "noticeLanguage", "notices", "prev", "publicKey", "reason", "renews", "seq", "streamPrev", "streamRoot", "subject", "type", "v", "version"]
+    private static let staticNames: [StaticString] = ["actor", "at", "attested", "catalog", "cause", "channel", "cmd", "cmdSize", "compromisedSince", "consent", "document", "effectiveAt", "evidence", "feature", "handover", "kid", "ledger", "noticeLanguage", "notices", "prev", "publicKey", "reason", "renews", "sealedEvidence", "seq", "streamPrev", "streamRoot", "subject", "type", "v", "version"]
 
     /// Which member name the bytes spell: a guess from length and first letter, then an exact
     /// comparison.
@@ -85,6 +85,7 @@ package struct EventBodyReader {
         case (11, 0x65): guess = .effectiveAt
         case (8, 0x65): guess = .evidence
         case (14, 0x6E): guess = .noticeLanguage
+        case (14, 0x73): guess = .sealedEvidence
         case (5, 0x63): guess = .cause
         case (3, 0x63): guess = .cmd
         case (7, 0x66): guess = .feature
@@ -187,6 +188,7 @@ package struct EventBodyReader {
                 case .channel: channel = value
                 case .evidence: evidence = value
                 case .noticeLanguage: noticeLanguage = value
+                case .sealedEvidence: sealedEvidence = value
                 default: version = value
                 }
             }
@@ -322,6 +324,16 @@ package struct EventBodyReader {
             evidence.channel = known
         }
         if let problem = evidence.problem { throw EventDecodingError(problem: problem) }
+        if let sealedEvidence {
+            guard self.evidence == nil else {
+                throw EventDecodingError(problem: "a grant holds its evidence reference either sealed ('sealedEvidence') or in clear ('evidence'), not both")
+            }
+            let count = sealedEvidence.utf8.count
+            guard count % 2 == 0, (2 * EvidenceSeal.minBytes...2 * EvidenceSeal.maxBytes).contains(count), let bytes = Hex.decode(sealedEvidence) else {
+                throw EventDecodingError(problem: "member 'sealedEvidence' must be \(2 * EvidenceSeal.minBytes) to \(2 * EvidenceSeal.maxBytes) lowercase hex digits (a nonce, a tag and a sealed reference of 1 to \(GrantEvidence.maxReferenceBytes) bytes)")
+            }
+            evidence.sealedReference = bytes
+        }
         return evidence
     }
 

@@ -141,12 +141,19 @@ public enum EventCodec {
             integer("cmdSize", event.command.size)
             string("consent", e.consent)
             if let effective = evidence.effectiveAt { string("effectiveAt", effective.rfc3339) }
-            if let reference = evidence.reference { string("evidence", reference) }
+            // The log holds a reference sealed; in clear only in a ledger written before sealing.
+            if evidence.sealedReference == nil, let reference = evidence.reference { string("evidence", reference) }
             integer("feature", e.feature)
             string("kid", keyID)
             if let language = evidence.noticeLanguage { string("noticeLanguage", language) }
             digest("prev", prev)
             if let renews = e.renews { integer("renews", renews) }
+            if let sealed = evidence.sealedReference {
+                name("sealedEvidence")
+                out.append(UInt8(ascii: "\""))
+                out.append(contentsOf: Hex.encode(sealed).utf8)
+                out.append(UInt8(ascii: "\""))
+            }
         case .consentRevoked(let e):
             if case .cascade(let cause) = e.reason { integer("cause", cause) }
             integer("cmd", event.command.first)
@@ -229,7 +236,11 @@ public enum EventCodec {
             if let effective = e.evidence.effectiveAt { members["effectiveAt"] = .string(effective.rfc3339) }
             if let channel = e.evidence.channel { members["channel"] = .string(channel.rawValue) }
             if let language = e.evidence.noticeLanguage { members["noticeLanguage"] = .string(language) }
-            if let reference = e.evidence.reference { members["evidence"] = .string(reference) }
+            if let sealed = e.evidence.sealedReference {
+                members["sealedEvidence"] = .string(Hex.encode(sealed))
+            } else if let reference = e.evidence.reference {
+                members["evidence"] = .string(reference)
+            }
         case .consentRevoked(let e):
             members["subject"] = .string(e.subject.value)
             members["feature"] = .int(Int64(e.feature))

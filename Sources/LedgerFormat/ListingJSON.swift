@@ -53,7 +53,12 @@ public enum ListingJSON {
         if let t = evidence.effectiveAt { members["effectiveAt"] = .string(t.rfc3339) }
         if let c = evidence.channel { members["channel"] = .string(c.rawValue) }
         if let l = evidence.noticeLanguage { members["noticeLanguage"] = .string(l) }
-        if let r = evidence.reference { members["evidence"] = .string(r) }
+        if let r = evidence.reference {
+            members["evidence"] = .string(r)
+        } else if let sealed = evidence.sealedReference {
+            // Not opened: its subject was erased, and with the record went the key.
+            members["sealedEvidence"] = .string(Hex.encode(sealed))
+        }
         return members
     }
 }

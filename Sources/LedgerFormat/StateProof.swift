@@ -278,15 +278,23 @@ public enum StateProofVerifier {
         }
         var state = SubjectState()
         var replayed: [LedgerEvent] = []
+        // The subject's record is in the proof, so its sealed evidence opens (Spec/erasure.md).
+        let subjectKey = SubjectKey(id: SubjectID(proof.subject.id), salt: salt, hasher: hasher)
         for record in subjectEvents {
             if let at = proof.at, record.event.at > at { break }
             let inForce = versions.last { $0.seq < record.event.seq }?.catalog ?? catalog
+            let event: LedgerEvent
+            do {
+                event = try EvidenceSeal.opening(record.event, key: subjectKey)
+            } catch {
+                throw fail(record.event.seq, "\(error.problem) (the key the proof's subject record gives)")
+            }
             do throws(ReplayViolation) {
-                try state.apply(record.event, catalog: inForce)
+                try state.apply(event, catalog: inForce)
             } catch {
                 throw fail(record.event.seq, "replay: \(error.problem)")
             }
-            replayed.append(record.event)
+            replayed.append(event)
         }
         guard !state.isInsideCommand else { throw fail(nil, "the events end inside a command") }
         let catalogAt = proof.at.map { t in versions.last { $0.at <= t }?.catalog ?? catalog } ?? versions.last!.catalog

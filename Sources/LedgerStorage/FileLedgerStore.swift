@@ -790,6 +790,28 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         try PosixFile.writeAtomically(kept, to: store.subjectsPath, mode: 0o600)
     }
 
+    /// Replaces stored records (same id and salt, another signature) and removes those without a
+    /// record, by rewriting the file whole (temporary file, sync, rename, folder sync): a crash
+    /// leaves the old file or the new one.
+    private func reviseSubjectRecords(_ records: [(subjectID: SubjectID, record: SubjectRecord?)]) throws {
+        let replacements = Dictionary(records.map { ($0.subjectID, $0.record) }, uniquingKeysWith: { $1 })
+        let bytes = try PosixFile(path: store.subjectsPath, flags: O_RDONLY | O_NOFOLLOW).readAll()
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.count)
+        var start = 0
+        while let end = bytes[start...].firstIndex(of: FileLedgerStore.newline) {
+            let line = Array(bytes[start..<end])
+            if let (id, old) = FileLedgerStore.decodeSubjectLine(line), let revised = replacements[SubjectID(id)], revised?.salt ?? old.salt == old.salt {
+                if let revised { out += FileLedgerStore.encodeSubjectLines([(SubjectID(id), revised)]) }
+            } else if !FileLedgerStore.isErasedLine(line) {
+                out += line
+                out.append(FileLedgerStore.newline)
+            }
+            start = end + 1
+        }
+        try PosixFile.writeAtomically(out, to: store.subjectsPath, mode: 0o600)
+    }
+
     func subjectRecords() throws -> [SubjectID: SubjectRecord] {
         let bytes = try PosixFile(path: store.subjectsPath, flags: O_RDONLY).readAll()
         var records: [SubjectID: SubjectRecord] = [:]
@@ -978,6 +1000,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         if !commit.subjects.isEmpty {
             _ = try appendLines(FileLedgerStore.encodeSubjectLines(commit.subjects), to: store.subjectsPath, create: false)
         }
+        if !commit.revisedSubjects.isEmpty { try reviseSubjectRecords(commit.revisedSubjects) }
         let file = try PosixFile(path: store.logPath, flags: O_RDWR)
         if !bytes.isEmpty {
             try append(bytes, to: file, at: end, line: log.size + 1)

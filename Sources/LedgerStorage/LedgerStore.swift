@@ -67,14 +67,21 @@ public struct LedgerCommit: Sendable {
     /// `subject.erased` event is among the entries): their bytes are overwritten, not merely
     /// unlinked, and a storage that keeps old row versions purges them.
     public let erasedSubjects: [SubjectID]
+    /// Stored subject records a key revocation revises: each replaced by the same id and salt
+    /// under another signature (the key in force's), or, without a record, removed. Written
+    /// durably before the entries, so that a crash leaves every record as it was or as revised,
+    /// never without a valid signature. A replacement whose salt differs from the stored record's
+    /// changes nothing.
+    public let revisedSubjects: [(subjectID: SubjectID, record: SubjectRecord?)]
 
-    public init(firstSeq: Int, entries: [[UInt8]], derived: DerivedUpdate, subjects: [(subjectID: SubjectID, record: SubjectRecord)], head: SignedHead?, erasedSubjects: [SubjectID] = []) {
+    public init(firstSeq: Int, entries: [[UInt8]], derived: DerivedUpdate, subjects: [(subjectID: SubjectID, record: SubjectRecord)], head: SignedHead?, erasedSubjects: [SubjectID] = [], revisedSubjects: [(subjectID: SubjectID, record: SubjectRecord?)] = []) {
         self.firstSeq = firstSeq
         self.entries = entries
         self.derived = derived
         self.subjects = subjects
         self.head = head
         self.erasedSubjects = erasedSubjects
+        self.revisedSubjects = revisedSubjects
     }
 }
 

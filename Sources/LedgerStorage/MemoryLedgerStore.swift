@@ -168,6 +168,7 @@ final class MemoryLedgerTransaction: LedgerWriteTransaction {
         }
         try commit.checkHead(following: contents.entries.count, at: names.location)
         for (id, record) in commit.subjects { contents.subjects[id] = record }
+        for (id, record) in commit.revisedSubjects where record == nil || contents.subjects[id]?.salt == record?.salt { contents.subjects[id] = record }
         contents.entries += commit.entries
         try Self.apply(commit.derived, to: &contents)
         if let head = commit.head { contents.head = head }

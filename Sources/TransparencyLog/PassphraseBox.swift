@@ -50,8 +50,8 @@ public struct PassphraseHardness: Sendable, Hashable, CustomStringConvertible {
 /// file around it is in `Spec/key-file.md`.
 public enum PassphraseBox {
     public static var saltBytes: Int { Int(crypto_pwhash_saltbytes()) }
-    public static var nonceBytes: Int { Int(crypto_secretbox_noncebytes()) }
-    public static var macBytes: Int { Int(crypto_secretbox_macbytes()) }
+    public static var nonceBytes: Int { SecretBox.nonceBytes }
+    public static var macBytes: Int { SecretBox.macBytes }
 
     /// The box key for `passphrase`; nil when Argon2id cannot run (out of memory, or limits
     /// libsodium refuses).
@@ -72,27 +72,48 @@ public enum PassphraseBox {
 
     /// `secret` sealed under `key`: the 16-byte Poly1305 tag followed by the ciphertext.
     public static func seal(_ secret: SecretBytes, nonce: [UInt8], key: SecretBytes) -> [UInt8] {
-        precondition(nonce.count == nonceBytes)
-        var box = [UInt8](repeating: 0, count: macBytes + secret.count)
-        secret.withUnsafeBytes { m in
-            key.withUnsafeBytes { k in
-                _ = crypto_secretbox_easy(&box, m.baseAddress!.assumingMemoryBound(to: UInt8.self), UInt64(m.count), nonce, k.baseAddress!.assumingMemoryBound(to: UInt8.self))
-            }
-        }
-        return box
+        secret.withUnsafeBytes { m in key.withUnsafeBytes { k in SecretBox.seal(m, nonce: nonce, key: k) } }
     }
 
     /// The secret in `box`, opened straight into secret memory; nil when the tag does not match
     /// (a wrong passphrase, or a box or header that was changed).
     public static func open(_ box: [UInt8], nonce: [UInt8], key: SecretBytes) -> SecretBytes? {
-        guard nonce.count == nonceBytes, box.count >= macBytes else { return nil }
+        guard box.count >= macBytes else { return nil }
         let secret = SecretBytes(count: box.count - macBytes)
-        let ok = secret.withUnsafeMutableBytes { m in
-            key.withUnsafeBytes { k in
-                crypto_secretbox_open_easy(m.baseAddress!.assumingMemoryBound(to: UInt8.self), box, UInt64(box.count), nonce, k.baseAddress!.assumingMemoryBound(to: UInt8.self)) == 0
-            }
-        }
+        let ok = secret.withUnsafeMutableBytes { m in key.withUnsafeBytes { k in SecretBox.open(box, nonce: nonce, key: k, into: m) } }
         return ok ? secret : nil
+    }
+}
+
+/// XSalsa20-Poly1305 (`crypto_secretbox_easy`), the one place that seals and opens a box: a
+/// key file's secret (``PassphraseBox``) and a grant's evidence reference sealed under its
+/// subject's key. A box is the 16-byte Poly1305 tag followed by the ciphertext.
+public enum SecretBox {
+    public static var keyBytes: Int { Int(crypto_secretbox_keybytes()) }
+    public static var nonceBytes: Int { Int(crypto_secretbox_noncebytes()) }
+    public static var macBytes: Int { Int(crypto_secretbox_macbytes()) }
+
+    /// `message` sealed under the 32-byte `key` with the 24-byte `nonce`.
+    public static func seal(_ message: UnsafeRawBufferPointer, nonce: [UInt8], key: UnsafeRawBufferPointer) -> [UInt8] {
+        precondition(nonce.count == nonceBytes && key.count == keyBytes)
+        _ = Sodium()
+        var box = [UInt8](repeating: 0, count: macBytes + message.count)
+        var empty: UInt8 = 0
+        let m = message.baseAddress?.assumingMemoryBound(to: UInt8.self) ?? withUnsafePointer(to: &empty) { $0 }
+        _ = crypto_secretbox_easy(&box, m, UInt64(message.count), nonce, key.baseAddress!.assumingMemoryBound(to: UInt8.self))
+        return box
+    }
+
+    /// Opens `box` into `message` (exactly `box.count - macBytes` bytes); false, with `message`
+    /// zeroed, when the nonce or key has the wrong length or the tag does not match.
+    public static func open(_ box: [UInt8], nonce: [UInt8], key: UnsafeRawBufferPointer, into message: UnsafeMutableRawBufferPointer) -> Bool {
+        guard nonce.count == nonceBytes, key.count == keyBytes, box.count >= macBytes, message.count == box.count - macBytes else { return false }
+        _ = Sodium()
+        var scratch: UInt8 = 0
+        let out = message.baseAddress?.assumingMemoryBound(to: UInt8.self) ?? withUnsafeMutablePointer(to: &scratch) { $0 }
+        let ok = crypto_secretbox_open_easy(out, box, UInt64(box.count), nonce, key.baseAddress!.assumingMemoryBound(to: UInt8.self)) == 0
+        if !ok, let base = message.baseAddress { sodium_memzero(base, message.count) }
+        return ok
     }
 }
 

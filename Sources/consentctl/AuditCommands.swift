@@ -221,6 +221,11 @@ struct KeyRevoke: ParsableCommand {
             on 'verify' refuses any event signed by the revoked key in that window that is not \
             listed, and bundles carry the revocation like a rotation.
 
+            Subject records carry no seq, so the revoked key's signature vouches for no record \
+            any more: before the event, every record it signed is signed again by the key in \
+            force when its pseudonym has events, and removed otherwise (a salt a failed command \
+            left, or a record made up with the leaked key).
+
             A key is revoked once. The window is every event from SEQ to the rotation, so pick \
             SEQ no later than the first moment the key may have leaked; each event in it costs \
             67 bytes in the revocation.
@@ -248,10 +253,12 @@ struct KeyRevoke: ParsableCommand {
                 printJSON(.object([
                     "ok": .bool(true), "seq": .int(Int64(receipt.seq)), "revoked": .string(receipt.revoked.text),
                     "compromisedSince": .int(Int64(receipt.compromisedSince)), "attested": .int(Int64(receipt.attested)),
+                    "resignedRecords": .int(Int64(receipt.resignedRecords)), "removedRecords": .int(Int64(receipt.removedRecords)),
                 ]))
             } else {
                 print("Revoked key \(receipt.revoked.text): key.revoked event at seq \(receipt.seq).")
                 print("Compromised from seq \(receipt.compromisedSince); the \(receipt.attested) event\(receipt.attested == 1 ? "" : "s") it signed from there to its rotation are re-attested by the key in force.")
+                print("Subject records it had signed: \(receipt.resignedRecords) signed again by the key in force (their pseudonyms have events), \(receipt.removedRecords) removed (nothing vouches for them).")
             }
         }
     }

@@ -401,7 +401,7 @@ func evidenceNotes(_ evidence: GrantEvidence) -> [String] {
     if let t = evidence.effectiveAt { notes.append("effective \(t.shown)") }
     if let c = evidence.channel { notes.append(c.rawValue) }
     if let l = evidence.noticeLanguage { notes.append("notice \(l)") }
-    if let r = evidence.reference { notes.append("evidence \(r)") }
+    if let r = evidence.reference { notes.append("evidence \(r)") } else if evidence.isReferenceSealed { notes.append("evidence sealed") }
     return notes
 }
 

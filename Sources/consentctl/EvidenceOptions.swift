@@ -14,7 +14,7 @@ struct EvidenceOptions: ParsableArguments {
     @Option(help: ArgumentHelp("The language of the notice the subject saw, as a BCP 47 tag (de, en-GB).", valueName: "TAG"))
     var noticeLanguage: String?
 
-    @Option(help: ArgumentHelp("A reference to the document or scan that records the consent (up to 512 bytes). It can be personal data.", valueName: "REF"))
+    @Option(help: ArgumentHelp("A reference to the document or scan that records the consent (up to 512 bytes). It can be personal data: the log holds it sealed under the subject's key, which erase destroys.", valueName: "REF"))
     var evidence: String?
 
     /// The evidence, its time parsed; the rules check the rest when the command runs.

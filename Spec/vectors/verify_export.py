@@ -7,7 +7,10 @@ replay are imported from verify_vectors.py in this folder; the Merkle tree (RFC 
 storage layout), signed notes (C2SP signed-note), checkpoints (C2SP tlog-checkpoint), bundles and
 consistency proofs are implemented here, and so is the key schedule a file is checked under
 after a key rotation (export-format.md, Keys), with the rotation and revocation rules of
-verify_vectors.py's KeySchedule.
+verify_vectors.py's KeySchedule. A subject bundle carries the subject's record, so its grants'
+sealed evidence references are opened with the key it gives (Spec/erasure.md, Sealed evidence;
+XSalsa20-Poly1305 from verify_vectors.py) before the replay, whose listing shows them in clear;
+an all bundle carries no records, and its references stay sealed.
 
 Usage:
     python3 Spec/vectors/verify_export.py              self-tests, then Spec/vectors/export
@@ -38,8 +41,9 @@ from verify_vectors import (  # noqa: E402
     LINE_PREFIX, SIG_PREFIX, SIGNING_CONTEXT, ZERO_HASH, CatalogError, Checks, DecodeError, Failure, KeySchedule, Replay,
     SubjectState, Violation, catalog_hash, catalog_version, decode_catalog, decode_line, ed25519_public_key, ed25519_sign,
     ed25519_verify, event_lines, hex_decode, key_id, notices_of, parse_canonical, problem_as_update, publish_body, read_file,
-    read_subject_records, same_bytes, same_text, serialize, sha256, sign_log, subject_ref, trimmed_text, tree_root, verify_folder,
-    SALT_LENGTH,
+    read_subject_records, same_bytes, same_text, serialize, sha256, sign_log, subject_record_message, subject_ref, trimmed_text,
+    tree_root, verify_folder,
+    SALT_LENGTH, SealError, evidence_key, flip_hex_byte, opened_event, seal_evidence,
 )
 
 BUNDLE_FORMAT = "consentledger-export-v1"
@@ -888,7 +892,9 @@ def listing_json(state, catalog):
     force at the end: every feature in catalogue order, its consents required first; 'state'
     given, outdated (given under another version than the one in force) or withheld; 'version'
     the version the subject agreed to, 'currentVersion' the one in force; a withheld consent's
-    'reason' (never-given, withdrawn, cascade-withdrawn); a given one's evidence members."""
+    'reason' (never-given, withdrawn, cascade-withdrawn); a given one's evidence members, a sealed
+    reference as the replay holds it: opened, as 'evidence', when the subject's record was at hand
+    (verify_subject, the state proof), 'sealedEvidence' (its hex) otherwise."""
     out = []
     for f in catalog.ordered:
         consents = []
@@ -898,7 +904,7 @@ def listing_json(state, catalog):
                  "currentVersion": c["version"], "everGiven": status is not None}
             if status is not None and status[0] == "given":
                 m.update(state="given" if same_bytes(status[1], c["version"]) else "outdated", validFrom=status[3], version=status[1])
-                m.update(status[4])  # the grant's evidence members, as the event names them
+                m.update(status[4])  # the grant's evidence members, as the event names them (a sealed reference opened)
             else:
                 # A withheld consent says why: never given, withdrawn, or withdrawn by cascade.
                 m.update(state="withheld", validFrom=None)
@@ -1022,11 +1028,18 @@ def verify_subject(b, checkpoint, catalog, features, key, keys):
         raise ExportFailure(missing[0] if missing else None, "the signed export statement lists events the bundle does not hold exactly "
                             "(%d listed, %d bundled): an event was left out or added" % (len(listed_events), len(bundled)))
     state = SubjectState()
+    # The bundle holds the subject's record, so its sealed evidence opens (Spec/erasure.md, Sealed
+    # evidence): item 7.3, before the replay, which then lists the reference in clear.
+    key_of_subject = evidence_key(subject_id, salt)
     for e in b.events:
         event = check_entry(e, checkpoint, keys.schedule, True, keys.rotated)
         if event.subject is None or not same_bytes(event.subject, ref):
             raise ExportFailure(event.seq, "the event is about another subject")
         check_attested(event, revoked)
+        try:
+            event = opened_event(event, key_of_subject)
+        except SealError as err:
+            raise ExportFailure(event.seq, "%s (the key the bundle's subject record gives)" % err.problem)
         try:
             state.apply(event, in_force(versions, e.seq))
         except Violation as v:
@@ -1675,8 +1688,10 @@ def export_subject(lines, subject_id, salt, key, seed, catalog_value, streams=Fa
     rotations = [e.seq for e in events if e.type == "key.rotated"]
     state = SubjectState()
     mine = [e for e in events if e.subject == ref]
+    key_of_subject = evidence_key(subject_id, salt)
     for e in mine:
-        state.apply(e, in_force(versions, e.seq))
+        # The exporter holds the subject's record: the listing shows a sealed reference opened.
+        state.apply(opened_event(e, key_of_subject), in_force(versions, e.seq))
     statement = sign_note(statement_text(key.name, n, ref, ledger_stream, [e.seq for e in mine]), key, seed)
     bundle = {"format": BUNDLE_FORMAT, "scope": "subject", "ledger": key.name, "verifierKey": key.text, "checkpoint": note,
               "catalog": catalog_value, "genesis": entry(0), "events": [entry(e.seq) for e in mine],
@@ -1845,10 +1860,12 @@ def check_policy_versions(checks, v, key):
 
 def check_evidence(checks, v, key):
     """A grant's evidence and why a consent is withheld, in bundles (Spec/export-format.md, The
-    state listing; Spec/ledger-format.md, consent.given and rule 11a): bob's subject bundle of the
-    tiny ledger, whose last grant (seq 9) carries all four evidence members, and derived ledgers
-    re-signed with the test key in which a grant's evidence or an event's members break the
-    format or the rules, exported as the reference would have exported them."""
+    state listing and step 4S, item 7.3; Spec/ledger-format.md, consent.given and rule 11a;
+    Spec/erasure.md, Sealed evidence): bob's subject bundle of the tiny ledger, whose last grant
+    (seq 9) carries all four evidence members, its reference sealed under bob's key and listed
+    opened; and derived ledgers re-signed with the test key in which a grant's evidence or an
+    event's members break the format or the rules, or its sealed reference does not open under
+    the key of the bundle's subject record, exported as the reference would have exported them."""
     catalog_value = parse_canonical(read_file(v.folder, "catalog.json"))
     salts = {s["id"]: bytes.fromhex(s["salt"]) for s in json.loads(read_file(v.here, "expected.json"))["subjects"]}
     bodies = [parse_canonical(line[len(LINE_PREFIX):-(len(SIG_PREFIX) + 130)]) for line in v.lines]
@@ -1879,6 +1896,15 @@ def check_evidence(checks, v, key):
 
     bob = bundle_of(v.lines, "bob")
     alice = bundle_of(v.lines, "alice")
+    # Sealed evidence: seq 9 holds bob's reference sealed under his key (Spec/erasure.md).
+    bob_key, alice_key = evidence_key("bob", salts["bob"]), evidence_key("alice", salts["alice"])
+    sealed = bodies[9]["sealedEvidence"]
+
+    flip = flip_hex_byte
+
+    def not_open(problem):
+        return "%s (the key the bundle's subject record gives)" % problem
+    no_key = not_open("the sealed evidence reference does not open under the subject's key")
 
     def consent(bundle, feature, code):
         f = next(f for f in bundle["state"]["features"] if f["key"] == feature)
@@ -1899,6 +1925,11 @@ def check_evidence(checks, v, key):
                  and b9["validFrom"] == "2026-01-15T09:00:04.000Z",
                  "evidence: bob's bundle of the tiny ledger verifies; his timeline optional-b is given from its recorded time 09:00:04 "
                  "with the grant's four evidence members (effectiveAt 09:00:03.500, paper, de, scan-0042)", json.dumps(b9, sort_keys=True))
+    line9 = parse_canonical(next(e for e in bob["events"] if e["seq"] == 9)["line"].encode("utf-8"))["body"]
+    checks.check(line9.get("sealedEvidence") == sealed and "evidence" not in line9 and "sealedEvidence" not in b9
+                 and seal_evidence("scan-0042", 9, bob_key) == sealed,
+                 "evidence: bob's bundle carries seq 9 with its reference sealed (sealedEvidence, scan-0042 sealed under the key of "
+                 "the bundle's subject record), and its state lists the reference opened, as evidence")
     b8 = consent(bob, "timeline", "required")
     checks.check(not set(b8) & {"effectiveAt", "channel", "noticeLanguage", "evidence", "reason"},
                  "evidence: a grant without evidence lists none (bob's timeline required)", json.dumps(b8, sort_keys=True))
@@ -1925,7 +1956,23 @@ def check_evidence(checks, v, key):
         change(obj)
         return obj
 
-    no_evidence = resigned(9, effectiveAt=None, channel=None, noticeLanguage=None, evidence=None)
+    no_evidence = resigned(9, effectiveAt=None, channel=None, noticeLanguage=None, sealedEvidence=None)
+    in_clear = resigned(9, sealedEvidence=None, evidence="scan-0042")
+    # Bob's bundle in the map form (as the reference exports a format 2 ledger), checked as a
+    # state proof: its failures name the proof's subject record (export-format.md, 4S, item 1).
+    bob_map = export_subject(v.lines, "bob", salts["bob"], key, v.seed, catalog_value, streams=True)
+
+    def map_relined(lines):
+        """bob_map with every line, inclusion proof and the signed head replaced by those of
+        `lines` (the same seqs and streams, so the map proofs still hold)."""
+        n, stored = len(lines), build_stored(lines)
+        read = stored.__getitem__
+        o = json.loads(json.dumps(bob_map))
+        o["checkpoint"] = sign_note(head_text(lines, key.name, read), key, v.seed)
+        for e in [o["genesis"], o["last"]] + o["events"] + o["catalogVersions"]:
+            e["line"] = lines[e["seq"]].decode("utf-8")
+            e["proof"] = [b64encode(h) for h in stored_inclusion_proof(e["seq"], n, read)]
+        return o
     cases = [
         # The listing compared with the replay.
         ("bob, the listed channel changed", edited(bob, edit_state("timeline", "optional-b", channel="app")), None, "bundled state differs"),
@@ -1941,8 +1988,40 @@ def check_evidence(checks, v, key):
          None, "bundled state differs"),
         ("alice, a never-given consent listed without its reason", edited(alice, edit_state("medication-management", "optional-b", reason=None)),
          None, "bundled state differs"),
+        ("bob, the reference listed sealed (its hex) instead of opened",
+         edited(bob, edit_state("timeline", "optional-b", evidence=None, sealedEvidence=sealed)), None, "bundled state differs"),
+        ("bob, the reference listed both opened and sealed", edited(bob, edit_state("timeline", "optional-b", sealedEvidence=sealed)), None,
+         "bundled state differs"),
         # Ledgers re-signed with the test key.
         ("bob, the last grant without evidence (allowed)", bundle_of(no_evidence, "bob"), None, None),
+        # Sealed evidence (item 7.3): opened with the key of the bundle's subject record.
+        ("bob, the reference in clear, as older ledgers hold it (allowed)", bundle_of(in_clear, "bob"), None, None),
+        ("bob, another reference sealed for seq 9 under his key (allowed)",
+         bundle_of(resigned(9, sealedEvidence=seal_evidence("paper form 7, front desk", 9, bob_key)), "bob"), None, None),
+        ("bob, his reference sealed with a nonce of zeros (a reader does not check the nonce: allowed)",
+         bundle_of(resigned(9, sealedEvidence=seal_evidence("scan-0042", 9, bob_key, nonce=bytes(24))), "bob"), None, None),
+        ("bob, his reference sealed under alice's key",
+         bundle_of(resigned(9, sealedEvidence=seal_evidence("scan-0042", 9, alice_key)), "bob", like=bob), 9, no_key),
+        ("bob, a flipped byte of the sealed reference's box", bundle_of(resigned(9, sealedEvidence=flip(sealed, len(sealed) // 2 - 1)), "bob",
+                                                                         like=bob), 9, no_key),
+        ("bob, a flipped byte of the sealed reference's nonce", bundle_of(resigned(9, sealedEvidence=flip(sealed, 0)), "bob", like=bob), 9,
+         no_key),
+        ("bob, a sealed box that opens to bytes that are not UTF-8",
+         bundle_of(resigned(9, sealedEvidence=seal_evidence(b"scan-\xff0042", 9, bob_key)), "bob", like=bob), 9,
+         not_open("the sealed evidence reference opens to bytes that are not UTF-8")),
+        ("bob, a sealed box that opens to a reference with a control character",
+         bundle_of(resigned(9, sealedEvidence=seal_evidence("scan\n0042", 9, bob_key)), "bob", like=bob), 9,
+         not_open("the sealed evidence reference opens to one no command records: the evidence reference contains a control character")),
+        ("bob, the reference in clear and sealed at once", bundle_of(resigned(9, evidence="scan-0042"), "bob", like=bob), 9,
+         "malformed event: a grant holds its evidence reference either sealed ('sealedEvidence') or in clear ('evidence'), not both"),
+        ("bob, the map form (allowed)", bob_map, None, None),
+        ("bob, the map form, his reference sealed under alice's key",
+         map_relined(resigned(9, sealedEvidence=seal_evidence("scan-0042", 9, alice_key))), 9,
+         "the sealed evidence reference does not open under the subject's key (the key the proof's subject record gives)"),
+        ("all, a flipped byte of bob's sealed reference (an all bundle carries no records: its references stay sealed, allowed)",
+         export_all(resigned(9, sealedEvidence=flip(sealed, len(sealed) // 2 - 1)), key, v.seed, catalog_value), None, None),
+        ("all, the reference in clear and sealed at once", export_all(resigned(9, evidence="scan-0042"), key, v.seed, catalog_value), 9,
+         "malformed event: a grant holds its evidence reference either sealed ('sealedEvidence') or in clear ('evidence'), not both"),
         ("bob, the last grant with an unknown channel", bundle_of(resigned(9, channel="fax"), "bob", like=bob), 9,
          "malformed event: member 'channel' must be one of app, portal, paper, phone, clinician"),
         ("all, the last grant with an unknown channel", export_all(resigned(9, channel="fax"), key, v.seed, catalog_value), 9,
@@ -1972,8 +2051,14 @@ def check_evidence(checks, v, key):
         checks.run("evidence: %s %s" % (name, "verifies" if reason is None else "fails: %s%s" % (
             "" if seq is None else "seq %d, " % seq, reason)), run)
     plain = consent(bundle_of(no_evidence, "bob"), "timeline", "optional-b")
-    checks.check(not set(plain) & {"effectiveAt", "channel", "noticeLanguage", "evidence", "reason"},
+    checks.check(not set(plain) & {"effectiveAt", "channel", "noticeLanguage", "evidence", "sealedEvidence", "reason"},
                  "evidence: without evidence on the grant, the listing has no evidence member", json.dumps(plain, sort_keys=True))
+    checks.check(bundle_of(in_clear, "bob")["state"] == bob["state"],
+                 "evidence: a reference in clear (an older ledger) and the same reference sealed are listed alike, as evidence")
+    checks.check(bob_map["state"] == bob["state"], "evidence: bob's bundle in the map form lists the same state, the reference opened")
+    other = consent(bundle_of(resigned(9, sealedEvidence=seal_evidence("paper form 7, front desk", 9, bob_key)), "bob"), "timeline", "optional-b")
+    checks.check(other.get("evidence") == "paper form 7, front desk" and "sealedEvidence" not in other,
+                 "evidence: the listing shows what the sealed reference opens to", json.dumps(other, sort_keys=True))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -2345,11 +2430,17 @@ def check_rotated(checks, here):
         """verify_vectors.verify_folder on the same derived ledgers: the same defects, each where
         verify names it (the line of its seq)."""
         wrong = []
+        records = read_subject_records(r.folder)
         for name, lines, seed, outcomes in r.revocation_cases():
             log = b"".join(line + b"\n" for line in lines)
+            # The subject records as the revocation's writer leaves them: signed again by the key
+            # in force (ledger-format.md, Key rotation, Revocation: Records).
+            subjects = b"".join(serialize({"id": i, "salt": x.salt.hex(), "sig": ed25519_sign(seed, subject_record_message(i, x.salt)).hex()})
+                                + b"\n" for i, x in records.items())
             try:
                 verify_folder(r.folder, log=log, head_text=sign_note(head_text(lines, r.name, build_stored(lines).__getitem__),
-                                                                  r.signer(seed), seed), derived=False, subject_map=False)
+                                                                  r.signer(seed), seed), derived=False, subject_map=False,
+                              subjects=subjects)
                 got = None
             except Failure as f:
                 got = (f.seq, f.reason)

@@ -6,7 +6,9 @@ builds on), with the Python 3 standard library only. Ed25519, canonical JSON, ev
 the subject map and replay are imported from verify_vectors.py in this folder; the Merkle tree,
 signed notes, checkpoints, entry checks and the state listing from verify_export.py. The state
 proof itself (reading the file, the map proofs, stream completeness, the catalogue versions and
-the replay up to 'at') is implemented here.
+the replay up to 'at', each grant's sealed evidence reference first opened with the key the
+proof's subject record gives: Spec/erasure.md, Sealed evidence, with verify_vectors.py's
+XSalsa20-Poly1305, so that the state lists it in clear) is implemented here.
 
 Usage:
     python3 Spec/vectors/verify_state.py                  Spec/vectors/state (expected.json), a
@@ -32,7 +34,7 @@ from verify_vectors import (  # noqa: E402
     KEY_BITS, LEDGER_STREAM, LINE_PREFIX, SIG_PREFIX, SALT_LENGTH, STREAM_KEY_LENGTH, CatalogError, Checks, SubjectMap, SubjectState,
     Violation, catalog_hash, decode_catalog, decode_line, ed25519_public_key, event_lines, hex_decode, map_leaf, map_node, map_root,
     parse_canonical, parse_time, problem_as_update, read_file, serialize, sha256, sign_log, stream_key, subject_ref, tree_root,
-    trimmed_text, verify_folder, verify_map_proof,
+    trimmed_text, verify_folder, verify_map_proof, SealError, evidence_key, flip_hex_byte, opened_event, seal_evidence,
 )
 from verify_export import (  # noqa: E402
     Checkpoint, Entry, ExportFailure, NoteError, NoteKey, b64decode, b64encode, build_stored, check_attested, check_consistency,
@@ -253,12 +255,19 @@ def verify_state(data, key):
             raise StateFailure(event.seq, "the published catalogue cannot replace the one in force: %s" % problem)
         versions.append((event.seq, event.at_ms, event.document))
 
-    # 7. Replay the subject's events up to 'at', each under the catalogue in force for its seq.
+    # 7. Replay the subject's events up to 'at', each under the catalogue in force for its seq,
+    # a sealed evidence reference first opened with the key of the proof's subject record (the
+    # replayed event then holds it in clear, and the state lists it as 'evidence').
     state, replayed = SubjectState(), []
+    key_of_subject = evidence_key(subject_id, salt)
     for event in subject_events:
         if p.at_ms is not None and event.at_ms > p.at_ms:
             break
         in_force = [c for s, _, c in versions if s < event.seq][-1]
+        try:
+            event = opened_event(event, key_of_subject)
+        except SealError as err:
+            raise StateFailure(event.seq, "%s (the key the proof's subject record gives)" % err.problem)
         try:
             state.apply(event, in_force)
         except Violation as v:
@@ -310,7 +319,9 @@ def prove_state(lines, subject_id, salt, key, note, catalog_value, at=None, stri
     writes it: the subject's stream and the ledger's, each read from the map's newest seq back
     along the 'streamPrev' links; after a key rotation, the key.rotated entries as 'keys'. A
     replay violation raises Violation (the reference writes no proof), or, without `strict`, ends
-    the replay (the listing is of the events before it: what a key holder could sign anyway)."""
+    the replay (the listing is of the events before it: what a key holder could sign anyway). A
+    sealed evidence reference is opened with the subject's record and listed in clear; one that
+    does not open raises SealError, or, without `strict`, is listed as it is ('sealedEvidence')."""
     n, stored = len(lines), build_stored(lines)
     read = stored.__getitem__
     events = [decode_line(line) for line in lines]
@@ -340,9 +351,15 @@ def prove_state(lines, subject_id, salt, key, note, catalog_value, at=None, stri
                                                            if e.type == "catalog.published"]
     at_ms = parse_time(at) if at is not None else None
     state = SubjectState()
+    key_of_subject = evidence_key(subject_id, salt)
     for e in mine:
         if at_ms is not None and e.at_ms > at_ms:
             break
+        try:
+            e = opened_event(e, key_of_subject)
+        except SealError:
+            if strict:
+                raise
         try:
             state.apply(e, [c for s, _, c in versions if s < e.seq][-1])
         except Violation:
@@ -448,10 +465,10 @@ def check_log(checks, v, key):
 
     checkpoint = parse_checkpoint(open_note(alice["checkpoint"], key))
     text = open_note(alice["checkpoint"], key)
-    checks.check(checkpoint.size == 12 and b64encode(checkpoint.root) == "q7mLmE3ny/HlJKHP5VgGAGcJ9ZLF8fVIKo+qhUZEPno="
+    checks.check(checkpoint.size == 12 and b64encode(checkpoint.root) == "cx59aRvdWVdGmgBP/JdPC03RXjqj2Qugovyq7DaP2To="
                  and text.split("\n")[3] == "chain " + sha256(decode_line(lines[11]).body).hex()
                  and head_note(lines, key, v.seed) == alice["checkpoint"],
-                 "example: the checkpoint is the signed head of the 12 lines (size 12, root q7mLmE3…, chain = SHA-256 of seq 11's body), "
+                 "example: the checkpoint is the signed head of the 12 lines (size 12, root cx59aRvd…, chain = SHA-256 of seq 11's body), "
                  "reproduced by signing with the test key")
     events = [decode_line(line) for line in lines]
     newest = {}
@@ -699,10 +716,12 @@ def check_derived(checks, v, key):
 
 def check_evidence(checks, v, key):
     """A grant's evidence and why a consent is withheld, in state proofs (Spec/export-format.md,
-    The state listing; Spec/ledger-format.md, consent.given and rule 11a): bob's proof, whose seq
-    9 carries all four evidence members, as of times around them; and the 12-line log re-signed
-    with the test key with a grant's evidence or an event's members breaking the format or the
-    rules, proved as a key holder would."""
+    The state listing; Spec/ledger-format.md, consent.given and rule 11a; Spec/state-proof.md,
+    step 7, item 2, and Spec/erasure.md, Sealed evidence): bob's proof, whose seq 9 carries all
+    four evidence members, its reference sealed under bob's key and listed opened, as of times
+    around them; and the 12-line log re-signed with the test key with a grant's evidence or an
+    event's members breaking the format or the rules, or its sealed reference not opening under
+    the key of the proof's subject record, proved as a key holder would."""
     lines, seed = v.lines, v.seed
     bob = json.loads(v.read("bob.state.json"))
     bodies = [parse_canonical(line[len(LINE_PREFIX):-(len(SIG_PREFIX) + 130)]) for line in lines]
@@ -734,11 +753,32 @@ def check_evidence(checks, v, key):
     def optional_b(listing):
         return next(c for f in listing if f["key"] == "timeline" for c in f["consents"] if c["code"] == "optional-b")
 
+    # Sealed evidence: seq 9 holds bob's reference sealed under his key.
+    bob_key, alice_key = evidence_key("bob", v.salts["bob"]), evidence_key("alice", v.salts["alice"])
+    sealed = bodies[9]["sealedEvidence"]
+
+    flip = flip_hex_byte
+
+    def not_open(problem):
+        return "%s (the key the proof's subject record gives)" % problem
+    no_key = not_open("the sealed evidence reference does not open under the subject's key")
+
+    def listed_sealed(o):
+        """The proof `o` with optional-b's reference listed as the log holds it, not opened."""
+        c = optional_b(o["state"]["features"])
+        del c["evidence"]
+        c["sealedEvidence"] = sealed
+
     evidence = {"effectiveAt": "2026-01-15T09:00:03.500Z", "channel": "paper", "noticeLanguage": "de", "evidence": "scan-0042"}
     b9 = optional_b(bob["state"]["features"])
     checks.check({k: b9.get(k) for k in evidence} == evidence and b9["validFrom"] == "2026-01-15T09:00:04.000Z" and "reason" not in b9,
                  "evidence: bob.state.json lists timeline optional-b given from its recorded time 09:00:04 with the grant's four "
                  "evidence members", json.dumps(b9, sort_keys=True))
+    line9 = parse_canonical(next(e for e in bob["events"] if e["seq"] == 9)["line"].encode("utf-8"))["body"]
+    checks.check(line9.get("sealedEvidence") == sealed and "evidence" not in line9 and "sealedEvidence" not in b9
+                 and seal_evidence("scan-0042", 9, bob_key) == sealed and bob["subject"]["id"] == "bob",
+                 "evidence: bob.state.json carries seq 9 with its reference sealed (scan-0042 sealed under the key of the proof's "
+                 "subject record, with the writer's nonce), and its state lists the reference opened, as evidence")
     never = [c for f in bob["state"]["features"] for c in f["consents"] if not c["everGiven"]]
     checks.check(len(never) == 4 and all(c["reason"] == "never-given" and c["state"] == "withheld" for c in never),
                  "evidence: bob.state.json lists his four consents never given as withheld with reason never-given")
@@ -767,11 +807,35 @@ def check_evidence(checks, v, key):
             validFrom="2026-01-15T09:00:03.500Z")), False, "the proof's state differs from the replay of its events", None),
         ("bob, a never-given consent listed as withdrawn", edited_bytes(bob_proof, lambda o: o["state"]["features"][0]["consents"][0].update(
             reason="withdrawn")), False, "the proof's state differs from the replay of its events", None),
+        ("bob, the reference listed sealed (its hex) instead of opened", edited_bytes(bob_proof, listed_sealed), False,
+         "the proof's state differs from the replay of its events", None),
         ("bob, the last grant without evidence, re-signed (allowed)",
-         file_bytes(prove("bob", log=resigned(9, effectiveAt=None, channel=None, noticeLanguage=None, evidence=None))), True, None, None),
+         file_bytes(prove("bob", log=resigned(9, effectiveAt=None, channel=None, noticeLanguage=None, sealedEvidence=None))), True, None, None),
+        # Sealed evidence (step 7, item 2): opened with the key of the proof's subject record.
+        ("bob, the reference in clear, as older ledgers hold it, re-signed (allowed)",
+         file_bytes(prove("bob", log=resigned(9, sealedEvidence=None, evidence="scan-0042"))), True, None, None),
+        ("bob, another reference sealed for seq 9 under his key, re-signed (allowed)",
+         file_bytes(prove("bob", log=resigned(9, sealedEvidence=seal_evidence("paper form 7, front desk", 9, bob_key)))), True, None, None),
+        ("bob, his reference sealed under alice's key, re-signed",
+         file_bytes(prove("bob", log=resigned(9, sealedEvidence=seal_evidence("scan-0042", 9, alice_key)), strict=False)), False, no_key, 9),
+        ("bob, a flipped byte of the sealed reference's box, re-signed",
+         file_bytes(prove("bob", log=resigned(9, sealedEvidence=flip(sealed, len(sealed) // 2 - 1)), strict=False)), False, no_key, 9),
+        ("bob, a flipped byte of the sealed reference's nonce, re-signed",
+         file_bytes(prove("bob", log=resigned(9, sealedEvidence=flip(sealed, 0)), strict=False)), False, no_key, 9),
+        ("bob, a sealed box that opens to bytes that are not UTF-8, re-signed",
+         file_bytes(prove("bob", log=resigned(9, sealedEvidence=seal_evidence(b"scan-\xff0042", 9, bob_key)), strict=False)), False,
+         not_open("the sealed evidence reference opens to bytes that are not UTF-8"), 9),
+        ("bob, a sealed box that opens to a reference with a control character, re-signed",
+         file_bytes(prove("bob", log=resigned(9, sealedEvidence=seal_evidence("scan\n0042", 9, bob_key)), strict=False)), False,
+         not_open("the sealed evidence reference opens to one no command records: the evidence reference contains a control character"), 9),
+        ("bob, the reference in clear and sealed at once, re-signed", relined(bob_proof, resigned(9, evidence="scan-0042")), False,
+         "malformed event: a grant holds its evidence reference either sealed ('sealedEvidence') or in clear ('evidence'), not both", 9),
+        ("bob as of 09:00:03.750, his reference at seq 9 garbled (seq 9 is not replayed, so not opened: allowed)",
+         file_bytes(prove("bob", log=resigned(9, sealedEvidence=flip(sealed, 0)), at="2026-01-15T09:00:03.750Z")), True, None, None),
         ("bob, the last grant with an unknown channel, re-signed", relined(bob_proof, resigned(9, channel="fax")), False,
          "malformed event: member 'channel' must be one of app, portal, paper, phone, clinician", 9),
-        ("bob, an evidence reference with a trailing space, re-signed", relined(bob_proof, resigned(9, evidence="scan-0042 ")), False,
+        ("bob, an evidence reference with a trailing space, re-signed", relined(bob_proof, resigned(9, sealedEvidence=None, evidence="scan-0042 ")),
+         False,
          "malformed event: the evidence reference has leading or trailing spaces", 9),
         ("bob, an effective time after the recorded time, re-signed",
          file_bytes(prove("bob", log=resigned(9, effectiveAt="2026-01-15T09:00:04.001Z"), strict=False)), False,

@@ -1,19 +1,26 @@
 #!/usr/bin/env python3
 """An independent verifier for the ConsentLedger format, versions 1 and 2.
 
-Written from Spec/ledger-format.md alone, with the Python 3 standard library only: SHA-256 and
-SHA-512 come from hashlib, Ed25519 verification is implemented below from RFC 8032 (with the
-stricter acceptance rules that the spec adopts from libsodium), and canonical JSON (RFC 8785) is
-checked by a strict parser of its own. Event bodies are read in one pass, as the spec's "Reading a
-body" describes, so that failures carry the reference implementation's reasons.
+Written from Spec/ledger-format.md (and Spec/erasure.md for sealed evidence) alone, with the
+Python 3 standard library only: SHA-256 and SHA-512 come from hashlib, Ed25519 verification is
+implemented below from RFC 8032 (with the stricter acceptance rules that the spec adopts from
+libsodium), XSalsa20-Poly1305 (NaCl's crypto_secretbox, which seals a grant's evidence reference
+under its subject's key) from the Salsa20 and Poly1305 specifications, and canonical JSON (RFC
+8785) is checked by a strict parser of its own. Event bodies are read in one pass, as the spec's
+"Reading a body" describes, so that failures carry the reference implementation's reasons.
+(PyNaCl, when it happens to be installed, is used only to cross-check XSalsa20-Poly1305.)
 
 Usage:
     python3 Spec/vectors/verify_vectors.py          check Spec/vectors (tiny-ledger, expected.json,
                                                     tampered/*.jsonl, rotated-ledger: key
-                                                    rotation and revocation)
+                                                    rotation and revocation; sealed evidence:
+                                                    seq 9 opened with bob's record, and refused
+                                                    under another key, garbled, not UTF-8, not a
+                                                    reference, or beside a clear one)
     python3 Spec/vectors/verify_vectors.py DIR      verify the ledger folder DIR (structure only;
                                                     its derived files and subjects.jsonl too, if
-                                                    present)
+                                                    present, and every sealed evidence reference
+                                                    of a subject with a record opened with it)
 
 Prints one line per check and ends with "N passed, M failed"; exits 0 only when M is 0.
 """
@@ -22,6 +29,7 @@ import base64
 import binascii
 import functools
 import hashlib
+import hmac
 import json
 import os
 import sys
@@ -154,6 +162,107 @@ def ed25519_sign(seed, message):
     big_r = _compress(_mul(r, BASE))
     k = int.from_bytes(hashlib.sha512(big_r + public + message).digest(), "little") % L
     return big_r + int.to_bytes((r + k * a) % L, 32, "little")
+
+
+# ---------------------------------------------------------------------------------------------
+# XSalsa20-Poly1305 (NaCl crypto_secretbox; libsodium's crypto_secretbox_easy), for the sealed
+# evidence references of Spec/erasure.md, "Sealed evidence"
+# ---------------------------------------------------------------------------------------------
+
+_MASK32 = 0xFFFFFFFF
+# "expand 32-byte k", the four constant words of Salsa20 with a 32-byte key.
+_SIGMA = (0x61707865, 0x3320646E, 0x79622D32, 0x6B206574)
+
+
+def _salsa20_rounds(x):
+    """The 20 rounds (10 double rounds) of Salsa20 over the 16 words `x`, in place."""
+    def rotl(v, c):
+        return ((v << c) | (v >> (32 - c))) & _MASK32
+
+    def quarter(a, b, c, d):
+        x[b] ^= rotl((x[a] + x[d]) & _MASK32, 7)
+        x[c] ^= rotl((x[b] + x[a]) & _MASK32, 9)
+        x[d] ^= rotl((x[c] + x[b]) & _MASK32, 13)
+        x[a] ^= rotl((x[d] + x[c]) & _MASK32, 18)
+    for _ in range(10):
+        # Column round, then row round.
+        quarter(0, 4, 8, 12)
+        quarter(5, 9, 13, 1)
+        quarter(10, 14, 2, 6)
+        quarter(15, 3, 7, 11)
+        quarter(0, 1, 2, 3)
+        quarter(5, 6, 7, 4)
+        quarter(10, 11, 8, 9)
+        quarter(15, 12, 13, 14)
+
+
+def _salsa20_input(key, nonce16):
+    """The Salsa20 input matrix for a 32-byte key and 16 bytes of nonce and counter."""
+    k = [int.from_bytes(key[i:i + 4], "little") for i in range(0, 32, 4)]
+    n = [int.from_bytes(nonce16[i:i + 4], "little") for i in range(0, 16, 4)]
+    return [_SIGMA[0], k[0], k[1], k[2], k[3], _SIGMA[1], n[0], n[1], n[2], n[3], _SIGMA[2], k[4], k[5], k[6], k[7], _SIGMA[3]]
+
+
+def hsalsa20(key, nonce16):
+    """HSalsa20: the 32-byte subkey of XSalsa20 (words 0, 5, 10, 15, 6, 7, 8, 9 of the rounds'
+    output, without the final addition of the input)."""
+    x = _salsa20_input(key, nonce16)
+    _salsa20_rounds(x)
+    return b"".join(x[i].to_bytes(4, "little") for i in (0, 5, 10, 15, 6, 7, 8, 9))
+
+
+def salsa20_stream(key, nonce8, length):
+    """`length` bytes of the Salsa20/20 keystream for a 32-byte key and an 8-byte nonce, the
+    64-bit block counter starting at 0."""
+    out = bytearray()
+    counter = 0
+    while len(out) < length:
+        x = _salsa20_input(key, nonce8 + counter.to_bytes(8, "little"))
+        y = list(x)
+        _salsa20_rounds(y)
+        out += b"".join(((y[i] + x[i]) & _MASK32).to_bytes(4, "little") for i in range(16))
+        counter += 1
+    return bytes(out[:length])
+
+
+def xsalsa20_stream(key, nonce24, length):
+    """XSalsa20: Salsa20 under HSalsa20(key, first 16 bytes of the nonce) and the last 8."""
+    return salsa20_stream(hsalsa20(key, nonce24[:16]), nonce24[16:], length)
+
+
+_P1305 = (1 << 130) - 5
+
+
+def poly1305(key, message):
+    """The Poly1305 tag (16 bytes) of `message` under the one-time 32-byte `key` (RFC 8439 2.5)."""
+    r = int.from_bytes(key[:16], "little") & 0x0FFFFFFC0FFFFFFC0FFFFFFC0FFFFFFF
+    s = int.from_bytes(key[16:32], "little")
+    acc = 0
+    for i in range(0, len(message), 16):
+        acc = (acc + int.from_bytes(message[i:i + 16] + b"\x01", "little")) * r % _P1305
+    return ((acc + s) & ((1 << 128) - 1)).to_bytes(16, "little")
+
+
+def secretbox_seal(message, nonce, key):
+    """crypto_secretbox_easy: the 16-byte Poly1305 tag followed by the ciphertext. The XSalsa20
+    keystream's first 32 bytes are the Poly1305 key; the message is XORed with the keystream from
+    byte 32 on."""
+    assert len(nonce) == 24 and len(key) == 32
+    stream = xsalsa20_stream(key, nonce, 32 + len(message))
+    cipher = bytes(a ^ b for a, b in zip(message, stream[32:]))
+    return poly1305(stream[:32], cipher) + cipher
+
+
+def secretbox_open(box, nonce, key):
+    """crypto_secretbox_open_easy: the message inside `box` (tag ‖ ciphertext), or None when the
+    box is shorter than a tag or its tag does not verify under `key` and `nonce`."""
+    assert len(nonce) == 24 and len(key) == 32
+    if len(box) < 16:
+        return None
+    stream = xsalsa20_stream(key, nonce, 32 + len(box) - 16)
+    if not hmac.compare_digest(poly1305(stream[:32], box[16:]), box[:16]):
+        return None
+    return bytes(a ^ b for a, b in zip(box[16:], stream[32:]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -716,15 +825,17 @@ HEAD_LINE_PREFIX = b'{"h'
 # any other name as soon as it meets it, and reports "first" extra or missing members in this order.
 BODY_NAMES = ["actor", "at", "attested", "catalog", "cause", "channel", "cmd", "cmdSize", "compromisedSince", "consent",
               "document", "effectiveAt", "evidence", "feature", "handover", "kid", "ledger", "noticeLanguage", "notices", "prev",
-              "publicKey", "reason", "renews", "seq", "streamPrev", "streamRoot", "subject", "type", "v", "version"]
+              "publicKey", "reason", "renews", "sealedEvidence", "seq", "streamPrev", "streamRoot", "subject", "type", "v", "version"]
 NAME_INDEX = {name.encode("ascii"): i for i, name in enumerate(BODY_NAMES)}
 INTEGER_MEMBERS = {"v", "seq", "cmd", "cmdSize", "feature", "cause", "renews", "streamPrev", "compromisedSince"}
 HEX64_MEMBERS = {"prev", "streamRoot"}  # strings of 64 lowercase hex digits
 # Format 2: every event's place in its stream (Spec/ledger-format.md, Streams and the subject map).
 # Allowed in format 2 only, on every type, each optional at the body level.
 STREAM_MEMBERS = {"streamPrev", "streamRoot"}
-# A grant's evidence (Spec/ledger-format.md, consent.given): optional, on consent.given only.
-EVIDENCE_MEMBERS = {"effectiveAt", "channel", "noticeLanguage", "evidence"}
+# A grant's evidence (Spec/ledger-format.md, consent.given): optional, on consent.given only. The
+# reference is 'evidence' in clear (read in older ledgers, no longer written) or 'sealedEvidence',
+# sealed under the subject's key (Spec/erasure.md, Sealed evidence), never both.
+EVIDENCE_MEMBERS = {"effectiveAt", "channel", "noticeLanguage", "evidence", "sealedEvidence"}
 CHANNELS = ("app", "portal", "paper", "phone", "clinician")
 EVIDENCE_MAX_BYTES = 512
 ASCII_LETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
@@ -963,7 +1074,10 @@ def is_language_tag(tag):
 
 
 def evidence_problem(evidence):
-    """Why a grant's evidence members cannot be read, or None (the reference's messages)."""
+    """Why a grant's evidence members cannot be read, or None (the reference's messages), in the
+    order of Reading a body, 2.5: channel, noticeLanguage, evidence, then sealedEvidence (first
+    both present, then its shape). Whether a sealed reference opens needs the subject's record
+    (Verifying, step 10, item 5: open_evidence)."""
     if "channel" in evidence and evidence["channel"] not in CHANNELS:
         return "member 'channel' must be one of %s" % ", ".join(CHANNELS)
     if "noticeLanguage" in evidence and not is_language_tag(evidence["noticeLanguage"]):
@@ -978,7 +1092,103 @@ def evidence_problem(evidence):
             return "the evidence reference contains a control character"
         if ref[0] == " " or ref[-1] == " ":
             return "the evidence reference has leading or trailing spaces"
+    sealed = evidence.get("sealedEvidence")
+    if sealed is not None:
+        if ref is not None:
+            return SEALED_BOTH
+        raw = hex_decode(sealed)
+        if raw is None or not SEALED_MIN_BYTES <= len(raw) <= SEALED_MAX_BYTES:
+            return SEALED_SHAPE
     return None
+
+
+# Sealed evidence (Spec/erasure.md, Sealed evidence): a grant's reference sealed with
+# crypto_secretbox_easy under the subject's key, which is derived from the subject's record.
+EVIDENCE_KEY_CONTEXT = b"consentledger-evidence-key-v1\n"
+EVIDENCE_NONCE_CONTEXT = b"consentledger-evidence-nonce-v1\n"
+SEALED_OVERHEAD = 24 + 16  # the nonce and the Poly1305 tag
+SEALED_MIN_BYTES, SEALED_MAX_BYTES = SEALED_OVERHEAD + 1, SEALED_OVERHEAD + EVIDENCE_MAX_BYTES
+SEALED_SHAPE = ("member 'sealedEvidence' must be %d to %d lowercase hex digits (a nonce, a tag and a sealed reference of 1 to %d bytes)"
+                % (2 * SEALED_MIN_BYTES, 2 * SEALED_MAX_BYTES, EVIDENCE_MAX_BYTES))
+SEALED_BOTH = "a grant holds its evidence reference either sealed ('sealedEvidence') or in clear ('evidence'), not both"
+
+
+def evidence_key(subject_id, salt):
+    """The subject's key: SHA-256("consentledger-evidence-key-v1\\n" ‖ salt ‖ UTF-8(id)), over the
+    salt's 16 bytes and the id as the subject's record holds them."""
+    return sha256(EVIDENCE_KEY_CONTEXT + bytes(salt) + subject_id.encode("utf-8"))
+
+
+def evidence_nonce(key, seq, reference):
+    """The nonce a writer seals the reference of the event of `seq` with: the first 24 bytes of
+    SHA-256("consentledger-evidence-nonce-v1\\n" ‖ key ‖ seq as 8 bytes big-endian ‖ reference).
+    A reader does not check it: any 24 bytes open."""
+    plain = reference.encode("utf-8") if isinstance(reference, str) else bytes(reference)
+    return sha256(EVIDENCE_NONCE_CONTEXT + key + seq.to_bytes(8, "big") + plain)[:24]
+
+
+def seal_evidence(reference, seq, key, nonce=None):
+    """`reference` (a str, or bytes for the cases that are not UTF-8) sealed for the event of
+    `seq` under `key`, as 'sealedEvidence' holds it: lowercase hex of nonce ‖ tag ‖ ciphertext.
+    The nonce is the writer's (evidence_nonce) unless one is given."""
+    plain = reference.encode("utf-8") if isinstance(reference, str) else bytes(reference)
+    if nonce is None:
+        nonce = evidence_nonce(key, seq, plain)
+    return (nonce + secretbox_seal(plain, nonce, key)).hex()
+
+
+class SealError(Exception):
+    """Why a sealed evidence reference cannot be opened under a subject's key (the reference's
+    messages, Spec/erasure.md, Sealed evidence, Opening)."""
+
+    def __init__(self, problem):
+        super().__init__(problem)
+        self.problem = problem
+
+
+def flip_hex_byte(hex_text, i):
+    """`hex_text` with the lowest bit of its byte `i` flipped (a tampered sealed reference)."""
+    raw = bytearray.fromhex(hex_text)
+    raw[i] ^= 0x01
+    return raw.hex()
+
+
+def open_evidence(sealed, key):
+    """The reference inside `sealed` (the member's hex, or its bytes), opened under `key` and
+    checked as a clear 'evidence' member is checked. Raises SealError, the checks in this order:
+    the length (only where the member's shape was not checked already), the tag, UTF-8, the
+    reference's own checks."""
+    raw = hex_decode(sealed) if isinstance(sealed, str) else bytes(sealed)
+    if raw is None:
+        raise SealError(SEALED_SHAPE)
+    if not SEALED_MIN_BYTES <= len(raw) <= SEALED_MAX_BYTES:
+        raise SealError("the sealed evidence reference is %d bytes, not %d to %d" % (len(raw), SEALED_MIN_BYTES, SEALED_MAX_BYTES))
+    plain = secretbox_open(raw[24:], raw[:24], key)
+    if plain is None:
+        raise SealError("the sealed evidence reference does not open under the subject's key")
+    try:
+        reference = plain.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SealError("the sealed evidence reference opens to bytes that are not UTF-8") from None
+    problem = evidence_problem({"evidence": reference})
+    if problem is not None:
+        raise SealError("the sealed evidence reference opens to one no command records: %s" % problem)
+    return reference
+
+
+def opened_event(e, key):
+    """A grant whose reference is sealed, with the reference opened under `key` (the subject's
+    key): a copy of the event whose evidence lists it in clear, as 'evidence' (so that a replay's
+    listing shows it opened). Any other event is returned as it is. Raises SealError."""
+    sealed = getattr(e, "evidence", {}).get("sealedEvidence") if e.type == "consent.given" else None
+    if sealed is None:
+        return e
+    reference = open_evidence(sealed, key)
+    o = Event()
+    o.__dict__.update(e.__dict__)
+    o.evidence = {k: v for k, v in e.evidence.items() if k != "sealedEvidence"}
+    o.evidence["evidence"] = reference
+    return o
 
 
 def _published(document, notices):
@@ -1885,14 +2095,17 @@ def verify_folder(folder, log=None, head_text=None, derived=None, subjects=None,
     map_checked = streams.version >= 2 and subject_map is not False and check_stored_map(subject_map, replay.count, streams)
 
     # Step 10: in format 2 every subject record carries the signature of a key of the schedule
-    # (the key in force when it was written) over its id and salt (checked in file order; the
-    # reference names one of the failing records, which one is not part of the format); then
+    # (the key in force when it was written, or when a revocation signed it again) over its id and
+    # salt, a key that no revocation names (checked in file order; the reference names one of the
+    # failing records, which one is not part of the format); then
     # every pseudonym in the log has exactly one subject record whose id and salt hash to it
-    # (records without events are allowed: a command that failed after saving its salt).
+    # (records without events are allowed: a command that failed after saving its salt); then
+    # every sealed evidence reference of a subject with a record opens under the key that record
+    # gives (item 5).
     try:
         subject_records = read_subject_records(folder, subjects)
         for record in subject_records.values():
-            check_subject_record(record, schedule.keys, genesis.v, "subjects.jsonl of %s" % folder)
+            check_subject_record(record, schedule, genesis.v, "subjects.jsonl of %s" % folder)
     except ValueError as e:
         raise Failure(None, None, str(e))
     recorded = {}
@@ -1909,6 +2122,26 @@ def verify_folder(folder, log=None, head_text=None, derived=None, subjects=None,
     if missing:
         raise Failure(None, None, "%d pseudonym(s) in the log have no subject record in subjects.jsonl whose id and salt hash "
                       "to them (%s): subject records were altered, swapped or removed" % (len(missing), ", ".join(missing[:3])))
+    # Item 5: in log order, each verified grant's sealed reference, under the key of its subject's
+    # record, at the event's line and seq. An erased subject has no record (item 4): its sealed
+    # references stay sealed, its key is gone.
+    keys, opened, left_sealed = {}, 0, 0
+    for e in records:
+        sealed = e.evidence.get("sealedEvidence") if e.type == "consent.given" else None
+        if sealed is None:
+            continue
+        if e.subject not in recorded:
+            left_sealed += 1  # an erased subject's (item 3 has refused any other without a record)
+            continue
+        if e.subject not in keys:
+            subject_id = recorded[e.subject]
+            keys[e.subject] = evidence_key(subject_id, subject_records[subject_id].salt)
+        try:
+            open_evidence(sealed, keys[e.subject])
+        except SealError as err:
+            raise Failure(e.line, e.seq, "%s (the key of the subject's record in subjects.jsonl): the event or the record is not what "
+                          "the ledger wrote" % err.problem)
+        opened += 1
 
     report = Report()
     report.events, report.records, report.replay = replay.count, records, replay
@@ -1922,6 +2155,8 @@ def verify_folder(folder, log=None, head_text=None, derived=None, subjects=None,
     report.map_checked, report.version, report.streams = map_checked, genesis.v, streams
     report.torn = None if end == len(log) else (end, len(log) - end, torn_lines)
     report.heads_in_log = heads_in_log
+    # Sealed evidence references: (opened with their subjects' records, left sealed: erased).
+    report.sealed = (opened, left_sealed)
     return report
 
 
@@ -2433,18 +2668,36 @@ def read_subjects(folder, data=None):
 
 def check_subject_record(record, public_key, version, place="subjects.jsonl"):
     """A record may be used only if its salt is 16 bytes and, in a format-2 ledger, its signature
-    verifies over its id and salt with the ledger's key: `public_key`, or any key of a list of
-    them (the key schedule: a record keeps the signature of the key in force when it was written).
-    A format-1 ledger's records are not signed, and a 'sig' there is not checked. Raises
-    ValueError with the reference's text."""
-    keys = [public_key] if isinstance(public_key, bytes) else list(public_key)
+    verifies over its id and salt with the ledger's key (`subjects.jsonl`, Using a record):
+    `public_key`, any key of a list of them, or a KeySchedule (a record keeps the signature of the
+    key in force when it was written, or of the key in force when a revocation signed it again).
+    With a KeySchedule, as the reference's checkRecord: the newest key of the schedule whose
+    signature verifies (periods scanned from the newest), and if a revocation of the schedule
+    names that key, the record is refused with that revocation's seq. A format-1 ledger's records
+    are not signed, and a 'sig' there is not checked. Raises ValueError with the reference's text."""
+    if isinstance(public_key, KeySchedule):
+        keys, revocations = [(key, kid) for _, key, kid in reversed(public_key.periods)], public_key.revocations
+    else:
+        keys = [(key, None) for key in ([public_key] if isinstance(public_key, bytes) else list(public_key))]
+        revocations = []
     if len(record.salt) != SALT_LENGTH:
         raise ValueError("the subject record of %s in %s has a salt of %d bytes, not %d"
                          % (swift_quoted(record.id), place, len(record.salt), SALT_LENGTH))
-    if version >= 2 and (record.sig is None or not any(
-            ed25519_verify(key, subject_record_message(record.id, record.salt), record.sig) for key in keys)):
+    if version < 2:
+        return
+    message = subject_record_message(record.id, record.salt)
+    signed_by = None if record.sig is None else next(
+        ((key, kid) for key, kid in keys if ed25519_verify(key, message, record.sig)), None)
+    if signed_by is None:
         raise ValueError("the subject record of %s in %s does not carry the ledger key's signature over its id and salt: "
                          "it was altered, swapped or made up" % (swift_quoted(record.id), place))
+    # A revoked key's signature vouches for no record: its revocation signed again, with the key
+    # in force, every record it could vouch for (Key rotation, Revocation: Records).
+    revocation = next((r for r in revocations if r[1] == signed_by[1]), None)
+    if revocation is not None:
+        raise ValueError("the subject record of %s in %s is signed only by key %s, which the ledger revoked at seq %d: the "
+                         "revocation signed every record it could vouch for again, so this one was written or changed with "
+                         "the leaked key" % (swift_quoted(record.id), place, signed_by[1], revocation[0]))
 
 
 SUBJECT_SHAPE_START, SUBJECT_SHAPE_END = b'{"id":"', b'"}'
@@ -2673,6 +2926,59 @@ def self_tests(checks):
         return True
     checks.check(link("https://\u00e9") and not link("https://a") and not link("ftp://example.org"),
                  "catalogue: a link's minimum length of 10 is counted in UTF-8 bytes ('https://\\u00e9' is 10 bytes, 9 characters)")
+    secretbox_self_tests(checks)
+
+
+# NaCl's own test of crypto_secretbox (tests/secretbox.c; libsodium's test/default/secretbox.c):
+# key, nonce, a message of 131 bytes, and the box (tag, then ciphertext).
+SECRETBOX_KAT = (
+    "1b27556473e985d462cd51197a9a46c76009549eac6474f206c4ee0844f68389",
+    "69696ee955b62b73cd62bda875fc73d68219e0036b7a0b37",
+    "be075fc53c81f2d5cf141316ebeb0c7b5228c52a4c62cbd44b66849b64244ffce5ecbaaf33bd751a1ac728d45e6c61296cdc3c01233561f41db66cce"
+    "314adb310e3be8250c46f06dceea3a7fa1348057e2f6556ad6b1318a024a838f21af1fde048977eb48f59ffd4924ca1c60902e52f0a089bc76897040"
+    "e082f937763848645e0705",
+    "f3ffc7703f9400e52a7dfb4b3d3305d98e993b9f48681273c29650ba32fc76ce48332ea7164d96a4476fb8c531a1186ac0dfc17c98dce87b4da7f011"
+    "ec48c97271d2c20f9b928fe2270d6fb863d51738b48eeee314a7cc8ab932164548e526ae90224368517acfeabd6bb3732bc0e9da99832b61ca01b6de"
+    "56244a9e88d5f9b37973f622a43d14a6599b1f654cb45a74e355a5",
+)
+
+
+def secretbox_self_tests(checks):
+    """XSalsa20-Poly1305 (sealed evidence): known answers, refusals, and, where PyNaCl happens to
+    be installed, agreement with libsodium on random inputs (skipped silently otherwise: this file
+    needs nothing but the standard library)."""
+    # RFC 8439 2.5.2: Poly1305 alone.
+    checks.check(poly1305(bytes.fromhex("85d6be7857556d337f4452fe42d506a80103808afb0db2fd4abff6af4149f51b"),
+                          b"Cryptographic Forum Research Group").hex() == "a8061dc1305136c6c22b8baf0c0127a9",
+                 "secretbox: Poly1305, RFC 8439 2.5.2")
+    key, nonce, message, box = (bytes.fromhex(x) for x in SECRETBOX_KAT)
+    checks.check(secretbox_seal(message, nonce, key) == box and secretbox_open(box, nonce, key) == message,
+                 "secretbox: NaCl's crypto_secretbox test (131 bytes): sealed to its box byte for byte, and opened")
+
+    def flipped(data, i):
+        return data[:i] + bytes([data[i] ^ 0x01]) + data[i + 1:]
+    refused = [("a flipped byte of the tag", flipped(box, 0), nonce, key), ("a flipped byte of the ciphertext", flipped(box, 100), nonce, key),
+               ("a flipped byte of the nonce", box, flipped(nonce, 23), key), ("another key", box, nonce, flipped(key, 31)),
+               ("a box cut short", box[:-1], nonce, key), ("a box shorter than a tag", box[:15], nonce, key)]
+    for what, b, n, k in refused:
+        checks.check(secretbox_open(b, n, k) is None, "secretbox: refuses %s" % what)
+    checks.check(secretbox_open(secretbox_seal(b"", nonce, key), nonce, key) == b"" and len(secretbox_seal(b"", nonce, key)) == 16,
+                 "secretbox: an empty message seals to a tag alone, which opens")
+    try:
+        import nacl.secret  # noqa: F401 - optional: only for the cross-check
+    except ImportError:
+        return
+    import random
+    rng = random.Random(20260115)
+    lengths = (0, 1, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 511, 512)
+    agree = True
+    for n in lengths:
+        k, iv, m = (bytes(rng.getrandbits(8) for _ in range(size)) for size in (32, 24, n))
+        theirs = nacl.secret.SecretBox(k).encrypt(m, iv).ciphertext
+        agree = agree and secretbox_seal(m, iv, k) == theirs and secretbox_open(theirs, iv, k) == m \
+            and nacl.secret.SecretBox(k).decrypt(secretbox_seal(m, iv, k), iv) == m
+    checks.check(agree, "secretbox: agrees with PyNaCl (libsodium) on random keys, nonces and messages of %d lengths from 0 to 512 bytes"
+                 % len(lengths))
 
 
 def check_vectors(checks, here):
@@ -3328,6 +3634,13 @@ def check_resigned(checks, here):
             events[6]["actor"], events[7]["actor"] = first, second
         return change
 
+    def in_clear(i, reference):
+        """Event i with its reference in clear ('evidence', as older ledgers hold it), not sealed."""
+        def change(events):
+            events[i].pop("sealedEvidence", None)
+            events[i]["evidence"] = reference
+        return change
+
     def streams(i, **members):
         """Event i's stream members, as given, instead of what a writer writes (None: left out)."""
         return edit(i, **{"@streams": members})
@@ -3380,10 +3693,11 @@ def check_resigned(checks, here):
         ("unknown consent", edit(9, consent="optional-c"), 10, "unknown consent"),
         ("a key id that is not the ledger's", edit(3, kid="0000000000000000"), 4, "not the ledger's key"),
         ("a member that does not belong to the type", edit(8, cause=1), 9, "does not belong"),
-        # A grant's evidence (seq 9 carries all four members).
+        # A grant's evidence (seq 9 carries all four members, its reference sealed).
         ("an unknown channel", edit(9, channel="fax"), 10, "member 'channel' must be one of app, portal, paper, phone, clinician"),
         ("a notice language that is not a BCP 47 tag", edit(9, noticeLanguage="de_DE"), 10, "not a BCP 47 language tag"),
-        ("an empty evidence reference", edit(9, evidence=""), 10, "the evidence reference is empty"),
+        ("an empty evidence reference in clear", in_clear(9, ""), 10, "the evidence reference is empty"),
+        ("the reference in clear, as older ledgers hold it (still read: allowed)", in_clear(9, "scan-0042"), None, None),
         ("an effective time after the recorded time", edit(9, effectiveAt="2026-01-15T09:00:04.001Z"), 10, "effective time after the time it was recorded"),
         ("an effective time before the subject's previous event about the feature", edit(9, effectiveAt="2026-01-15T09:00:02.999Z"), 10,
          "effective time before the subject's previous event about 'timeline'"),
@@ -3395,7 +3709,7 @@ def check_resigned(checks, here):
         ("an effective time equal to the recorded time (allowed)", edit(9, effectiveAt="2026-01-15T09:00:04.000Z"), None, None),
         ("an effective time equal to the time of the subject's previous event about the feature (allowed)",
          edit(9, effectiveAt="2026-01-15T09:00:03.000Z"), None, None),
-        ("no evidence at all on the last grant (allowed)", remove_all(9, "effectiveAt", "channel", "noticeLanguage", "evidence"), None, None),
+        ("no evidence at all on the last grant (allowed)", remove_all(9, "effectiveAt", "channel", "noticeLanguage", "sealedEvidence"), None, None),
         ("bob's first grant effective before alice's events about the feature (another subject's events do not count: allowed)",
          edit(8, effectiveAt="2026-01-15T09:00:00.500Z"), None, None),
         ("a command of three grants effective before the subject's earlier command about another feature, and before "
@@ -3550,58 +3864,201 @@ def check_resigned(checks, here):
 
 
 def check_evidence(checks, here):
-    """A grant's evidence (Spec/ledger-format.md, consent.given, Reading a body 2.3 and 2.5): the
-    body reader on the tiny ledger's last event (seq 9, which carries all four members) with the
-    members changed, and the replay rule 11a on decoded events. The bodies need no signature here:
-    the reader is given them directly (check_resigned re-signs whole ledgers)."""
+    """A grant's evidence (Spec/ledger-format.md, consent.given, Reading a body 2.3 and 2.5;
+    Spec/erasure.md, Sealed evidence): the body reader on the tiny ledger's last event (seq 9,
+    which carries all four members, its reference sealed under bob's key) with the members
+    changed; the sealed reference opened with bob's record and refused when it cannot be, alone and
+    in the tiny ledger re-signed with the test key and verified with its records (Verifying, step
+    10, item 5); and the replay rule 11a on decoded events. The bodies given to the reader need no
+    signature: it is given them directly."""
     folder = os.path.join(here, "tiny-ledger")
     lines = event_lines(read_file(folder, "ledger.jsonl"))
     bodies = [parse_canonical(line[len(LINE_PREFIX):-(len(SIG_PREFIX) + 130)]) for line in lines]
     grant, withdrawal = bodies[9], bodies[6]
+    salts = read_subjects(folder)
+    bob_key, alice_key = evidence_key("bob", salts["bob"]), evidence_key("alice", salts["alice"])
+    sealed = grant.get("sealedEvidence", "")
     e = decode_line(lines[9])
-    checks.check(e.evidence == {"effectiveAt": "2026-01-15T09:00:03.500Z", "channel": "paper", "noticeLanguage": "de", "evidence": "scan-0042"},
-                 "evidence: the tiny ledger's seq 9 carries effectiveAt 09:00:03.500, channel paper, notice language de, evidence scan-0042",
-                 json.dumps(e.evidence, sort_keys=True))
+    checks.check(e.evidence == {"effectiveAt": "2026-01-15T09:00:03.500Z", "channel": "paper", "noticeLanguage": "de", "sealedEvidence": sealed}
+                 and len(sealed) == 2 * (SEALED_OVERHEAD + len("scan-0042")),
+                 "evidence: the tiny ledger's seq 9 carries effectiveAt 09:00:03.500, channel paper, notice language de, and its "
+                 "reference sealed (sealedEvidence: a nonce, a tag and 9 bytes), none in clear", json.dumps(e.evidence, sort_keys=True))
+
+    def opens(sealed_value, key):
+        try:
+            return open_evidence(sealed_value, key)
+        except SealError as err:
+            return err.problem
+    checks.check(bob_key == sha256(b"consentledger-evidence-key-v1\n" + b"\x02" * 16 + b"bob") and opens(sealed, bob_key) == "scan-0042",
+                 "evidence: seq 9's sealed reference opens under bob's key (SHA-256 of the context, his record's salt and id) to "
+                 "scan-0042", opens(sealed, bob_key))
+    checks.check(sealed[:48] == evidence_nonce(bob_key, 9, "scan-0042").hex() and seal_evidence("scan-0042", 9, bob_key) == sealed,
+                 "evidence: seq 9's nonce is the writer's (SHA-256 of the context, bob's key, seq 9 as 8 bytes big-endian and "
+                 "scan-0042; its first 24 bytes), and sealing scan-0042 for seq 9 under bob's key gives its sealedEvidence byte for byte",
+                 sealed[:48])
     checks.check(all(decode_line(line).evidence == {} for line in lines[1:9] if decode_line(line).type == "consent.given"),
                  "evidence: the tiny ledger's other grants carry none")
+    try:
+        report = verify_folder(folder)
+        detail = "%d opened, %d of erased subjects left sealed" % report.sealed
+        ok = report.sealed == (1, 0)
+    except Failure as f:
+        ok, detail = False, str(f)
+    checks.check(ok, "evidence: verifying the tiny ledger opens its one sealed reference with its subject's record (step 10, item 5)", detail)
+
+    # Opening (Spec/erasure.md, Sealed evidence, Opening): the messages, in their order.
+    flip = flip_hex_byte
+    no_key = "the sealed evidence reference does not open under the subject's key"
+    not_utf8 = "the sealed evidence reference opens to bytes that are not UTF-8"
+    recorded = "the sealed evidence reference opens to one no command records: %s"
+    open_cases = [
+        ("seq 9 under bob's key", sealed, bob_key, "scan-0042"),
+        ("seq 9 under alice's key", sealed, alice_key, no_key),
+        ("bob's reference sealed under alice's key, under bob's", seal_evidence("scan-0042", 9, alice_key), bob_key, no_key),
+        ("seq 9 with the first byte of its nonce flipped", flip(sealed, 0), bob_key, no_key),
+        ("seq 9 with the last byte of its nonce flipped", flip(sealed, 23), bob_key, no_key),
+        ("seq 9 with a byte of its tag flipped", flip(sealed, 24), bob_key, no_key),
+        ("seq 9 with a byte of its ciphertext flipped", flip(sealed, len(sealed) // 2 - 1), bob_key, no_key),
+        ("seq 9 without its last byte", sealed[:-2], bob_key, no_key),
+        ("seq 9 with a byte added", sealed + "00", bob_key, no_key),
+        ("scan-0042 sealed with a nonce of zeros (a reader does not check the nonce)",
+         seal_evidence("scan-0042", 9, bob_key, nonce=bytes(24)), bob_key, "scan-0042"),
+        ("scan-0042 sealed with the nonce of another seq", seal_evidence("scan-0042", 8, bob_key), bob_key, "scan-0042"),
+        ("a reference of 512 bytes", seal_evidence("\u00e9" * 256, 9, bob_key), bob_key, "\u00e9" * 256),
+        ("bytes that are not UTF-8 (0xff)", seal_evidence(b"scan-\xff0042", 9, bob_key), bob_key, not_utf8),
+        ("a UTF-8-encoded surrogate", seal_evidence(b"scan-\xed\xa0\x80", 9, bob_key), bob_key, not_utf8),
+        ("an overlong encoding of '/'", seal_evidence(b"scan\xc0\xaf0042", 9, bob_key), bob_key, not_utf8),
+        ("a UTF-8 sequence cut short", seal_evidence(b"scan-\xc3", 9, bob_key), bob_key, not_utf8),
+        ("a reference with a line feed", seal_evidence("scan\n0042", 9, bob_key), bob_key,
+         recorded % "the evidence reference contains a control character"),
+        ("a reference with U+0085", seal_evidence("scan\u00850042", 9, bob_key), bob_key, recorded % "the evidence reference contains a control character"),
+        ("a reference with a leading space", seal_evidence(" scan-0042", 9, bob_key), bob_key,
+         recorded % "the evidence reference has leading or trailing spaces"),
+        ("an empty reference (40 bytes: the member's shape refuses it first)", seal_evidence("", 9, bob_key), bob_key,
+         "the sealed evidence reference is 40 bytes, not 41 to 552"),
+        ("a reference of 513 bytes (553 bytes: the member's shape refuses it first)", seal_evidence("x" * 513, 9, bob_key), bob_key,
+         "the sealed evidence reference is 553 bytes, not 41 to 552"),
+    ]
+    for what, value, key, expected in open_cases:
+        def run_open(value=value, key=key, expected=expected):
+            got = opens(value, key)
+            shown = got if len(got) <= 80 else "%s… (%d UTF-8 bytes)" % (got[:8], len(got.encode("utf-8")))
+            return got == expected, "".join(c if 0x20 <= ord(c) < 0x7F else "<U+%04X>" % ord(c) for c in shown)
+        checks.run("evidence: opening %s: %s" % (what, "refused (%s)" % expected if expected.startswith("the sealed") else "opens"), run_open)
+
+    # The tiny ledger re-signed with seq 9's (or 5's) sealed reference changed, verified with its
+    # records (Verifying, step 10, item 5: after every line and record has passed, in log order,
+    # at the event's line and seq).
+    seed = bytes(range(32))
+
+    def ledger(*changes):
+        """The tiny ledger with each (i, members) applied to event i (a member None: left out)."""
+        events = [dict(b) for b in bodies]
+        for i, members in changes:
+            events[i].update(members)
+            events[i] = {k: v for k, v in events[i].items() if v is not None}
+        return sign_log(events, seed, heads_in_log=True)[0]
+
+    def in_ledger(problem):
+        return "%s (the key of the subject's record in subjects.jsonl): the event or the record is not what the ledger wrote" % problem
+    ledger_cases = [
+        ("bob's reference sealed under alice's key", ledger((9, {"sealedEvidence": seal_evidence("scan-0042", 9, alice_key)})), 10,
+         in_ledger(no_key)),
+        ("a flipped byte of the box (its ciphertext)", ledger((9, {"sealedEvidence": flip(sealed, len(sealed) // 2 - 1)})), 10, in_ledger(no_key)),
+        ("a flipped byte of the box (its tag)", ledger((9, {"sealedEvidence": flip(sealed, 24)})), 10, in_ledger(no_key)),
+        ("a flipped byte of the nonce", ledger((9, {"sealedEvidence": flip(sealed, 0)})), 10, in_ledger(no_key)),
+        ("a box that opens to bytes that are not UTF-8", ledger((9, {"sealedEvidence": seal_evidence(b"scan-\xff0042", 9, bob_key)})), 10,
+         in_ledger(not_utf8)),
+        ("a box that opens to a reference with a control character", ledger((9, {"sealedEvidence": seal_evidence("scan\n0042", 9, bob_key)})),
+         10, in_ledger(recorded % "the evidence reference contains a control character")),
+        ("a box that opens to a reference with a trailing space", ledger((9, {"sealedEvidence": seal_evidence("scan-0042 ", 9, bob_key)})),
+         10, in_ledger(recorded % "the evidence reference has leading or trailing spaces")),
+        ("the reference in clear and sealed at once", ledger((9, {"evidence": "scan-0042"})), 10, SEALED_BOTH),
+        ("the sealed reference in uppercase hex", ledger((9, {"sealedEvidence": sealed.upper()})), 10, SEALED_SHAPE),
+        ("a sealed reference on a withdrawal", ledger((6, {"sealedEvidence": sealed})), 7,
+         "member 'sealedEvidence' does not belong to a 'consent.revoked' event"),
+        ("alice's seq 5 and bob's seq 9 each sealed under the other's key (the first in log order is named)",
+         ledger((5, {"sealedEvidence": seal_evidence("scan-0041", 5, bob_key)}), (9, {"sealedEvidence": seal_evidence("scan-0042", 9, alice_key)})),
+         6, in_ledger(no_key)),
+        ("the reference in clear, as older ledgers hold it (still read)", ledger((9, {"sealedEvidence": None, "evidence": "scan-0042"})), None, None),
+        ("bob's reference sealed with a nonce of zeros (any 24 bytes open)",
+         ledger((9, {"sealedEvidence": seal_evidence("scan-0042", 9, bob_key, nonce=bytes(24))})), None, None),
+        ("another reference sealed for bob's seq 9", ledger((9, {"sealedEvidence": seal_evidence("paper form 7, front desk", 9, bob_key)})),
+         None, None),
+        ("a reference sealed under alice's key on her grant at seq 5", ledger((5, {"sealedEvidence": seal_evidence("scan-0041", 5, alice_key)})),
+         None, None),
+    ]
+    for what, log, line, reason in ledger_cases:
+        def run_ledger(log=log, line=line, reason=reason):
+            try:
+                r = verify_folder(folder, log=log, derived=False, subject_map=False)
+            except Failure as f:
+                # An opening failure names the event's seq; a line that cannot be read names none.
+                seq = line - 1 if reason is not None and reason.startswith("the sealed") else None
+                return reason is not None and (f.line, f.seq, f.reason) == (line, seq, reason), str(f)
+            return reason is None, "verified; sealed references: %d opened, %d left sealed" % r.sealed
+        checks.run("evidence: the tiny ledger re-signed, %s: %s" % (
+            what, "accepted" if reason is None else "refused at line %d (%s)" % (line, reason)), run_ledger)
 
     def without(body, *members):
         return {k: v for k, v in body.items() if k not in members}
+    clear = without(grant, "sealedEvidence")  # the grant as an older ledger holds it, without a reference
     tag = "notice language '%s' is not a BCP 47 language tag (such as 'de' or 'en-GB')"
+    shape = SEALED_SHAPE
+    both = SEALED_BOTH
     cases = [(dict(grant, channel=c), None) for c in CHANNELS] + [
         (dict(grant, channel="fax"), "member 'channel' must be one of app, portal, paper, phone, clinician"),
         (dict(grant, channel="Paper"), "member 'channel' must be one of app, portal, paper, phone, clinician"),
         (dict(grant, channel=""), "member 'channel' must be one of app, portal, paper, phone, clinician"),
         (dict(grant, channel=1), "member 'channel' must be a string"),
-        (dict(grant, channel="fax", noticeLanguage="x", evidence=""), "member 'channel' must be one of app, portal, paper, phone, clinician"),
+        (dict(clear, channel="fax", noticeLanguage="x", evidence=""), "member 'channel' must be one of app, portal, paper, phone, clinician"),
     ] + [(dict(grant, noticeLanguage=t), None) for t in ("en-GB", "zh-Hant-TW", "sr-Latn-RS", "de-CH-1996", "abcdefgh", "EN", "es-419")] + [
         (dict(grant, noticeLanguage=t), tag % t) for t in (
             "", "d", "abcdefghi", "1de", "de-", "-de", "de--CH", "de_DE", "de-123456789", "x-private", "de CH",
             "\u212ade", "\u0130t", "de-\u0661", "d\u00e9")] + [
-        (dict(grant, noticeLanguage="x", evidence=""), tag % "x"),
+        (dict(clear, noticeLanguage="x", evidence=""), tag % "x"),
         (dict(grant, noticeLanguage=None), "member 'noticeLanguage' must be a string"),
-    ] + [(dict(grant, evidence=r), None) for r in ("a", "scan 42", "\u00a0scan\u00a0", "\u00e9" * 256, "x" * 512, "\u2028")] + [
-        (dict(grant, evidence=""), "the evidence reference is empty"),
-        (dict(grant, evidence="x" * 513), "the evidence reference is longer than 512 bytes"),
-        (dict(grant, evidence="x" * 511 + "\u00e9"), "the evidence reference is longer than 512 bytes"),
-    ] + [(dict(grant, evidence=r), "the evidence reference contains a control character")
+    ] + [(dict(clear, evidence=r), None) for r in ("scan-0042", "a", "scan 42", "\u00a0scan\u00a0", "\u00e9" * 256, "x" * 512, "\u2028")] + [
+        (dict(clear, evidence=""), "the evidence reference is empty"),
+        (dict(clear, evidence="x" * 513), "the evidence reference is longer than 512 bytes"),
+        (dict(clear, evidence="x" * 511 + "\u00e9"), "the evidence reference is longer than 512 bytes"),
+    ] + [(dict(clear, evidence=r), "the evidence reference contains a control character")
          for r in ("a\tb", "a\nb", "\u0000", "a\u001f", "a\u007f", "a\u0080", "a\u0085", "a\u009f")] + [
-        (dict(grant, evidence=" scan-0042"), "the evidence reference has leading or trailing spaces"),
-        (dict(grant, evidence="scan-0042 "), "the evidence reference has leading or trailing spaces"),
-        (dict(grant, evidence=" "), "the evidence reference has leading or trailing spaces"),
-        (dict(grant, evidence=["scan"]), "member 'evidence' must be a string"),
+        (dict(clear, evidence=" scan-0042"), "the evidence reference has leading or trailing spaces"),
+        (dict(clear, evidence="scan-0042 "), "the evidence reference has leading or trailing spaces"),
+        (dict(clear, evidence=" "), "the evidence reference has leading or trailing spaces"),
+        (dict(clear, evidence=["scan"]), "member 'evidence' must be a string"),
+        # Reading a body, 2.5: 'sealedEvidence' after 'evidence', first both present, then its
+        # shape: 41 to 552 bytes in lowercase hex. Whether it opens is not the reader's check.
+    ] + [(dict(grant, sealedEvidence=s), None) for s in ("00" * SEALED_MIN_BYTES, "ff" * SEALED_MAX_BYTES, sealed[:-2], "0123456789abcdef" * 6)] + [
+        (dict(grant, sealedEvidence=s), shape) for s in (
+            "", "00" * (SEALED_MIN_BYTES - 1), "00" * (SEALED_MAX_BYTES + 1), sealed[:-1], sealed + "0", sealed.upper(),
+            sealed[:-1] + "g", sealed[:-2] + "\u00e9", " " + sealed[1:], "0x" + sealed[2:], "\uff10" * 82)] + [
+        (dict(grant, sealedEvidence=1), "member 'sealedEvidence' must be a string"),
+        (dict(grant, sealedEvidence=[sealed]), "member 'sealedEvidence' must be a string"),
+        (dict(grant, evidence="scan-0042"), both),
+        (dict(grant, evidence="scan-0042", sealedEvidence="zz"), both),
+        (dict(grant, evidence=""), "the evidence reference is empty"),
+        (dict(grant, noticeLanguage="x", sealedEvidence="zz"), tag % "x"),
+        (dict(grant, channel="fax", evidence="scan-0042"), "member 'channel' must be one of app, portal, paper, phone, clinician"),
+        (dict(without(grant, "effectiveAt", "channel", "noticeLanguage")), None),
         (dict(grant, effectiveAt="2026-01-15T09:00:03.5Z"), "member 'effectiveAt' is not a canonical UTC time like 2026-01-31T08:00:00.000Z"),
         (dict(grant, effectiveAt="2026-01-15T09:00:03.500+00:00"),
          "member 'effectiveAt' is not a canonical UTC time like 2026-01-31T08:00:00.000Z"),
         (dict(grant, effectiveAt=1768467603500), "member 'effectiveAt' is not a canonical UTC time like 2026-01-31T08:00:00.000Z"),
         # Reading a body, 2.3: on another type an evidence member does not belong, whatever its value.
         (dict(withdrawal, evidence="scan-0042"), "member 'evidence' does not belong to a 'consent.revoked' event"),
+        (dict(withdrawal, sealedEvidence=sealed), "member 'sealedEvidence' does not belong to a 'consent.revoked' event"),
+        (dict(withdrawal, sealedEvidence="zz"), "member 'sealedEvidence' does not belong to a 'consent.revoked' event"),
+        (dict(withdrawal, evidence="scan-0042", sealedEvidence=sealed), "member 'evidence' does not belong to a 'consent.revoked' event"),
         (dict(withdrawal, channel="fax"), "member 'channel' does not belong to a 'consent.revoked' event"),
         (dict(withdrawal, effectiveAt="2026-01-15T09:00:01.000Z", noticeLanguage="de"),
          "member 'effectiveAt' does not belong to a 'consent.revoked' event"),
         (dict(bodies[7], noticeLanguage="de"), "member 'noticeLanguage' does not belong to a 'consent.revoked' event"),
         (dict(bodies[0], evidence="scan-0042"), "member 'evidence' does not belong to a 'ledger.created' event"),
+        (dict(bodies[0], sealedEvidence=sealed), "member 'sealedEvidence' does not belong to a 'ledger.created' event"),
         (dict(without(grant, "streamPrev", "streamRoot"), v=1), None),  # allowed in format 1 too
+        (dict(without(clear, "streamPrev", "streamRoot"), v=1, evidence="scan-0042"), None),
     ]
 
     def spelt(value, short=True):
@@ -3613,9 +4070,12 @@ def check_evidence(checks, here):
         changed = {k: v for k, v in body.items() if k in EVIDENCE_MEMBERS and v != grant.get(k)}
         label = ", ".join("%s %s" % (k, spelt(v)) for k, v in sorted(changed.items()))
         if body.get("type") != "consent.given":
-            label = "%s on a %s" % (label or ", ".join(sorted(EVIDENCE_MEMBERS & set(body))), body["type"])
+            label = "%s on a %s" % (", ".join("%s %s" % (k, spelt(body[k])) for k in sorted(EVIDENCE_MEMBERS & set(body))), body["type"])
         elif body.get("v") == 1:
-            label = "all four in a format-1 event"
+            label = "all four in a format-1 event, the reference %s" % ("sealed" if "sealedEvidence" in body else "in clear")
+        else:
+            # Members of seq 9 left out (the reference in clear instead of sealed, or no evidence).
+            label = ", ".join([label] * bool(label) + ["no %s" % k for k in sorted(EVIDENCE_MEMBERS & set(grant) - set(body))])
 
         def run(body=body, message=message):
             data = serialize(body)
@@ -4179,6 +4639,9 @@ def check_folder(checks, folder):
             r.streams.map.root.hex(), len(r.streams.newest)))
     else:
         print("      format    1 (no streams, no subject map)")
+    if r.sealed != (0, 0):
+        print("      evidence  %d sealed reference(s) opened with their subjects' records%s" % (
+            r.sealed[0], ", %d of erased subjects left sealed (their keys are gone)" % r.sealed[1] if r.sealed[1] else ""))
     # Not needed to verify the log, but read by every operation that names a subject.
     if os.path.isfile(os.path.join(folder, "subjects.jsonl")):
         def subjects():
@@ -4210,12 +4673,23 @@ def check_erasure(checks, here):
         return {"v": 2, "seq": seq, "at": "2026-01-15T09:00:%02d.000Z" % (seq - 5), "actor": "self", "cmd": seq, "cmdSize": 1, "kid": kid,
                 "type": "consent.given", "subject": subject, "feature": 1, "consent": "required", "version": "1.0"}
 
+    # Bob's sealed reference (seq 9) with a byte of its box flipped: it no longer opens under his
+    # key, which verify notices only while his record, and so his key, exists.
+    garbled = [dict(b) for b in bodies]
+    raw = bytearray.fromhex(garbled[9]["sealedEvidence"])
+    raw[-1] ^= 0x01
+    garbled[9]["sealedEvidence"] = raw.hex()
     cases = [
         ("alice erased at seq 10, her record gone", [erased(10, alice, reason="request 2026-118")], without("alice"), None, None),
         ("alice erased without a reason", [erased(10, alice)], without("alice"), None, None),
         ("alice erased; her record's line left as spaces (an erasure cut short after the overwrite)", [erased(10, alice)],
          without("alice") + b" " * 80 + b"\n", None, None),
         ("bob erased after his evidence-carrying grant", [erased(10, bob)], without("bob"), None, None),
+        ("bob erased, his sealed reference at seq 9 garbled (an erased subject's references are not opened: his key is gone)",
+         [erased(10, bob)], without("bob"), None, None, garbled),
+        ("alice erased, bob's sealed reference at seq 9 garbled (bob's record gives his key)", [erased(10, alice)], without("alice"), 10,
+         "the sealed evidence reference does not open under the subject's key (the key of the subject's record in subjects.jsonl): "
+         "the event or the record is not what the ledger wrote", garbled),
         ("alice erased, her record still there", [erased(10, alice)], subjects, None,
          "the subject of pseudonym %s was erased, but a record of it remains in subjects.jsonl" % alice),
         ("an event of alice after her erasure", [erased(10, alice), give(11, alice)], without("alice"), 12,
@@ -4232,15 +4706,18 @@ def check_erasure(checks, here):
         ("an erasure without its subject", [{k: v for k, v in erased(10, alice).items() if k != "subject"}], without("alice"), 11,
          "member 'subject' is missing from a 'subject.erased' event"),
     ]
-    for name, appended, subject_data, line, reason in cases:
-        def run(appended=appended, subject_data=subject_data, line=line, reason=reason):
-            log, head = sign_log(bodies + appended, seed, heads_in_log=True)
+    for case in cases:
+        name, appended, subject_data, line, reason = case[:5]
+        base = case[5] if len(case) > 5 else bodies  # the tiny ledger's bodies, or an edited copy
+
+        def run(appended=appended, subject_data=subject_data, line=line, reason=reason, base=base):
+            log, head = sign_log(base + appended, seed, heads_in_log=True)
             try:
                 r = verify_folder(folder, log=log, head_text=head, derived=False, subjects=subject_data)
             except Failure as f:
                 return reason is not None and f.reason.endswith(reason) and f.line == line, str(f)
             erased_refs = sorted(ref for ref, st in r.replay.subjects.items() if st.erased_at is not None)
-            return reason is None, "accepted; erased: %s" % ", ".join(erased_refs)
+            return reason is None, "accepted; erased: %s; sealed references: %d opened, %d left sealed" % ((", ".join(erased_refs),) + r.sealed)
         checks.run("erasure: %s: %s" % (name, "accepted" if reason is None else "refused (%s)" % reason), run)
 
 
@@ -4376,15 +4853,17 @@ def check_rotation(checks, here):
     checks.run("rotated-ledger with its derived files and subject map verifies: the rotation and the revocation are in the ledger "
                "stream", with_derived)
 
-    # Subject records keep the signature of the key in force when they were written: alice's the
-    # genesis key's (before the rotation), bob's the new key's (his first command is after it).
+    # Subject records keep the signature of the key in force when they were written, unless a
+    # revocation of that key signed them again (Key rotation, Revocation: Records): bob's is the
+    # new key's (his first command is after the rotation); alice's, first signed by the genesis
+    # key, was signed again with the new key by the revocation (seq 10).
     records = read_subject_records(folder)
     message = {i: subject_record_message(i, r.salt) for i, r in records.items()}
-    checks.check(ed25519_sign(genesis_seed, message["alice"]) == records["alice"].sig
+    checks.check(ed25519_sign(new_seed, message["alice"]) == records["alice"].sig
                  and ed25519_sign(new_seed, message["bob"]) == records["bob"].sig
-                 and not ed25519_verify(genesis_key, message["bob"], records["bob"].sig),
-                 "rotated-ledger subjects.jsonl: alice's record is signed with the genesis seed, bob's (written after the rotation) "
-                 "with the new seed, reproduced")
+                 and not any(ed25519_verify(genesis_key, message[i], records[i].sig) for i in ("alice", "bob")),
+                 "rotated-ledger subjects.jsonl: both records are signed with the new seed, reproduced: bob's written after the "
+                 "rotation, alice's signed again by the revocation (seq 10)")
     subject_lines = read_file(folder, "subjects.jsonl").split(b"\n")[:-1]
 
     def record(subject_id, seed):
@@ -4403,15 +4882,55 @@ def check_rotation(checks, here):
                 r.events, ", ".join("%s from seq %d" % (kid, start) for start, _, kid in r.key_schedule.periods))
         return run
     no_signature = "does not carry the ledger key's signature over its id and salt: it was altered, swapped or made up"
-    checks.run("rotated-ledger: bob's record re-signed with the genesis key verifies (any key of the schedule, step 10)",
-               verdict(log, None, None, None, subjects=subject_lines[0] + b"\n" + record("bob", genesis_seed)))
+    def revoked_record(subject_id, kid=genesis_kid, at=10):
+        """Using a record, the third message: the record of `subject_id` is signed only by key
+        `kid`, which the revocation at seq `at` names."""
+        return ('the subject record of "%s" in subjects.jsonl of %s is signed only by key %s, which the ledger revoked at seq %d: '
+                "the revocation signed every record it could vouch for again, so this one was written or changed with the leaked key"
+                % (subject_id, folder, kid, at))
+    alice_genesis, bob_genesis = record("alice", genesis_seed), record("bob", genesis_seed)
+    checks.check(alice_genesis == b'{"id":"alice","salt":"01010101010101010101010101010101","sig":"'
+                 + ed25519_sign(genesis_seed, message["alice"]).hex().encode() + b'"}\n'
+                 and ed25519_verify(genesis_key, message["alice"], bytes.fromhex(parse_canonical(alice_genesis[:-1])["sig"])),
+                 "rotated-ledger: alice's record as the genesis key signed it (before the revocation signed it again) is reproduced "
+                 "with the genesis seed")
+    # The log cut before the revocation (10 events, seq 0-9, and the head of size 10): the genesis
+    # key is retired but not revoked yet, so its records are still usable.
+    before_revocation = b"".join(line + b"\n" for line in file_lines[:file_lines.index(events[9]) + 2])
+    checks.check(before_revocation == b"".join(line + b"\n" for line in file_lines[:-2]) and len(event_lines(before_revocation)) == 10
+                 and is_head_line(file_lines[file_lines.index(events[9]) + 1]),
+                 "rotated-ledger cut before its revocation: the first 10 events and the head of size 10")
+    checks.run("rotated-ledger: alice's record as the genesis key signed it is refused at step 10: the genesis key, which signed "
+               "it, was revoked at seq 10 (no line, no seq, as the other record failures)",
+               verdict(log, None, None, revoked_record("alice"), subjects=alice_genesis + subject_lines[1] + b"\n"))
+    checks.run("rotated-ledger: bob's record signed with the revoked genesis key after the revocation is refused at step 10 "
+               "(the revoked-key message)",
+               verdict(log, None, None, revoked_record("bob"), subjects=subject_lines[0] + b"\n" + bob_genesis))
+    checks.run("rotated-ledger: with both records signed by the revoked key, alice's (first in the file) is named",
+               verdict(log, None, None, revoked_record("alice"), subjects=alice_genesis + bob_genesis))
+    checks.run("rotated-ledger cut before its revocation (10 events): alice's record as the genesis key signed it verifies "
+               "(the genesis key is retired, not revoked: any key of the schedule, step 10)",
+               verdict(before_revocation, None, None, None, subjects=alice_genesis + subject_lines[1] + b"\n"))
+    checks.run("rotated-ledger cut before its revocation (10 events): bob's record re-signed with the genesis key verifies "
+               "(any key of the schedule, step 10)",
+               verdict(before_revocation, None, None, None, subjects=subject_lines[0] + b"\n" + bob_genesis))
+    checks.run("rotated-ledger cut before its revocation (10 events): the vector's records, signed by the new key, verify",
+               verdict(before_revocation, None, None, None))
     checks.run("rotated-ledger: alice's record signed by a key the ledger never used fails (step 10)",
                verdict(log, None, None, 'the subject record of "alice" in subjects.jsonl of %s %s' % (folder, no_signature),
                        subjects=record("alice", other_seed) + subject_lines[1] + b"\n"))
-    checks.run("rotated-ledger cut before its rotation (6 events): bob's record, signed by the new key, is signed by no key of the "
-               "schedule (step 10)",
-               verdict(b"".join(line + b"\n" for line in file_lines[:file_lines.index(events[5]) + 2]), None, None,
-                       'the subject record of "bob" in subjects.jsonl of %s %s' % (folder, no_signature)))
+    checks.run("rotated-ledger: a record with a salt changed, signed by no key, gets the no-signature message, not the "
+               "revoked-key one (step 10)",
+               verdict(log, None, None, 'the subject record of "alice" in subjects.jsonl of %s %s' % (folder, no_signature),
+                       subjects=alice_genesis.replace(b"0101010101010101", b"0101010101010102", 1) + subject_lines[1] + b"\n"))
+    before_rotation = b"".join(line + b"\n" for line in file_lines[:file_lines.index(events[5]) + 2])
+    checks.run("rotated-ledger cut before its rotation (6 events): alice's record, signed by the new key (the revocation signed "
+               "it again), is signed by no key of that schedule, the genesis key alone (step 10)",
+               verdict(before_rotation, None, None, 'the subject record of "alice" in subjects.jsonl of %s %s' % (folder, no_signature)))
+    checks.run("rotated-ledger cut before its rotation (6 events): alice's record as the genesis key signed it verifies; bob's, "
+               "signed by the new key, is then refused (step 10)",
+               verdict(before_rotation, None, None, 'the subject record of "bob" in subjects.jsonl of %s %s' % (folder, no_signature),
+                       subjects=alice_genesis + subject_lines[1] + b"\n"))
 
     # The body reader on the rotation's body.
     body = parse_canonical(rotation.body)
@@ -4692,6 +5211,9 @@ def check_rotation(checks, here):
     unattested = "signed by key %s after it was compromised (seq %d on), and not re-attested by its revocation at seq %d"
     still = "the key revocation names key %s, which is still in force: a key is rotated away from before it is revoked"
     second_rotation = rotation_to(10, other_seed)
+    # A revocation of the first rotation's key (the key of seed 20..3f, which signed both records of
+    # the vector) makes its writer sign both records again with the key in force (seed 40..5f).
+    resigned = dict(subjects=record("alice", other_seed) + record("bob", other_seed))
     revocation_cases = [
         # Accepted.
         ("the vector's revocation written again by a writer that re-attests seq 3-6", build(appended(revoked(10, genesis_key, 3))),
@@ -4700,7 +5222,15 @@ def check_rotation(checks, here):
         ("a revocation from seq 6 (the rotation alone: 1 hash)", build(appended(revoked(10, genesis_key, 6))), None, None, None),
         ("the vector, then bob's grant (seq 11, after the revocation)", build_revoking(lambda b: b + [grant(11, new_kid)]), None, None, None),
         ("a second rotation (seq 10, to the key of seed 40..5f), then a revocation of the first rotation's key from seq 8 (seq 11, "
-         "attesting seq 8-10)", build(appended(second_rotation, revoked(11, new_key, 8, (8, 10), kid=other_kid))), None, None, None),
+         "attesting seq 8-10), both records signed again with the key of seed 40..5f",
+         build(appended(second_rotation, revoked(11, new_key, 8, (8, 10), kid=other_kid))), None, None, None, resigned),
+        ("the same, with the vector's records (signed by the first rotation's key, which seq 11 revokes): refused at step 10",
+         build(appended(second_rotation, revoked(11, new_key, 8, (8, 10), kid=other_kid))), None, None,
+         revoked_record("alice", new_kid, 11)),
+        ("the same, alice's record signed again and bob's still by the first rotation's key: bob's is refused at step 10",
+         build(appended(second_rotation, revoked(11, new_key, 8, (8, 10), kid=other_kid))), None, None,
+         revoked_record("bob", new_kid, 11),
+         dict(subjects=record("alice", other_seed) + subject_lines[1] + b"\n")),
         # (f) An event of the window that the revocation does not attest (step 6a).
         ("(f) the revocation's hash for seq 4 replaced (a thief's event it leaves out)",
          build(appended(revoked(10, genesis_key, 3, (3, 6, wrong(1))))), 5, 4, unattested % (genesis_kid, 3, 10)),
@@ -4778,19 +5308,25 @@ def check_rotation(checks, here):
     checks.run("revocation, the schedule alone: a revocation of seq 5, before the rotation that retires the key (seq 6)",
                apart("the key revocation names key %s, which is still in force: a key is rotated away from before it is revoked" % genesis_kid,
                      seq=5, kid=genesis_kid))
-    for name, data, line, seq, reason in revocation_cases:
+    for name, data, line, seq, reason, *options in revocation_cases:
         where = ", ".join(w for w in ("line %d" % line if line else "", "seq %d" % seq if seq is not None else "") if w)
         checks.run("revocation: %s: %s" % (name, "verifies" if reason is None else "fails at %s" % where if where else "fails, no line or seq"),
-                   verdict(data, line, seq, reason))
+                   verdict(data, line, seq, reason, **(options[0] if options else {})))
+
+    both_revoked = build(appended(second_rotation, revoked(11, new_key, 8, (8, 10), kid=other_kid),
+                                  revoked(12, genesis_key, 0, kid=other_kid)))
 
     def two_revocations():
-        data = build(appended(second_rotation, revoked(11, new_key, 8, (8, 10), kid=other_kid),
-                              revoked(12, genesis_key, 0, kid=other_kid)))
-        r = verify_folder(folder, log=data, derived=False, subject_map=False)
+        r = verify_folder(folder, log=both_revoked, derived=False, subject_map=False, **resigned)
         return ([x[:4] for x in r.key_schedule.revocations] == [(11, new_kid, 8, 10), (12, genesis_kid, 0, 6)]
                 and [len(x[4]) for x in r.key_schedule.revocations] == [3, 7]), repr([x[:4] for x in r.key_schedule.revocations])
     checks.run("revocation: a second rotation, then revocations of both retired keys (seq 11: the first rotation's key from seq 8; "
-               "seq 12: the genesis key from seq 0) verify, in that order", two_revocations)
+               "seq 12: the genesis key from seq 0) verify, in that order (both records signed again with the key of seed 40..5f)",
+               two_revocations)
+    checks.run("revocation: the same two revocations, alice's record as the genesis key signed it: refused at step 10 naming the "
+               "genesis key's revocation (seq 12)",
+               verdict(both_revoked, None, None, revoked_record("alice", at=12),
+                       subjects=alice_genesis + record("bob", other_seed)))
     # The windows are checked once the head is reached (step 6a): a log cut inside the window
     # before its revocation has nothing to check; one cut after the revocation, below the head,
     # fails step 6 first.

@@ -223,9 +223,12 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
         let store = try TestDatabase.store(url)
         let ledger = try Ledger.create(store: store, catalog: SeedCatalog.catalog, name: "pg.example/erase", keyProtection: .insecurePlaintext)
         let id = "erase-me-7f3a9c"
-        try ledger.execute(LedgerCommand(subjectID: id, request: .give(feature: "timeline", consents: ["required"])))
+        // The evidence reference names the person: the events table must hold it only sealed.
+        let reference = "consent form of \(id), scanned at the front desk"
+        try ledger.execute(LedgerCommand(subjectID: id, request: .give(feature: "timeline", consents: ["required"]), evidence: GrantEvidence(channel: .paper, reference: reference)))
         try ledger.execute(LedgerCommand(subjectID: "bob", request: .give(feature: "timeline", consents: ["required"])))
         let salt = try #require(try ledger.salt(of: id))
+        let subjectKey = SubjectKey(id: SubjectID(id), salt: salt, hasher: Sodium()).bytes
         let schema = try PostgresLedgerAddress(url: url).schema
         func tableFiles() throws -> [UInt8] {
             // What the server holds in memory reaches the files at a checkpoint.
@@ -270,7 +273,7 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
         #expect(receipt.appended)
         #expect(ended.withLock { $0 }, "the purge waited for the older transaction")
         let files = try tableFiles(), rows = try everyRow()
-        for (name, trace) in [("id", Array(id.utf8)), ("salt", salt), ("salt in hex", Array(Hex.encode(salt).utf8))] {
+        for (name, trace) in [("id", Array(id.utf8)), ("salt", salt), ("salt in hex", Array(Hex.encode(salt).utf8)), ("key", subjectKey), ("key in hex", Array(Hex.encode(subjectKey).utf8)), ("evidence reference", Array(reference.utf8))] {
             let inFiles = holds(files, trace), inRows = holds(rows, trace)
             #expect(!inFiles, "the subjects table's files hold the erased subject's \(name)")
             #expect(!inRows, "a row holds the erased subject's \(name)")

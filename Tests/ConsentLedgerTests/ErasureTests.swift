@@ -14,11 +14,15 @@ import Testing
     static func ledger(_ label: String) throws -> (Ledger, String) {
         let path = LedgerPropertyTests.folder("erase-\(label)")
         let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "consentledger.example/\(label)", keyProtection: .insecurePlaintext)
-        try ledger.execute(LedgerCommand(subjectID: "alice-0042", request: .give(feature: "timeline", consents: ["required", "optional-a"])))
+        try ledger.execute(LedgerCommand(subjectID: "alice-0042", request: .give(feature: "timeline", consents: ["required", "optional-a"]), evidence: GrantEvidence(channel: .paper, reference: Self.aliceEvidence)))
         try ledger.execute(LedgerCommand(subjectID: "alice-0042", request: .revoke(feature: "timeline", consents: ["required"])))
         try ledger.execute(LedgerCommand(subjectID: "bob", request: .give(feature: "medication-management", consents: ["required"])))
         return (ledger, path)
     }
+
+    /// Alice's evidence reference: personal data (it names her id), which the log must hold
+    /// only sealed under her key.
+    static let aliceEvidence = "paper form of alice-0042, signed at the front desk"
 
     static func files(_ folder: String) -> [String: [UInt8]] {
         var out: [String: [UInt8]] = [:]
@@ -34,7 +38,8 @@ import Testing
     /// The byte strings that would link the person to the pseudonym: the id, the salt in hex and
     /// in base64, and the salt's bytes.
     static func traces(id: String, salt: [UInt8]) -> [[UInt8]] {
-        [Array(id.utf8), Array(Hex.encode(salt).utf8), Array(Base64.encode(salt).utf8), salt]
+        let key = SubjectKey(id: SubjectID(id), salt: salt, hasher: Sodium()).bytes
+        return [Array(id.utf8), Array(Hex.encode(salt).utf8), Array(Base64.encode(salt).utf8), salt, key, Array(Hex.encode(key).utf8), Array(aliceEvidence.utf8)]
     }
 
     static func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool {
@@ -52,6 +57,11 @@ import Testing
         let stateBefore = try ledger.proveState(for: "alice-0042")
         let (_, oldNote) = try ledger.signedCheckpoint()
         let logBefore = readBytes(path + "/ledger.jsonl")
+        // Before: the log holds her evidence only sealed; the ledger, which holds her record,
+        // shows it in clear.
+        #expect(!Self.contains(logBefore, Array(Self.aliceEvidence.utf8)) && !Self.contains(logBefore, Array("alice-0042".utf8)))
+        #expect(try ledger.report(for: "alice-0042").events.compactMap { if case .consentGiven(let g) = $0.payload { g.evidence.reference } else { nil } } == [Self.aliceEvidence, Self.aliceEvidence])
+        #expect(try ledger.auditReport(ReportScope()).csv.contains(Self.aliceEvidence))
 
         let receipt = try ledger.erase("alice-0042", actor: "dpo", reason: "request 2026-118")
         let erasedRef = try ledger.subjectRefOfErased(receipt)
@@ -92,6 +102,10 @@ import Testing
         #expect(report.report.erased[SubjectRef(receipt.pseudonym)] == receipt.seq)
         #expect(report.report.counts.first { $0.feature == 2 && $0.consent == "required" }?.given == 1)
         #expect(report.text.contains("erased") && report.html(in: .utc).contains("(erased)"))
+        // Her evidence stays in the log, sealed for good: the key went with the record.
+        let grants = report.report.entries.filter { $0.subject == SubjectRef(receipt.pseudonym) && $0.kind == .given }
+        #expect(grants.count == 2 && grants.allSatisfy { $0.evidence.isReferenceSealed && $0.evidence.channel == .paper })
+        #expect(report.csv.contains("(sealed)") && report.html(in: .utc).contains("evidence sealed"))
     }
 
     @Test func aNewCommandForTheSameIdStartsANewPseudonym() throws {

@@ -346,6 +346,48 @@ import Testing
         }
     }
 
+    /// A record carries no seq, so the leaked key's signature on records is trusted no more: the
+    /// revocation signs again the records the subject map vouches for, removes the rest, and
+    /// reads refuse a record the leaked key signed afterwards.
+    @Test func aRevocationSignsTheVouchedRecordsAgainAndReadsRefuseOneTheLeakedKeySigned() throws {
+        let (ledger, genesis, path) = try Self.rotated("records")
+        defer { removeFolder(path) }
+        let store = FileLedgerStore(directory: path)
+        func signedRecord(_ id: String, salt: UInt8, by key: SodiumSigner) -> (subjectID: SubjectID, record: SubjectRecord) {
+            let salt = [UInt8](repeating: salt, count: 16)
+            return (SubjectID(id), SubjectRecord(salt: salt, signature: Pseudonym.recordMessage(id: SubjectID(id), salt: salt).withUnsafeBytes { key.sign($0) }))
+        }
+        // A salt a failed command left, signed by the genesis key before the leak was found.
+        try store.write { tx in _ = try tx.commit(LedgerCommit(firstSeq: try tx.logState().size, entries: [], derived: DerivedUpdate(indexFrom: try tx.logState().size, streamKeys: [], treeFrom: Int64(try tx.logState().size), treeHashes: [], subjectMap: nil), subjects: [signedRecord("ghost", salt: 7, by: genesis)], head: nil)) }
+        let receipt = try ledger.revokeKey(compromisedSince: 2, actor: "security")
+        #expect(receipt.resignedRecords == 3 && receipt.removedRecords == 1)
+        let records = try store.read { try $0.subjectRecords() }
+        #expect(records.keys.map(\.text).sorted() == ["alice", "bob", "carol"])
+        let inForce = try ledger.keyHistory().current.key
+        for (id, record) in records {
+            let message = Pseudonym.recordMessage(id: id, salt: record.salt)
+            #expect(message.withUnsafeBytes { Sodium().isValid(record.signature!, of: $0, by: inForce) }, "\(id.text) is signed by the key in force")
+        }
+        #expect(try KeyRotationTests.reopen(path).verify().events == 6)
+        #expect(try KeyRotationTests.reopen(path).report(for: "bob").events.count == 1)
+        // The thief, still holding the genesis key, swaps bob's record for one of their own.
+        var lines = String(decoding: readBytes(path + "/subjects.jsonl"), as: UTF8.self).split(separator: "\n").map(String.init)
+        let forged = signedRecord("bob", salt: 9, by: genesis)
+        lines = lines.map { $0.contains("\"bob\"") ? String(decoding: FileLedgerStore.encodeSubjectLines([forged]).dropLast(), as: UTF8.self) : $0 }
+        writeBytes(Array((lines.joined(separator: "\n") + "\n").utf8), to: path + "/subjects.jsonl")
+        let message = "is signed only by key \(KeySchedule.keyID(of: genesis.publicKey, hasher: Sodium())), which the ledger revoked at seq 5"
+        for attempt in ["status", "verify"] {
+            #expect(throws: ConsentError.self, "\(attempt)") {
+                do {
+                    let fresh = try KeyRotationTests.reopen(path)
+                    if attempt == "status" { _ = try fresh.report(for: "bob") } else { _ = try fresh.verify() }
+                } catch ConsentError.integrity(let failure) where failure.problem.contains(message) {
+                    throw ConsentError.integrity(failure)
+                }
+            }
+        }
+    }
+
     @Test(arguments: [
         (UInt64(1), "rotate first"),  // the key in force signed seq 1: no rotation yet
         (UInt64(99), "past the log's end"),
@@ -392,6 +434,14 @@ import Testing
         var streams: StreamState? = try ledger.streamStateForSealing([event])
         let current = try FileKeyStore(path: path + "/secret.key").unlockSigner(passphrase: nil)
         let (records, _) = try ledger.chain.seal([event], after: ledger.chain.hash(ofBody: log.last.body), signer: current, streams: &streams)
+        // The records signed again by the key in force, as a revocation does.
+        try store.write { tx in
+            let size = try tx.logState().size
+            let revised = try tx.subjectRecords().map { id, r in
+                (subjectID: id, record: Optional(SubjectRecord(salt: r.salt, signature: Pseudonym.recordMessage(id: id, salt: r.salt).withUnsafeBytes { current.sign($0) })))
+            }
+            _ = try tx.commit(LedgerCommit(firstSeq: size, entries: [], derived: DerivedUpdate(indexFrom: size, streamKeys: [], treeFrom: Int64(size), treeHashes: [], subjectMap: nil), subjects: [], head: nil, revisedSubjects: revised))
+        }
         let file = try PosixFile(path: path + "/ledger.jsonl", flags: O_WRONLY | O_APPEND)
         try file.write(records[0].lineWithoutNewline + [0x0A], at: try file.size())
         #expect {

@@ -20,6 +20,7 @@ enum StorageConformance: String, CaseIterable, Sendable, CustomTestStringConvert
     case aCommitOfEntriesWithoutItsHeadIsRefused
     case theIndexFindsAStreamsEntriesBelowALimit
     case subjectRecordsRoundTripByteForByte
+    case aRevisionSignsRecordsAgainAndRemovesOthers
     case checkpointsAreRecordedOncePerSizeAndListedBySize
     case anErasedSubjectsRecordIsDestroyedAndTheLedgerStillVerifies
     case aKeyRotationIsFollowedByReadsWritesAndVerify
@@ -152,6 +153,21 @@ enum StorageConformance: String, CaseIterable, Sendable, CustomTestStringConvert
                 #expect(try tx.subjectRecords() == Dictionary(uniqueKeysWithValues: records.map { ($0.subjectID, $0.record) }))
                 for (id, record) in records { #expect(try tx.subjectRecord(id) == record) }
                 #expect(try tx.subjectRecord(SubjectID("nobody")) == nil)
+            }
+        case .aRevisionSignsRecordsAgainAndRemovesOthers:
+            func record(_ salt: UInt8, _ sig: UInt8) -> SubjectRecord { SubjectRecord(salt: [UInt8](repeating: salt, count: 16), signature: Signature(bytes: [UInt8](repeating: sig, count: 64))) }
+            let stored = ["alice": record(1, 1), "bob": record(2, 2), "carol": record(3, 3), "dan": record(4, 4)]
+            let commit = try fixture.commit(subject: "alice", count: 1)
+            _ = try store.write { try $0.commit(LedgerCommit(firstSeq: 1, entries: commit.entries, derived: commit.derived, subjects: stored.sorted { $0.key < $1.key }.map { (SubjectID($0.key), $0.value) }, head: commit.head)) }
+            let next = try fixture.commit(subject: "alice", count: 1, at: 2, newSubject: false)
+            // alice signed again; bob removed; carol's replacement names another salt (nothing
+            // changes); erin has no record (nothing is added); dan is not named.
+            let revised: [(subjectID: SubjectID, record: SubjectRecord?)] = [(SubjectID("alice"), record(1, 9)), (SubjectID("bob"), nil), (SubjectID("carol"), record(7, 9)), (SubjectID("erin"), record(5, 9))]
+            _ = try store.write { try $0.commit(LedgerCommit(firstSeq: 2, entries: next.entries, derived: next.derived, subjects: [], head: next.head, revisedSubjects: revised)) }
+            try store.read { tx throws -> Void in
+                #expect(try tx.subjectRecords() == [SubjectID("alice"): record(1, 9), SubjectID("carol"): record(3, 3), SubjectID("dan"): record(4, 4)])
+                #expect(try tx.subjectRecord(SubjectID("bob")) == nil && tx.subjectRecord(SubjectID("alice")) == record(1, 9))
+                #expect(try tx.logState().size == 3)
             }
         case .anErasedSubjectsRecordIsDestroyedAndTheLedgerStillVerifies:
             for subject in ["alice", "bob"] {

@@ -17,19 +17,30 @@ public struct GrantEvidence: Hashable, Sendable {
     public var channel: Channel?
     /// The BCP 47 language tag of the notice the subject saw (`de`, `en-GB`).
     public var noticeLanguage: String?
-    /// A reference to the document or scan that records the consent. It can be personal data,
-    /// so it is a field of its own that an erasure can treat apart from the rest.
+    /// A reference to the document or scan that records the consent, in clear: as a command
+    /// gives it, or once its sealed form was opened with the subject's key. It can be personal
+    /// data, so the log holds it only sealed (``sealedReference``).
     public var reference: String?
+    /// The reference as the log holds it: sealed under the subject's key (nonce, tag and
+    /// ciphertext; `Spec/erasure.md`), which an erasure destroys. Opaque here: sealing and
+    /// opening are the ledger's work. A grant read from the log carries this and no
+    /// ``reference`` until the ledger opens it; after an erasure it stays sealed for good.
+    public var sealedReference: [UInt8]?
 
-    public init(effectiveAt: Timestamp? = nil, channel: Channel? = nil, noticeLanguage: String? = nil, reference: String? = nil) {
+    public init(effectiveAt: Timestamp? = nil, channel: Channel? = nil, noticeLanguage: String? = nil, reference: String? = nil, sealedReference: [UInt8]? = nil) {
         self.effectiveAt = effectiveAt
         self.channel = channel
         self.noticeLanguage = noticeLanguage
         self.reference = reference
+        self.sealedReference = sealedReference
     }
 
     /// True when nothing is recorded.
-    public var isEmpty: Bool { effectiveAt == nil && channel == nil && noticeLanguage == nil && reference == nil }
+    public var isEmpty: Bool { effectiveAt == nil && channel == nil && noticeLanguage == nil && reference == nil && sealedReference == nil }
+
+    /// True when the grant has a reference that is sealed and was not opened (its subject was
+    /// erased, or the reader holds no record of it).
+    public var isReferenceSealed: Bool { reference == nil && sealedReference != nil }
 
     /// The longest evidence reference, in UTF-8 bytes.
     public static let maxReferenceBytes = 512
@@ -58,5 +69,16 @@ public struct GrantEvidence: Hashable, Sendable {
         let parts = tag.split(separator: "-", omittingEmptySubsequences: false)
         guard let first = parts.first, (2...8).contains(first.count), first.allSatisfy({ $0.isASCII && $0.isLetter }) else { return false }
         return parts.dropFirst().allSatisfy { (1...8).contains($0.count) && $0.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber) } }
+    }
+}
+
+extension LedgerEvent {
+    /// The event with its grant's evidence replaced by `transform(evidence)`; any other event as
+    /// it is. The ledger seals and opens evidence references through this.
+    public func mappingEvidence<E: Error>(_ transform: (GrantEvidence) throws(E) -> GrantEvidence) throws(E) -> LedgerEvent {
+        guard case .consentGiven(let given) = payload, !given.evidence.isEmpty else { return self }
+        let evidence = try transform(given.evidence)
+        let changed = ConsentGiven(subject: given.subject, feature: given.feature, consent: given.consent, version: given.version, renews: given.renews, evidence: evidence)
+        return LedgerEvent(seq: seq, at: at, actor: actor, command: command, payload: .consentGiven(changed))
     }
 }

@@ -241,3 +241,14 @@ public struct ReplayViolation: Error, Hashable, Sendable, CustomStringConvertibl
 
     public var description: String { "seq \(seq): \(problem)" }
 }
+
+extension SubjectState {
+    /// Replaces the evidence of every consent given now with `transform(evidence, grant seq)`.
+    public mutating func mapEvidence<E: Error>(_ transform: (GrantEvidence, UInt64) throws(E) -> GrantEvidence) throws(E) {
+        for (key, status) in consents {
+            guard case .given(var grant) = status, !grant.evidence.isEmpty else { continue }
+            grant.evidence = try transform(grant.evidence, grant.seq)
+            consents[key] = .given(grant)
+        }
+    }
+}

@@ -287,6 +287,28 @@ public final class Ledger: Sendable {
         return ref
     }
 
+    /// The key that seals personal data in the events of the subject whose record holds
+    /// `subjectID` and `salt` (``SubjectKey``): it goes with the record, so an erasure takes it.
+    package func subjectKey(_ subjectID: String, salt: [UInt8]) -> SubjectKey {
+        SubjectKey(id: SubjectID(subjectID), salt: salt, hasher: chain.hasher)
+    }
+
+    /// `evidence` of the grant at `seq` with its sealed reference opened. A reference that does
+    /// not open under the key of the subject's (checked) record is an integrity failure: the
+    /// ledger sealed it under that key.
+    package func openEvidence(_ evidence: GrantEvidence, seq: UInt64, key: SubjectKey) throws(ConsentError) -> GrantEvidence {
+        do {
+            return try EvidenceSeal.opening(evidence, key: key)
+        } catch {
+            throw .integrity(IntegrityFailure(line: Int(seq) + 1, seq: seq, problem: "\(error.problem) (the key of the subject's record in \(store.names.subjects)): the event or the record is not what the ledger wrote"))
+        }
+    }
+
+    /// Opens the sealed evidence of every consent `state` holds as given.
+    package func openEvidence(_ state: inout SubjectState, key: SubjectKey) throws(ConsentError) {
+        try state.mapEvidence { (evidence, seq) throws(ConsentError) in try openEvidence(evidence, seq: seq, key: key) }
+    }
+
     /// The known subject's reference, or nil for a subject the ledger has never seen.
     public func subjectRef(for subjectID: String) throws -> SubjectRef? {
         try salt(of: subjectID).map { subjectRef(id: subjectID, salt: $0) }
@@ -320,13 +342,18 @@ public final class Ledger: Sendable {
             throw ConsentError.integrity(IntegrityFailure(.subjectRecord, line: nil, seq: nil, problem: "the subject record of \(id.text.debugDescription) in \(place) has a salt of \(record.salt.count) bytes, not \(Pseudonym.saltLength)"))
         }
         guard version >= 2 else { return }
-        let valid = record.signature.map { signature in
+        let signedBy = record.signature.flatMap { signature in
             Pseudonym.recordMessage(id: id, salt: record.salt).withUnsafeBytes { message in
-                keys.periods.reversed().contains { verifier.isValid(signature, of: message, by: $0.key) }
+                keys.periods.reversed().first { verifier.isValid(signature, of: message, by: $0.key) }
             }
-        } ?? false
-        guard valid else {
+        }
+        guard let signedBy else {
             throw ConsentError.integrity(IntegrityFailure(.subjectRecord, line: nil, seq: nil, problem: "the subject record of \(id.text.debugDescription) in \(place) does not carry the ledger key's signature over its id and salt: it was altered, swapped or made up"))
+        }
+        // A revoked key's signature vouches for no record: its revocation signed again, with the
+        // key in force, every record it could vouch for.
+        if let revocation = keys.revocations.first(where: { $0.keyID == signedBy.keyID }) {
+            throw ConsentError.integrity(IntegrityFailure(.subjectRecord, line: nil, seq: nil, problem: "the subject record of \(id.text.debugDescription) in \(place) is signed only by key \(signedBy.keyID), which the ledger revoked at seq \(revocation.seq): the revocation signed every record it could vouch for again, so this one was written or changed with the leaked key"))
         }
     }
 

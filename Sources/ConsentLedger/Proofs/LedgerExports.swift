@@ -60,6 +60,7 @@ extension Ledger {
                 let proof = try checkedInclusionProof(record: Int64(seq), line: line, checkpoint: checkpoint, view)
                 events.append(ExportedEvent(seq: Int64(seq), line: String(decoding: line, as: UTF8.self), proof: proof))
             }
+            try openEvidence(&state, key: subjectKey(subjectID, salt: salt))
             let genesisLine = try view.tx.entry(0)
             let genesisProof = try checkedInclusionProof(record: 0, line: genesisLine, checkpoint: checkpoint, view)
             let statement = ExportStatement(origin: genesis.ledgerName, size: size, subject: ref.value, catalogVersions: catalogEvents.map(\.seq), events: events.map(\.seq))

@@ -47,6 +47,8 @@ extension Ledger {
                     throw ConsentError.integrity(IntegrityFailure(line: entry.seq + 1, seq: error.seq, problem: error.problem))
                 }
             }
+            // The state shows the evidence in clear: the proof holds the record that opens it.
+            try openEvidence(&state, key: self.subjectKey(subjectID, salt: salt))
             let lastLine = log.last.lineWithoutNewline
             return StateProof(
                 ledger: genesis.ledgerName, verifierKey: try checkpointKey(view).text, checkpoint: try witnessedNote(head, view),

@@ -116,18 +116,19 @@ extension Ledger {
             let log = view.log
             let versions = try catalogVersions(view)
             let catalog = Self.catalog(in: versions, at: asOf)
-            guard let ref = try subjectRef(for: subjectID) else {
+            guard let salt = try salt(of: subjectID) else {
                 let empty = SubjectState()
                 return SubjectReport(subjectID: subjectID, subject: nil, state: empty, events: [], listing: ConsentListing(state: empty, catalog: catalog), torn: log.torn)
             }
-            let (state, events) = try subjectEvents(ref, view, until: asOf, versions: versions)
+            let ref = subjectRef(id: subjectID, salt: salt)
+            let (state, events) = try subjectEvents(ref, view, until: asOf, versions: versions, key: subjectKey(subjectID, salt: salt))
             return SubjectReport(subjectID: subjectID, subject: ref, state: state, events: events, listing: ConsentListing(state: state, catalog: catalog), torn: log.torn)
         }
     }
 
     /// A subject's events (``streamEntries(_:log:)``), replayed under the catalogue in force
-    /// before each.
-    func subjectEvents(_ subject: SubjectRef, _ view: LogView, until: Timestamp?, versions: [CatalogVersion]) throws -> (state: SubjectState, events: [LedgerEvent]) {
+    /// before each; with the subject's `key`, their sealed evidence opened.
+    func subjectEvents(_ subject: SubjectRef, _ view: LogView, until: Timestamp?, versions: [CatalogVersion], key: SubjectKey? = nil) throws -> (state: SubjectState, events: [LedgerEvent]) {
         var state = SubjectState()
         var events: [LedgerEvent] = []
         guard Hex.decode(subject.value)?.count == 16 else { return (state, events) }
@@ -135,12 +136,15 @@ extension Ledger {
             let record = entry.record
             if let until, record.event.at > until { break }
             if version < 2 { try checkSignature(record, line: entry.seq + 1, keys: genesisSchedule) }
+            let event = try key.map { key throws(ConsentError) in
+                try record.event.mappingEvidence { (e) throws(ConsentError) in try openEvidence(e, seq: record.event.seq, key: key) }
+            } ?? record.event
             do throws(ReplayViolation) {
-                try state.apply(record.event, catalog: Self.catalog(in: versions, before: record.event.seq))
+                try state.apply(event, catalog: Self.catalog(in: versions, before: record.event.seq))
             } catch {
                 throw ConsentError.integrity(IntegrityFailure(line: entry.seq + 1, seq: error.seq, problem: error.problem))
             }
-            events.append(record.event)
+            events.append(event)
         }
         return (state, events)
     }
@@ -201,8 +205,10 @@ extension Ledger {
         if let listing = try store.read({ tx throws -> ConsentListing? in
             let log = try tx.logState()
             guard let (replay, size) = warmReplay(), size == log.size else { return nil }
-            guard let ref = try subjectRef(for: subjectID) else { return ConsentListing(state: SubjectState(), catalog: replay.catalog) }
-            return ConsentListing(state: replay.state(of: ref), catalog: replay.catalog)
+            guard let salt = try salt(of: subjectID) else { return ConsentListing(state: SubjectState(), catalog: replay.catalog) }
+            var state = replay.state(of: subjectRef(id: subjectID, salt: salt))
+            try openEvidence(&state, key: subjectKey(subjectID, salt: salt))
+            return ConsentListing(state: state, catalog: replay.catalog)
         }) {
             return listing
         }

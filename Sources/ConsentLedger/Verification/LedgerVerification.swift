@@ -56,7 +56,7 @@ extension Ledger {
             } catch {
                 headsFailure = error
             }
-            let (replay, previous, headSeen, roots, streams, keys) = try checkLines(tx, to: log.size, head: log.recordedHead, derived: derivedComplete, roots: wanted)
+            let (replay, previous, headSeen, roots, streams, keys, sealed) = try checkLines(tx, to: log.size, head: log.recordedHead, derived: derivedComplete, roots: wanted)
             // The head's key is known once the lines gave every rotation.
             try checkSignedHead(log, keys: keys)
             let head = log.recordedHead
@@ -78,7 +78,7 @@ extension Ledger {
             try checkEarlierHeads(heads, roots: roots, keys: keys)
             try checkStoredMap(tx, streams, size: Int64(replay.eventCount))
             try checkSubjectRecords(tx, keys: keys, logSubjects: replay.subjects.filter { $0.value.erasedAt == nil }.keys,
-                                    erased: Set(replay.subjects.filter { $0.value.erasedAt != nil }.keys))
+                                    erased: Set(replay.subjects.filter { $0.value.erasedAt != nil }.keys), sealed: sealed)
             return VerificationReport(events: replay.eventCount, subjects: replay.subjects.count, head: ChainHead(seq: lastSeq, hash: previous), ledgerName: genesis.ledgerName, publicKey: publicKey, keys: keys, torn: log.torn)
         }
     }
@@ -138,7 +138,7 @@ extension Ledger {
     /// from the lines.
     enum DerivedCheck { case none, indexOnly, all }
 
-    private func checkLines(_ tx: any LedgerReadTransaction, to end: Int, head: ChainHead?, derived: DerivedCheck, roots: Set<Int64>) throws -> (LedgerReplay, Digest, Bool, [Int64: Digest], LogChecker.StreamCheck?, KeySchedule) {
+    private func checkLines(_ tx: any LedgerReadTransaction, to end: Int, head: ChainHead?, derived: DerivedCheck, roots: Set<Int64>) throws -> (LedgerReplay, Digest, Bool, [Int64: Digest], LogChecker.StreamCheck?, KeySchedule, [LogChecker.SealedReference]) {
         var checker = LogChecker(tx: tx, names: store.names, hasher: chain.hasher, signatures: verifier)
         checker.checkDerived = derived == .all
         checker.checkIndexOnly = derived == .indexOnly
@@ -146,20 +146,25 @@ extension Ledger {
         var progress = LogChecker.Progress(replay: LedgerReplay(catalog: catalog), previous: .zero)
         progress.streams = LogChecker.StreamCheck(version: version, hasher: chain.hasher)
         progress.keys = genesisSchedule
+        progress.sealed = []
         let result = try checker.run(from: 0, to: end, head: head, progress: progress)
-        return (result.replay, result.previous, result.headSeen, result.roots, result.streams, result.keys ?? genesisSchedule)
+        return (result.replay, result.previous, result.headSeen, result.roots, result.streams, result.keys ?? genesisSchedule, result.sealed ?? [])
     }
 
     /// Every pseudonym in the log must have exactly one subject record whose id and salt hash to
     /// it: swapped, altered or missing records would make `status` answer for the wrong patient
     /// or for nobody. A record whose pseudonym has no events is allowed: its salt was saved by a
     /// command that failed before its events were appended. An erased subject has no record, and
-    /// must have none: one that remains is an erasure left unfinished.
-    func checkSubjectRecords(_ tx: any LedgerReadTransaction, keys: KeySchedule, logSubjects: some Collection<SubjectRef>, erased: Set<SubjectRef> = []) throws {
+    /// must have none: one that remains is an erasure left unfinished. Every sealed evidence
+    /// reference of a subject with a record must open under the key the record gives; an erased
+    /// subject's stay sealed.
+    func checkSubjectRecords(_ tx: any LedgerReadTransaction, keys: KeySchedule, logSubjects: some Collection<SubjectRef>, erased: Set<SubjectRef> = [], sealed: [LogChecker.SealedReference] = []) throws {
         let place = "\(store.names.subjects) of \(store.names.location)"
         var recorded: [SubjectRef: SubjectID] = [:]
+        var subjectKeys: [SubjectRef: SubjectKey] = [:]
         for (id, salt) in try subjectSalts(tx, keys: keys) {
             let ref = subjectRef(id: id.text, salt: salt)
+            if !sealed.isEmpty { subjectKeys[ref] = subjectKey(id.text, salt: salt) }
             if erased.contains(ref) {
                 throw ConsentError.integrity(IntegrityFailure(.subjectRecord, line: nil, seq: nil, problem: "the subject of pseudonym \(ref.value) was erased, but a record of it remains in \(place): the erasure was cut short; run `consentctl erase --subject` for that id again to finish it"))
             }
@@ -171,6 +176,10 @@ extension Ledger {
         if !missing.isEmpty {
             let sample = missing.map(\.value).sorted().prefix(3).joined(separator: ", ")
             throw ConsentError.integrity(IntegrityFailure(.subjectRecord, line: nil, seq: nil, problem: "\(missing.count) pseudonym(s) in the log have no subject record in \(place) whose id and salt hash to them (\(sample)): subject records were altered, swapped or removed"))
+        }
+        for reference in sealed {
+            guard let key = subjectKeys[reference.subject] else { continue }
+            _ = try openEvidence(reference.evidence, seq: reference.seq, key: key)
         }
     }
 

@@ -70,6 +70,16 @@ struct LogChecker {
         var streams: StreamCheck?
         /// The keys so far, when signatures are checked: which key must have signed each event.
         var keys: KeySchedule?
+        /// When set (verify), every sealed evidence reference seen, for opening with the
+        /// subject records once the lines are checked.
+        var sealed: [SealedReference]?
+    }
+
+    /// A grant's evidence reference as the log holds it, sealed under its subject's key.
+    struct SealedReference: Sendable {
+        let seq: UInt64
+        let subject: SubjectRef
+        let evidence: GrantEvidence
     }
 
     /// The streams as the log builds them: each stream's newest event and the subject map.
@@ -306,6 +316,9 @@ struct LogChecker {
             try progress.replay.apply(line.event)
         } catch {
             throw .integrity(IntegrityFailure(line: line.number, seq: error.seq, problem: error.problem))
+        }
+        if progress.sealed != nil, case .consentGiven(let given) = line.event.payload, given.evidence.sealedReference != nil {
+            progress.sealed!.append(SealedReference(seq: seq, subject: given.subject, evidence: given.evidence))
         }
         if let verifier, progress.keys != nil, let ledger = progress.replay.genesis?.ledgerName {
             do {

@@ -34,7 +34,7 @@ extension Ledger {
     ///
     /// `signer` must hold the key in force; a key rotation (its events signed by the key it
     /// retires) gives the new key as `headSigner`, since the head after it is the new key's.
-    func commit(_ events: [LedgerEvent], _ view: LogView, _ tx: any LedgerWriteTransaction, signer: any EventSigner, headSigner: (any EventSigner)? = nil, streams: (state: StreamState, nextIndex: Int64)?, subjects: [(subjectID: SubjectID, record: SubjectRecord)], erasing: [SubjectID] = []) throws -> Committed {
+    func commit(_ events: [LedgerEvent], _ view: LogView, _ tx: any LedgerWriteTransaction, signer: any EventSigner, headSigner: (any EventSigner)? = nil, streams: (state: StreamState, nextIndex: Int64)?, subjects: [(subjectID: SubjectID, record: SubjectRecord)], erasing: [SubjectID] = [], revising: [(subjectID: SubjectID, record: SubjectRecord?)] = []) throws -> Committed {
         let log = view.log
         let inForce = view.keys.current
         guard signer.publicKey == inForce.key else {
@@ -79,7 +79,7 @@ extension Ledger {
                 derived.subjectMap = (all, 0)
             }
         }
-        let warning = try tx.commit(LedgerCommit(firstSeq: log.size, entries: entries, derived: derived, subjects: subjects, head: signedHead, erasedSubjects: erasing)).map {
+        let warning = try tx.commit(LedgerCommit(firstSeq: log.size, entries: entries, derived: derived, subjects: subjects, head: signedHead, erasedSubjects: erasing, revisedSubjects: revising)).map {
             "events seq \(events.first!.seq)–\(head.seq) are durably appended, but writing the derived data or the head after them failed (\($0)); the next write repairs them"
         }
         let after = warning == nil ? state.map { ($0, (derived.subjectMap?.at ?? 0) + Int64(derived.subjectMap?.records.count ?? 0)) } : nil

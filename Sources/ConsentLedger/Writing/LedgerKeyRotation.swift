@@ -83,6 +83,12 @@ public struct KeyRevocationReceipt: Hashable, Sendable {
     public let compromisedSince: UInt64
     /// The events the revoked key signed from `compromisedSince` to its rotation, re-attested.
     public let attested: Int
+    /// Subject records the revoked key had signed, signed again by the key in force: those whose
+    /// pseudonym has events.
+    public let resignedRecords: Int
+    /// Subject records the revoked key had signed whose pseudonym has no events (a salt a failed
+    /// command left, or a record made up with the leaked key): removed, as nothing vouches for them.
+    public let removedRecords: Int
 }
 
 extension Ledger {
@@ -94,6 +100,29 @@ extension Ledger {
             throw ConsentError.invalidRequest("this ledger is of format version 1, which has no ledger stream to record \(what) in")
         }
         return try signingKey()
+    }
+
+    /// The subject records a revocation of `revoked` revises. A record carries no sequence
+    /// number, so nothing tells a record the honest ledger wrote with the key from one a thief
+    /// made with it after the leak, and reads must stop trusting the key's signature on records
+    /// at all. The subject map vouches for a record whose pseudonym has events (a made-up record
+    /// hashes to a pseudonym with none, and the thief's own events are refused unless
+    /// re-attested): signed again by the key in force. Any other is removed: a salt a failed
+    /// command left serves nothing, and the id gets a fresh one with its next command.
+    func recordsToRevise(revoking revoked: PublicKey, _ view: LogView, signer: any EventSigner) throws -> [(subjectID: SubjectID, record: SubjectRecord?)] {
+        let records = try view.tx.subjectRecords().sorted { $0.key < $1.key }
+        let byRevoked = parallelMap(records.count) { [self] i -> Bool in
+            guard let signature = records[i].value.signature else { return false }
+            return Pseudonym.recordMessage(id: records[i].key, salt: records[i].value.salt).withUnsafeBytes { verifier.isValid(signature, of: $0, by: revoked) }
+        }
+        let candidates = records.indices.filter { byRevoked[$0] }.map { records[$0] }
+        let vouched = try candidates.map { id, record in try hasEvents(StreamKey.of(subject: subjectRef(id: id.text, salt: record.salt)), view) }
+        return parallelMap(candidates.count) { i -> (subjectID: SubjectID, record: SubjectRecord?) in
+            let (id, record) = candidates[i]
+            guard vouched[i] else { return (id, nil) }
+            let signature = Pseudonym.recordMessage(id: id, salt: record.salt).withUnsafeBytes { signer.sign($0) }
+            return (id, SubjectRecord(salt: record.salt, signature: signature))
+        }
     }
 
     /// Marks the key that signed event `since` compromised from that event on, with a
@@ -133,9 +162,17 @@ extension Ledger {
                 throw ConsentError.invalidRequest("cannot revoke: \(error)")
             }
             let event = LedgerEvent(seq: seq, at: max(clock(), log.last.event.at), actor: actor, command: CommandSpan(first: seq, size: 1), payload: .keyRevoked(revocation))
-            let committed = try commitLedgerEvent(event, view, tx, signer: signer, afterCommit: &afterCommit)
-            afterCommit.append { [self] in memory.withLock { $0.keys = (after, committed.size) } }
-            return KeyRevocationReceipt(seq: seq, revoked: try noteKey(revoked.key), compromisedSince: since, attested: attested.count)
+            let revised = try recordsToRevise(revoking: revoked.key, view, signer: signer)
+            let committed = try commitLedgerEvent(event, view, tx, signer: signer, revising: revised, afterCommit: &afterCommit)
+            afterCommit.append { [self] in
+                memory.withLock { m in
+                    m.keys = (after, committed.size)
+                    m.salts = nil
+                    m.records = nil
+                }
+            }
+            return KeyRevocationReceipt(seq: seq, revoked: try noteKey(revoked.key), compromisedSince: since, attested: attested.count,
+                                        resignedRecords: revised.filter { $0.record != nil }.count, removedRecords: revised.filter { $0.record == nil }.count)
         }
     }
 }

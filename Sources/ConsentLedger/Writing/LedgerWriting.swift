@@ -69,6 +69,16 @@ extension Ledger {
                 }
                 states = try currentStates(of: Set(refs.values), view, versions: versions)
             }
+            // The answers show each subject's evidence in clear; the log gets it sealed.
+            var keys: [SubjectID: SubjectKey] = [:]
+            for (id, ref) in refs {
+                let key = subjectKey(id.text, salt: salts[id]!)
+                keys[id] = key
+                if var state = states[ref] {
+                    try openEvidence(&state, key: key)
+                    states[ref] = state
+                }
+            }
             let streams = try streamState(for: Set(refs.values.map { StreamKey.of(subject: $0) }), view)
             let at = max(clock(), log.last.event.at)
             var nextSeq = log.last.event.seq + 1
@@ -92,7 +102,8 @@ extension Ledger {
                 }
                 states[ref] = state
                 nextSeq += UInt64(outcome.events.count)
-                events += outcome.events
+                let key = keys[SubjectID(command.subjectID)]!
+                events += outcome.events.map { EvidenceSeal.sealing($0, key: key, hasher: chain.hasher) }
                 results.append(CommandResult(subjectID: command.subjectID, events: outcome.events, notes: outcome.notes, listing: ConsentListing(state: state, catalog: catalog)))
             }
             guard !events.isEmpty else { return ExecutionReport(results: results, recovered: nil) }
@@ -195,8 +206,8 @@ extension Ledger {
     /// Commits one ledger event (a catalogue publication, a key rotation or revocation): a
     /// command of its own in the ledger stream, on the one commit path. What the process
     /// remembers is updated once the storage has committed.
-    func commitLedgerEvent(_ event: LedgerEvent, _ view: LogView, _ tx: any LedgerWriteTransaction, signer: any EventSigner, headSigner: (any EventSigner)? = nil, afterCommit: inout [() -> Void]) throws -> Committed {
-        let committed = try commit([event], view, tx, signer: signer, headSigner: headSigner, streams: try streamState(for: [SubjectMap.ledgerStream], view), subjects: [])
+    func commitLedgerEvent(_ event: LedgerEvent, _ view: LogView, _ tx: any LedgerWriteTransaction, signer: any EventSigner, headSigner: (any EventSigner)? = nil, revising: [(subjectID: SubjectID, record: SubjectRecord?)] = [], afterCommit: inout [() -> Void]) throws -> Committed {
+        let committed = try commit([event], view, tx, signer: signer, headSigner: headSigner, streams: try streamState(for: [SubjectMap.ledgerStream], view), subjects: [], revising: revising)
         if let warning = committed.warning { lastWarning.withLock { $0 = warning } }
         let size = view.log.size
         afterCommit.append { [self] in
