@@ -232,7 +232,7 @@ public struct FileLedgerStore: LedgerStore {
         if body.count > signedTail, body[(body.endIndex - signedTail)..<(body.endIndex - 130)].elementsEqual(sigMiddle),
             body[body.endIndex - 2] == 0x22, body[body.endIndex - 1] == 0x7D
         {
-            guard let bytes = Hex.decode(bytes: body[(body.endIndex - 130)..<(body.endIndex - 2)]), let sig = Signature(bytes: bytes) else { return nil }
+            guard let bytes = line.withUnsafeBufferPointer({ Hex.decode(buffer: UnsafeBufferPointer(rebasing: $0[(body.endIndex - 130)..<(body.endIndex - 2)])) }), let sig = Signature(bytes: bytes) else { return nil }
             signature = sig
             body = body[body.startIndex..<(body.endIndex - signedTail + 1)] + [0x7D]
         }
@@ -240,7 +240,7 @@ public struct FileLedgerStore: LedgerStore {
         let tail = middle.count + 32 + 2
         guard plain.count >= prefix.count + 2 + tail, plain.starts(with: prefix),
             plain[(plain.count - tail)..<(plain.count - 34)].elementsEqual(middle), plain[plain.count - 2] == 0x22, plain[plain.count - 1] == 0x7D,
-            let salt = Hex.decode(bytes: plain[(plain.count - 34)..<(plain.count - 2)]), salt.count == 16
+            let salt = plain.withUnsafeBufferPointer({ Hex.decode(buffer: UnsafeBufferPointer(rebasing: $0[(plain.count - 34)..<(plain.count - 2)])) }), salt.count == 16
         else { return nil }
         let idBytes = Array(plain[prefix.count..<(plain.count - tail)])
         return idBytes.withUnsafeBufferPointer { buffer -> (String, SubjectRecord)? in
@@ -841,32 +841,34 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         let end = (bytes.lastIndex(of: FileLedgerStore.newline) ?? -1) + 1
         var found: SubjectRecord?
         var malformed: Int?
-        var lineStart = 0
         var lineNumber = 0
         let shape = Array(#"{"id":""#.utf8)
-        while lineStart < end {
-            let lineEnd = bytes[lineStart..<end].firstIndex(of: FileLedgerStore.newline)!
-            lineNumber += 1
-            // A line not even shaped like a record might have been this subject's (a line of
-            // spaces is an erased record's remains).
-            // (Checked only for a line not shaped like a record, so the scan copies nothing.)
-            if malformed == nil, !(bytes[lineStart..<lineEnd].starts(with: shape) && lineEnd - lineStart > shape.count + 2 && bytes[lineEnd - 2] == 0x22 && bytes[lineEnd - 1] == 0x7D),
-                !FileLedgerStore.isErasedLine(bytes[lineStart..<lineEnd]) {
-                malformed = lineNumber
-            }
-            let matches = lineEnd - lineStart > needle.count && bytes.withUnsafeBytes { all in
-                needle.withUnsafeBytes { n in memcmp(all.baseAddress! + lineStart, n.baseAddress!, n.count) == 0 }
-            }
-            if matches {
-                guard let (lineID, record) = FileLedgerStore.decodeSubjectLine(Array(bytes[lineStart..<lineEnd])), SubjectID(lineID) == id else {
-                    throw ConsentError.integrity(IntegrityFailure(.subjectRecord, line: nil, seq: nil, problem: "\(store.subjectsPath) has a malformed line for subject id '\(id.text)'"))
+        // One pass over raw bytes (memchr for line ends, memcmp for line starts): the file holds
+        // every subject, and this runs for every command of a subject the process has not seen.
+        try bytes.withUnsafeBufferPointer { all in
+            let base = all.baseAddress!
+            var lineStart = 0
+            while lineStart < end {
+                let lineEnd = UnsafeRawPointer(memchr(base + lineStart, Int32(FileLedgerStore.newline), end - lineStart)!).assumingMemoryBound(to: UInt8.self) - base
+                let length = lineEnd - lineStart
+                lineNumber += 1
+                // A line not even shaped like a record might have been this subject's (a line of
+                // spaces is an erased record's remains).
+                if malformed == nil {
+                    let shaped = length > shape.count + 2 && memcmp(base + lineStart, shape, shape.count) == 0 && base[lineEnd - 2] == 0x22 && base[lineEnd - 1] == 0x7D
+                    if !shaped, !FileLedgerStore.isErasedLine(UnsafeBufferPointer(start: base + lineStart, count: length)) { malformed = lineNumber }
                 }
-                guard found == nil else {
-                    throw ConsentError.integrity(IntegrityFailure(.subjectRecord, line: nil, seq: nil, problem: "\(store.subjectsPath) repeats subject id '\(id.text)'"))
+                if length > needle.count, memcmp(base + lineStart, needle, needle.count) == 0 {
+                    guard let (lineID, record) = FileLedgerStore.decodeSubjectLine(Array(UnsafeBufferPointer(start: base + lineStart, count: length))), SubjectID(lineID) == id else {
+                        throw ConsentError.integrity(IntegrityFailure(.subjectRecord, line: nil, seq: nil, problem: "\(store.subjectsPath) has a malformed line for subject id '\(id.text)'"))
+                    }
+                    guard found == nil else {
+                        throw ConsentError.integrity(IntegrityFailure(.subjectRecord, line: nil, seq: nil, problem: "\(store.subjectsPath) repeats subject id '\(id.text)'"))
+                    }
+                    found = record
                 }
-                found = record
+                lineStart = lineEnd + 1
             }
-            lineStart = lineEnd + 1
         }
         if found == nil, let malformed {
             throw ConsentError.integrity(IntegrityFailure(.subjectRecord, line: nil, seq: nil, problem: "\(store.subjectsPath) line \(malformed) is not a subject record, and subject id '\(id.text)' has none: it may have been that line"))

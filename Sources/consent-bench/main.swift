@@ -81,16 +81,48 @@ func phaseBuild(dir: String, target: Int, subjects: Int, batch: Int) throws {
 
 /// Appends `count` commands, one durable execute each, to an existing ledger.
 /// `offset` is the number of commands already run, so every subject's script continues.
-func phaseDurable(dir: String, count: Int, subjects: Int, offset: Int) throws {
+/// Durable single commands by one long-running writer (the key unlocked once, the log replayed
+/// once): commands of existing subjects continuing their script, or each of a subject the ledger
+/// has never seen. Emits the total and the median and 99th percentile of one command.
+func phaseDurable(dir: String, count: Int, subjects: Int, offset: Int, newSubjects: Bool) throws {
     let ledger = try Ledger.open(store: FileLedgerStore(directory: dir))
     try ledger.loadAll()
     var events = 0
+    var times: [Double] = []
+    times.reserveCapacity(count)
     let start = now()
     for i in 0..<count {
-        events += try ledger.execute(command(offset + i, subjects: subjects)).result.events.count
+        let one = newSubjects
+            ? LedgerCommand(subjectID: "new-\(offset)-\(i)", request: .give(feature: "medication-management", consents: ["required", "optional-a"]))
+            : command(offset + i, subjects: subjects)
+        let t = now()
+        events += try ledger.execute(one).result.events.count
+        times.append(now() - t)
     }
-    emit("durable", events, now() - start, "commands=\(count)")
+    let total = now() - start
+    times.sort()
+    emit("durable", events, total, "commands=\(count) p50=\(times[count / 2]) p99=\(times[min(count - 1, count * 99 / 100)])")
 }
+
+/// The physical limit of a durable command: append as many bytes as one command writes to a
+/// file on the same disk, then `fdatasync` it. Emits the median and 99th percentile of 200.
+func phaseFsync(dir: String, bytes: Int) throws {
+    let path = dir + "/fsync-probe"
+    let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0o600)
+    guard fd >= 0 else { throw BenchError.failed("cannot create \(path)") }
+    defer { close(fd); unlink(path) }
+    let line = [UInt8](repeating: 0x61, count: bytes - 1) + [0x0A]
+    var times: [Double] = []
+    for i in 0..<220 {
+        let t = now()
+        guard line.withUnsafeBytes({ write(fd, $0.baseAddress, $0.count) }) == bytes, fdatasync(fd) == 0 else { throw BenchError.failed("write or fdatasync failed") }
+        if i >= 20 { times.append(now() - t) }  // the first ones warm the file's blocks up
+    }
+    times.sort()
+    emit("fsync", times.count, times.reduce(0, +), "p50=\(times[times.count / 2]) p99=\(times[times.count * 99 / 100])")
+}
+
+enum BenchError: Error { case failed(String) }
 
 func phaseReplay(dir: String) throws {
     let start = now()
@@ -279,7 +311,9 @@ do {
         let dir = args[2]
         switch args[1] {
         case "build": try phaseBuild(dir: dir, target: Int(args[3])!, subjects: Int(args[4])!, batch: Int(args[5])!)
-        case "durable": try phaseDurable(dir: dir, count: Int(args[3])!, subjects: Int(args[4])!, offset: Int(args[5])!)
+        case "durable": try phaseDurable(dir: dir, count: Int(args[3])!, subjects: Int(args[4])!, offset: Int(args[5])!, newSubjects: false)
+        case "durable-new": try phaseDurable(dir: dir, count: Int(args[3])!, subjects: Int(args[4])!, offset: Int(args[5])!, newSubjects: true)
+        case "fsync": try phaseFsync(dir: dir, bytes: Int(args[3])!)
         case "replay": try phaseReplay(dir: dir)
         case "verify": try phaseVerify(dir: dir)
         case "proofs": try phaseProofs(dir: dir)
@@ -340,7 +374,8 @@ if let url = option("--postgres", args) {
     #endif
 }
 let sizes = (option("--sizes", args) ?? "100000,1000000").split(separator: ",").compactMap { Int($0) }
-let subjects = Int(option("--subjects", args) ?? "10000") ?? 10000
+// The workload keeps about 100 events per subject at every size unless --subjects fixes the count.
+let fixedSubjects = option("--subjects", args).flatMap { Int($0) }
 let batch = Int(option("--batch", args) ?? "1000") ?? 1000
 let durableCount = Int(option("--durable", args) ?? "500") ?? 500
 let base = option("--dir", args) ?? "/tmp/consent-bench"
@@ -352,7 +387,7 @@ guard base.hasPrefix("/"), base.split(separator: "/").count >= 2, !base.contains
 let keep = args.contains("--keep")
 let consentctl = String(selfPath().dropLast("consent-bench".count)) + "consentctl"
 
-print("consent-bench: \(cores) cores, \(subjects) subjects, batches of \(batch) commands, ledgers under \(base)")
+print("consent-bench: \(cores) cores, \(fixedSubjects.map { "\($0) subjects" } ?? "events / 100 subjects"), batches of \(batch) commands, ledgers under \(base)")
 let raw = rawRates(messageSize: 330)
 print("raw libsodium, one core, 330-byte messages: sign \(format(raw.sign))/s, verify \(format(raw.verify))/s, SHA-256 \(format(raw.sha256))/s")
 print("SHA-256 in the ledger is OpenSSL's (CPU SHA instructions): \(format(raw.sha256OpenSSL))/s one core, \(format(raw.sha256OpenSSL / raw.sha256))x libsodium's")
@@ -360,8 +395,14 @@ print("raw libsodium verify with all \(cores) cores at once: \(format(raw.verify
 print("")
 
 _ = system("rm -rf '\(base)' && mkdir -p '\(base)'")
+/// A `key=value` of a phase's note, as a number.
+func noteValue(_ m: Measured, _ key: String) -> Double? {
+    m.note.split(separator: " ").first { $0.hasPrefix(key + "=") }.flatMap { Double($0.dropFirst(key.count + 1)) }
+}
+
 for size in sizes {
     let dir = "\(base)/ledger-\(size)"
+    let subjects = fixedSubjects ?? max(1, size / 100)
     print("== \(size) events over \(subjects) subjects ==")
     let header = [pad("phase", 28), pad("events", 9, right: true), pad("seconds", 9, right: true), pad("events/s", 10, right: true), pad("peak MB", 8, right: true), "  limit (raw libsodium)", "  ratio"]
     print(header.joined(separator: " "))
@@ -371,9 +412,23 @@ for size in sizes {
     }
     let built = measure(["phase", "build", dir, String(size), String(subjects), String(batch)])
     row("append, batched (1 fsync)", built, limitName: "sign, 1 core", limit: raw.sign)
-    let commandsRun = built.note.split(separator: "=").last.map(String.init) ?? "0"
+    let commandsRun = String(Int(noteValue(built, "commands") ?? 0))
+    // The physical limit of one durable command: its bytes appended and fdatasync'ed, on this disk.
+    var logInfo = stat()
+    stat(dir + "/ledger.jsonl", &logInfo)
+    let commandBytes = Int(logInfo.st_size) / max(1, built.events) * 14 / 8 + 300
+    let fsync = measure(["phase", "fsync", dir, String(commandBytes)])
+    let fsyncP50 = noteValue(fsync, "p50") ?? .nan
+    print([pad("raw fdatasync (\(commandBytes) B)", 28), pad(String(fsync.events), 9, right: true), pad(format(fsyncP50 * 1000) + " ms", 9, right: true), pad(format(1 / fsyncP50), 10, right: true), pad("", 8, right: true), "  p50 of one append + fdatasync on this disk; p99 \(format((noteValue(fsync, "p99") ?? .nan) * 1000)) ms"].joined(separator: " "))
+    func durableRow(_ name: String, _ m: Measured) {
+        let p50 = noteValue(m, "p50") ?? .nan, p99 = noteValue(m, "p99") ?? .nan
+        let commands = noteValue(m, "commands") ?? .nan
+        print([pad(name, 28), pad(String(m.events), 9, right: true), pad(format(p50 * 1000) + " ms", 9, right: true), pad(format(commands / m.seconds) + " c/s", 10, right: true), pad(format(Double(m.maxRSSKiB) / 1024), 8, right: true), "  p50 per command (p99 \(format(p99 * 1000)) ms) vs raw fdatasync \(format(fsyncP50 * 1000)) ms", "  \(format(p50 / fsyncP50))x"].joined(separator: " "))
+    }
     let durable = measure(["phase", "durable", dir, String(durableCount), String(subjects), commandsRun])
-    row("append, durable per command", durable, limitName: "sign, 1 core", limit: raw.sign)
+    durableRow("durable, existing subjects", durable)
+    let durableNew = measure(["phase", "durable-new", dir, String(durableCount), String(subjects), String(size)])
+    durableRow("durable, new subjects", durableNew)
     let replay = measure(["phase", "replay", dir])
     row("replay (links + rules)", replay, limitName: "SHA-256 (libsodium), 1 core", limit: raw.sha256)
     let verify = measure(["phase", "verify", dir])

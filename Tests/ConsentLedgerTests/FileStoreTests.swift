@@ -208,6 +208,26 @@ final class Counter: Sendable {
 /// hashed from bytes, so "José" typed precomposed and decomposed shared one salt and got two
 /// references. Ids are now compared byte for byte: two spellings, two subjects, each consistent.
 @Suite struct SubjectIdentityTests {
+    /// A write for a subject the process has not seen reads that subject's record alone, as a
+    /// read does, not every record: another subject's damaged record does not stop it (verify
+    /// still names the damage), and the write's cost does not grow with the other records.
+    @Test func aWriteForANewSubjectReadsNoOtherRecord() throws {
+        let path = LedgerPropertyTests.folder("one-record")
+        defer { removeFolder(path) }
+        try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "one-record", keyProtection: .insecurePlaintext).execute(Array(seedScenario))
+        // The first record's salt damaged in a line still shaped like a record: it no longer decodes.
+        var lines = String(decoding: readBytes(path + "/subjects.jsonl"), as: UTF8.self).split(separator: "\n").map(String.init)
+        let saltStart = try #require(lines[0].range(of: #""salt":""#)).upperBound
+        lines[0].replaceSubrange(saltStart..<lines[0].index(saltStart, offsetBy: 32), with: String(repeating: "g", count: 32))
+        #expect(FileLedgerStore.decodeSubjectLine(Array(lines[0].utf8)) == nil, "the first record no longer decodes")
+        let damaged = lines
+        writeBytes(Array((damaged.joined(separator: "\n") + "\n").utf8), to: path + "/subjects.jsonl")
+        let fresh = try Ledger.open(store: FileLedgerStore(directory: path))
+        try fresh.execute(LedgerCommand(subjectID: "dora", request: .give(feature: "timeline", consents: ["required"])))
+        #expect(try fresh.report(for: "dora").events.count == 1)
+        #expect(throws: ConsentError.self) { try Ledger.open(store: FileLedgerStore(directory: path)).verify() }
+    }
+
     @Test func canonicallyEquivalentSpellingsAreDistinctSubjects() throws {
         let path = LedgerPropertyTests.folder("nfc")
         defer { removeFolder(path) }

@@ -24,11 +24,19 @@ extension Ledger {
             var records = memory.withLock { $0.records }
             let unchecked = Set(commands.map { SubjectID($0.subjectID) }).filter { salts[$0] == nil }
             if !unchecked.isEmpty {
-                // The file is read again only for an id the last reading did not have (a new
-                // subject, or one another writer added).
-                if records == nil || unchecked.contains(where: { records?[$0] == nil }) { records = try tx.subjectRecords() }
+                // An id the last reading did not have (a new subject, or one another writer
+                // added) is looked up alone when there are few such ids: a lookup reads no other
+                // record, where reading them all decodes every record of the ledger.
+                let missing = unchecked.filter { records?[$0] == nil }
+                let lookUpAlone = missing.count <= Self.recordsLookedUpAlone
+                if !lookUpAlone { records = try tx.subjectRecords() }
                 for id in unchecked {
-                    guard let record = records?[id] else { continue }
+                    var record = records?[id]
+                    if record == nil, lookUpAlone {
+                        record = try tx.subjectRecord(id)
+                        if let record { records?[id] = record }
+                    }
+                    guard let record else { continue }
                     try checkRecord(id, record, keys: view.keys)
                     salts[id] = record.salt
                 }
@@ -132,6 +140,10 @@ extension Ledger {
             return ExecutionReport(results: results, recovered: log.torn, warning: warning)
         }
     }
+
+    /// Up to this many subjects unknown to the process, a write looks their records up one by
+    /// one; beyond it, it reads all records at once.
+    static let recordsLookedUpAlone = 32
 
     /// Convenience for one command.
     @discardableResult
