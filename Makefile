@@ -75,6 +75,7 @@ test-with-postgres:
 	python3 Spec/vectors/verify_key_file.py
 	python3 Spec/vectors/verify_witness.py
 	python3 Spec/scaling_sim.py --self-test
+	"$$(swift build $(PG_BUILD) --show-bin-path)/consent-bench" --sizes 2000 --durable 20 --batch 200 --dir /tmp/consent-bench-smoke
 	python3 Tests/external/check_outputs.py "$$(swift build $(PG_BUILD) --show-bin-path)/consentctl"
 	python3 Tests/external/check_schemas.py "$$(swift build $(PG_BUILD) --show-bin-path)/consentctl"
 	python3 Tests/external/check_fhir.py "$$(swift build $(PG_BUILD) --show-bin-path)/consentctl" --histories 1000 --edge-cases

@@ -219,6 +219,21 @@ public struct FileLedgerStore: LedgerStore {
     /// `,"sig":"<128 hex>"` before the `}`. The shape is fixed, so the salt and signature are
     /// read from the end and only the id is parsed as a JSON string.
     /// A line of spaces only: the remains of a record an erasure overwrote.
+    /// The index just after each newline of `bytes`, found with memchr.
+    static func lineEnds(in bytes: [UInt8]) -> [Int] {
+        var ends: [Int] = []
+        bytes.withUnsafeBufferPointer { buffer in
+            guard let base = buffer.baseAddress else { return }
+            var from = 0
+            while from < buffer.count, let hit = memchr(base + from, Int32(newline), buffer.count - from) {
+                let end = UnsafeRawPointer(hit).assumingMemoryBound(to: UInt8.self) - base + 1
+                ends.append(end)
+                from = end
+            }
+        }
+        return ends
+    }
+
     static func isErasedLine(_ line: some Collection<UInt8>) -> Bool {
         !line.isEmpty && line.allSatisfy { $0 == 0x20 }
     }
@@ -388,8 +403,10 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         let file = try logFile()
         let size = try file.size()
         guard size > 0 else { throw integrity("the log is empty: the genesis event is missing", line: 1, seq: 0) }
-        // Read backwards in growing windows until the last complete commit is in view.
-        var window = min(size, 65_536)
+        // Read backwards in growing windows until the last complete commit is in view: the
+        // first is small, since every transaction reads it and a usual commit (one command and
+        // its head line) is about a kilobyte.
+        var window = min(size, 8_192)
         while true {
             let start = size - window
             let bytes = try file.read(at: start, count: Int(window))
@@ -416,8 +433,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
     /// short, never acknowledged. Returns nil when the window is too small to see the newest
     /// head line and the event before it.
     private func tailStateWithHeadLines(bytes: [UInt8], windowStart: UInt64, fileSize: UInt64) throws -> (LogState, UInt64)? {
-        var lineEnds: [Int] = []
-        for (i, b) in bytes.enumerated() where b == FileLedgerStore.newline { lineEnds.append(i + 1) }
+        let lineEnds = FileLedgerStore.lineEnds(in: bytes)
         guard !lineEnds.isEmpty else { return nil }
         func lineStart(_ k: Int) -> Int? { k > 0 ? lineEnds[k - 1] : (windowStart == 0 ? 0 : nil) }
         func offset(_ k: Int) -> UInt64 { windowStart + UInt64(lineStart(k) ?? 0) }
@@ -487,8 +503,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         /// log. Returns nil when the window is too small to see the start of the last command.
         private func tailState(bytes: [UInt8], windowStart: UInt64, fileSize: UInt64, recordedHead: RecordedHead) throws -> (LogState, UInt64)? {
             // Line boundaries inside the window: ends[i] is the index just after a newline.
-            var lineEnds: [Int] = []
-            for (i, b) in bytes.enumerated() where b == FileLedgerStore.newline { lineEnds.append(i + 1) }
+            let lineEnds = FileLedgerStore.lineEnds(in: bytes)
             guard let lastEnd = lineEnds.last else { return nil }
             let partialBytes = bytes.count - lastEnd
             // Complete lines from the end: line k spans lineEnds[k-1]..<lineEnds[k] - 1.

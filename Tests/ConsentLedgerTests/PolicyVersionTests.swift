@@ -32,6 +32,21 @@ import Testing
         try ledger.report(for: subject).listing.features.first { $0.feature.key == feature }!
     }
 
+    /// A long-running writer keeps the catalogue versions it read, and reads them again once the
+    /// ledger stream has a newer event: a version another process published decides its next
+    /// grant.
+    @Test func aWriterSeesAVersionAnotherProcessPublished() throws {
+        let (writer, path) = try Self.ledger("other-process")
+        defer { removeFolder(path) }
+        try writer.execute(LedgerCommand(subjectID: "erin", request: .give(feature: "timeline", consents: ["required"])))
+        let other = try Ledger.open(store: FileLedgerStore(directory: path))
+        try other.publish(Self.catalog(bumping: [("timeline", "required", "2.0")]))
+        let (result, _) = try writer.execute(LedgerCommand(subjectID: "frank", request: .give(feature: "timeline", consents: ["required"])))
+        guard case .consentGiven(let given) = try #require(result.events.first).payload else { Issue.record("not a grant"); return }
+        #expect(given.version == "2.0")
+        #expect(try writer.verify().events > 0)
+    }
+
     @Test func aChangedRequiredVersionOutdatesGrantsAndDeactivatesTheFeature() throws {
         let (ledger, path) = try Self.ledger("outdated")
         defer { removeFolder(path) }

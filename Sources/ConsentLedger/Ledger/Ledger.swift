@@ -123,6 +123,8 @@ public final class Ledger: Sendable {
         /// Every subject record as last read from the store, not yet checked: a write checks a
         /// record when it first uses it, without reading the whole file each time.
         var records: [SubjectID: SubjectRecord]?
+        /// How many records this process's writes looked up one by one (``recordsLookedUpAlone``).
+        var recordLookups = 0
         var signer: (any EventSigner)?
         /// A full replay with the log size it reached, when loaded.
         var replay: LedgerReplay?
@@ -134,6 +136,10 @@ public final class Ledger: Sendable {
         var streams: (state: StreamState, nextIndex: Int64)?
         /// The key schedule learned from the log's first `through` records (``keySchedule(_:map:size:)``).
         var keys: (schedule: KeySchedule, through: Int)?
+        /// The catalogue versions read from the ledger stream, with the stream's newest event
+        /// (as the subject map, checked against the root the log's last event signs, names it):
+        /// reused while that event is still the newest.
+        var catalogVersions: (newest: UInt64, versions: [CatalogVersion])?
     }
 
     private init(store: any LedgerStore, keys: (any KeyStore)?, passphrase: PassphraseSource?, catalog: Catalog, catalogBytes: [UInt8], genesis: LedgerCreated, genesisTime: Timestamp, version: Int64, publicKey: PublicKey, chain: HashChain, verifier: any SignatureVerifier, clock: @escaping LedgerClock, random: @escaping RandomSource, signer: (any EventSigner)?) {

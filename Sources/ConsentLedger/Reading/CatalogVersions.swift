@@ -38,7 +38,18 @@ extension Ledger {
     /// Every catalogue version of the log: the genesis catalogue, then each published one, from
     /// the ledger's own stream. Call with derived data current.
     func catalogVersions(_ view: LogView) throws -> [CatalogVersion] {
-        try catalogVersions(try streamEntries(SubjectMap.ledgerStream, view))
+        guard version >= 2 else { return try catalogVersions(try streamEntries(SubjectMap.ledgerStream, view)) }
+        // Every command needs them: read again only when the ledger stream has a new event.
+        let newest: UInt64?
+        do {
+            newest = try currentMap(view).map.lookup(SubjectMap.ledgerStream).seq
+        } catch {
+            throw mapFailure("\(error)")
+        }
+        if let newest, let cached = memory.withLock({ $0.catalogVersions }), cached.newest == newest { return cached.versions }
+        let versions = try catalogVersions(try streamEntries(SubjectMap.ledgerStream, view))
+        if let newest { memory.withLock { $0.catalogVersions = (newest, versions) } }
+        return versions
     }
 
     /// The catalogue versions of the ledger stream's events.

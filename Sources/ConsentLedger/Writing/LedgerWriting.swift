@@ -25,15 +25,19 @@ extension Ledger {
             let unchecked = Set(commands.map { SubjectID($0.subjectID) }).filter { salts[$0] == nil }
             if !unchecked.isEmpty {
                 // An id the last reading did not have (a new subject, or one another writer
-                // added) is looked up alone when there are few such ids: a lookup reads no other
-                // record, where reading them all decodes every record of the ledger.
+                // added) is looked up alone when there are few such ids: a lookup decodes no
+                // other record, where reading them all decodes every record of the ledger. A
+                // process that has looked up many (a long-running writer) reads them all once
+                // and keeps them, and from then on looks up alone only the ids they lack.
                 let missing = unchecked.filter { records?[$0] == nil }
-                let lookUpAlone = missing.count <= Self.recordsLookedUpAlone
-                if !lookUpAlone { records = try tx.subjectRecords() }
+                let lookedUp = memory.withLock { $0.recordLookups }
+                let readAll = missing.count > Self.recordsLookedUpAlone || (records == nil && lookedUp >= Self.recordsLookedUpAlone)
+                if readAll { records = try tx.subjectRecords() }
                 for id in unchecked {
                     var record = records?[id]
-                    if record == nil, lookUpAlone {
+                    if record == nil, !readAll {
                         record = try tx.subjectRecord(id)
+                        memory.withLock { $0.recordLookups += 1 }
                         if let record { records?[id] = record }
                     }
                     guard let record else { continue }
@@ -114,7 +118,13 @@ extension Ledger {
                 events += outcome.events.map { EvidenceSeal.sealing($0, key: key, hasher: chain.hasher) }
                 results.append(CommandResult(subjectID: command.subjectID, events: outcome.events, notes: outcome.notes, listing: ConsentListing(state: state, catalog: catalog)))
             }
-            guard !events.isEmpty else { return ExecutionReport(results: results, recovered: nil) }
+            guard !events.isEmpty else {
+                // Nothing to append, but what was read stays useful: the records and the
+                // salts of subjects that have them (never a new subject's unsaved salt).
+                let known = salts.filter { newSalts[$0.key] == nil }
+                afterCommit.append { [self] in memory.withLock { $0.salts = known; $0.records = records } }
+                return ExecutionReport(results: results, recovered: nil)
+            }
             let withEvents = Set(results.filter { !$0.events.isEmpty }.map { SubjectID($0.subjectID) })
             // A format-2 ledger signs each record (on all cores), so reads can tell it from an
             // altered one.
@@ -182,6 +192,7 @@ extension Ledger {
                 m.size = nil
                 m.head = nil
                 m.streams = nil
+                m.catalogVersions = nil
             }
             throw error
         }
