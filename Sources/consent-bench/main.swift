@@ -1,11 +1,15 @@
 // consent-bench: measures the ledger against libsodium's own speed on this machine.
 //
-//   consent-bench [--sizes 100000,1000000] [--subjects 10000] [--batch 1000] [--durable 500] [--dir DIR] [--keep]
+//   consent-bench [--sizes 100000,1000000] [--subjects N] [--batch 1000] [--durable 500] [--dir DIR] [--keep]
 //
-// For each size it builds a ledger in DIR (on disk, so syncs are real) and measures, each phase
-// in a child process of its own so that its peak memory (ru_maxrss) is its own:
-//   append, durable per command   one command per execute: one fdatasync of the log (events and head line)
+// For each size it builds a ledger in DIR (on disk, so syncs are real) of size / 100 subjects
+// (unless --subjects fixes N) and measures, each phase in a child process of its own so that its
+// peak memory (ru_maxrss) is its own:
 //   append, batched               --batch commands per execute: one write, one set of syncs
+//   raw fdatasync                 the disk's limit: one command's bytes appended, then fdatasync
+//   durable, existing subjects    one command per execute by a long-running writer: p50 and p99
+//                                 per command, and p50 over the raw fdatasync
+//   durable, new subjects         the same, each command for a subject the ledger has never seen
 //   replay                        decode, hash links and rules for every event (Ledger.loadAll)
 //   verify                        replay plus every signature, on all cores (Ledger.verify)
 //   status / history              `consentctl status|history` for one subject, whole process
