@@ -32,6 +32,8 @@ import ConsentDomain
 /// located by reading the log's tail.
 public struct FileLedgerStore: LedgerStore {
     public let directory: String
+    /// What this store's transactions have read of subjects.jsonl (``SubjectFileCache``).
+    let subjectCache = SubjectFileCache()
 
     public init(directory: String) {
         var d = directory
@@ -846,12 +848,28 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
     }
 
     func subjectRecord(_ id: SubjectID) throws -> SubjectRecord? {
-        let bytes = try PosixFile(path: store.subjectsPath, flags: O_RDONLY).readAll()
+        let file = try PosixFile(path: store.subjectsPath, flags: O_RDONLY)
         // The line of `id` starts with exactly these bytes (canonical JSON): compared at each
         // line start, without parsing the other lines.
         var needle = Array(#"{"id":"#.utf8)
         CanonicalJSON.writeString(id.text, into: &needle)
         needle += Array(#","salt":""#.utf8)
+        // The same answers as the scan below, from what the process has read.
+        let cached = try store.subjectCache.withSnapshot(of: file) { snapshot throws -> SubjectRecord? in
+            if snapshot.undecodable.contains(where: { $0.count > needle.count && $0.starts(with: needle) }) {
+                throw ConsentError.integrity(IntegrityFailure(.subjectRecord, line: nil, seq: nil, problem: "\(store.subjectsPath) has a malformed line for subject id '\(id.text)'"))
+            }
+            if snapshot.repeated.contains(id) {
+                throw ConsentError.integrity(IntegrityFailure(.subjectRecord, line: nil, seq: nil, problem: "\(store.subjectsPath) repeats subject id '\(id.text)'"))
+            }
+            if let record = snapshot.records[id] { return record }
+            if let malformed = snapshot.firstShapeless {
+                throw ConsentError.integrity(IntegrityFailure(.subjectRecord, line: nil, seq: nil, problem: "\(store.subjectsPath) line \(malformed) is not a subject record, and subject id '\(id.text)' has none: it may have been that line"))
+            }
+            return nil
+        }
+        if let cached { return cached }
+        let bytes = try file.readAll()
         // Complete lines only: a partial last line was never acknowledged.
         let end = (bytes.lastIndex(of: FileLedgerStore.newline) ?? -1) + 1
         var found: SubjectRecord?

@@ -228,6 +228,39 @@ final class Counter: Sendable {
         #expect(throws: ConsentError.self) { try Ledger.open(store: FileLedgerStore(directory: path)).verify() }
     }
 
+    /// A long-running writer keeps what it read of subjects.jsonl and reads only what was
+    /// appended since; a file rewritten by another process (an erasure) is read afresh, so an
+    /// erased record never comes back, and a record appended twice is still refused.
+    @Test func aLongRunningWriterReadsOnlyWhatWasAppendedAndNeverAnErasedRecord() throws {
+        let path = LedgerPropertyTests.folder("subject-cache")
+        defer { removeFolder(path) }
+        let writer = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "subject-cache", keyProtection: .insecurePlaintext)
+        for id in ["a1", "a2", "a3"] { try writer.execute(LedgerCommand(subjectID: id, request: .give(feature: "timeline", consents: ["required"]))) }
+        // Another process adds a subject; the writer finds its record (appended after its reads).
+        let other = try Ledger.open(store: FileLedgerStore(directory: path))
+        try other.execute(LedgerCommand(subjectID: "zed", request: .give(feature: "timeline", consents: ["required"])))
+        try writer.execute(LedgerCommand(subjectID: "zed", request: .give(feature: "timeline", consents: ["optional-a"])))
+        #expect(try writer.report(for: "zed").events.count == 2, "one pseudonym for zed in both processes")
+        // The other process erases a1 (subjects.jsonl rewritten): the writer starts a new pseudonym.
+        let erased = try other.erase("a1", actor: "dpo")
+        // It grows past the size the writer read, so only the inode tells the files apart.
+        for id in ["b1-with-a-longer-id", "b2-with-a-longer-id"] { try other.execute(LedgerCommand(subjectID: id, request: .give(feature: "timeline", consents: ["required"]))) }
+        try writer.execute(LedgerCommand(subjectID: "a1", request: .give(feature: "timeline", consents: ["required"])))
+        #expect(try writer.subjectRef(for: "a1")?.value != erased.pseudonym)
+        #expect(try Ledger.open(store: FileLedgerStore(directory: path)).verify().subjects == 7)
+        // A record appended twice is refused, by the writer as by a fresh process.
+        let line = String(decoding: FileLedgerStore.encodeSubjectLines([(SubjectID("yan"), SubjectRecord(salt: [UInt8](repeating: 9, count: 16), signature: nil))]), as: UTF8.self)
+        writeBytes(readBytes(path + "/subjects.jsonl") + Array((line + line).utf8), to: path + "/subjects.jsonl")
+        for ledger in [writer, try Ledger.open(store: FileLedgerStore(directory: path))] {
+            #expect {
+                try ledger.execute(LedgerCommand(subjectID: "yan", request: .give(feature: "timeline", consents: ["required"])))
+            } throws: { error in
+                guard case ConsentError.integrity(let failure) = error else { return false }
+                return failure.problem.contains("repeats subject id 'yan'")
+            }
+        }
+    }
+
     @Test func canonicallyEquivalentSpellingsAreDistinctSubjects() throws {
         let path = LedgerPropertyTests.folder("nfc")
         defer { removeFolder(path) }

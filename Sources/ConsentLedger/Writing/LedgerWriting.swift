@@ -20,8 +20,17 @@ extension Ledger {
             let log = view.log
             // Subject references; a new subject gets a salt that is saved only if it gets events.
             // Remembered salts were checked; a record read now is checked before it is used.
-            var salts = memory.withLock { $0.salts } ?? [:]
-            var records = memory.withLock { $0.records }
+            // Taken out of memory while this write works on them (writes run one at a time), so
+            // that adding to them changes them in place: a copy would cost every subject's entry
+            // on each command. Put back once the store has committed; dropped if the write fails.
+            var salts: [SubjectID: [UInt8]] = memory.withLock { m -> [SubjectID: [UInt8]]? in
+                defer { m.salts = nil }
+                return m.salts
+            } ?? [:]
+            var records = memory.withLock { m -> [SubjectID: SubjectRecord]? in
+                defer { m.records = nil }
+                return m.records
+            }
             let unchecked = Set(commands.map { SubjectID($0.subjectID) }).filter { salts[$0] == nil }
             if !unchecked.isEmpty {
                 // An id the last reading did not have (a new subject, or one another writer

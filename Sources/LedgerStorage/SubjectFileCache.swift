@@ -1,0 +1,94 @@
+import LedgerFormat
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// What a long-running process has read of `subjects.jsonl`, so that looking up one subject's
+/// record does not scan the whole file every time.
+///
+/// Between rewrites the file only grows: writers append new records, and an erasure or a key
+/// revocation writes a whole new file and renames it into place (a new inode). So the records
+/// read up to an offset of the same inode are still the file's, and a lookup reads only what was
+/// appended since. Anything else (another inode, a file shorter than what was read) reads the
+/// file afresh. The cache holds the file it read open, so that its inode cannot be freed and
+/// given to a later file while the cache still names it. Records are checked where they are used (their signature), never here: what this
+/// keeps are the bytes the file held.
+///
+/// A process's first lookup scans the file as before and keeps nothing, since a short-lived
+/// command looks up one subject; from its second lookup on (a writer that goes on) it keeps what
+/// it reads.
+final class SubjectFileCache: Sendable {
+    struct Snapshot {
+        /// A descriptor of the file read, kept open (see above).
+        var held: Int32
+        var device: UInt64
+        var inode: UInt64
+        /// Bytes read: through the last complete line.
+        var covered: Int
+        var lines = 0
+        var records: [SubjectID: SubjectRecord] = [:]
+        var repeated: Set<SubjectID> = []
+        /// Lines shaped like a record that do not decode: one might have been the id asked for.
+        var undecodable: [[UInt8]] = []
+        /// The first line not even shaped like a record (nor an erased record's spaces).
+        var firstShapeless: Int?
+    }
+
+    private let state = Mutex<(snapshot: Snapshot?, lookups: Int)>((nil, 0))
+
+    deinit {
+        state.withLock { if let held = $0.snapshot?.held { close(held) } }
+    }
+
+    /// `body` applied to the snapshot of the file open as `file`, brought up to its end; nil on
+    /// a process's first lookup, which scans instead. All under the lock, so the snapshot is
+    /// updated in place, never copied, and no descriptor is closed while another holds it.
+    func withSnapshot<T>(of file: PosixFile, _ body: (Snapshot) throws -> T) throws -> T? {
+        var info = stat()
+        guard fstat(file.fd, &info) == 0 else { return nil }
+        let (device, inode, size) = (UInt64(info.st_dev), UInt64(info.st_ino), Int(info.st_size))
+        return try state.withLock { s throws -> T? in
+            s.lookups += 1
+            let usable = s.snapshot.map { $0.device == device && $0.inode == inode && $0.covered <= size } ?? false
+            if !usable {
+                guard s.lookups > 1 else { return nil }
+                let held = dup(file.fd)
+                guard held >= 0 else { return nil }
+                if let old = s.snapshot?.held { close(old) }
+                s.snapshot = Snapshot(held: held, device: device, inode: inode, covered: 0)
+            }
+            if s.snapshot!.covered < size {
+                let bytes = try file.read(at: UInt64(s.snapshot!.covered), count: size - s.snapshot!.covered)
+                Self.take(bytes, into: &s.snapshot!)
+            }
+            return try body(s.snapshot!)
+        }
+    }
+
+    /// Reads the complete lines of `bytes` (the file from `snapshot.covered` on) into `snapshot`.
+    static func take(_ bytes: [UInt8], into snapshot: inout Snapshot) {
+        let shape = Array(#"{"id":""#.utf8)
+        var lineStart = 0
+        for lineEnd in FileLedgerStore.lineEnds(in: bytes) {
+            let line = Array(bytes[lineStart..<(lineEnd - 1)])
+            lineStart = lineEnd
+            snapshot.lines += 1
+            if FileLedgerStore.isErasedLine(line) { continue }
+            let shaped = line.count > shape.count + 2 && line.starts(with: shape) && line[line.count - 2] == 0x22 && line[line.count - 1] == 0x7D
+            if !shaped {
+                snapshot.firstShapeless = snapshot.firstShapeless ?? snapshot.lines
+                continue
+            }
+            guard let (id, record) = FileLedgerStore.decodeSubjectLine(line) else {
+                snapshot.undecodable.append(line)
+                continue
+            }
+            let subject = SubjectID(id)
+            if snapshot.records[subject] != nil { snapshot.repeated.insert(subject) } else { snapshot.records[subject] = record }
+        }
+        snapshot.covered += lineStart
+    }
+}
