@@ -4935,17 +4935,21 @@ def check_rotation(checks, here):
     # The body reader on the rotation's body.
     body = parse_canonical(rotation.body)
 
-    def reads(reason, members=None, without=(), raw=None):
-        """The body reader refuses the rotation's body with `members` changed and `without` left
-        out (or the bytes `raw`) for `reason`."""
+    def reads_from(base, reason, members=None, without=(), raw=None):
+        """The body reader refuses `base` with `members` changed and `without` left out (or the
+        bytes `raw`) for `reason`."""
         def run():
-            b = {k: v for k, v in dict(body, **(members or {})).items() if k not in without}
+            b = {k: v for k, v in dict(base, **(members or {})).items() if k not in without}
             try:
                 read_body(raw if raw is not None else serialize(b))
             except DecodeError as e:
                 return str(e) == reason, str(e)
             return False, "read"
         return run
+
+    def reads(reason, **kw):
+        """The body reader refuses the rotation's body so changed, for `reason`."""
+        return reads_from(body, reason, **kw)
     rotation_v1 = {k: v for k, v in body.items() if k not in STREAM_MEMBERS}
     handover_member = b'"handover":"%s",' % rotation.handover.encode()
     kid_member = b'"kid":"%s",' % genesis_kid.encode()
@@ -4972,15 +4976,8 @@ def check_rotation(checks, here):
     # The body reader on the revocation's body (Reading a body, items 1.2, 1.3, 2.2, 2.3, 2.6b).
     revoked_body = parse_canonical(revocation.body)
 
-    def reads_revocation(reason, members=None, without=(), raw=None):
-        def run():
-            b = {k: v for k, v in dict(revoked_body, **(members or {})).items() if k not in without}
-            try:
-                read_body(raw if raw is not None else serialize(b))
-            except DecodeError as e:
-                return str(e) == reason, str(e)
-            return False, "read"
-        return run
+    def reads_revocation(reason, **kw):
+        return reads_from(revoked_body, reason, **kw)
     revocation_v1 = {k: v for k, v in revoked_body.items() if k not in STREAM_MEMBERS}
     attested = revoked_body["attested"]
     spaced = revocation.body.replace(b'"attested":[', b'"attested":[ ')
