@@ -1,8 +1,8 @@
 # ConsentLedger: the two commands are `make demo` and `make test`.
-# Each installs what is missing (libsodium-dev, libssl-dev, pkg-config, python3) from Debian's packages.
+# Each installs what is missing (libsodium-dev, libssl-dev, libsqlite3-dev, pkg-config, python3) from Debian's packages.
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-APT_PACKAGES := libsodium-dev libssl-dev pkg-config python3
+APT_PACKAGES := libsodium-dev libssl-dev libsqlite3-dev pkg-config python3
 
 # The PostgreSQL store is behind the root package's PostgreSQL trait, in its own build folder,
 # so the default build (the core and consentctl) never compiles NIO.
@@ -11,10 +11,10 @@ PG_BUILD := --traits PostgreSQL --scratch-path .build-pg
 ## instead of 10-12 (measured in README, Benchmarks), which is most of a one-subject read.
 RELEASE := -c release --static-swift-stdlib
 
-.PHONY: deps test-deps build build-postgres demo test test-with-postgres bench bench-postgres service load-test docs cli-docs install clean
+.PHONY: deps test-deps build build-postgres demo test test-with-postgres bench bench-postgres torture service load-test docs cli-docs install clean
 
 deps:
-	@if ! pkg-config --exists libsodium libcrypto 2>/dev/null || ! command -v python3 >/dev/null; then \
+	@if ! pkg-config --exists libsodium libcrypto sqlite3 2>/dev/null || ! command -v python3 >/dev/null; then \
 		echo "==> installing $(APT_PACKAGES) with apt-get"; \
 		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null; \
 	fi
@@ -76,6 +76,7 @@ test-with-postgres:
 	python3 Spec/vectors/verify_witness.py
 	python3 Spec/scaling_sim.py --self-test
 	"$$(swift build $(PG_BUILD) --show-bin-path)/consent-bench" --sizes 2000 --durable 20 --batch 200 --dir /tmp/consent-bench-smoke
+	"$$(swift build $(PG_BUILD) --show-bin-path)/consent-torture" --kills 10 --dir /tmp/consent-torture-smoke
 	python3 Tests/external/check_outputs.py "$$(swift build $(PG_BUILD) --show-bin-path)/consentctl"
 	python3 Tests/external/check_schemas.py "$$(swift build $(PG_BUILD) --show-bin-path)/consentctl"
 	python3 Tests/external/check_fhir.py "$$(swift build $(PG_BUILD) --show-bin-path)/consentctl" --histories 1000 --edge-cases
@@ -85,6 +86,9 @@ test-with-postgres:
 	python3 Tests/external/check_service.py "$$(cd Samples/ConsentService && swift build --show-bin-path)/consent-service" "$$CONSENTLEDGER_TEST_POSTGRES_URL?schema=service_check"
 
 ## Release build; ledgers of 100k and 1M events over 10k subjects (takes a few minutes).
+## The bench at 10k, 100k, 1M and 5M events (about 20 minutes here); it writes BENCHMARKS.svg,
+## the plot of time per operation against ledger size that BENCHMARKS.md shows.
+BENCH_ARGS ?= --sizes 10000,100000,1000000,5000000 --plot BENCHMARKS.svg
 bench: deps
 	swift build $(RELEASE)
 	"$$(swift build $(RELEASE) --show-bin-path)/consent-bench" $(BENCH_ARGS)
@@ -104,6 +108,16 @@ service: deps
 	Samples/ConsentService/.build/release/consent-service serve --store "$(STORE)" --port 8080 --token-key consent-service.key $(SERVICE_FLAGS)
 
 ## wrk against the service on both stores (a throwaway PostgreSQL), then verify; DURATION=10 THREADS=8.
+## Crash torture: writers killed with SIGKILL at random moments, 200 times per writer kind
+## (group-committed threads, batched library calls, consentctl apply); after every kill the
+## ledger opens, verify passes and every acknowledged command is present. `make test` runs 10
+## per kind.
+TORTURE_ARGS ?= --kills 200
+torture: deps
+	swift build $(RELEASE) --product consent-torture
+	swift build $(RELEASE) --product consentctl
+	"$$(swift build $(RELEASE) --show-bin-path)/consent-torture" $(TORTURE_ARGS)
+
 load-test: deps
 	bash scripts/with-test-postgres.sh bash scripts/load-test.sh
 

@@ -35,6 +35,7 @@ let package = Package(
         .library(name: "LogWitness", targets: ["LogWitness"]),
         .executable(name: "consentctl", targets: ["consentctl"]),
         .executable(name: "consent-bench", targets: ["consent-bench"]),
+        .executable(name: "consent-torture", targets: ["consent-torture"]),
     ],
     traits: [
         .trait(name: "PostgreSQL", description: "The PostgreSQL store (postgres-nio) and consentctl --store postgres://"),
@@ -61,6 +62,12 @@ let package = Package(
             pkgConfig: "libcrypto",
             providers: [.apt(["libssl-dev"])]
         ),
+        // The bench's baseline only: a plain SQLite table doing a durable command's work.
+        .systemLibrary(
+            name: "CSQLite",
+            pkgConfig: "sqlite3",
+            providers: [.apt(["libsqlite3-dev"])]
+        ),
         .target(name: "ConsentDomain"),
         .target(name: "TransparencyLog", dependencies: ["CSodium", "CLibCrypto"], swiftSettings: crossModule),
         .target(name: "LedgerFormat", dependencies: ["ConsentDomain", "TransparencyLog"], swiftSettings: crossModule),
@@ -81,7 +88,8 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
-        .executableTarget(name: "consent-bench", dependencies: ["ConsentLedger", "ConsentLedgerPostgres", "CSodium", "CLibCrypto"]),
+        .executableTarget(name: "consent-bench", dependencies: ["ConsentLedger", "ConsentLedgerPostgres", "CSodium", "CLibCrypto", "CSQLite"]),
+        .executableTarget(name: "consent-torture", dependencies: ["ConsentLedger"]),
         // The README's embedding example, compiled so it cannot rot.
         .executableTarget(name: "embedding-sample", dependencies: ["ConsentLedger"], path: "Samples/Embedding"),
         .testTarget(

@@ -1,6 +1,6 @@
 // consent-bench: measures the ledger against libsodium's own speed on this machine.
 //
-//   consent-bench [--sizes 100000,1000000] [--subjects N] [--batch 1000] [--durable 500] [--dir DIR] [--keep]
+//   consent-bench [--sizes 100000,1000000] [--subjects N] [--batch 1000] [--durable 500] [--dir DIR] [--keep] [--plot FILE.svg]
 //
 // For each size it builds a ledger in DIR (on disk, so syncs are real) of size / 100 subjects
 // (unless --subjects fixes N) and measures, each phase in a child process of its own so that its
@@ -10,6 +10,12 @@
 //   durable, existing subjects    one command per execute by a long-running writer: p50 and p99
 //                                 per command, and p50 over the raw fdatasync
 //   durable, new subjects         the same, each command for a subject the ledger has never seen
+//   SQLite table, 1 writer        the alternative: the same command's work in a plain SQLite
+//                                 table (SQLiteBaseline.swift), WAL, synchronous=FULL
+//   durable, 16 threads (group)   16 threads of one writer process, one command per call: calls
+//                                 that wait share a commit and its sync (group commit)
+//   SQLite table, 16 threads      the same 16 threads against the SQLite table
+//   consentctl apply, 4 procs     4 apply processes at once, each with commands of its own
 //   replay                        decode, hash links and rules for every event (Ledger.loadAll)
 //   verify                        replay plus every signature, on all cores (Ledger.verify)
 //   status / history              `consentctl status|history` for one subject, whole process
@@ -17,6 +23,8 @@
 // With `--postgres URL` (a build with the PostgreSQL trait) it measures a PostgreSQL ledger
 // instead: durable appends by one writer process, then by --writers processes at once (one
 // transaction per command, serialised by the ledger's advisory lock), and verify.
+// It prints the machine (cores, CPU, filesystem) first, and with --plot writes an SVG of time
+// per operation against ledger size on log axes.
 // Beside each it prints the raw libsodium rate of the matching primitive, measured in this run,
 // and the ratio. Nothing is asserted: the numbers are for the reader and the closing note.
 
@@ -106,6 +114,53 @@ func phaseDurable(dir: String, count: Int, subjects: Int, offset: Int, newSubjec
     let total = now() - start
     times.sort()
     emit("durable", events, total, "commands=\(count) p50=\(times[count / 2]) p99=\(times[min(count - 1, count * 99 / 100)])")
+}
+
+/// Commands of the workload for `writers` writers, each owning the subjects `s` with
+/// `s % writers == w` so that every subject's script runs in order whatever the interleaving:
+/// writer `w`'s next `count` commands from command `offset` on.
+func ownCommands(writer w: Int, writers: Int, count: Int, subjects: Int, offset: Int) -> [LedgerCommand] {
+    var commands: [LedgerCommand] = []
+    var k = offset
+    while commands.count < count {
+        if (k % subjects) % writers == w { commands.append(command(k, subjects: subjects)) }
+        k += 1
+    }
+    return commands
+}
+
+/// `writers` threads of one process, each running `perWriter` durable commands one at a time on
+/// subjects of its own: concurrent calls share commits (group commit). Emits the events, the
+/// wall time and the p50 and p99 of one call.
+func phaseGroup(dir: String, writers: Int, perWriter: Int, subjects: Int, offset: Int) throws {
+    let ledger = try Ledger.open(store: FileLedgerStore(directory: dir))
+    try ledger.loadAll()
+    try ledger.unlock()
+    let plans = (0..<writers).map { ownCommands(writer: $0, writers: writers, count: perWriter, subjects: subjects, offset: offset) }
+    let times = Mutex<[Double]>([])
+    let events = Mutex(0)
+    let failure = Mutex<String?>(nil)
+    let start = now()
+    onThreads(writers) { w in
+        var mine: [Double] = []
+        var appended = 0
+        for one in plans[w] {
+            let t = now()
+            do {
+                appended += try ledger.execute(one).result.events.count
+            } catch {
+                failure.withLock { $0 = "\(one.subjectID): \(error)" }
+                return
+            }
+            mine.append(now() - t)
+        }
+        times.withLock { $0 += mine }
+        events.withLock { $0 += appended }
+    }
+    let wall = now() - start
+    if let message = failure.withLock({ $0 }) { throw BenchError.failed(message) }
+    let sorted = times.withLock { $0 }.sorted()
+    emit("group", events.withLock { $0 }, wall, "commands=\(sorted.count) p50=\(sorted[sorted.count / 2]) p99=\(sorted[min(sorted.count - 1, sorted.count * 99 / 100)])")
 }
 
 /// The physical limit of a durable command: append as many bytes as one command writes to a
@@ -291,6 +346,38 @@ func measure(_ arguments: [String]) -> Measured {
     return Measured(events: Int(parts[2])!, seconds: Double(parts[3])!, maxRSSKiB: run.maxRSSKiB, note: parts.dropFirst(4).joined(separator: " "))
 }
 
+/// `consentctl apply` from `processes` processes at once, each with a file of `perProcess`
+/// commands for subjects of its own (the workload's script, under a prefix of the process's).
+/// Returns the commands acknowledged in total and the wall time of the slowest.
+func applyProcesses(dir: String, processes: Int, perProcess: Int) -> (commands: Int, seconds: Double, failed: Bool) {
+    let consentctl = String(selfPath().dropLast("consent-bench".count)) + "consentctl"
+    for p in 0..<processes {
+        var text = ""
+        for k in 0..<perProcess {
+            let c = command(k, subjects: 100)
+            let (verb, feature, consents): (String, String, [String])
+            switch c.request {
+            case .give(let f, let codes): (verb, feature, consents) = ("give", f, codes)
+            case .revoke(let f, let codes): (verb, feature, consents) = ("revoke", f, codes)
+            }
+            text += "{\"subject\":\"a\(p)-\(c.subjectID)\",\"feature\":\"\(feature)\",\"\(verb)\":[\(consents.map { "\"\($0)\"" }.joined(separator: ","))],\"actor\":\"\(c.actor)\"}\n"
+        }
+        let file = fopen("\(dir)/apply-\(p).jsonl", "w")
+        fputs(text, file)
+        fclose(file)
+    }
+    let runs = Mutex<[ChildRun]>([])
+    let start = now()
+    onThreads(processes) { p in
+        let run = runChild([consentctl, "--ledger", dir, "apply", "\(dir)/apply-\(p).jsonl"])
+        runs.withLock { $0.append(run) }
+    }
+    let wall = now() - start
+    let all = runs.withLock { $0 }
+    let acknowledged = all.reduce(0) { $0 + $1.output.split(separator: "\n").filter { $0.contains("\"ok\":true") }.count }
+    return (acknowledged, wall, all.contains { $0.status != 0 } || acknowledged != processes * perProcess)
+}
+
 // MARK: - Main
 
 func option(_ name: String, _ args: [String]) -> String? {
@@ -322,6 +409,8 @@ do {
         case "verify": try phaseVerify(dir: dir)
         case "proofs": try phaseProofs(dir: dir)
         case "writer": try phaseWriter(location: dir, count: Int(args[3])!, writer: Int(args[4])!)
+        case "group": try phaseGroup(dir: dir, writers: Int(args[3])!, perWriter: Int(args[4])!, subjects: Int(args[5])!, offset: Int(args[6])!)
+        case "sqlite": try phaseSQLite(dir: dir, writers: Int(args[3])!, perWriter: Int(args[4])!, lines: try eventLines(of: dir, count: 4000))
         default: printError("unknown phase\n"); exit(64)
         }
         exit(0)
@@ -332,7 +421,7 @@ do {
 }
 
 if args.contains("--help") {
-    print("usage: consent-bench [--sizes 100000,1000000] [--subjects 10000] [--batch 1000] [--durable 500] [--dir DIR] [--keep]")
+    print("usage: consent-bench [--sizes 100000,1000000] [--subjects 10000] [--batch 1000] [--durable 500] [--dir DIR] [--keep] [--plot FILE.svg]")
     print("       consent-bench --postgres URL [--writers 4] [--commands 2000]   (built with the PostgreSQL trait)")
     exit(0)
 }
@@ -355,7 +444,7 @@ if let url = option("--postgres", args) {
     print("append, durable, 1 writer:   \(single.events) events in \(format(single.seconds)) s = \(format(single.rate)) events/s, \(format(single.rate / raw.sign * 100))% of raw sign")
     let runs = Mutex<[ChildRun]>([])
     let start = now()
-    DispatchQueue.concurrentPerform(iterations: writers) { w in
+    onThreads(writers) { w in
         let run = runChild([selfPath(), "phase", "writer", location, String(perWriter), String(w)])
         runs.withLock { $0.append(run) }
     }
@@ -391,6 +480,7 @@ guard base.hasPrefix("/"), base.split(separator: "/").count >= 2, !base.contains
 let keep = args.contains("--keep")
 let consentctl = String(selfPath().dropLast("consent-bench".count)) + "consentctl"
 
+print("machine: \(machineDescription(path: base))")
 print("consent-bench: \(cores) cores, \(fixedSubjects.map { "\($0) subjects" } ?? "events / 100 subjects"), batches of \(batch) commands, ledgers under \(base)")
 let raw = rawRates(messageSize: 330)
 print("raw libsodium, one core, 330-byte messages: sign \(format(raw.sign))/s, verify \(format(raw.verify))/s, SHA-256 \(format(raw.sha256))/s")
@@ -405,6 +495,8 @@ func noteValue(_ m: Measured, _ key: String) -> Double? {
 }
 
 var failures = 0
+var plot = PlotData()
+let plotPath = option("--plot", args)
 for size in sizes {
     let dir = "\(base)/ledger-\(size)"
     let subjects = fixedSubjects ?? max(1, size / 100)
@@ -434,10 +526,36 @@ for size in sizes {
     durableRow("durable, existing subjects", durable)
     let durableNew = measure(["phase", "durable-new", dir, String(durableCount), String(subjects), String(size)])
     durableRow("durable, new subjects", durableNew)
+    plot.add("durable command, existing subject (p50)", size: size, ms: (noteValue(durable, "p50") ?? .nan) * 1000)
+    plot.add("durable command, new subject (p50)", size: size, ms: (noteValue(durableNew, "p50") ?? .nan) * 1000)
+    plot.add("raw fdatasync (p50)", size: size, ms: fsyncP50 * 1000)
+    // The same command by a plain SQLite table (see SQLiteBaseline.swift), then many writers at
+    // once: threads of one process sharing commits, SQLite's threads, and apply processes.
+    let sqlite1 = measure(["phase", "sqlite", dir, "1", String(durableCount)])
+    durableRow("SQLite table, 1 writer", sqlite1)
+    plot.add("SQLite table, same command (p50)", size: size, ms: (noteValue(sqlite1, "p50") ?? .nan) * 1000)
+    let durableP50 = noteValue(durable, "p50") ?? .nan, sqliteP50 = noteValue(sqlite1, "p50") ?? .nan
+    print([pad("  ledger vs SQLite, 1 writer", 28), pad("", 9), pad("", 9), pad("", 10), pad("", 8), "  SQLite p50 / ledger p50 (existing subjects): \(format(sqliteP50 / durableP50))x (target >= 1.0x)"].joined(separator: " "))
+    // Each writer owns subjects of its own (at most one writer per subject).
+    let writers = min(16, subjects), perWriter = max(10, durableCount / 4)
+    func concurrentRow(_ name: String, _ m: Measured, _ note: String) {
+        let p99 = noteValue(m, "p99") ?? .nan, commands = noteValue(m, "commands") ?? .nan
+        print([pad(name, 28), pad(String(m.events), 9, right: true), pad(format(m.seconds), 9, right: true), pad(format(m.rate), 10, right: true), pad(format(Double(m.maxRSSKiB) / 1024), 8, right: true), "  \(format(commands / m.seconds)) commands/s, p50 \(format((noteValue(m, "p50") ?? .nan) * 1000)) ms, p99 \(format(p99 * 1000)) ms per call", note].joined(separator: " "))
+    }
+    let group = measure(["phase", "group", dir, String(writers), String(perWriter), String(subjects), String(Int(commandsRun)! + durableCount)])
+    concurrentRow("durable, \(writers) threads (group)", group, " (target >= 20000 events/s, p99 <= 10 ms)")
+    let sqlite16 = measure(["phase", "sqlite", dir, String(writers), String(perWriter)])
+    concurrentRow("SQLite table, \(writers) threads", sqlite16, "")
+    print([pad("  ledger vs SQLite, \(writers) thr.", 28), pad("", 9), pad("", 9), pad("", 10), pad("", 8), "  events/s of the ledger / SQLite's: \(format(group.rate / sqlite16.rate))x (target >= 5x)"].joined(separator: " "))
+    let applied = applyProcesses(dir: dir, processes: 4, perProcess: durableCount)
+    print([pad("consentctl apply, 4 procs", 28), pad(String(applied.commands), 9, right: true), pad(format(applied.seconds), 9, right: true), pad(format(Double(applied.commands) / applied.seconds) + " c/s", 10, right: true), pad("", 8), "  whole processes at once, commands/s in total vs raw fdatasync \(format(1 / fsyncP50))/s", "  \(format(Double(applied.commands) / applied.seconds * fsyncP50 * 100))% (target >= 25%)", applied.failed ? "  FAILED" : ""].joined(separator: " "))
+    if applied.failed { failures += 1 }
     let replay = measure(["phase", "replay", dir])
     row("replay (links + rules)", replay, limitName: "SHA-256 (libsodium), 1 core", limit: raw.sha256)
+    plot.add("replay, whole ledger", size: size, ms: replay.seconds * 1000)
     let verify = measure(["phase", "verify", dir])
     row("verify (all, \(cores) cores)", verify, limitName: "verify x \(cores) cores", limit: raw.verify * Double(cores))
+    plot.add("verify, whole ledger", size: size, ms: verify.seconds * 1000)
     let proofs = measure(["phase", "proofs", dir])
     let parts = Dictionary(uniqueKeysWithValues: proofs.note.split(separator: " ").map { kv -> (String, Double) in
         let p = kv.split(separator: "=")
@@ -476,10 +594,17 @@ for size in sizes {
         let run = median(command.arguments)
         if run.status != 0 { failures += 1 }
         let mb = Double(run.maxRSSKiB) / 1024
+        plot.add(String(command.name.split(separator: " (")[0]) + ", whole process", size: size, ms: run.seconds * 1000)
         print([pad(command.name, 28), pad("-", 9, right: true), pad(ms(run.seconds), 9, right: true), pad("-", 10, right: true), pad(format(mb), 8, right: true), "  whole process, wall time, median of 5 (\(command.note))", run.status == 0 ? "" : "  FAILED \(run.status)"].joined(separator: " "))
     }
     print("")
     if !keep { _ = system("rm -rf '\(dir)'") }
+}
+if let plotPath {
+    let file = fopen(plotPath, "w")
+    fputs(plot.svg(title: "consent-bench: time per operation against ledger size", subtitle: machineDescription(path: base)), file)
+    fclose(file)
+    print("plot: \(plotPath)")
 }
 // A command that failed makes the run fail, so a bench that broke cannot pass as a slow one.
 if failures > 0 {

@@ -90,11 +90,13 @@ struct Apply: ParsableCommand {
             Every line is checked first (JSON, members, subject and actor, feature and \
             consent names): a \
             bad line stops the run before anything is appended, with exit 64 and its \
-            line number. Then each command is appended and made durable on its own and \
-            acknowledged with one line on standard output:
+            line number. Then the commands are appended in order, each atomic on its own \
+            (a crash keeps or loses a command whole), in groups of up to 256 that share \
+            one sync, and each is acknowledged once its group is durable, with one line on \
+            standard output:
               {"events":[12,13],"line":1,"ok":true}
             A command the rules refuse ends the run with exit 1; the commands before it \
-            stay appended, as their acknowledgements say. With --atomic all commands \
+            stay appended, as their acknowledgements say, and none after it is appended. With --atomic all commands \
             are checked together and appended in one write and one sync: all or none.
             """
     )
@@ -134,15 +136,17 @@ struct Apply: ParsableCommand {
                 if let warning = report.warning { printError("warning: " + warning) }
                 return
             }
-            // Keep the replay in memory: each command then reads only what other writers
-            // appended since the previous one, not its subject's whole history.
-            if commands.count > 1 { _ = try ledger.loadAll() }
-            for entry in commands {
-                failing = entry.line
-                let (result, _) = try ledger.execute(entry.command)
-                failing = nil
-                acknowledge(entry.line, result)
-                if let warning = ledger.takeWarning() { printError("warning: " + warning) }
+            // Commands are committed in groups that share one sync. A run of more than one group
+            // keeps the replay in memory: each group then reads only what other writers
+            // appended since the previous one, not its subjects' whole histories.
+            let groupSize = 256
+            if commands.count > groupSize { _ = try ledger.loadAll() }
+            failing = commands.first?.line
+            try ledger.executeInOrder(commands.map(\.command), groupSize: groupSize) { index, result, warning in
+                acknowledge(commands[index].line, result)
+                if let warning { printError("warning: " + warning) }
+                // A failure from here on is the next command's: the first not appended.
+                failing = index + 1 < commands.count ? commands[index + 1].line : nil
             }
         }
     }

@@ -111,6 +111,8 @@ public final class Ledger: Sendable {
     let random: RandomSource
     let memory: Mutex<Memory>
     let lastWarning = Mutex<String?>(nil)
+    /// Concurrent ``execute(_:)`` calls of this process share commits.
+    let groupCommit = GroupCommit()
     let lastRecordedCheckpoint = Mutex<Int64?>(nil)
 
     struct Memory: Sendable {

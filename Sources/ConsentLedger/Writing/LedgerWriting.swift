@@ -8,13 +8,53 @@ import TransparencyLog
 extension Ledger {
     /// Accepts commands, appends their events atomically and durably, and answers with each
     /// subject's updated consents. The commands are checked in order against the state the
-    /// earlier ones leave; if any is refused, nothing is appended. All events go to the store in
-    /// one write and one sync.
+    /// earlier ones leave; if any is refused, nothing is appended.
+    ///
+    /// Writers of one process that call this at the same time share commits (group commit):
+    /// while one commit is being made durable, the commands that arrive wait, and the next
+    /// commit takes all of them, each call's commands checked and appended atomically on their
+    /// own, so that one sync serves every waiting call. A call returns only once its events
+    /// are durable; a call the rules refuse appends nothing and does not affect the others.
     @discardableResult
     public func execute(_ commands: [LedgerCommand]) throws -> ExecutionReport {
         for command in commands {
             try LedgerCommand.validate(subjectID: command.subjectID, actor: command.actor)
         }
+        return try groupCommit.submit(commands) { batches in
+            try executeGroup(batches, stopAtRefusal: false)
+        }
+    }
+
+    /// Runs `commands` as if each were executed on its own, in order, and stops at the first
+    /// one the rules refuse, but commits them in groups of up to `groupSize` commands, so that
+    /// one sync serves a whole group: a bulk import at the rate of the disk rather than of its
+    /// syncs. Each command is atomic: a crash keeps or loses it whole. `acknowledge` is called
+    /// with each command's index and result once its group is durable, before the next group
+    /// is written. A refused command throws (after the commands before it were committed and
+    /// acknowledged); nothing after it is appended.
+    public func executeInOrder(_ commands: [LedgerCommand], groupSize: Int = 256, acknowledge: (Int, CommandResult, _ warning: String?) throws -> Void) throws {
+        for command in commands {
+            try LedgerCommand.validate(subjectID: command.subjectID, actor: command.actor)
+        }
+        var next = 0
+        while next < commands.count {
+            let group = commands[next..<min(commands.count, next + max(1, groupSize))].map { [$0] }
+            let outcomes = try groupCommit.exclusively { try executeGroup(group, stopAtRefusal: true) }
+            for outcome in outcomes {
+                let report = try outcome.get()
+                try acknowledge(next, report.results[0], report.warning)
+                next += 1
+            }
+        }
+    }
+
+    /// Decides each batch of commands in order, against the state the batches accepted before
+    /// it leave, and commits the events of every accepted batch in one commit. A batch the rules
+    /// refuse appends nothing and its result is its error; the batches after it go on (with
+    /// `stopAtRefusal`, they are not run and have no result). An error that is not a batch's own
+    /// (the storage, the key, integrity) fails the whole group: this throws it.
+    func executeGroup(_ batches: [[LedgerCommand]], stopAtRefusal: Bool) throws -> [Result<ExecutionReport, ConsentError>] {
+        let commands = batches.flatMap { $0 }
         let signer = try signingKey()
         return try writing { tx, view, afterCommit in
             let log = view.log
@@ -103,38 +143,57 @@ extension Ledger {
             let streams = try streamState(for: Set(refs.values.map { StreamKey.of(subject: $0) }), view)
             let at = max(clock(), log.last.event.at)
             var nextSeq = log.last.event.seq + 1
-            var results: [CommandResult] = []
             var events: [LedgerEvent] = []
-            for command in commands {
-                let ref = refs[SubjectID(command.subjectID)]!
-                var state = states[ref] ?? SubjectState()
-                let outcome: CommandOutcome
-                do throws(CommandRejection) {
-                    outcome = try ConsentRules.decide(command.request, subject: ref, state: state, catalog: catalog, actor: command.actor, at: at, nextSeq: nextSeq, evidence: command.evidence)
-                } catch {
-                    throw ConsentError(error)
-                }
-                for event in outcome.events {
-                    do {
-                        try state.apply(event, catalog: catalog)
-                    } catch {
-                        throw ConsentError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "internal check failed: the events decided break a rule on replay: \(error)"))
+            // Each batch is decided on a copy of the states its subjects had after the batches
+            // accepted before it, kept only if every command of the batch is accepted.
+            var outcomes: [Result<[CommandResult], ConsentError>] = []
+            for batch in batches {
+                var batchStates: [SubjectRef: SubjectState] = [:]
+                var batchSeq = nextSeq
+                var batchEvents: [LedgerEvent] = []
+                var results: [CommandResult] = []
+                do throws(ConsentError) {
+                    for command in batch {
+                        let ref = refs[SubjectID(command.subjectID)]!
+                        var state = batchStates[ref] ?? states[ref] ?? SubjectState()
+                        let outcome: CommandOutcome
+                        do throws(CommandRejection) {
+                            outcome = try ConsentRules.decide(command.request, subject: ref, state: state, catalog: catalog, actor: command.actor, at: at, nextSeq: batchSeq, evidence: command.evidence)
+                        } catch {
+                            throw ConsentError(error)
+                        }
+                        for event in outcome.events {
+                            do {
+                                try state.apply(event, catalog: catalog)
+                            } catch {
+                                throw ConsentError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "internal check failed: the events decided break a rule on replay: \(error)"))
+                            }
+                        }
+                        batchStates[ref] = state
+                        batchSeq += UInt64(outcome.events.count)
+                        let key = keys[SubjectID(command.subjectID)]!
+                        batchEvents += outcome.events.map { EvidenceSeal.sealing($0, key: key, hasher: chain.hasher) }
+                        results.append(CommandResult(subjectID: command.subjectID, events: outcome.events, notes: outcome.notes, listing: ConsentListing(state: state, catalog: catalog)))
                     }
+                } catch {
+                    outcomes.append(.failure(error))
+                    if stopAtRefusal { break }
+                    continue
                 }
-                states[ref] = state
-                nextSeq += UInt64(outcome.events.count)
-                let key = keys[SubjectID(command.subjectID)]!
-                events += outcome.events.map { EvidenceSeal.sealing($0, key: key, hasher: chain.hasher) }
-                results.append(CommandResult(subjectID: command.subjectID, events: outcome.events, notes: outcome.notes, listing: ConsentListing(state: state, catalog: catalog)))
+                states.merge(batchStates) { $1 }
+                nextSeq = batchSeq
+                events += batchEvents
+                outcomes.append(.success(results))
             }
+            let accepted = outcomes.flatMap { (try? $0.get()) ?? [] }
             guard !events.isEmpty else {
                 // Nothing to append, but what was read stays useful: the records and the
                 // salts of subjects that have them (never a new subject's unsaved salt).
                 let known = salts.filter { newSalts[$0.key] == nil }
                 afterCommit.append { [self] in memory.withLock { $0.salts = known; $0.records = records } }
-                return ExecutionReport(results: results, recovered: nil)
+                return outcomes.map { $0.map { ExecutionReport(results: $0, recovered: nil) } }
             }
-            let withEvents = Set(results.filter { !$0.events.isEmpty }.map { SubjectID($0.subjectID) })
+            let withEvents = Set(accepted.filter { !$0.events.isEmpty }.map { SubjectID($0.subjectID) })
             // A format-2 ledger signs each record (on all cores), so reads can tell it from an
             // altered one.
             let saved = newSalts.filter { withEvents.contains($0.key) }.sorted { $0.key < $1.key }
@@ -156,7 +215,7 @@ extension Ledger {
                 memory.withLock { $0.salts = persisted; $0.records = records; $0.streams = committed.streams }
                 advanceMemory(from: log.size, to: size, events: events, head: head)
             }
-            return ExecutionReport(results: results, recovered: log.torn, warning: warning)
+            return outcomes.map { $0.map { ExecutionReport(results: $0, recovered: log.torn, warning: warning) } }
         }
     }
 

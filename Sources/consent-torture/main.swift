@@ -1,0 +1,240 @@
+// consent-torture: kills writers with SIGKILL at random moments and checks what they leave.
+//
+//   consent-torture [--kind group|batched|apply|all] [--kills 200] [--dir DIR] [--seed N]
+//
+// Each round starts a writer process on one ledger, waits for its first acknowledgement, lets
+// it run a random few milliseconds more and kills it with SIGKILL. Then it checks, in this
+// process, through the library:
+//   - the ledger opens and `verify` passes (which replays every command span: a command is in
+//     the log whole or not at all);
+//   - every command the writer acknowledged before it died is present, with all its events;
+//   - every subject in the ledger has exactly the events of one whole command.
+// Writer kinds:
+//   group    16 threads of one process, one `Ledger.execute` per command: concurrent calls
+//            share commits (group commit)
+//   batched  `Ledger.execute` of 20 commands at a time, acknowledged when the call returns
+//   apply    `consentctl apply` of a file of commands, acknowledged line by line on its output
+// Every command gives `required` and `optional-a` of Timeline to a subject of its own (two
+// events), so that its presence is all or nothing and easy to count.
+
+import ConsentDomain
+import ConsentLedger
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+func fail(_ message: String) -> Never {
+    var text = "consent-torture: " + message + "\n"
+    text.withUTF8 { _ = write(2, $0.baseAddress, $0.count) }
+    exit(1)
+}
+
+/// One line on standard output, written whole and at once (not buffered): the driver must see
+/// every acknowledgement a writer made before the kill.
+func acknowledge(_ line: String) {
+    let text = line + "\n"
+    let written = text.utf8.withContiguousStorageIfAvailable { write(1, $0.baseAddress, $0.count) } ?? -1
+    if written != text.utf8.count { exit(70) }
+}
+
+func give(_ subject: String) -> LedgerCommand {
+    LedgerCommand(subjectID: subject, request: .give(feature: "timeline", consents: ["required", "optional-a"]))
+}
+
+/// Runs `body(i)` on `count` threads of their own and waits for them.
+func onThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) {
+    final class Work { let run: () -> Void; init(_ run: @escaping () -> Void) { self.run = run } }
+    var threads: [pthread_t] = []
+    for i in 0..<count {
+        let work = Unmanaged.passRetained(Work { body(i) }).toOpaque()
+        var thread = pthread_t()
+        guard pthread_create(&thread, nil, { argument in
+            Unmanaged<Work>.fromOpaque(argument!).takeRetainedValue().run()
+            return nil
+        }, work) == 0 else { fail("pthread_create failed") }
+        threads.append(thread)
+    }
+    for thread in threads { pthread_join(thread, nil) }
+}
+
+// MARK: - Writers (child processes)
+
+/// Writes until killed (or 100,000 commands), acknowledging each command once its call returned.
+func writer(kind: String, dir: String, prefix: String) throws {
+    let ledger = try Ledger.open(store: FileLedgerStore(directory: dir))
+    try ledger.unlock()
+    switch kind {
+    case "group":
+        let lock = Mutex(())
+        onThreads(16) { t in
+            for i in 0..<100_000 {
+                let subject = "\(prefix)-t\(t)-\(i)"
+                do {
+                    _ = try ledger.execute(give(subject))
+                } catch {
+                    fail("\(subject): \(error)")
+                }
+                lock.withLock { _ in acknowledge(subject) }
+            }
+        }
+    case "batched":
+        for b in 0..<5_000 {
+            let subjects = (0..<20).map { "\(prefix)-b\(b)-\($0)" }
+            _ = try ledger.execute(subjects.map(give))
+            for subject in subjects { acknowledge(subject) }
+        }
+    default:
+        fail("unknown writer kind \(kind)")
+    }
+}
+
+// MARK: - Driver
+
+struct Round {
+    let acknowledged: [String]
+    let status: Int32
+}
+
+/// Starts `arguments`, waits for its first line of output, lets it run `delay` microseconds
+/// more, kills it and returns what it acknowledged. `subject` turns an output line into the
+/// subject it acknowledges.
+func killRound(_ arguments: [String], delay: UInt32, subject: (Substring) -> String?) -> Round {
+    var pipe: [Int32] = [0, 0]
+    pipe.withUnsafeMutableBufferPointer { _ = Glibc.pipe($0.baseAddress!) }
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    posix_spawn_file_actions_adddup2(&actions, pipe[1], 1)
+    posix_spawn_file_actions_addclose(&actions, pipe[0])
+    let argv = arguments.map { strdup($0) } + [nil]
+    defer { argv.forEach { free($0) } }
+    var pid: pid_t = 0
+    guard posix_spawn(&pid, arguments[0], &actions, nil, argv, environ) == 0 else { fail("cannot start \(arguments[0])") }
+    close(pipe[1])
+    var output: [UInt8] = []
+    var buffer = [UInt8](repeating: 0, count: 65536)
+    var killed = false
+    let started = monotonic()
+    while true {
+        if !killed {
+            var poller = pollfd(fd: pipe[0], events: Int16(POLLIN), revents: 0)
+            // No acknowledgement within 20 s: kill it anyway (a hang is what the checks catch).
+            if poll(&poller, 1, 100) == 0 {
+                if monotonic() - started > 20 { kill(pid, SIGKILL); killed = true }
+                continue
+            }
+        }
+        let n = read(pipe[0], &buffer, buffer.count)
+        if n <= 0 { break }
+        output += buffer[0..<n]
+        if !killed, output.contains(0x0A) {
+            usleep(delay)
+            kill(pid, SIGKILL)
+            killed = true
+        }
+    }
+    close(pipe[0])
+    var status: Int32 = 0
+    waitpid(pid, &status, 0)
+    // Only whole lines: a line cut by the kill acknowledges nothing.
+    let text = String(decoding: output, as: UTF8.self)
+    var lines = text.split(separator: "\n", omittingEmptySubsequences: true)
+    if !text.hasSuffix("\n"), !lines.isEmpty { lines.removeLast() }
+    return Round(acknowledged: lines.compactMap(subject), status: status)
+}
+
+func monotonic() -> Double {
+    var ts = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+}
+
+/// The checks after each kill. Returns the number of events in the log.
+func check(dir: String, acknowledged: [String], round: Int) throws -> Int {
+    let ledger = try Ledger.open(store: FileLedgerStore(directory: dir))
+    let report = try ledger.verify()
+    for subject in acknowledged {
+        let events = try ledger.report(for: subject).events.count
+        guard events == 2 else { fail("round \(round): \(subject) was acknowledged but has \(events) event(s) in the log") }
+    }
+    let replay = try ledger.loadAll()
+    for (ref, state) in replay.subjects {
+        let given = state.consents.values.filter(\.isGiven).count
+        guard given == 2 else { fail("round \(round): subject \(ref.value) has \(given) consent(s) given, not the 2 of one whole command") }
+    }
+    guard replay.eventCount == 1 + 2 * replay.subjects.count, report.events == replay.eventCount else {
+        fail("round \(round): \(replay.eventCount) events for \(replay.subjects.count) subjects")
+    }
+    return replay.eventCount
+}
+
+func option(_ name: String, _ args: [String]) -> String? {
+    guard let i = args.firstIndex(of: name), i + 1 < args.count else { return nil }
+    return args[i + 1]
+}
+
+func selfPath() -> String {
+    var buffer = [CChar](repeating: 0, count: 4096)
+    let n = readlink("/proc/self/exe", &buffer, buffer.count - 1)
+    return String(decoding: buffer[0..<max(0, n)].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+}
+
+let args = Array(CommandLine.arguments.dropFirst())
+if args.first == "write", args.count == 4 {
+    do { try writer(kind: args[1], dir: args[2], prefix: args[3]) } catch { fail("writer: \(error)") }
+    exit(0)
+}
+if args.contains("--help") {
+    print("usage: consent-torture [--kind group|batched|apply|all] [--kills 200] [--dir DIR] [--seed N]")
+    exit(0)
+}
+let kills = Int(option("--kills", args) ?? "200") ?? 200
+let kinds = (option("--kind", args) ?? "all") == "all" ? ["group", "batched", "apply"] : [option("--kind", args)!]
+let base = option("--dir", args) ?? "/tmp/consent-torture"
+guard base.hasPrefix("/"), base.split(separator: "/").count >= 2, !base.contains("'"), !base.contains("..") else {
+    fail("--dir must be an absolute path at least two levels deep, without quotes or '..'")
+}
+srandom(UInt32(option("--seed", args) ?? "") ?? UInt32(time(nil) & 0xFFFF))
+let consentctl = String(selfPath().dropLast("consent-torture".count)) + "consentctl"
+var total = 0
+for kind in kinds {
+    let dir = "\(base)/\(kind)"
+    _ = system("rm -rf '\(dir)' && mkdir -p '\(base)'")
+    do {
+        _ = try Ledger.create(store: FileLedgerStore(directory: dir), catalog: SeedCatalog.catalog, name: "torture.example/\(kind)", keyProtection: .insecurePlaintext)
+    } catch {
+        fail("cannot create \(dir): \(error)")
+    }
+    var acknowledged = 0
+    var events = 1
+    for round in 0..<kills {
+        // Up to 30 ms after the first acknowledgement: the writers are in the middle of commits.
+        let delay = UInt32(random() % 30_000)
+        let result: Round
+        if kind == "apply" {
+            let file = "\(base)/apply-commands.jsonl"
+            let lines = (0..<400).map { "{\"subject\":\"r\(round)-\($0)\",\"feature\":\"timeline\",\"give\":[\"required\",\"optional-a\"]}" }
+            let handle = fopen(file, "w")
+            fputs(lines.joined(separator: "\n") + "\n", handle)
+            fclose(handle)
+            result = killRound([consentctl, "--ledger", dir, "apply", file], delay: delay) { line in
+                // {"events":[..],"line":N,"ok":true}: line N gives "r<round>-<N-1>".
+                guard line.contains("\"ok\":true"), let at = line.firstRange(of: "\"line\":") else { return nil }
+                return Int(line[at.upperBound...].prefix { $0.isNumber }).map { "r\(round)-\($0 - 1)" }
+            }
+        } else {
+            result = killRound([selfPath(), "write", kind, dir, "r\(round)"], delay: delay) { String($0) }
+        }
+        do {
+            events = try check(dir: dir, acknowledged: result.acknowledged, round: round)
+        } catch {
+            fail("\(kind), round \(round): after the kill the ledger fails: \(error)")
+        }
+        acknowledged += result.acknowledged.count
+    }
+    acknowledge("consent-torture: \(kind): \(kills) kills survived; \(acknowledged) acknowledged commands all present; verify passed after every kill; \(events) events in the end")
+    total += kills
+    _ = system("rm -rf '\(dir)'")
+}
+acknowledge("consent-torture: \(total) kills in all, nothing acknowledged lost")

@@ -1,0 +1,172 @@
+import ConsentDomain
+import Dispatch
+#if canImport(Glibc)
+import Glibc
+#endif
+import Synchronization
+import Testing
+@testable import ConsentLedger
+@testable import LedgerFormat
+@testable import LedgerStorage
+
+/// Group commit: calls that share a commit are each checked and appended on their own.
+@Suite struct GroupCommitTests {
+    static func give(_ subject: String, _ consents: [String] = ["required"], feature: String = "timeline") -> LedgerCommand {
+        LedgerCommand(subjectID: subject, request: .give(feature: feature, consents: consents))
+    }
+
+    /// How many commits the ledger holds (a folder keeps one signed head per commit).
+    static func commits(_ ledger: Ledger) throws -> Int {
+        var count = 0
+        try ledger.store.read { tx in try tx.heads { _ in count += 1 } }
+        return count
+    }
+
+    static func makeLedger(_ folder: TemporaryFolder, store: (any LedgerStore)? = nil) throws -> Ledger {
+        try Ledger.create(store: store ?? FileLedgerStore(directory: folder.path + "/ledger"), catalog: SeedCatalog.catalog, name: "group.example/consents", keyProtection: .insecurePlaintext)
+    }
+
+    /// Three calls in one commit: the refused one appends nothing, and the state it would have
+    /// left is not seen by the call after it.
+    @Test func aRefusedCallInAGroupAppendsNothingAndTheOthersGoOn() throws {
+        let folder = TemporaryFolder("group")
+        defer { folder.remove() }
+        let ledger = try Self.makeLedger(folder)
+        let before = try Self.commits(ledger)
+        let outcomes = try ledger.executeGroup([
+            [Self.give("alice")],
+            // Its first command would activate bob's timeline; its second is refused.
+            [Self.give("bob"), Self.give("bob", feature: "no-such-feature")],
+            // Refused by R2 only if the refused call's activation was dropped.
+            [Self.give("bob", ["optional-a"])],
+            [Self.give("carol", ["required", "optional-b"])],
+        ], stopAtRefusal: false)
+        #expect(outcomes.count == 4)
+        #expect(try outcomes[0].get().results[0].events.count == 1)
+        guard case .failure(let refused) = outcomes[1] else { Issue.record("bob's call was accepted"); return }
+        #expect("\(refused)".contains("no-such-feature"))
+        guard case .failure(let r2) = outcomes[2] else { Issue.record("bob's optional consent saw the refused call's activation"); return }
+        #expect("\(r2)".contains("R2"))
+        #expect(try outcomes[3].get().results[0].events.count == 2)
+        #expect(try Self.commits(ledger) == before + 1, "one commit for the whole group")
+        #expect(try ledger.report(for: "bob").events.isEmpty)
+        #expect(try ledger.report(for: "alice").listing.activeFeatures.map(\.feature.key) == ["timeline"])
+        #expect(try ledger.report(for: "carol").events.count == 2)
+        #expect(try ledger.verify().events == 4)
+    }
+
+    /// A group of nothing but refused calls commits nothing.
+    @Test func aGroupOfRefusedCallsCommitsNothing() throws {
+        let folder = TemporaryFolder("group")
+        defer { folder.remove() }
+        let ledger = try Self.makeLedger(folder)
+        let log = readBytes(folder.path + "/ledger/ledger.jsonl")
+        let outcomes = try ledger.executeGroup([[Self.give("a", ["optional-a"])], [Self.give("b", feature: "x")]], stopAtRefusal: false)
+        #expect(outcomes.allSatisfy { if case .failure = $0 { true } else { false } })
+        #expect(readBytes(folder.path + "/ledger/ledger.jsonl") == log)
+    }
+
+    /// `executeInOrder` commits a group per sync, acknowledges each command once its group is
+    /// durable, and stops at the first refusal: nothing after it is appended.
+    @Test func inOrderCommitsGroupsAndStopsAtTheFirstRefusal() throws {
+        let folder = TemporaryFolder("group")
+        defer { folder.remove() }
+        let ledger = try Self.makeLedger(folder)
+        let before = try Self.commits(ledger)
+        var commands = (0..<7).map { Self.give("p\($0)") }
+        commands.append(Self.give("p0", ["optional-a"]))
+        commands.append(Self.give("late", ["optional-b"]))  // refused: R2
+        commands.append(Self.give("after"))
+        var acknowledged: [Int] = []
+        #expect(throws: ConsentError.self) {
+            try ledger.executeInOrder(commands, groupSize: 3) { index, result, _ in
+                #expect(!result.events.isEmpty)
+                acknowledged.append(index)
+            }
+        }
+        #expect(acknowledged == Array(0..<8))
+        // Groups of 3: [0 1 2] [3 4 5] [6 7 (8 refused, 9 not run)].
+        #expect(try Self.commits(ledger) == before + 3)
+        #expect(try ledger.report(for: "after").events.isEmpty)
+        #expect(try ledger.report(for: "p0").events.count == 2)
+        #expect(try ledger.verify().events == 1 + 8)
+    }
+
+    /// Sixteen threads writing at once: every call answered, every event in the log once, and
+    /// fewer commits than calls. The store holds the first commit back until every thread has
+    /// queued its call, so the test does not depend on the machine's speed.
+    @Test func concurrentWritersShareCommits() throws {
+        let folder = TemporaryFolder("group")
+        defer { folder.remove() }
+        let gate = HeldFirstWrite(FileLedgerStore(directory: folder.path + "/ledger"))
+        let ledger = try Self.makeLedger(folder, store: gate)
+        let before = try Self.commits(ledger)
+        let writers = 16, perWriter = 8
+        let answered = Mutex<[String: Int]>([:])
+        gate.holdNextWrite()
+        onThreads(writers) { w in
+            for k in 0..<perWriter {
+                let subject = "w\(w)-\(k)"
+                if k == 0 { gate.arrived() }
+                do {
+                    let (result, _) = try ledger.execute(Self.give(subject, ["required", "optional-a"]))
+                    answered.withLock { $0[subject] = result.events.count }
+                } catch {
+                    Issue.record("\(subject): \(error)")
+                }
+            }
+        }
+        let answers = answered.withLock { $0 }
+        #expect(answers.count == writers * perWriter && answers.values.allSatisfy { $0 == 2 })
+        let commits = try Self.commits(ledger) - before
+        #expect(commits < writers * perWriter, "\(commits) commits for \(writers * perWriter) calls")
+        let report = try ledger.verify()
+        #expect(report.events == 1 + 2 * writers * perWriter)
+        for subject in answers.keys {
+            #expect(try ledger.report(for: subject).events.count == 2)
+        }
+    }
+}
+
+/// A storage that, when told, holds its next write transaction until 16 callers have arrived
+/// (or a second has passed), so that they queue behind it.
+final class HeldFirstWrite: LedgerStore, Sendable {
+    let base: FileLedgerStore
+    private let state = Mutex<(hold: Bool, arrived: Int)>((false, 0))
+
+    init(_ base: FileLedgerStore) { self.base = base }
+
+    func holdNextWrite() { state.withLock { $0.hold = true } }
+    func arrived() { state.withLock { $0.arrived += 1 } }
+
+    var names: StorageNames { base.names }
+    var keyStore: (any KeyStore)? { base.keyStore }
+    func create(_ setup: LedgerSetup) throws { try base.create(setup) }
+    func read<T>(_ body: (any LedgerReadTransaction) throws -> T) throws -> T { try base.read(body) }
+    func write<T>(_ body: (any LedgerWriteTransaction) throws -> T) throws -> T {
+        if state.withLock({ s in defer { s.hold = false }; return s.hold }) {
+            for _ in 0..<1000 where state.withLock({ $0.arrived }) < 16 { usleep(1000) }
+            usleep(20_000)
+        }
+        return try base.write(body)
+    }
+}
+
+/// Runs `body(i)` for `i` in `0..<count` on `count` threads of their own, and waits for them
+/// all. (`DispatchQueue.concurrentPerform` runs as many at once as there are cores, which is
+/// not what many writers blocked on a sync are.)
+func onThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) {
+    final class Work { let run: () -> Void; init(_ run: @escaping () -> Void) { self.run = run } }
+    var threads: [pthread_t] = []
+    for i in 0..<count {
+        let work = Unmanaged.passRetained(Work { body(i) }).toOpaque()
+        var thread = pthread_t()
+        let rc = pthread_create(&thread, nil, { argument in
+            Unmanaged<Work>.fromOpaque(argument!).takeRetainedValue().run()
+            return nil
+        }, work)
+        precondition(rc == 0, "pthread_create failed: \(rc)")
+        threads.append(thread)
+    }
+    for thread in threads { pthread_join(thread, nil) }
+}
