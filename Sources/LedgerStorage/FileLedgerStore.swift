@@ -34,6 +34,8 @@ public struct FileLedgerStore: LedgerStore {
     public let directory: String
     /// What this store's transactions have read of subjects.jsonl (``SubjectFileCache``).
     let subjectCache = SubjectFileCache()
+    /// The log tail's last parsed head line and event (``TailParseCache``).
+    let tailCache = TailParseCache()
 
     public init(directory: String) {
         var d = directory
@@ -442,7 +444,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         func line(_ k: Int) -> [UInt8] { Array(bytes[lineStart(k)!..<(lineEnds[k] - 1)]) }
         func event(_ k: Int, after problem: String) throws -> EventRecord {
             do {
-                return try EventCodec.decode(line: line(k))
+                return try store.tailCache.event(line(k)) { (bytes) throws(EventDecodingError) in try EventCodec.decode(line: bytes) }
             } catch {
                 throw integrity("the line at byte offset \(offset(k)) (line \(store.lineNumber(atOffset: offset(k))))\(problem): \(error.problem)", kind: .log)
             }
@@ -459,7 +461,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         }
         let head: SignedHead
         do {
-            head = try SignedHead(logLine: line(k))
+            head = try store.tailCache.head(line(k)) { try SignedHead(logLine: $0) }
         } catch {
             throw integrity("the head line at byte offset \(offset(k)) (line \(store.lineNumber(atOffset: offset(k)))) is not a signed head: \(error)", kind: .head)
         }

@@ -92,3 +92,28 @@ final class SubjectFileCache: Sendable {
         snapshot.covered += lineStart
     }
 }
+
+/// The last head line and event line a transaction of this store parsed at the log's tail, with
+/// what they parsed to. Every transaction reads the tail's bytes again; only when a line's bytes
+/// are exactly those parsed last time is the parse reused (parsing is a function of the bytes,
+/// so nothing that reads differently can be answered from here). A long-running writer then
+/// parses the head line and the last event once per commit it sees, not once per transaction
+/// that finds them unchanged.
+final class TailParseCache: Sendable {
+    private let head = Mutex<(line: [UInt8], head: SignedHead)?>(nil)
+    private let event = Mutex<(line: [UInt8], record: EventRecord)?>(nil)
+
+    func head<E: Error>(_ line: [UInt8], parse: ([UInt8]) throws(E) -> SignedHead) throws(E) -> SignedHead {
+        if let cached = head.withLock({ $0 }), cached.line == line { return cached.head }
+        let parsed = try parse(line)
+        head.withLock { $0 = (line, parsed) }
+        return parsed
+    }
+
+    func event<E: Error>(_ line: [UInt8], parse: ([UInt8]) throws(E) -> EventRecord) throws(E) -> EventRecord {
+        if let cached = event.withLock({ $0 }), cached.line == line { return cached.record }
+        let parsed = try parse(line)
+        event.withLock { $0 = (line, parsed) }
+        return parsed
+    }
+}

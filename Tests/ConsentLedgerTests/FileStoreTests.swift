@@ -32,6 +32,26 @@ import Glibc
         writeBytes(readBytes(path) + bytes, to: path)
     }
 
+    /// A long-running writer reuses its parse of the log's last head line only while the line's
+    /// bytes are the same: a head line changed in place (same length, one signature byte
+    /// altered) after a write is parsed and checked again, and refused.
+    @Test func aLongRunningWriterChecksAHeadLineChangedInPlace() throws {
+        let (ledger, path) = try makeLedger("head-in-place")
+        defer { removeFolder(path) }
+        let give = LedgerCommand(subjectID: "dora", request: .give(feature: "timeline", consents: ["required"]))
+        try ledger.execute(give)
+        _ = try ledger.report(for: "dora")
+        var log = readBytes(path + "/ledger.jsonl")
+        let lines = log.split(separator: 0x0A, omittingEmptySubsequences: false)
+        let headLine = try #require(lines.last { $0.starts(with: Array(#"{"head""#.utf8)) })
+        // A base64 character of the signature, near the line's end, replaced by another.
+        let at = headLine.endIndex - 12
+        log[at] = log[at] == UInt8(ascii: "A") ? UInt8(ascii: "B") : UInt8(ascii: "A")
+        writeBytes(log, to: path + "/ledger.jsonl")
+        #expect(throws: ConsentError.self) { try ledger.report(for: "dora") }
+        #expect(throws: ConsentError.self) { try ledger.execute(give) }
+    }
+
     @Test func partialLineFromACrashIsIgnoredByReadsAndRemovedByTheNextWrite() throws {
         let (ledger, path) = try makeLedger("torn")
         defer { removeFolder(path) }

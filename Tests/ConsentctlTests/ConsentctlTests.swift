@@ -380,6 +380,26 @@ import Testing
         #expect(try Self.json(try Self.run(["verify", "--json"], ledger: ledger).stdout)["events"] as? Int == 3)
     }
 
+    /// apply commits up to 256 commands per sync: 600 commands are 3 commits (3 signed heads
+    /// in the log), each command acknowledged, and the log holds every event once.
+    @Test func applyCommitsInGroupsOfUpTo256() throws {
+        let dir = Self.temporaryFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ledger = dir + "/ledger"
+        #expect(try Self.run(["init", "--insecure-plaintext-key"], ledger: ledger).status == 0)
+        let commands = (0..<600).map { #"{"subject":"p\#($0)","feature":"timeline","give":["required","optional-a"]}"# }
+        try (commands.joined(separator: "\n") + "\n").write(toFile: dir + "/commands.jsonl", atomically: true, encoding: .utf8)
+        let run = try Self.run(["apply", dir + "/commands.jsonl"], ledger: ledger)
+        #expect(run.status == 0, "\(run.stderr)")
+        let acknowledged = run.stdout.split(separator: "\n")
+        #expect(acknowledged.count == 600 && acknowledged.allSatisfy { $0.contains(#""ok":true"#) })
+        #expect(acknowledged.last == #"{"events":[1199,1200],"line":600,"ok":true}"#)
+        let log = try String(contentsOfFile: ledger + "/ledger.jsonl", encoding: .utf8)
+        let heads = log.split(separator: "\n").filter { $0.hasPrefix(#"{"head""#) }.count
+        #expect(heads == 1 + 3, "the genesis commit, then 256 + 256 + 88 commands")
+        #expect(try Self.json(try Self.run(["verify", "--json"], ledger: ledger).stdout)["events"] as? Int == 1201)
+    }
+
     /// prove-state writes a proof without the secret key; verify-state checks it offline,
     /// prints the state, and exits 2 naming the reason when an event was left out.
     @Test func proveStateAndVerifyStateOffline() throws {
