@@ -5,8 +5,10 @@
 #   make load-test                     (starts a throwaway PostgreSQL, runs this script in it)
 #   DURATION=30 THREADS=8 make load-test
 #
-# Each store gets two bounded runs: status (reads) and activate (durable writes: alternating
-# activate/withdraw, two events per request). Prints one table row per run, then the checks.
+# Each store gets three bounded runs: principal (an authenticated endpoint that reads nothing of
+# the ledger: the service's own cost), status (reads) and activate (durable writes: alternating
+# activate/withdraw, two events per request). Prints one table row per run, the rate of status
+# over principal, then the checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION="${DURATION:-10}"
@@ -36,6 +38,7 @@ field() { python3 -c 'import json, sys; print(json.loads(sys.argv[1])[sys.argv[2
 
 failures=0
 rows=()
+ratios=()
 run_store() {
     local label="$1" store="$2"
     local port key tokens
@@ -55,10 +58,12 @@ run_store() {
             echo "t$t-s$s $("$BIN/consent-service" token --subject "t$t-s$s" --ttl 43200 --token-key "$key")" >>"$tokens"
         done
     done
-    local before events status activate acked expected
+    local before events principal status activate acked expected
     before="$("$BIN/consentctl" --store "$store" verify --json)"
     before="$(field "$before" events)"
+    principal="$(wrk -t"$THREADS" -c"$THREADS" -d"${DURATION}s" -s Samples/ConsentService/loadtest/principal.lua "http://127.0.0.1:$port" -- "$tokens" | grep '^RESULT ' | cut -c8-)"
     status="$(wrk -t"$THREADS" -c"$THREADS" -d"${DURATION}s" -s Samples/ConsentService/loadtest/status.lua "http://127.0.0.1:$port" -- "$tokens" | grep '^RESULT ' | cut -c8-)"
+    ratios+=("$label: status $(field "$status" rps) req/s = $(python3 -c 'import sys; print("%.0f" % (100 * float(sys.argv[1]) / float(sys.argv[2])))' "$(field "$status" rps)" "$(field "$principal" rps)")% of principal $(field "$principal" rps) req/s (target >= 50%)")
     activate="$(wrk -t"$THREADS" -c"$THREADS" -d"${DURATION}s" -s Samples/ConsentService/loadtest/activate.lua "http://127.0.0.1:$port" -- "$tokens" | grep '^RESULT ' | cut -c8-)"
     if ! kill "$server" 2>/dev/null; then
         echo "FAIL $label: the service had exited; its log:"; cat "$work/$label.log"; failures=$((failures + 1))
@@ -77,7 +82,7 @@ run_store() {
     else
         echo "FAIL $label: $events events, expected $expected (+ up to $((2 * THREADS)) in flight)"; failures=$((failures + 1))
     fi
-    for result in "$status" "$activate"; do
+    for result in "$principal" "$status" "$activate"; do
         [ "$(field "$result" non2xx)" = 0 ] && [ "$(field "$result" socket_errors)" = 0 ] \
             || { echo "FAIL $label: errors in $result"; failures=$((failures + 1)); }
         rows+=("| $label | $(field "$result" test) | $(field "$result" rps) | $(field "$result" p50_ms) | $(field "$result" p90_ms) | $(field "$result" p99_ms) | $(field "$result" max_ms) | $(field "$result" requests) |")
@@ -93,4 +98,6 @@ echo
 echo "| store | endpoint | req/s | p50 ms | p90 ms | p99 ms | max ms | requests |"
 echo "|---|---|---:|---:|---:|---:|---:|---:|"
 printf '%s\n' "${rows[@]}"
+echo
+printf '%s\n' "${ratios[@]}"
 exit "$failures"

@@ -109,3 +109,23 @@ package final class OverlappedMap<T: Sendable>: @unchecked Sendable {
         return results.take()
     }
 }
+
+/// Runs `body(i)` for `i` in `0..<count`, each on a thread of its own, and waits for them all:
+/// for many callers that block (writers waiting on a sync), which `DispatchQueue.concurrentPerform`
+/// does not give, since it runs only as many at once as there are cores. (The bench, the torture
+/// driver and the tests use it; the library itself does not.)
+package func onThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) {
+    final class Work { let run: () -> Void; init(_ run: @escaping () -> Void) { self.run = run } }
+    var threads: [pthread_t] = []
+    for i in 0..<count {
+        let work = Unmanaged.passRetained(Work { body(i) }).toOpaque()
+        var thread = pthread_t()
+        let rc = pthread_create(&thread, nil, { argument in
+            Unmanaged<Work>.fromOpaque(argument!).takeRetainedValue().run()
+            return nil
+        }, work)
+        precondition(rc == 0, "pthread_create failed: \(rc)")
+        threads.append(thread)
+    }
+    for thread in threads { pthread_join(thread, nil) }
+}

@@ -30,6 +30,7 @@
 
 import ConsentDomain
 import ConsentLedger
+import TransparencyLog
 #if PostgreSQL
 import ConsentLedgerPostgres
 #endif

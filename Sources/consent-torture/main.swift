@@ -19,6 +19,7 @@
 
 import ConsentDomain
 import ConsentLedger
+import TransparencyLog
 import Synchronization
 
 #if canImport(Glibc)
@@ -41,22 +42,6 @@ func acknowledge(_ line: String) {
 
 func give(_ subject: String) -> LedgerCommand {
     LedgerCommand(subjectID: subject, request: .give(feature: "timeline", consents: ["required", "optional-a"]))
-}
-
-/// Runs `body(i)` on `count` threads of their own and waits for them.
-func onThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) {
-    final class Work { let run: () -> Void; init(_ run: @escaping () -> Void) { self.run = run } }
-    var threads: [pthread_t] = []
-    for i in 0..<count {
-        let work = Unmanaged.passRetained(Work { body(i) }).toOpaque()
-        var thread = pthread_t()
-        guard pthread_create(&thread, nil, { argument in
-            Unmanaged<Work>.fromOpaque(argument!).takeRetainedValue().run()
-            return nil
-        }, work) == 0 else { fail("pthread_create failed") }
-        threads.append(thread)
-    }
-    for thread in threads { pthread_join(thread, nil) }
 }
 
 // MARK: - Writers (child processes)

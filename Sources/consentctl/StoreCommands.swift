@@ -136,11 +136,12 @@ struct Apply: ParsableCommand {
                 if let warning = report.warning { printError("warning: " + warning) }
                 return
             }
-            // Commands are committed in groups that share one sync. A run of more than one group
-            // keeps the replay in memory: each group then reads only what other writers
-            // appended since the previous one, not its subjects' whole histories.
+            // Commands are committed in groups that share one sync. A long run (more than 8
+            // groups) keeps the replay in memory: each group then reads only what other writers
+            // appended since the previous one, not its subjects' whole histories. A shorter run
+            // reads just its subjects' histories, which costs less than replaying a large ledger.
             let groupSize = 256
-            if commands.count > groupSize { _ = try ledger.loadAll() }
+            if commands.count > 8 * groupSize { _ = try ledger.loadAll() }
             failing = commands.first?.line
             try ledger.executeInOrder(commands.map(\.command), groupSize: groupSize) { index, result, warning in
                 acknowledge(commands[index].line, result)

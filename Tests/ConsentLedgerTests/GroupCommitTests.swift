@@ -151,22 +151,3 @@ final class HeldFirstWrite: LedgerStore, Sendable {
         return try base.write(body)
     }
 }
-
-/// Runs `body(i)` for `i` in `0..<count` on `count` threads of their own, and waits for them
-/// all. (`DispatchQueue.concurrentPerform` runs as many at once as there are cores, which is
-/// not what many writers blocked on a sync are.)
-func onThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) {
-    final class Work { let run: () -> Void; init(_ run: @escaping () -> Void) { self.run = run } }
-    var threads: [pthread_t] = []
-    for i in 0..<count {
-        let work = Unmanaged.passRetained(Work { body(i) }).toOpaque()
-        var thread = pthread_t()
-        let rc = pthread_create(&thread, nil, { argument in
-            Unmanaged<Work>.fromOpaque(argument!).takeRetainedValue().run()
-            return nil
-        }, work)
-        precondition(rc == 0, "pthread_create failed: \(rc)")
-        threads.append(thread)
-    }
-    for thread in threads { pthread_join(thread, nil) }
-}

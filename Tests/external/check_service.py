@@ -167,6 +167,9 @@ try:
         ("revoke", "post", T + "/features/{feature}/revoke", "/v1/subjects/alice/features/timeline/revoke", alice, {"consent": "required"}, 200),
         ("history", "get", T + "/history", "/v1/subjects/alice/history", alice, None, 200),
         ("checkpoint", "get", "/v1/checkpoint", "/v1/checkpoint", auditor, None, 200),
+        ("principal", "get", "/v1/principal", "/v1/principal", alice, None, 200),
+        ("principal as auditor", "get", "/v1/principal", "/v1/principal", auditor, None, 200),
+        ("principal without a token", "get", "/v1/principal", "/v1/principal", None, None, 401),
         ("export", "get", T + "/export", "/v1/subjects/alice/export", alice, None, 200),
         ("no token", "post", T + "/features/{feature}/activate", "/v1/subjects/alice/features/timeline/activate", None, {"consents": ["required"]}, 401),
         ("bad token", "get", T + "/active", "/v1/subjects/alice/active", "v1.x.y", None, 401),
@@ -191,6 +194,7 @@ try:
         status, payload = call(base, method, path, tok, body)
         check("%s: status %d" % (name, expected), status == expected, "got %d: %s" % (status, str(payload)[:200]))
         validate_response(name, template, method, status, payload)
+    check("principal names the token's subject", call(base, "get", "/v1/principal", alice)[1] == {"role": "subject", "id": "alice"})
     # The token is a JWT: three base64url parts, EdDSA, with the claims the spec names.
     header, claims = (json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))) for part in alice.split(".")[:2])
     check("a token is a JWT signed with EdDSA", header.get("alg") == "EdDSA" and len(alice.split(".")) == 3, str(header))

@@ -71,6 +71,12 @@ struct CheckpointBody: Encodable {
     let note: String
 }
 
+/// Who the request's token names: `GET /v1/principal`.
+struct PrincipalBody: Encodable {
+    let role: String
+    let id: String
+}
+
 struct FeaturesBody: Encodable {
     let features: [JSONDocument]
 
@@ -244,6 +250,17 @@ public struct ConsentRoutes: Sendable {
             await handle(context) {
                 let (checkpoint, note) = try await consents.checkpoint()
                 return json(CheckpointBody(origin: checkpoint.origin, size: checkpoint.size, root: Base64.encode(checkpoint.root.bytes), note: note))
+            }
+        }
+        // Who the token names, and nothing else: a client checks its token with it, and the
+        // load test measures the service's own cost per request with it (no ledger work).
+        api.get("principal") { _, context in
+            await handle(context) {
+                switch context.principal {
+                case .subject(let id)?: return json(PrincipalBody(role: "subject", id: id.text))
+                case .auditor(let name)?: return json(PrincipalBody(role: "auditor", id: name))
+                case nil: throw ServiceError(status: .unauthorized, kind: "unauthorized", message: "missing bearer token")
+                }
             }
         }
         api.get("subjects/:subject/features/:feature") { _, context in
