@@ -43,6 +43,10 @@ final class SubjectFileCache: Sendable {
         state.withLock { if let held = $0.snapshot?.held { close(held) } }
     }
 
+    /// How many lookups went through the file (for tests: a command that should read the file
+    /// once).
+    var lookups: Int { state.withLock { $0.lookups } }
+
     /// `body` applied to the snapshot of the file open as `file`, brought up to its end; nil on
     /// a process's first lookup, which scans instead. All under the lock, so the snapshot is
     /// updated in place, never copied, and no descriptor is closed while another holds it.

@@ -248,6 +248,21 @@ final class Counter: Sendable {
         #expect(throws: ConsentError.self) { try Ledger.open(store: FileLedgerStore(directory: path)).verify() }
     }
 
+    /// A command that looks a subject up twice (`prove-state` and `export` check that it has
+    /// events, then read it) reads subjects.jsonl once: the second lookup would decode every
+    /// record, which took 121 ms at 5M events.
+    @Test func aStateProofAfterACheckLooksTheSubjectUpOnce() throws {
+        let path = LedgerPropertyTests.folder("one-lookup")
+        defer { removeFolder(path) }
+        try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "one-lookup", keyProtection: .insecurePlaintext).execute(Array(seedScenario))
+        let store = FileLedgerStore(directory: path)
+        let reader = try Ledger.open(store: store)
+        #expect(try reader.hasEvents(subjectID: "alice"))
+        _ = try reader.proveState(for: "alice")
+        _ = try reader.exportSubject("alice")
+        #expect(store.subjectCache.lookups == 1)
+    }
+
     /// A long-running writer keeps what it read of subjects.jsonl and reads only what was
     /// appended since; a file rewritten by another process (an erasure) is read afresh, so an
     /// erased record never comes back, and a record appended twice is still refused.
