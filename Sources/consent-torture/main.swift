@@ -5,13 +5,15 @@
 // Each round starts a writer process on one ledger, waits for its first acknowledgement, lets
 // it run a random few milliseconds more and kills it with SIGKILL. Then it checks, in this
 // process, through the library:
+//   - the writer died of that kill (a writer that failed, or hung for 20 s, fails the run; one
+//     that finished its work before the kill is counted apart);
 //   - the ledger opens and `verify` passes (which replays every command span: a command is in
 //     the log whole or not at all);
 //   - every command the writer acknowledged before it died is present, with all its events;
 //   - every subject in the ledger has exactly the events of one whole command.
 // Writer kinds:
 //   group    16 threads of one process, one `Ledger.execute` per command: concurrent calls
-//            share commits (group commit)
+//            share commits (group commit); each call must answer with its own command's result
 //   batched  `Ledger.execute` of 20 commands at a time, acknowledged when the call returns
 //   apply    `consentctl apply` of a file of commands, acknowledged line by line on its output
 // Every command gives `required` and `optional-a` of Timeline to a subject of its own (two
@@ -57,7 +59,11 @@ func writer(kind: String, dir: String, prefix: String) throws {
             for i in 0..<100_000 {
                 let subject = "\(prefix)-t\(t)-\(i)"
                 do {
-                    _ = try ledger.execute(give(subject))
+                    // A group commit must answer each call with its own command's result.
+                    let answer = try ledger.execute(give(subject)).result
+                    guard answer.subjectID == subject, answer.events.count == 2 else {
+                        fail("\(subject): answered with \(answer.subjectID)'s result of \(answer.events.count) event(s)")
+                    }
                 } catch {
                     fail("\(subject): \(error)")
                 }
@@ -79,6 +85,11 @@ func writer(kind: String, dir: String, prefix: String) throws {
 
 struct Round {
     let acknowledged: [String]
+    /// Whether the driver killed the writer after its first acknowledgement, and the writer died
+    /// of that kill (not of an error of its own, nor of a hang the driver gave up on).
+    let killedAsPlanned: Bool
+    /// Whether the writer finished all its work, and exited 0, before the kill came.
+    let finished: Bool
     let status: Int32
 }
 
@@ -99,14 +110,14 @@ func killRound(_ arguments: [String], delay: UInt32, subject: (Substring) -> Str
     close(pipe[1])
     var output: [UInt8] = []
     var buffer = [UInt8](repeating: 0, count: 65536)
-    var killed = false
+    var killed = false, hung = false
     let started = monotonic()
     while true {
         if !killed {
             var poller = pollfd(fd: pipe[0], events: Int16(POLLIN), revents: 0)
-            // No acknowledgement within 20 s: kill it anyway (a hang is what the checks catch).
+            // No acknowledgement within 20 s: a writer that hangs. Kill it; the round fails.
             if poll(&poller, 1, 100) == 0 {
-                if monotonic() - started > 20 { kill(pid, SIGKILL); killed = true }
+                if monotonic() - started > 20 { kill(pid, SIGKILL); killed = true; hung = true }
                 continue
             }
         }
@@ -126,7 +137,9 @@ func killRound(_ arguments: [String], delay: UInt32, subject: (Substring) -> Str
     let text = String(decoding: output, as: UTF8.self)
     var lines = text.split(separator: "\n", omittingEmptySubsequences: true)
     if !text.hasSuffix("\n"), !lines.isEmpty { lines.removeLast() }
-    return Round(acknowledged: lines.compactMap(subject), status: status)
+    // WIFSIGNALED and WTERMSIG, which Swift does not import.
+    let diedOfKill = (status & 0x7F) == SIGKILL
+    return Round(acknowledged: lines.compactMap(subject), killedAsPlanned: killed && !hung && diedOfKill, finished: !hung && status == 0, status: status)
 }
 
 func monotonic() -> Double {
@@ -193,13 +206,14 @@ for kind in kinds {
     }
     var acknowledged = 0
     var events = 1
+    var finishedFirst = 0
     for round in 0..<kills {
         // Up to 30 ms after the first acknowledgement: the writers are in the middle of commits.
         let delay = UInt32(random() % 30_000)
         let result: Round
         if kind == "apply" {
             let file = "\(base)/apply-commands.jsonl"
-            let lines = (0..<400).map { "{\"subject\":\"r\(round)-\($0)\",\"feature\":\"timeline\",\"give\":[\"required\",\"optional-a\"]}" }
+            let lines = (0..<2000).map { "{\"subject\":\"r\(round)-\($0)\",\"feature\":\"timeline\",\"give\":[\"required\",\"optional-a\"]}" }
             let handle = fopen(file, "w")
             fputs(lines.joined(separator: "\n") + "\n", handle)
             fclose(handle)
@@ -211,6 +225,10 @@ for kind in kinds {
         } else {
             result = killRound([selfPath(), "write", kind, dir, "r\(round)"], delay: delay) { String($0) }
         }
+        if result.finished { finishedFirst += 1 }
+        guard result.killedAsPlanned || result.finished, !result.acknowledged.isEmpty else {
+            fail("\(kind), round \(round): the writer did not run until the kill (wait status \(result.status), \(result.acknowledged.count) acknowledged): it failed or hung")
+        }
         do {
             events = try check(dir: dir, acknowledged: result.acknowledged, round: round)
         } catch {
@@ -218,8 +236,8 @@ for kind in kinds {
         }
         acknowledged += result.acknowledged.count
     }
-    acknowledge("consent-torture: \(kind): \(kills) kills survived; \(acknowledged) acknowledged commands all present; verify passed after every kill; \(events) events in the end")
-    total += kills
+    acknowledge("consent-torture: \(kind): \(kills - finishedFirst) kills survived (\(finishedFirst) writers finished first); \(acknowledged) acknowledged commands all present; verify passed after every kill; \(events) events in the end")
+    total += kills - finishedFirst
     _ = system("rm -rf '\(dir)'")
 }
 acknowledge("consent-torture: \(total) kills in all, nothing acknowledged lost")

@@ -1,5 +1,6 @@
 import ConsentDomain
 import Dispatch
+import Foundation
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -126,15 +127,84 @@ import Testing
             #expect(try ledger.report(for: subject).events.count == 2)
         }
     }
+
+    /// A subject record that fails its check (its signature altered) is the error of the call
+    /// that names that subject only: the group is run call by call, and the other call of the
+    /// group is committed.
+    @Test func aBadRecordFailsOnlyTheCallThatNamesIt() throws {
+        let folder = TemporaryFolder("group")
+        defer { folder.remove() }
+        let path = folder.path + "/ledger"
+        try Self.makeLedger(folder).execute([Self.give("mallory"), Self.give("first")])
+        try Self.damageSignature(of: "mallory", in: path)
+        let gate = HeldFirstWrite(FileLedgerStore(directory: path), expected: 3)
+        let ledger = try Ledger.open(store: gate)
+        let outcomes = Mutex<[String: Result<Int, ConsentError>]>([:])
+        gate.holdNextWrite()
+        onThreads(3) { t in
+            // The first call leads and is held; the other two queue behind it as one group.
+            if t > 0 { usleep(20_000) }
+            let subject = ["first", "good", "mallory"][t]
+            gate.arrived()
+            let result = Result { () throws(ConsentError) -> Int in
+                do { return try ledger.execute(Self.give(subject, ["optional-a"])).result.events.count } catch let error as ConsentError { throw error } catch { throw .storage("\(error)") }
+            }
+            outcomes.withLock { $0[subject] = result }
+        }
+        let results = outcomes.withLock { $0 }
+        #expect((try? results["first"]?.get()) == 1)
+        // "good" has no required consent yet: its refusal is its own (R2), not the record's.
+        guard case .failure(let good)? = results["good"] else { Issue.record("good was accepted"); return }
+        #expect("\(good)".contains("R2"), "\(good)")
+        guard case .failure(let bad)? = results["mallory"] else { Issue.record("mallory's damaged record was used"); return }
+        #expect("\(bad)".contains("mallory") && "\(bad)".contains("subject record"), "\(bad)")
+    }
+
+    /// In `executeInOrder`, a subject record that fails its check stops the run at its command:
+    /// the commands before it, in the same group, are committed and acknowledged.
+    @Test func inOrderStopsAtABadRecordAfterCommittingWhatComesBefore() throws {
+        let folder = TemporaryFolder("group")
+        defer { folder.remove() }
+        let path = folder.path + "/ledger"
+        try Self.makeLedger(folder).execute([Self.give("mallory")])
+        try Self.damageSignature(of: "mallory", in: path)
+        let ledger = try Ledger.open(store: FileLedgerStore(directory: path))
+        var acknowledged: [Int] = []
+        let commands = [Self.give("a"), Self.give("b"), Self.give("mallory", ["optional-a"]), Self.give("d")]
+        do {
+            try ledger.executeInOrder(commands, groupSize: 4) { index, _, _ in acknowledged.append(index) }
+            Issue.record("the damaged record was used")
+        } catch {
+            #expect("\(error)".contains("mallory"), "\(error)")
+        }
+        #expect(acknowledged == [0, 1])
+        #expect(try ledger.report(for: "b").events.count == 1)
+        #expect(try ledger.report(for: "d").events.isEmpty)
+    }
+
+    /// Alters one hex digit of `subject`'s record signature in subjects.jsonl.
+    static func damageSignature(of subject: String, in path: String) throws {
+        var text = String(decoding: readBytes(path + "/subjects.jsonl"), as: UTF8.self)
+        let line = try #require(text.split(separator: "\n").first { $0.hasPrefix("{\"id\":\"\(subject)\"") })
+        var altered = String(line)
+        let digit = altered.index(altered.endIndex, offsetBy: -4)
+        altered.replaceSubrange(digit...digit, with: altered[digit] == "0" ? "1" : "0")
+        text = text.replacingOccurrences(of: String(line), with: altered)
+        writeBytes(Array(text.utf8), to: path + "/subjects.jsonl")
+    }
 }
 
-/// A storage that, when told, holds its next write transaction until 16 callers have arrived
-/// (or a second has passed), so that they queue behind it.
+/// A storage that, when told, holds its next write transaction until `expected` callers have
+/// arrived (or a second has passed), so that they queue behind it.
 final class HeldFirstWrite: LedgerStore, Sendable {
     let base: FileLedgerStore
+    let expected: Int
     private let state = Mutex<(hold: Bool, arrived: Int)>((false, 0))
 
-    init(_ base: FileLedgerStore) { self.base = base }
+    init(_ base: FileLedgerStore, expected: Int = 16) {
+        self.base = base
+        self.expected = expected
+    }
 
     func holdNextWrite() { state.withLock { $0.hold = true } }
     func arrived() { state.withLock { $0.arrived += 1 } }
@@ -145,7 +215,7 @@ final class HeldFirstWrite: LedgerStore, Sendable {
     func read<T>(_ body: (any LedgerReadTransaction) throws -> T) throws -> T { try base.read(body) }
     func write<T>(_ body: (any LedgerWriteTransaction) throws -> T) throws -> T {
         if state.withLock({ s in defer { s.hold = false }; return s.hold }) {
-            for _ in 0..<1000 where state.withLock({ $0.arrived }) < 16 { usleep(1000) }
+            for _ in 0..<1000 where state.withLock({ $0.arrived }) < expected { usleep(1000) }
             usleep(20_000)
         }
         return try base.write(body)

@@ -335,11 +335,6 @@ public final class Ledger: Sendable {
             // Signed, perhaps, by a key this process has not learned of yet: ask the log.
             try checkRecord(id, record, keys: try keyHistory())
         }
-        // Remembered once checked, like the salts a write checks: a command that looks a
-        // subject up twice (a check that it has events, then the read) reads subjects.jsonl once.
-        memory.withLock { m in
-            if m.salts == nil { m.salts = [id: record.salt] } else { m.salts![id] = record.salt }
-        }
         return record.salt
     }
 

@@ -54,7 +54,7 @@ final class GroupCommit: @unchecked Sendable {
     /// durable (or its error). `run` decides and commits a group of calls, each call's commands
     /// as one batch, and returns each batch's result in order; an error it throws fails every
     /// call of the group.
-    func submit(_ commands: [LedgerCommand], run: ([[LedgerCommand]]) throws -> [Result<ExecutionReport, ConsentError>]) throws -> ExecutionReport {
+    func submit(_ commands: [LedgerCommand], run: ([[LedgerCommand]]) throws -> [Result<ExecutionReport, any Error>]) throws -> ExecutionReport {
         pthread_mutex_lock(mutex)
         nextTicket += 1
         let ticket = nextTicket
@@ -78,11 +78,15 @@ final class GroupCommit: @unchecked Sendable {
             let group = Array(waiting.prefix(taken))
             waiting.removeFirst(taken)
             pthread_mutex_unlock(mutex)
-            let results: [Result<ExecutionReport, any Error>]
+            var results: [Result<ExecutionReport, any Error>]
             do {
-                results = try run(group.map(\.commands)).map { $0.mapError { $0 as any Error } }
+                results = try run(group.map(\.commands))
             } catch {
                 results = group.map { _ in .failure(error) }
+            }
+            // Every call of the group gets a result, or its caller would wait for ever.
+            while results.count < group.count {
+                results.append(.failure(ConsentError.invalidRequest("internal error: the group commit gave this call no result")))
             }
             pthread_mutex_lock(mutex)
             for (call, result) in zip(group, results) { done[call.ticket] = result }

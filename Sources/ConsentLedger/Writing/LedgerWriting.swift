@@ -14,14 +14,22 @@ extension Ledger {
     /// while one commit is being made durable, the commands that arrive wait, and the next
     /// commit takes all of them, each call's commands checked and appended atomically on their
     /// own, so that one sync serves every waiting call. A call returns only once its events
-    /// are durable; a call the rules refuse appends nothing and does not affect the others.
+    /// are durable; a call the rules refuse appends nothing and does not affect the others. The
+    /// report's `recovered` and `warning` describe the commit the call shared.
     @discardableResult
     public func execute(_ commands: [LedgerCommand]) throws -> ExecutionReport {
         for command in commands {
             try LedgerCommand.validate(subjectID: command.subjectID, actor: command.actor)
         }
         return try groupCommit.submit(commands) { batches in
-            try executeGroup(batches, stopAtRefusal: false)
+            do {
+                return try executeGroup(batches, stopAtRefusal: false).map { $0.mapError { $0 as any Error } }
+            } catch where batches.count > 1 {
+                // An error that is not a refusal of one batch is thrown for the whole group: a
+                // subject record that fails its check, say, or the storage. Each call is then run
+                // alone, so that an error reaches only the call it belongs to.
+                return batches.map { batch in Result { try executeGroup([batch], stopAtRefusal: false)[0].get() } }
+            }
         }
     }
 
@@ -30,8 +38,9 @@ extension Ledger {
     /// one sync serves a whole group: a bulk import at the rate of the disk rather than of its
     /// syncs. Each command is atomic: a crash keeps or loses it whole. `acknowledge` is called
     /// with each command's index and result once its group is durable, before the next group
-    /// is written. A refused command throws (after the commands before it were committed and
-    /// acknowledged); nothing after it is appended.
+    /// is written (a commit's warning comes with its last command). A refused command throws
+    /// (after the commands before it were committed and acknowledged); nothing after it is
+    /// appended.
     public func executeInOrder(_ commands: [LedgerCommand], groupSize: Int = 256, acknowledge: (Int, CommandResult, _ warning: String?) throws -> Void) throws {
         for command in commands {
             try LedgerCommand.validate(subjectID: command.subjectID, actor: command.actor)
@@ -39,10 +48,20 @@ extension Ledger {
         var next = 0
         while next < commands.count {
             let group = commands[next..<min(commands.count, next + max(1, groupSize))].map { [$0] }
-            let outcomes = try groupCommit.exclusively { try executeGroup(group, stopAtRefusal: true) }
-            for outcome in outcomes {
+            var outcomes: [Result<ExecutionReport, ConsentError>]
+            do {
+                outcomes = try groupCommit.exclusively { try executeGroup(group, stopAtRefusal: true) }
+            } catch where group.count > 1 {
+                // An error that is not a refusal (a subject record that fails its check, say)
+                // stops the whole group: the group's first command is run alone, so that the
+                // commands before the one at fault are committed and acknowledged, and the error
+                // is that command's.
+                outcomes = try groupCommit.exclusively { try executeGroup([group[0]], stopAtRefusal: true) }
+            }
+            for (i, outcome) in outcomes.enumerated() {
                 let report = try outcome.get()
-                try acknowledge(next, report.results[0], report.warning)
+                // One commit's warning is given once, with its last command.
+                try acknowledge(next, report.results[0], i == outcomes.count - 1 ? report.warning : nil)
                 next += 1
             }
         }
@@ -51,8 +70,9 @@ extension Ledger {
     /// Decides each batch of commands in order, against the state the batches accepted before
     /// it leave, and commits the events of every accepted batch in one commit. A batch the rules
     /// refuse appends nothing and its result is its error; the batches after it go on (with
-    /// `stopAtRefusal`, they are not run and have no result). An error that is not a batch's own
-    /// (the storage, the key, integrity) fails the whole group: this throws it.
+    /// `stopAtRefusal`, they are not run and have no result). Any other error (the storage, the
+    /// key, a subject record that fails its check) fails the whole group: this throws it, and
+    /// the callers run the batches alone to find whose it is.
     func executeGroup(_ batches: [[LedgerCommand]], stopAtRefusal: Bool) throws -> [Result<ExecutionReport, ConsentError>] {
         let commands = batches.flatMap { $0 }
         let signer = try signingKey()
