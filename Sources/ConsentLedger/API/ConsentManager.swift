@@ -6,10 +6,12 @@ import Dispatch
 
 /// The consent logic the patient app calls (rule R9), for a backend that embeds the ledger.
 ///
-/// Every method is `async` and runs the ledger's blocking file work off the caller's executor;
-/// every call that changes consents answers with the subject's updated consents. One manager
-/// may be shared by any number of tasks; writes are serialised by the ledger's lock, also
-/// against other processes using the same folder or PostgreSQL schema.
+/// Every method is `async` and runs the ledger's blocking file work on threads of the manager's
+/// own (up to 64 at once), never on the caller's executor; every call that changes consents
+/// answers with the subject's updated consents. One manager may be shared by any number of
+/// tasks; writes are serialised by the ledger's lock, also against other processes using the
+/// same folder or PostgreSQL schema, and writes that arrive together share a commit and its
+/// sync (group commit, see `Ledger.execute(_:)`).
 ///
 /// ```swift
 /// let consents = try await ConsentManager.open(directory: "/var/lib/consents")
@@ -18,7 +20,8 @@ import Dispatch
 public final class ConsentManager: Sendable {
     /// The ledger underneath, for what this API does not cover.
     public let ledger: Ledger
-    private let queue = DispatchQueue(label: "consentledger.consent-manager", attributes: .concurrent)
+    /// Each call that waits (for the disk, the lock, a shared commit) has a thread of its own.
+    private let workers = BlockingWorkers(maximum: 64)
 
     /// Wraps an open ledger.
     public init(ledger: Ledger) {
@@ -54,8 +57,12 @@ public final class ConsentManager: Sendable {
     }
 
     private static func run<T: Sendable>(on queue: DispatchQueue, _ body: @escaping @Sendable () throws -> T) async throws(ConsentError) -> T {
+        try await run(submit: { job in queue.async(execute: job) }, body)
+    }
+
+    private static func run<T: Sendable>(submit: (@escaping @Sendable () -> Void) -> Void, _ body: @escaping @Sendable () throws -> T) async throws(ConsentError) -> T {
         let result: Result<T, ConsentError> = await withCheckedContinuation { continuation in
-            queue.async {
+            submit {
                 do {
                     continuation.resume(returning: .success(try body()))
                 } catch let error as ConsentError {
@@ -69,7 +76,7 @@ public final class ConsentManager: Sendable {
     }
 
     private func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws(ConsentError) -> T {
-        try await Self.run(on: queue, body)
+        try await Self.run(submit: workers.submit, body)
     }
 
     // MARK: - Reading
