@@ -19,38 +19,23 @@ final class BlockingWorkers: @unchecked Sendable {
     private var threads = 0
     private var idle = 0
     private let maximum: Int
-    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
-    private let arrived: UnsafeMutablePointer<pthread_cond_t>
+    private let state = ThreadCondition()
 
     init(maximum: Int) {
         self.maximum = max(1, maximum)
-        mutex = .allocate(capacity: 1)
-        mutex.initialize(to: pthread_mutex_t())
-        pthread_mutex_init(mutex, nil)
-        arrived = .allocate(capacity: 1)
-        arrived.initialize(to: pthread_cond_t())
-        pthread_cond_init(arrived, nil)
-    }
-
-    // Never deinitialised while a thread runs: each thread holds the workers until it ends.
-    deinit {
-        pthread_cond_destroy(arrived)
-        pthread_mutex_destroy(mutex)
-        arrived.deallocate()
-        mutex.deallocate()
     }
 
     /// Runs `job` on one of the threads, as soon as one is free.
     func submit(_ job: @escaping @Sendable () -> Void) {
-        pthread_mutex_lock(mutex)
+        state.lock()
         jobs.append(job)
         if idle > 0 {
-            pthread_cond_signal(arrived)
+            state.signal()
         } else if threads < maximum {
             threads += 1
             start()
         }
-        pthread_mutex_unlock(mutex)
+        state.unlock()
     }
 
     private func start() {
@@ -72,34 +57,31 @@ final class BlockingWorkers: @unchecked Sendable {
                 let pending = jobs[next...]
                 jobs.removeAll()
                 next = 0
-                pthread_mutex_unlock(mutex)
+                state.unlock()
                 pending.forEach { $0() }
-                pthread_mutex_lock(mutex)
+                state.lock()
             }
         }
     }
 
     private func work() {
-        pthread_mutex_lock(mutex)
+        state.lock()
         while true {
             if next < jobs.count {
                 let job = jobs[next]
                 next += 1
                 if next == jobs.count { jobs.removeAll(keepingCapacity: true); next = 0 }
-                pthread_mutex_unlock(mutex)
+                state.unlock()
                 job()
-                pthread_mutex_lock(mutex)
+                state.lock()
                 continue
             }
             idle += 1
-            var deadline = timespec()
-            clock_gettime(CLOCK_REALTIME, &deadline)
-            deadline.tv_sec += 10
-            let rc = pthread_cond_timedwait(arrived, mutex, &deadline)
+            let woken = state.wait(seconds: 10)
             idle -= 1
-            if rc == ETIMEDOUT, next >= jobs.count {
+            if !woken, next >= jobs.count {
                 threads -= 1
-                pthread_mutex_unlock(mutex)
+                state.unlock()
                 return
             }
         }

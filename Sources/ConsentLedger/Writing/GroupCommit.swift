@@ -1,8 +1,3 @@
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#endif
 
 /// Group commit for the writers of one process: a sync costs the same for one command as for a
 /// hundred, so commands that arrive while a commit is being made durable wait together, and
@@ -19,7 +14,7 @@ import Musl
 /// or loses each whole, and nothing is acknowledged before its commit returned.
 final class GroupCommit: @unchecked Sendable {
     /// Calls whose commands wait for a commit, and the results of calls run by a leader but not
-    /// yet taken by their caller. Guarded by `mutex`.
+    /// yet taken by their caller. Guarded by `state`.
     private var nextTicket = 0
     private var waiting: [(ticket: Int, commands: [LedgerCommand])] = []
     private var done: [Int: Result<ExecutionReport, any Error>] = [:]
@@ -27,45 +22,28 @@ final class GroupCommit: @unchecked Sendable {
     private var leading = false
     /// Callers sleep here until a leader has run their call or the leader's place is free; a
     /// sleeping waiter takes no core from the leader, whose signing needs them all.
-    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
-    private let changed: UnsafeMutablePointer<pthread_cond_t>
+    private let state = ThreadCondition()
 
     /// At most this many commands go into one commit (a bound on its memory and on how long
     /// the first caller of a group waits); calls beyond it wait for the next.
     static let maxCommands = 1024
-
-    init() {
-        mutex = .allocate(capacity: 1)
-        mutex.initialize(to: pthread_mutex_t())
-        pthread_mutex_init(mutex, nil)
-        changed = .allocate(capacity: 1)
-        changed.initialize(to: pthread_cond_t())
-        pthread_cond_init(changed, nil)
-    }
-
-    deinit {
-        pthread_cond_destroy(changed)
-        pthread_mutex_destroy(mutex)
-        changed.deallocate()
-        mutex.deallocate()
-    }
 
     /// Queues `commands` as one call and returns its report once a commit has made its events
     /// durable (or its error). `run` decides and commits a group of calls, each call's commands
     /// as one batch, and returns each batch's result in order; an error it throws fails every
     /// call of the group.
     func submit(_ commands: [LedgerCommand], run: ([[LedgerCommand]]) throws -> [Result<ExecutionReport, any Error>]) throws -> ExecutionReport {
-        pthread_mutex_lock(mutex)
+        state.lock()
         nextTicket += 1
         let ticket = nextTicket
         waiting.append((ticket, commands))
         while true {
             if let result = done.removeValue(forKey: ticket) {
-                pthread_mutex_unlock(mutex)
+                state.unlock()
                 return try result.get()
             }
             if leading || waiting.isEmpty {
-                pthread_cond_wait(changed, mutex)
+                state.wait()
                 continue
             }
             // Lead: take every call that waits (up to the bound), run them outside the lock.
@@ -77,7 +55,7 @@ final class GroupCommit: @unchecked Sendable {
             }
             let group = Array(waiting.prefix(taken))
             waiting.removeFirst(taken)
-            pthread_mutex_unlock(mutex)
+            state.unlock()
             var results: [Result<ExecutionReport, any Error>]
             do {
                 results = try run(group.map(\.commands))
@@ -88,25 +66,25 @@ final class GroupCommit: @unchecked Sendable {
             while results.count < group.count {
                 results.append(.failure(ConsentError.invalidRequest("internal error: the group commit gave this call no result")))
             }
-            pthread_mutex_lock(mutex)
+            state.lock()
             for (call, result) in zip(group, results) { done[call.ticket] = result }
             leading = false
-            pthread_cond_broadcast(changed)
+            state.broadcast()
         }
     }
 
     /// Runs `body` as the only leader: no group runs meanwhile (a caller that commits groups of
     /// its own, ``Ledger/executeInOrder(_:groupSize:acknowledge:)``).
     func exclusively(_ body: () throws -> [Result<ExecutionReport, ConsentError>]) throws -> [Result<ExecutionReport, ConsentError>] {
-        pthread_mutex_lock(mutex)
-        while leading { pthread_cond_wait(changed, mutex) }
+        state.lock()
+        while leading { state.wait() }
         leading = true
-        pthread_mutex_unlock(mutex)
+        state.unlock()
         defer {
-            pthread_mutex_lock(mutex)
+            state.lock()
             leading = false
-            pthread_cond_broadcast(changed)
-            pthread_mutex_unlock(mutex)
+            state.broadcast()
+            state.unlock()
         }
         return try body()
     }
