@@ -93,11 +93,14 @@ bench: deps
 	swift build $(RELEASE)
 	"$$(swift build $(RELEASE) --show-bin-path)/consent-bench" $(BENCH_ARGS)
 
-## Durable appends to a PostgreSQL ledger: one writer, then 4 writer processes at once, then
-## verify, against a throwaway server (release build from the service package, which has the trait).
+## Durable commands on a PostgreSQL ledger against pgbench's one-row transactions on the same
+## throwaway server: one writer (existing and new subjects, with statements per command), 16
+## threads of one process (group commit), 4 writer processes, then verify (release build from
+## the service package, which has the trait).
+PG_BENCH_ARGS ?= --commands 2000 --writers 4
 bench-postgres: deps
 	cd Samples/ConsentService && swift build -c release --product consent-bench
-	bash scripts/with-test-postgres.sh sh -c '"$$(cd Samples/ConsentService && swift build -c release --show-bin-path)/consent-bench" --postgres "$$CONSENTLEDGER_TEST_POSTGRES_URL" $(BENCH_ARGS)'
+	bash scripts/with-test-postgres.sh sh -c '"$$(cd Samples/ConsentService && swift build -c release --show-bin-path)/consent-bench" --postgres "$$CONSENTLEDGER_TEST_POSTGRES_URL" $(PG_BENCH_ARGS)'
 
 ## The HTTP service (Samples/ConsentService) on the file store ./consent-ledger, port 8080.
 ## STORE=postgres://USER@HOST:PORT/DB?schema=NAME puts the ledger in PostgreSQL instead.

@@ -178,8 +178,8 @@ public struct PostgresLedgerAddress: Sendable, Hashable, CustomStringConvertible
     /// Whether TLS is on without any check of the server: callers warn about it.
     public var isUnverified: Bool { tlsMode == .requireUnverified }
 
-    func connectionConfiguration() throws -> PostgresConnection.Configuration {
-        let tls: PostgresConnection.Configuration.TLS
+    /// The TLS settings the address asks for; nil for `sslmode=disable`.
+    private func tlsConfiguration() throws -> TLSConfiguration? {
         if tlsMode == .verifyFull, Self.isIPAddress(host) {
             // With an address there is no name to send or check (SNI carries names only).
             throw ConsentError.invalidRequest("\(self): sslmode=verify-full checks the server's name, so give the host by the name its certificate holds, not the address \(host) (or use sslmode=verify-ca, which checks the certificate chain only)")
@@ -192,24 +192,33 @@ public struct PostgresLedgerAddress: Sendable, Hashable, CustomStringConvertible
                 throw ConsentError.invalidRequest("sslrootcert \(rootCertificates): cannot read PEM certificates (\(error))")
             }
         }
+        switch tlsMode {
+        case .disable: return nil
+        case .requireUnverified: config.certificateVerification = .none
+        case .verifyCA: config.certificateVerification = .noHostnameVerification
+        case .verifyFull: config.certificateVerification = .fullVerification
+        }
+        return config
+    }
+
+    /// The pool's configuration: `PostgresClient` makes the TLS context itself when it first
+    /// connects.
+    func clientConfiguration() throws -> PostgresClient.Configuration {
+        let tls = try tlsConfiguration()
+        return PostgresClient.Configuration(host: host, port: port, username: username, password: password, database: database, tls: tls.map { .require($0) } ?? .disable)
+    }
+
+    /// The configuration of one connection of its own (the store's probe, which says why the
+    /// pool cannot connect).
+    func connectionConfiguration() throws -> PostgresConnection.Configuration {
+        guard let tls = try tlsConfiguration() else {
+            return PostgresConnection.Configuration(host: host, port: port, username: username, password: password, database: database, tls: .disable)
+        }
         do {
-            switch tlsMode {
-            case .disable:
-                tls = .disable
-            case .requireUnverified:
-                config.certificateVerification = .none
-                tls = .require(try NIOSSLContext(configuration: config))
-            case .verifyCA:
-                config.certificateVerification = .noHostnameVerification
-                tls = .require(try NIOSSLContext(configuration: config))
-            case .verifyFull:
-                config.certificateVerification = .fullVerification
-                tls = .require(try NIOSSLContext(configuration: config))
-            }
+            return PostgresConnection.Configuration(host: host, port: port, username: username, password: password, database: database, tls: .require(try NIOSSLContext(configuration: tls)))
         } catch {
             throw ConsentError.storage("cannot set up TLS for \(self): \(error)")
         }
-        return PostgresConnection.Configuration(host: host, port: port, username: username, password: password, database: database, tls: tls)
     }
 }
 #endif

@@ -33,11 +33,40 @@ import Glibc
 /// reports a command as done only after that. A failed statement or commit rolls the
 /// whole command back. Readers use a `REPEATABLE READ READ ONLY` transaction: one snapshot,
 /// never blocking or blocked by writers.
+///
+/// **Round trips.** A locked write is `BEGIN`, one call of `head_state` (the lock, the head,
+/// the newest entry and the derived tables' sizes), whatever rows the ledger reads that this
+/// store has not read before, one call of `append_commit`, and `COMMIT`. A writer that
+/// committed last (``writeOptimistically(_:)``) remembers the head, the newest entry and the
+/// rows it read, all of which that head commits to; its next command is one call of
+/// `append_commit`, in a transaction of its own, which first checks under the lock that the
+/// head is still the remembered one. When another writer moved it, nothing is written and the
+/// ledger writes again with ``write(_:)``. Remembered rows are as good as rows read now: the
+/// log's rows never change, derived rows change only with the head, and the ledger checks
+/// whatever it reads against the signed head either way.
+///
+/// **Connections.** postgres-nio's `PostgresClient` keeps the connections (at most
+/// ``maximumConnections``). ``LedgerStore`` is synchronous, so each statement runs as a task
+/// on threads of the store's own and the caller's thread waits for it (see
+/// `PostgresExecutor`); nothing waits on an `EventLoopFuture`.
 public final class PostgresLedgerStore: LedgerStore {
     /// Where the ledger lives.
     public let address: PostgresLedgerAddress
-    private let connections: PostgresConnections
+    let connections: PostgresConnections
     private let schemaReady = Mutex(false)
+
+    /// What this process's last commit, or its last locked write, left: see ``WarmState``.
+    let warm = Mutex<WarmState?>(nil)
+
+    /// The catalogue and public key, as created: the row never changes.
+    let createdWith = Mutex<(catalog: [UInt8], publicKey: PublicKey)?>(nil)
+
+    /// Statements sent to the server by this store (round trips), for tests and the bench.
+    public var statementsSent: Int { sent.load(ordering: .relaxed) }
+    let sent = Atomic<Int>(0)
+
+    /// Connections a store opens at most; more callers at once wait for one.
+    public static var maximumConnections: Int { PostgresConnections.maximumConnections }
 
     /// Where this process's writers find the signing key; the database never holds it.
     private let writerKeys: (any KeyStore)?
@@ -91,7 +120,7 @@ public final class PostgresLedgerStore: LedgerStore {
     /// The schema as SQL text (quoted).
     var s: String { PostgresSchema.quoted(address.schema) }
 
-    private var lockName: String { "consentledger:" + address.schema }
+    var lockName: String { "consentledger:" + address.schema }
 
     // MARK: - Sessions and transactions
 
@@ -102,15 +131,15 @@ public final class PostgresLedgerStore: LedgerStore {
             throw ConsentError.notFound(.ledger, "no ledger at \(address) (run 'consentctl init --store \(address)' to create one)")
         }
         if version != PostgresSchema.latestVersion {
-            try transaction(session, exclusive: true) { try PostgresSchema.migrate(session, schema: address.schema, create: false) }
+            try transaction(session, exclusive: true, lockFirst: true) { try PostgresSchema.migrate(session, schema: address.schema, create: false) }
         }
         schemaReady.withLock { $0 = true }
     }
 
-    private func transaction<T>(_ session: PostgresSession, exclusive: Bool, _ body: () throws -> T) throws -> T {
+    private func transaction<T>(_ session: PostgresSession, exclusive: Bool, lockFirst: Bool, _ body: () throws -> T) throws -> T {
         try session.query(exclusive ? "BEGIN ISOLATION LEVEL READ COMMITTED" : "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         do {
-            if exclusive { try session.query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", PostgresBindings(lockName)) }
+            if exclusive, lockFirst { try session.query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", PostgresBindings(lockName)) }
             let result = try body()
             let commit = try session.query("COMMIT")
             // COMMIT of a transaction in which a statement failed answers ROLLBACK, not an error.
@@ -124,27 +153,83 @@ public final class PostgresLedgerStore: LedgerStore {
         }
     }
 
-    /// Runs `body` in a transaction of its own session.
-    func inTransaction<T>(exclusive: Bool, _ body: (PostgresSession) throws -> T) throws -> T {
+    /// Runs `body` in a transaction of its own session. Without `lockFirst`, an exclusive
+    /// transaction leaves the lock to its first statement (a ``PostgresLedgerTransaction``
+    /// takes it with the head, in one round trip).
+    func inTransaction<T>(exclusive: Bool, lockFirst: Bool = true, _ body: (PostgresSession) throws -> T) throws -> T {
         try connections.withSession { session in
+            defer { sent.add(session.statements, ordering: .relaxed) }
             try ensureSchema(session)
-            return try transaction(session, exclusive: exclusive) { try body(session) }
+            return try transaction(session, exclusive: exclusive, lockFirst: lockFirst) { try body(session) }
         }
     }
 
     public func read<T>(_ body: (any LedgerReadTransaction) throws -> T) throws -> T {
-        try inTransaction(exclusive: false) { session in try body(PostgresLedgerTransaction(store: self, session: session)) }
+        try inTransaction(exclusive: false) { session in try body(PostgresLedgerTransaction(store: self, session: session, locking: false)) }
     }
 
     public func write<T>(_ body: (any LedgerWriteTransaction) throws -> T) throws -> T {
         var erased: (Bool, String?) = (false, nil)
-        let result = try inTransaction(exclusive: true) { session in
-            let transaction = PostgresLedgerTransaction(store: self, session: session)
-            defer { erased = (transaction.erased, transaction.erasedBy) }
-            return try body(transaction)
+        var known: WarmState?
+        let result: T
+        warm.withLock { $0 = nil }
+        do {
+            result = try inTransaction(exclusive: true, lockFirst: false) { session in
+                let transaction = PostgresLedgerTransaction(store: self, session: session, locking: true)
+                defer {
+                    erased = (transaction.erased, transaction.erasedBy)
+                    known = transaction.known
+                }
+                return try body(transaction)
+            }
+        } catch {
+            // Whatever failed may have left the head elsewhere: read it again next time.
+            warm.withLock { $0 = nil }
+            throw error
         }
+        warm.withLock { $0 = known }
         if erased.0 { try purgeErasedRows(deletedBy: erased.1) }
         return result
+    }
+
+    public var writesOptimistically: Bool { true }
+
+    public func writeOptimistically<T>(_ body: (any LedgerWriteTransaction) throws -> T) throws -> T {
+        // After a commit refused because another writer moved the head, the next few writes take
+        // the lock at once: where other processes write all the time, a remembered head is
+        // almost never the current one, and each refused commit is a signature and a round trip
+        // thrown away.
+        let contended = lockedWritesLeft.withLock { left -> Bool in
+            guard left > 0 else { return false }
+            left -= 1
+            return true
+        }
+        guard !contended, let remembered = warm.withLock({ $0 }) else { return try write(body) }
+        try ensureSchemaOutsideTransaction()
+        let transaction = PostgresLedgerTransaction(store: self, remembered: remembered)
+        do {
+            let result = try body(transaction)
+            warm.withLock { $0 = transaction.known }
+            if transaction.erased { try purgeErasedRows(deletedBy: transaction.erasedBy) }
+            return result
+        } catch {
+            // The head moved, or a row changed under the reader: forget it all. (A command the
+            // rules refuse is not thrown; its group commits or writes nothing and returns.)
+            warm.withLock { $0 = nil }
+            if case .conflict? = error as? ConsentError { lockedWritesLeft.withLock { $0 = Self.lockedWritesAfterConflict } }
+            throw error
+        }
+    }
+
+    /// Writes that take the lock at once before the next optimistic one (see
+    /// ``writeOptimistically(_:)``).
+    private let lockedWritesLeft = Mutex(0)
+    static let lockedWritesAfterConflict = 16
+
+    /// Checks the schema once per store, in a transaction of its own.
+    private func ensureSchemaOutsideTransaction() throws {
+        if schemaReady.withLock({ $0 }) { return }
+        try connections.withSession { session in try ensureSchema(session) }
     }
 
     /// Rewrites the subjects table and its index (VACUUM FULL), so that no dead row version of an
@@ -182,13 +267,13 @@ public final class PostgresLedgerStore: LedgerStore {
 
     public func create(_ setup: LedgerSetup) throws {
         try connections.withSession { session in
-            try transaction(session, exclusive: true) {
+            try transaction(session, exclusive: true, lockFirst: true) {
                 try PostgresSchema.migrate(session, schema: address.schema, create: true)
                 guard try session.query("SELECT 1 FROM \(s).ledger").count == 0 else {
                     throw ConsentError.alreadyExists("a ledger already exists at \(address)")
                 }
                 try session.query("INSERT INTO \(s).ledger (catalog, public_key) VALUES ($1, $2)", PostgresBindings(setup.catalog.buffer, setup.publicKey.bytes.buffer))
-                let transaction = PostgresLedgerTransaction(store: self, session: session)
+                let transaction = PostgresLedgerTransaction(store: self, session: session, locking: false)
                 try transaction.insertEntries([setup.genesis.lineWithoutNewline], from: 0)
                 try transaction.writeDerived(setup.derived)
                 try transaction.writeHead(setup.head)
@@ -198,40 +283,131 @@ public final class PostgresLedgerStore: LedgerStore {
     }
 }
 
-/// A transaction on a PostgreSQL ledger: one session, one snapshot (reads) or the advisory lock
-/// (the writer).
+/// What a store knows of the ledger after its own last commit or locked write: the head, the
+/// newest entry, the derived tables' sizes and rows it read since, all as of that head. Good
+/// for as long as the head is that one (``PostgresLedgerStore/writeOptimistically(_:)`` checks
+/// it under the lock when it commits).
+struct WarmState: Sendable {
+    var state: LogState
+    var counts: DerivedCounts
+    /// Rows as of `state`'s head. Entries never change; derived rows change only in a commit,
+    /// which moves the head.
+    var entries: [Int: [UInt8]] = [:]
+    var mapRecords: [Int64: [UInt8]] = [:]
+    var treeHashes: [Int64: Digest] = [:]
+
+    /// Bounds on the rows kept, so that a long-running writer's memory stays flat.
+    static let rowsKept = 200_000
+
+    mutating func trim() {
+        if entries.count > Self.rowsKept { entries = [:] }
+        if mapRecords.count > Self.rowsKept { mapRecords = [:] }
+        if treeHashes.count > Self.rowsKept { treeHashes = [:] }
+    }
+
+    /// After a commit of this store's: the new head, newest entry and sizes, and the rows it
+    /// wrote.
+    mutating func apply(_ commit: LedgerCommit) throws {
+        for (i, entry) in commit.entries.enumerated() { entries[commit.firstSeq + i] = entry }
+        if let head = commit.head, let line = commit.entries.last {
+            state = LogState(size: commit.firstSeq + commit.entries.count, last: try EventCodec.decode(line: line), head: .signed(head), torn: nil)
+        } else if let head = commit.head {
+            state = LogState(size: state.size, last: state.last, head: .signed(head), torn: nil)
+        }
+        var mapCount = counts.subjectMapRecords
+        if let map = commit.derived.subjectMap {
+            mapRecords = mapRecords.filter { $0.key < map.at }
+            for i in 0..<map.records.count { mapRecords[map.at + Int64(i)] = map.records[i] }
+            mapCount = map.at + Int64(map.records.count)
+        }
+        treeHashes = treeHashes.filter { $0.key < commit.derived.treeFrom }
+        for (i, hash) in commit.derived.treeHashes.enumerated() { treeHashes[commit.derived.treeFrom + Int64(i)] = hash }
+        counts = DerivedCounts(
+            indexed: commit.derived.indexFrom + commit.derived.streamKeys.count,
+            treeHashes: commit.derived.treeFrom + Int64(commit.derived.treeHashes.count),
+            subjectMapRecords: mapCount)
+        trim()
+    }
+}
+
+/// A transaction on a PostgreSQL ledger, one of three kinds:
+/// - a reader's: one session and one snapshot;
+/// - a locked writer's: one session holding the ledger's advisory lock, taken with the head in
+///   its first statement;
+/// - an optimistic writer's: no session; it starts from what the store remembers (``WarmState``),
+///   reads any row it lacks in a statement of its own, and commits in one statement that
+///   checks the head under the lock.
 final class PostgresLedgerTransaction: LedgerWriteTransaction {
     let store: PostgresLedgerStore
-    let session: PostgresSession
-    private var state: LogState?
+    private let session: PostgresSession?
+    /// Whether this transaction's first statement takes the lock (a locked writer's).
+    private let locking: Bool
+    /// What is known of the ledger as of the head this transaction works on; rows read are
+    /// added to it.
+    private(set) var known: WarmState?
+    /// The head this transaction's commit expects (an optimistic writer's).
+    private let expected: ChainHead?
+    private(set) var committed = false
 
-    init(store: PostgresLedgerStore, session: PostgresSession) {
+    init(store: PostgresLedgerStore, session: PostgresSession, locking: Bool) {
         self.store = store
         self.session = session
+        self.locking = locking
+        self.known = nil
+        self.expected = nil
+    }
+
+    init(store: PostgresLedgerStore, remembered: WarmState) {
+        self.store = store
+        self.session = nil
+        self.locking = false
+        self.known = remembered
+        self.expected = remembered.state.recordedHead
     }
 
     private var s: String { store.s }
     private var address: PostgresLedgerAddress { store.address }
+
+    /// Runs one statement: in the session, or for an optimistic writer, on its own.
+    @discardableResult
+    private func query(_ sql: String, _ binds: PostgresBindings = PostgresBindings()) throws -> PostgresQueryResult {
+        if let session { return try session.query(sql, binds) }
+        store.sent.add(1, ordering: .relaxed)
+        return try store.connections.autocommit(sql, binds)
+    }
 
     private func integrity(_ problem: String, seq: Int? = nil, kind: IntegrityKind = .log) -> ConsentError {
         .integrity(IntegrityFailure(kind, line: seq.map { $0 + 1 }, seq: seq.map { UInt64($0) }, problem: "\(address): \(problem)"))
     }
 
     func metadata() throws -> (catalog: [UInt8], publicKey: PublicKey) {
-        guard let row = try session.query("SELECT catalog, public_key FROM \(s).ledger").first else {
+        if let created = store.createdWith.withLock({ $0 }) { return created }
+        try lockIfWriter()
+        guard let row = try query("SELECT catalog, public_key FROM \(s).ledger").first else {
             throw integrity("the catalogue and public key (table ledger) are missing", kind: .ledgerFiles)
         }
         let (catalog, key) = try row.decode((ByteBuffer, ByteBuffer).self)
         guard let publicKey = PublicKey(bytes: key.bytes) else { throw integrity("the public key is not 32 bytes", kind: .ledgerFiles) }
-        return (catalog.bytes, publicKey)
+        let created = (catalog.bytes, publicKey)
+        store.createdWith.withLock { $0 = created }
+        return created
     }
 
+    /// A locked writer takes the lock in its first statement, before reading anything.
+    private func lockIfWriter() throws {
+        if locking, known == nil { _ = try logState() }
+    }
+
+    /// The head, the newest entry and the derived tables' sizes, in one statement that first
+    /// takes the lock (a writer's).
     func logState() throws -> LogState {
-        if let state { return state }
-        guard let headRow = try session.query("SELECT seq, hash, note FROM \(s).head").first else {
-            throw integrity("the head row is missing", kind: .head)
-        }
-        let (headSeq, headHash, note) = try headRow.decode((Int64, ByteBuffer, String?).self)
+        if let known { return known.state }
+        var binds = PostgresBindings(capacity: 1)
+        if locking { binds.append(store.lockName) } else { binds.appendNull() }
+        let rows = try query("SELECT * FROM \(s).head_state($1::text)", binds)
+        guard let row = rows.first else { throw integrity("the head row is missing", kind: .head) }
+        let (headSeq, headHash, note, lastSeq, lastLine, indexed, hashes, map) = try row.decode((Int64?, ByteBuffer?, String?, Int64?, ByteBuffer?, Int64, Int64, Int64).self)
+        guard let headSeq, let headHash else { throw integrity("the head row is missing", kind: .head) }
         guard headSeq >= 0, let hash = Digest(bytes: headHash.bytes) else {
             throw integrity("the head row is not a sequence number and a 32-byte hash", kind: .head)
         }
@@ -243,10 +419,9 @@ final class PostgresLedgerTransaction: LedgerWriteTransaction {
             }
             recorded = .signed(signed)
         }
-        guard let row = try session.query("SELECT seq, line FROM \(s).events ORDER BY seq DESC LIMIT 1").first else {
+        guard let seq = lastSeq, let line = lastLine else {
             throw integrity("the log is empty: the genesis event is missing", seq: 0)
         }
-        let (seq, line) = try row.decode((Int64, ByteBuffer).self)
         guard seq >= 0 else { throw integrity("the newest row of the log has a negative seq") }
         let record: EventRecord
         do {
@@ -258,19 +433,28 @@ final class PostgresLedgerTransaction: LedgerWriteTransaction {
         guard record.event.seq >= head.seq else {
             throw integrity("the log ends at seq \(record.event.seq) but seq \(head.seq) was acknowledged: acknowledged events are missing", seq: Int(seq), kind: .head)
         }
+        guard indexed >= 0, hashes >= 0, map >= 0, indexed < Int64(Int32.max) * 1024 else {
+            throw integrity("a derived table holds a negative or impossible index", kind: .derivedData)
+        }
         let found = LogState(size: Int(seq) + 1, last: record, head: recorded, torn: nil)
-        state = found
+        known = WarmState(state: found, counts: DerivedCounts(indexed: Int(indexed), treeHashes: hashes, subjectMapRecords: map))
         return found
     }
 
     func entries(_ range: Range<Int>, batchSize: Int, indexedKeys: Bool, _ visit: (EntryBatch) throws -> Void) throws {
+        try lockIfWriter()
+        // One remembered entry (a stream's event, read before) costs no round trip.
+        if range.count == 1, !indexedKeys, let line = known?.entries[range.lowerBound] {
+            try visit(EntryBatch(buffer: line, spans: [0..<line.count], firstSeq: range.lowerBound))
+            return
+        }
         var next = range.lowerBound
         while next < range.upperBound {
             let upper = range.upperBound - next > max(1, batchSize) ? next + max(1, batchSize) : range.upperBound
             let sql = indexedKeys
                 ? "SELECT e.seq, e.line, i.subject FROM \(s).events e LEFT JOIN \(s).line_index i ON i.seq = e.seq WHERE e.seq >= $1 AND e.seq < $2 ORDER BY e.seq"
                 : "SELECT seq, line, NULL::bytea FROM \(s).events WHERE seq >= $1 AND seq < $2 ORDER BY seq"
-            let rows = try session.query(sql, PostgresBindings(Int64(next), Int64(min(upper, Int(Int64.max)))))
+            let rows = try query(sql, PostgresBindings(Int64(next), Int64(min(upper, Int(Int64.max)))))
             var buffer: [UInt8] = []
             var spans: [Range<Int>] = []
             var keys: [[UInt8]] = []
@@ -288,7 +472,9 @@ final class PostgresLedgerTransaction: LedgerWriteTransaction {
                 }
             }
             if spans.isEmpty { break }
-            try visit(EntryBatch(buffer: buffer, spans: spans, firstSeq: next, indexedKeys: indexedKeys ? keys : nil))
+            let batch = EntryBatch(buffer: buffer, spans: spans, firstSeq: next, indexedKeys: indexedKeys ? keys : nil)
+            if batch.count == 1, let size = known?.state.size, next < size { known?.entries[next] = batch.entry(0) }
+            try visit(batch)
             next += spans.count
             if next < upper { break }
         }
@@ -298,18 +484,25 @@ final class PostgresLedgerTransaction: LedgerWriteTransaction {
     }
 
     func derivedCounts() throws -> DerivedCounts {
-        let row = try session.query(
-            "SELECT (SELECT coalesce(max(seq) + 1, 0) FROM \(s).line_index)::bigint, (SELECT coalesce(max(idx) + 1, 0) FROM \(s).tree_hashes)::bigint, (SELECT coalesce(max(idx) + 1, 0) FROM \(s).subject_map)::bigint").first!
-        let (indexed, hashes, map) = try row.decode((Int64, Int64, Int64).self)
-        guard indexed >= 0, hashes >= 0, map >= 0, indexed < Int64(Int32.max) * 1024 else { throw integrity("a derived table holds a negative or impossible index", kind: .derivedData) }
-        return DerivedCounts(indexed: Int(indexed), treeHashes: hashes, subjectMapRecords: map)
+        _ = try logState()
+        return known!.counts
     }
 
     func treeHashes(_ indexes: [Int64]) throws -> [Digest] {
+        try lockIfWriter()
         var found: [Int64: Digest] = [:]
-        for row in try session.query("SELECT idx, hash FROM \(s).tree_hashes WHERE idx = ANY($1)", PostgresBindings(indexes)) {
-            let (index, hash) = try row.decode((Int64, ByteBuffer).self)
-            found[index] = Digest(bytes: hash.bytes)
+        let missing = indexes.filter { index in
+            guard let hash = known?.treeHashes[index] else { return true }
+            found[index] = hash
+            return false
+        }
+        if !missing.isEmpty {
+            for row in try query("SELECT idx, hash FROM \(s).tree_hashes WHERE idx = ANY($1)", PostgresBindings(missing)) {
+                let (index, hash) = try row.decode((Int64, ByteBuffer).self)
+                found[index] = Digest(bytes: hash.bytes)
+            }
+            // Only the few hashes a proof needs are remembered, not a verifier's millions.
+            if missing.count <= 64 { for index in missing { known?.treeHashes[index] = found[index] } }
         }
         return try indexes.map { index in
             guard let digest = found[index] else { throw integrity("the tree has no hash at index \(index) (\(store.names.derivedRepair))", kind: .derivedData) }
@@ -318,14 +511,19 @@ final class PostgresLedgerTransaction: LedgerWriteTransaction {
     }
 
     func subjectMapRecord(_ index: Int64) throws -> [UInt8] {
-        guard let row = try session.query("SELECT record FROM \(s).subject_map WHERE idx = $1", PostgresBindings(index)).first else {
+        if let record = known?.mapRecords[index] { return record }
+        try lockIfWriter()
+        guard let row = try query("SELECT record FROM \(s).subject_map WHERE idx = $1", PostgresBindings(index)).first else {
             throw integrity("table subject_map has no record \(index) (\(store.names.derivedRepair))", kind: .derivedData)
         }
-        return try row.decode(ByteBuffer.self).bytes
+        let record = try row.decode(ByteBuffer.self).bytes
+        known?.mapRecords[index] = record
+        return record
     }
 
     func indexedEntries(of key: [UInt8], below limit: Int) throws -> [Int] {
-        try session.query("SELECT seq FROM \(s).line_index WHERE subject = $1 AND seq < $2 ORDER BY seq", PostgresBindings(key.buffer, Int64(limit))).map { row in
+        try lockIfWriter()
+        return try query("SELECT seq FROM \(s).line_index WHERE subject = $1 AND seq < $2 ORDER BY seq", PostgresBindings(key.buffer, Int64(limit))).map { row in
             Int(try row.decode(Int64.self))
         }
     }
@@ -341,14 +539,16 @@ final class PostgresLedgerTransaction: LedgerWriteTransaction {
     }
 
     func subjectRecord(_ id: SubjectID) throws -> SubjectRecord? {
-        guard let row = try session.query("SELECT salt, sig FROM \(s).subjects WHERE subject_id = $1", PostgresBindings(id.utf8.buffer)).first else { return nil }
+        try lockIfWriter()
+        guard let row = try query("SELECT salt, sig FROM \(s).subjects WHERE subject_id = $1", PostgresBindings(id.utf8.buffer)).first else { return nil }
         let (salt, sig) = try row.decode((ByteBuffer, ByteBuffer?).self)
         return try record(salt: salt, sig: sig)
     }
 
     func subjectRecords() throws -> [SubjectID: SubjectRecord] {
+        try lockIfWriter()
         var records: [SubjectID: SubjectRecord] = [:]
-        for row in try session.query("SELECT subject_id, salt, sig FROM \(s).subjects") {
+        for row in try query("SELECT subject_id, salt, sig FROM \(s).subjects") {
             let (id, salt, sig) = try row.decode((ByteBuffer, ByteBuffer, ByteBuffer?).self)
             guard let text = String(validating: id.readableBytesView, as: UTF8.self) else {
                 throw integrity("a subject id in table subjects is not UTF-8", kind: .subjectRecord)
@@ -363,14 +563,16 @@ final class PostgresLedgerTransaction: LedgerWriteTransaction {
     }
 
     func checkpoints() throws -> [IssuedCheckpoint] {
-        try session.query("SELECT size, note FROM \(s).checkpoints ORDER BY size").map { row in
+        try lockIfWriter()
+        return try query("SELECT size, note FROM \(s).checkpoints ORDER BY size").map { row in
             let (size, note) = try row.decode((Int64, String).self)
             return IssuedCheckpoint(size: size, note: note)
         }
     }
 
     func newestCheckpoint() throws -> IssuedCheckpoint? {
-        try session.query("SELECT size, note FROM \(s).checkpoints ORDER BY recorded_at DESC, size DESC LIMIT 1").map { row in
+        try lockIfWriter()
+        return try query("SELECT size, note FROM \(s).checkpoints ORDER BY recorded_at DESC, size DESC LIMIT 1").map { row in
             let (size, note) = try row.decode((Int64, String).self)
             return IssuedCheckpoint(size: size, note: note)
         }.first
@@ -378,36 +580,101 @@ final class PostgresLedgerTransaction: LedgerWriteTransaction {
 
     // MARK: Writing
 
-    /// Everything in the one transaction: it commits when the write's body returns.
+    /// Everything in the one transaction: it commits when the write's body returns (a locked
+    /// writer's), or is its own transaction, committed when this returns (an optimistic
+    /// writer's, refused with `ConsentError.conflict` when the head moved since).
     func commit(_ commit: LedgerCommit) throws -> String? {
         let size = try logState().size
         guard commit.firstSeq == size else {
             throw ConsentError.conflict("the log at \(address) has \(size) entries, not \(commit.firstSeq) as this write began; nothing was appended")
         }
         try commit.checkHead(following: size, at: "\(address)")
+        let largest = [commit.entries.count, commit.subjects.count, commit.revisedSubjects.count, commit.erasedSubjects.count,
+                       commit.derived.streamKeys.count, commit.derived.treeHashes.count, commit.derived.subjectMap?.records.count ?? 0].max()!
+        if session == nil || largest <= Self.rowsInOneStatement {
+            erasedBy = try appendCommit(commit)
+        } else {
+            try commitStatementByStatement(commit)
+        }
+        erased = !commit.erasedSubjects.isEmpty
+        committed = true
+        try known?.apply(commit)
+        return nil
+    }
+
+    /// Up to this many rows of each kind, a commit is one call of `append_commit`; a larger one
+    /// (a migration's, a key revocation's) is written in chunks, statement by statement.
+    static let rowsInOneStatement = 10_000
+
+    /// One call of `append_commit`: the transaction id when it erased subject records.
+    private func appendCommit(_ commit: LedgerCommit) throws -> String? {
+        let resigned = commit.revisedSubjects.compactMap { r in r.record.map { (r.subjectID, $0) } }
+        let removed = commit.revisedSubjects.filter { $0.record == nil }.map(\.subjectID)
+        let derived = commit.derived
+        var binds = PostgresBindings(capacity: 22)
+        binds.append(store.lockName)
+        if let expected {
+            binds.append(Int64(expected.seq))
+            binds.append(expected.hash.bytes.buffer)
+        } else {
+            binds.appendNull()
+            binds.appendNull()
+        }
+        binds.append(Int64(commit.firstSeq))
+        binds.append(commit.entries.map(\.buffer))
+        binds.append(commit.subjects.map { $0.subjectID.utf8.buffer })
+        binds.append(commit.subjects.map { $0.record.salt.buffer })
+        // An unsigned record (a format-1 ledger) is an empty array here and NULL in the row.
+        binds.append(commit.subjects.map { ($0.record.signature?.bytes ?? []).buffer })
+        binds.append(resigned.map { $0.0.utf8.buffer })
+        binds.append(resigned.map { $0.1.salt.buffer })
+        binds.append(resigned.map { ($0.1.signature?.bytes ?? []).buffer })
+        binds.append(removed.map { $0.utf8.buffer })
+        if let map = derived.subjectMap { binds.append(map.at) } else { binds.appendNull() }
+        let mapRecords = derived.subjectMap?.records
+        binds.append((0..<(mapRecords?.count ?? 0)).map { mapRecords![$0].buffer })
+        binds.append(Int64(derived.indexFrom))
+        binds.append(derived.streamKeys.map(\.buffer))
+        binds.append(derived.treeFrom)
+        binds.append(derived.treeHashes.map { $0.bytes.buffer })
+        if let head = commit.head {
+            binds.append(Int64(head.seq))
+            binds.append(head.chainHash.bytes.buffer)
+            binds.append(head.note)
+        } else {
+            binds.appendNull()
+            binds.appendNull()
+            binds.appendNull()
+        }
+        binds.append(commit.erasedSubjects.map { $0.utf8.buffer })
+        let row = try query(
+            "SELECT \(s).append_commit($1::text, $2::bigint, $3::bytea, $4::bigint, $5::bytea[], $6::bytea[], $7::bytea[], $8::bytea[], $9::bytea[], $10::bytea[], $11::bytea[], $12::bytea[], $13::bigint, $14::bytea[], $15::bigint, $16::bytea[], $17::bigint, $18::bytea[], $19::bigint, $20::bytea, $21::text, $22::bytea[])",
+            binds).first
+        return try row?.decode(String?.self)
+    }
+
+    /// A large commit, in chunks of a few thousand rows per statement.
+    private func commitStatementByStatement(_ commit: LedgerCommit) throws {
         try saveSubjects(commit.subjects)
         let resigned = commit.revisedSubjects.compactMap { r in r.record.map { (r.subjectID, $0) } }
         for chunk in stride(from: 0, to: resigned.count, by: 5000) {
             let part = resigned[chunk..<min(resigned.count, chunk + 5000)]
-            try session.query(
+            try query(
                 "UPDATE \(s).subjects AS r SET sig = t.sig FROM unnest($1::bytea[], $2::bytea[], $3::bytea[]) AS t(id, salt, sig) WHERE r.subject_id = t.id AND r.salt = t.salt",
                 PostgresBindings(part.map { $0.0.utf8.buffer }, part.map { $0.1.salt.buffer }, part.map { ($0.1.signature?.bytes ?? []).buffer }))
         }
         let removed = commit.revisedSubjects.filter { $0.record == nil }.map(\.subjectID)
         if !removed.isEmpty {
-            try session.query("DELETE FROM \(s).subjects WHERE subject_id = ANY($1::bytea[])", PostgresBindings(removed.map { $0.utf8.buffer }))
+            try query("DELETE FROM \(s).subjects WHERE subject_id = ANY($1::bytea[])", PostgresBindings(removed.map { $0.utf8.buffer }))
         }
         try insertEntries(commit.entries, from: commit.firstSeq)
         try writeDerived(commit.derived)
         if let head = commit.head { try writeHead(head) }
         if !commit.erasedSubjects.isEmpty {
-            try session.query("DELETE FROM \(s).subjects WHERE subject_id = ANY($1::bytea[])", PostgresBindings(commit.erasedSubjects.map { $0.utf8.buffer }))
+            try query("DELETE FROM \(s).subjects WHERE subject_id = ANY($1::bytea[])", PostgresBindings(commit.erasedSubjects.map { $0.utf8.buffer }))
             // The transaction's id: snapshots older than it may still see the deleted row.
-            erasedBy = try session.query("SELECT backend_xid::text FROM pg_stat_activity WHERE pid = pg_backend_pid()").first?.decode(String?.self) ?? nil
-            erased = true
+            erasedBy = try query("SELECT backend_xid::text FROM pg_stat_activity WHERE pid = pg_backend_pid()").first?.decode(String?.self) ?? nil
         }
-        state = nil
-        return nil
     }
 
     /// Whether this transaction deleted subject records: the store then purges their dead row
@@ -417,9 +684,10 @@ final class PostgresLedgerTransaction: LedgerWriteTransaction {
     private(set) var erasedBy: String?
 
     func insertEntries(_ entries: [[UInt8]], from first: Int) throws {
+        try lockIfWriter()
         for chunk in stride(from: 0, to: entries.count, by: 2000) {
             let range = chunk..<min(entries.count, chunk + 2000)
-            try session.query(
+            try query(
                 "INSERT INTO \(s).events (seq, line) SELECT * FROM unnest($1::bigint[], $2::bytea[])",
                 PostgresBindings(range.map { Int64(first + $0) }, range.map { entries[$0].buffer }))
         }
@@ -429,7 +697,7 @@ final class PostgresLedgerTransaction: LedgerWriteTransaction {
         for chunk in stride(from: 0, to: records.count, by: 5000) {
             let part = records[chunk..<min(records.count, chunk + 5000)]
             // An unsigned record (a format-1 ledger) is an empty array here and NULL in the row.
-            try session.query(
+            try query(
                 "INSERT INTO \(s).subjects (subject_id, salt, sig) SELECT id, salt, NULLIF(sig, ''::bytea) FROM unnest($1::bytea[], $2::bytea[], $3::bytea[]) AS t(id, salt, sig)",
                 PostgresBindings(part.map { $0.subjectID.utf8.buffer }, part.map { $0.record.salt.buffer }, part.map { ($0.record.signature?.bytes ?? []).buffer }))
         }
@@ -437,38 +705,39 @@ final class PostgresLedgerTransaction: LedgerWriteTransaction {
 
     func writeDerived(_ derived: DerivedUpdate) throws {
         if let subjectMap = derived.subjectMap {
-            try session.query("DELETE FROM \(s).subject_map WHERE idx >= $1", PostgresBindings(subjectMap.at))
+            try query("DELETE FROM \(s).subject_map WHERE idx >= $1", PostgresBindings(subjectMap.at))
             for chunk in stride(from: 0, to: subjectMap.records.count, by: 5000) {
                 let part = chunk..<min(subjectMap.records.count, chunk + 5000)
-                try session.query(
+                try query(
                     "INSERT INTO \(s).subject_map (idx, record) SELECT * FROM unnest($1::bigint[], $2::bytea[])",
                     PostgresBindings(part.map { subjectMap.at + Int64($0) }, part.map { subjectMap.records[$0].buffer }))
             }
         }
-        try session.query("DELETE FROM \(s).line_index WHERE seq >= $1", PostgresBindings(Int64(derived.indexFrom)))
+        try query("DELETE FROM \(s).line_index WHERE seq >= $1", PostgresBindings(Int64(derived.indexFrom)))
         for chunk in stride(from: 0, to: derived.streamKeys.count, by: 5000) {
             let part = chunk..<min(derived.streamKeys.count, chunk + 5000)
-            try session.query(
+            try query(
                 "INSERT INTO \(s).line_index (seq, subject) SELECT * FROM unnest($1::bigint[], $2::bytea[])",
                 PostgresBindings(part.map { Int64(derived.indexFrom + $0) }, part.map { derived.streamKeys[$0].buffer }))
         }
-        try session.query("DELETE FROM \(s).tree_hashes WHERE idx >= $1", PostgresBindings(derived.treeFrom))
+        try query("DELETE FROM \(s).tree_hashes WHERE idx >= $1", PostgresBindings(derived.treeFrom))
         for chunk in stride(from: 0, to: derived.treeHashes.count, by: 5000) {
             let part = derived.treeHashes[chunk..<min(derived.treeHashes.count, chunk + 5000)]
-            try session.query(
+            try query(
                 "INSERT INTO \(s).tree_hashes (idx, hash) SELECT * FROM unnest($1::bigint[], $2::bytea[])",
                 PostgresBindings(part.indices.map { derived.treeFrom + Int64($0) }, part.map { $0.bytes.buffer }))
         }
     }
 
     func writeHead(_ head: SignedHead) throws {
-        try session.query(
+        try query(
             "INSERT INTO \(s).head (seq, hash, note) VALUES ($1, $2, $3) ON CONFLICT (only_row) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, note = excluded.note",
             PostgresBindings(Int64(head.seq), head.chainHash.bytes.buffer, head.note))
     }
 
     func recordCheckpoint(_ checkpoint: IssuedCheckpoint) throws {
-        try session.query(
+        try lockIfWriter()
+        try query(
             checkpoint.replaces
                 ? "INSERT INTO \(s).checkpoints (size, note) VALUES ($1, $2) ON CONFLICT (size) DO UPDATE SET note = EXCLUDED.note, recorded_at = clock_timestamp()"
                 : "INSERT INTO \(s).checkpoints (size, note) VALUES ($1, $2) ON CONFLICT (size) DO NOTHING",

@@ -12,7 +12,8 @@ import PostgresNIO
 ///
 /// The tables (version 1, as later versions changed them: 2 added `head.note`, 3 the table
 /// `subject_map`, 4 `subjects.sig`, 5 dropped the byte offsets of `events` and `line_index`, 6
-/// dropped `signing_key` where it held no seed):
+/// dropped `signing_key` where it held no seed, 7 added the functions `head_state` and
+/// `append_commit`):
 ///
 /// | table          | what it holds                                                                    |
 /// |----------------|----------------------------------------------------------------------------------|
@@ -27,6 +28,17 @@ import PostgresNIO
 ///
 /// `events` refuses UPDATE, DELETE and TRUNCATE with a trigger: the log is append-only in the
 /// database too, not only in this code.
+///
+/// Two functions save round trips, each one statement for what took a dozen:
+/// - `head_state(lock_key)`: takes the ledger's advisory lock (unless `lock_key` is NULL), then
+///   reads the head, the newest entry and how many rows each derived table holds. PL/pgSQL runs
+///   each statement of a volatile function on a new snapshot, so the reads see whatever the
+///   previous holder of the lock committed.
+/// - `append_commit(…)`: takes the lock and writes a whole commit (subject records, entries,
+///   derived rows, head). Given the head the writer expects, it first checks that the head is
+///   still that one, and refuses with SQLSTATE 40001 (nothing written) when another writer
+///   moved it: a writer that remembers the head of its own last commit then writes a command in
+///   one round trip, its own transaction, without BEGIN, a read or COMMIT.
 enum PostgresSchema {
     struct Migration: Sendable {
         let version: Int
@@ -78,6 +90,65 @@ enum PostgresSchema {
         // unseen: it stays until `consentctl key move-out` has written it to a key file.
         Migration(version: 6, description: "no secret key in the database") { s in
             ["DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM \(s).signing_key) THEN DROP TABLE \(s).signing_key; END IF; END $$"]
+        },
+        // One round trip for what took a dozen (see above).
+        Migration(version: 7, description: "head_state and append_commit") { s in
+            [
+                """
+                CREATE FUNCTION \(s).head_state(lock_key text)
+                RETURNS TABLE (o_head_seq bigint, o_head_hash bytea, o_head_note text, o_last_seq bigint, o_last_line bytea, o_indexed bigint, o_tree_hashes bigint, o_map_records bigint)
+                LANGUAGE plpgsql VOLATILE AS $$
+                BEGIN
+                    IF lock_key IS NOT NULL THEN PERFORM pg_advisory_xact_lock(hashtextextended(lock_key, 0)); END IF;
+                    RETURN QUERY SELECT h.seq, h.hash, h.note, e.seq, e.line,
+                        (SELECT coalesce(max(i.seq) + 1, 0) FROM \(s).line_index i)::bigint,
+                        (SELECT coalesce(max(t.idx) + 1, 0) FROM \(s).tree_hashes t)::bigint,
+                        (SELECT coalesce(max(m.idx) + 1, 0) FROM \(s).subject_map m)::bigint
+                    FROM (SELECT 1) AS one
+                    LEFT JOIN \(s).head h ON true
+                    LEFT JOIN LATERAL (SELECT l.seq, l.line FROM \(s).events l ORDER BY l.seq DESC LIMIT 1) e ON true;
+                END $$
+                """,
+                """
+                CREATE FUNCTION \(s).append_commit(
+                    lock_key text, expected_seq bigint, expected_hash bytea, first_seq bigint, lines bytea[],
+                    subject_ids bytea[], subject_salts bytea[], subject_sigs bytea[],
+                    revised_ids bytea[], revised_salts bytea[], revised_sigs bytea[], removed_ids bytea[],
+                    map_at bigint, map_records bytea[], index_from bigint, index_keys bytea[], tree_from bigint, tree_hashes bytea[],
+                    head_seq bigint, head_hash bytea, head_note text, erased_ids bytea[])
+                RETURNS text LANGUAGE plpgsql VOLATILE AS $$
+                BEGIN
+                    PERFORM pg_advisory_xact_lock(hashtextextended(lock_key, 0));
+                    IF expected_seq IS NOT NULL AND NOT EXISTS (SELECT 1 FROM \(s).head h WHERE h.seq = expected_seq AND h.hash = expected_hash) THEN
+                        RAISE EXCEPTION 'the ledger''s head is no longer seq %: another writer committed since', expected_seq USING ERRCODE = '40001';
+                    END IF;
+                    INSERT INTO \(s).subjects (subject_id, salt, sig)
+                        SELECT t.id, t.salt, NULLIF(t.sig, ''::bytea) FROM unnest(subject_ids, subject_salts, subject_sigs) AS t(id, salt, sig);
+                    UPDATE \(s).subjects AS r SET sig = t.sig FROM unnest(revised_ids, revised_salts, revised_sigs) AS t(id, salt, sig)
+                        WHERE r.subject_id = t.id AND r.salt = t.salt;
+                    DELETE FROM \(s).subjects r WHERE r.subject_id = ANY(removed_ids);
+                    INSERT INTO \(s).events (seq, line) SELECT first_seq + t.o - 1, t.line FROM unnest(lines) WITH ORDINALITY AS t(line, o);
+                    IF map_at IS NOT NULL THEN
+                        DELETE FROM \(s).subject_map m WHERE m.idx >= map_at;
+                        INSERT INTO \(s).subject_map (idx, record) SELECT map_at + t.o - 1, t.record FROM unnest(map_records) WITH ORDINALITY AS t(record, o);
+                    END IF;
+                    DELETE FROM \(s).line_index i WHERE i.seq >= index_from;
+                    INSERT INTO \(s).line_index (seq, subject) SELECT index_from + t.o - 1, t.key FROM unnest(index_keys) WITH ORDINALITY AS t(key, o);
+                    DELETE FROM \(s).tree_hashes th WHERE th.idx >= tree_from;
+                    INSERT INTO \(s).tree_hashes (idx, hash) SELECT tree_from + t.o - 1, t.hash FROM unnest(tree_hashes) WITH ORDINALITY AS t(hash, o);
+                    IF head_seq IS NOT NULL THEN
+                        INSERT INTO \(s).head (seq, hash, note) VALUES (head_seq, head_hash, head_note)
+                            ON CONFLICT (only_row) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, note = excluded.note;
+                    END IF;
+                    IF cardinality(erased_ids) > 0 THEN
+                        DELETE FROM \(s).subjects r WHERE r.subject_id = ANY(erased_ids);
+                        -- The transaction's id: snapshots older than it may still see the deleted rows.
+                        RETURN (SELECT a.backend_xid::text FROM pg_stat_activity a WHERE a.pid = pg_backend_pid());
+                    END IF;
+                    RETURN NULL;
+                END $$
+                """,
+            ]
         },
     ]
 

@@ -295,6 +295,27 @@ public protocol LedgerStore: Sendable {
     /// ledger as it was (the ledger commits last, so a commit is never followed by a throw; a
     /// PostgreSQL transaction would roll it back, a file's commit is durable when it returns).
     func write<T>(_ body: (any LedgerWriteTransaction) throws -> T) throws -> T
+
+    /// Whether ``writeOptimistically(_:)`` can refuse a write that ``write(_:)`` would run: a
+    /// storage whose every statement is a round trip to a server.
+    var writesOptimistically: Bool { get }
+
+    /// Runs `body` like ``write(_:)``, but may start from what this process knew of the ledger
+    /// after its own last commit instead of asking the storage, and check only when it commits,
+    /// under the storage's lock, that no other writer changed the ledger since. When one did,
+    /// the commit writes nothing and throws `ConsentError.conflict`, or a read that found the
+    /// ledger changed under it throws `ConsentError.integrity`; the caller then runs the write
+    /// again with ``write(_:)``, which decides. A refusal by the rules is thrown as usual.
+    func writeOptimistically<T>(_ body: (any LedgerWriteTransaction) throws -> T) throws -> T
+}
+
+extension LedgerStore {
+    /// A storage whose write transaction costs no round trips (a folder, memory) just writes.
+    public var writesOptimistically: Bool { false }
+
+    public func writeOptimistically<T>(_ body: (any LedgerWriteTransaction) throws -> T) throws -> T {
+        try write(body)
+    }
 }
 
 /// A consistent view of one ledger, valid only inside `LedgerStore.read(_:)` or

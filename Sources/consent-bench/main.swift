@@ -98,7 +98,8 @@ func phaseBuild(dir: String, target: Int, subjects: Int, batch: Int) throws {
 /// once): commands of existing subjects continuing their script, or each of a subject the ledger
 /// has never seen. Emits the total and the median and 99th percentile of one command.
 func phaseDurable(dir: String, count: Int, subjects: Int, offset: Int, newSubjects: Bool) throws {
-    let ledger = try Ledger.open(store: FileLedgerStore(directory: dir))
+    let storage = try store(dir)
+    let ledger = try Ledger.open(store: storage)
     try ledger.loadAll()
     var events = 0
     var times: [Double] = []
@@ -114,7 +115,7 @@ func phaseDurable(dir: String, count: Int, subjects: Int, offset: Int, newSubjec
     }
     let total = now() - start
     times.sort()
-    emit("durable", events, total, "commands=\(count) p50=\(times[count / 2]) p99=\(times[min(count - 1, count * 99 / 100)])")
+    emit("durable", events, total, "commands=\(count) p50=\(times[count / 2]) p99=\(times[min(count - 1, count * 99 / 100)])" + roundTrips(storage, commands: count))
 }
 
 /// Commands of the workload for `writers` writers, each owning the subjects `s` with
@@ -134,7 +135,8 @@ func ownCommands(writer w: Int, writers: Int, count: Int, subjects: Int, offset:
 /// subjects of its own: concurrent calls share commits (group commit). Emits the events, the
 /// wall time and the p50 and p99 of one call.
 func phaseGroup(dir: String, writers: Int, perWriter: Int, subjects: Int, offset: Int) throws {
-    let ledger = try Ledger.open(store: FileLedgerStore(directory: dir))
+    let storage = try store(dir)
+    let ledger = try Ledger.open(store: storage)
     try ledger.loadAll()
     try ledger.unlock()
     let plans = (0..<writers).map { ownCommands(writer: $0, writers: writers, count: perWriter, subjects: subjects, offset: offset) }
@@ -161,7 +163,15 @@ func phaseGroup(dir: String, writers: Int, perWriter: Int, subjects: Int, offset
     let wall = now() - start
     if let message = failure.withLock({ $0 }) { throw BenchError.failed(message) }
     let sorted = times.withLock { $0 }.sorted()
-    emit("group", events.withLock { $0 }, wall, "commands=\(sorted.count) p50=\(sorted[sorted.count / 2]) p99=\(sorted[min(sorted.count - 1, sorted.count * 99 / 100)])")
+    emit("group", events.withLock { $0 }, wall, "commands=\(sorted.count) p50=\(sorted[sorted.count / 2]) p99=\(sorted[min(sorted.count - 1, sorted.count * 99 / 100)])" + roundTrips(storage, commands: sorted.count))
+}
+
+/// For a PostgreSQL ledger: the statements sent per command so far (each a round trip).
+func roundTrips(_ storage: any LedgerStore, commands: Int) -> String {
+    #if PostgreSQL
+    if let postgres = storage as? PostgresLedgerStore { return " statements=\(Double(postgres.statementsSent) / Double(max(1, commands)))" }
+    #endif
+    return ""
 }
 
 /// The physical limit of a durable command: append as many bytes as one command writes to a
@@ -409,6 +419,9 @@ do {
         case "replay": try phaseReplay(dir: dir)
         case "verify": try phaseVerify(dir: dir)
         case "proofs": try phaseProofs(dir: dir)
+        #if PostgreSQL
+        case "pgbench": try phasePgbench(url: dir, clients: Int(args[3])!)
+        #endif
         case "writer": try phaseWriter(location: dir, count: Int(args[3])!, writer: Int(args[4])!)
         case "group": try phaseGroup(dir: dir, writers: Int(args[3])!, perWriter: Int(args[4])!, subjects: Int(args[5])!, offset: Int(args[6])!)
         case "sqlite": try phaseSQLite(dir: dir, writers: Int(args[3])!, perWriter: Int(args[4])!, lines: try eventLines(of: dir, count: 4000))
@@ -429,39 +442,7 @@ if args.contains("--help") {
 
 if let url = option("--postgres", args) {
     #if PostgreSQL
-    let writers = Int(option("--writers", args) ?? "4") ?? 4
-    let perWriter = Int(option("--commands", args) ?? "2000") ?? 2000
-    let location = url + (url.contains("?") ? "&" : "?") + "schema=bench_\(time(nil))"
-    do {
-        _ = try Ledger.create(store: try store(location), catalog: SeedCatalog.catalog, name: "bench", keyProtection: .insecurePlaintext)
-    } catch {
-        printError("consent-bench: \(error)\n")
-        exit(1)
-    }
-    let raw = rawRates(messageSize: 330)
-    print("consent-bench: PostgreSQL ledger \((try? PostgresLedgerAddress(url: location).description) ?? ""), \(writers) writer processes x \(perWriter) commands")
-    print("raw libsodium, one core: sign \(format(raw.sign))/s (the limit of one writer; the ratio below is against it)")
-    let single = measure(["phase", "writer", location, String(perWriter / 4), "99"])
-    print("append, durable, 1 writer:   \(single.events) events in \(format(single.seconds)) s = \(format(single.rate)) events/s, \(format(single.rate / raw.sign * 100))% of raw sign")
-    let runs = Mutex<[ChildRun]>([])
-    let start = now()
-    onThreads(writers) { w in
-        let run = runChild([selfPath(), "phase", "writer", location, String(perWriter), String(w)])
-        runs.withLock { $0.append(run) }
-    }
-    let wall = now() - start
-    let events = runs.withLock { $0 }.reduce(0) { total, run in
-        guard run.status == 0, let line = run.output.split(separator: "\n").first(where: { $0.hasPrefix("RESULT ") }) else {
-            printError("consent-bench: a writer failed (status \(run.status)):\n\(run.output)\n")
-            exit(1)
-        }
-        return total + Int(line.split(separator: " ")[2])!
-    }
-    print("append, durable, \(writers) writers: \(events) events in \(format(wall)) s = \(format(Double(events) / wall)) events/s (\(format(Double(writers * perWriter) / wall)) commands/s), \(format(Double(events) / wall / raw.sign * 100))% of raw sign")
-    let verify = measure(["phase", "verify", location])
-    let expected = 1 + single.events + events
-    print("verify (all, \(cores) cores):  \(verify.events) events in \(format(verify.seconds)) s = \(format(verify.rate)) events/s, \(format(verify.rate / (raw.verify * Double(cores)) * 100))% of \(cores) x raw verify \(format(raw.verify))/s; count \(verify.events == expected ? "exact" : "WRONG: expected \(expected)")")
-    exit(verify.events == expected ? 0 : 1)
+    benchPostgres(url: url, writers: Int(option("--writers", args) ?? "4") ?? 4, perWriter: Int(option("--commands", args) ?? "2000") ?? 2000)
     #else
     printError("consent-bench: built without the PostgreSQL trait; build with --traits PostgreSQL (make bench-postgres)\n")
     exit(64)

@@ -52,25 +52,36 @@ enum TestDatabase {
 
     /// Runs SQL as the test user, outside the store: to tamper, to inspect, to break things.
     @discardableResult
-    static func sql(_ url: String, _ statement: String) throws -> PostgresQueryResult {
+    static func sql(_ url: String, _ statement: String) async throws -> PostgresQueryResult {
+        let connection = try await connect(url)
+        do {
+            let result = try await connection.query(PostgresQuery(unsafeSQL: statement), logger: Logger(label: "test")).get()
+            try await connection.close()
+            return result
+        } catch {
+            try? await connection.close()
+            throw error
+        }
+    }
+
+    /// A connection of the test user's own, outside the store.
+    static func connect(_ url: String) async throws -> PostgresConnection {
         let address = try PostgresLedgerAddress(url: url)
         let configuration = PostgresConnection.Configuration(
             host: address.host, port: address.port, username: address.username, password: address.password, database: address.database, tls: .disable)
-        let connection = try PostgresConnection.connect(
-            on: PostgresConnection.defaultEventLoopGroup.any(), configuration: configuration, id: 1, logger: Logger(label: "test")
-        ).wait()
-        defer { _ = try? connection.close().wait() }
-        return try connection.query(PostgresQuery(unsafeSQL: statement), logger: Logger(label: "test")).wait()
+        return try await PostgresConnection.connect(configuration: configuration, id: 1, logger: Logger(label: "test"))
     }
 
     /// A digest of every table of the ledger's schema, to show that nothing changed.
-    static func fingerprint(_ url: String) throws -> [String] {
+    static func fingerprint(_ url: String) async throws -> [String] {
         let schema = try PostgresLedgerAddress(url: url).schema
-        return try ["ledger", "events", "head", "line_index", "tree_hashes", "subjects", "checkpoints", "schema_migrations"].map { table in
-            let row = try sql(url, "SELECT count(*)::bigint, coalesce(md5(string_agg(t::text, '|' ORDER BY t::text)), '') FROM \(schema).\(table) t").first!
+        var tables: [String] = []
+        for table in ["ledger", "events", "head", "line_index", "tree_hashes", "subjects", "checkpoints", "schema_migrations"] {
+            let row = try await sql(url, "SELECT count(*)::bigint, coalesce(md5(string_agg(t::text, '|' ORDER BY t::text)), '') FROM \(schema).\(table) t").first!
             let (count, digest) = try row.decode((Int64, String).self)
-            return "\(table) \(count) \(digest)"
+            tables.append("\(table) \(count) \(digest)")
         }
+        return tables
     }
 }
 
@@ -218,7 +229,7 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
     /// After an erasure no row of any table, and no byte of the subjects table's files (heap and
     /// index, read from the server's data directory), holds the id or the salt: the row is
     /// deleted and the table rewritten (VACUUM FULL), so no dead row version keeps them.
-    @Test func anErasureLeavesNoTraceInAnyTableOrTheTablesFiles() throws {
+    @Test func anErasureLeavesNoTraceInAnyTableOrTheTablesFiles() async throws {
         let url = try TestDatabase.freshURL("erase")
         let store = try TestDatabase.store(url)
         let ledger = try Ledger.create(store: store, catalog: SeedCatalog.catalog, name: "pg.example/erase", keyProtection: .insecurePlaintext)
@@ -230,21 +241,21 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
         let salt = try #require(try ledger.salt(of: id))
         let subjectKey = SubjectKey(id: SubjectID(id), salt: salt, hasher: Sodium()).bytes
         let schema = try PostgresLedgerAddress(url: url).schema
-        func tableFiles() throws -> [UInt8] {
+        func tableFiles() async throws -> [UInt8] {
             // What the server holds in memory reaches the files at a checkpoint.
-            try TestDatabase.sql(url, "CHECKPOINT")
+            try await TestDatabase.sql(url, "CHECKPOINT")
             var bytes: [UInt8] = []
             for relation in ["\(schema).subjects", "\(schema).subjects_pkey"] {
-                let rows = try TestDatabase.sql(url, "SELECT pg_read_binary_file(pg_relation_filepath('\(relation)'))")
+                let rows = try await TestDatabase.sql(url, "SELECT pg_read_binary_file(pg_relation_filepath('\(relation)'))")
                 for row in rows { bytes += (try row.decode(ByteBuffer.self)).readableBytesView }
             }
             return bytes
         }
-        func everyRow() throws -> [UInt8] {
+        func everyRow() async throws -> [UInt8] {
             var text = ""
-            let tables = try TestDatabase.sql(url, "SELECT table_name FROM information_schema.tables WHERE table_schema = '\(schema)'").map { try $0.decode(String.self) }
+            let tables = try await TestDatabase.sql(url, "SELECT table_name FROM information_schema.tables WHERE table_schema = '\(schema)'").map { try $0.decode(String.self) }
             for table in tables {
-                for row in try TestDatabase.sql(url, "SELECT t::text FROM \(schema).\(table) t") { text += try row.decode(String.self) + "\n" }
+                for row in try await TestDatabase.sql(url, "SELECT t::text FROM \(schema).\(table) t") { text += try row.decode(String.self) + "\n" }
             }
             return Array(text.utf8)
         }
@@ -252,33 +263,34 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
             needle.count <= haystack.count && (0...(haystack.count - needle.count)).contains { haystack[$0..<($0 + needle.count)].elementsEqual(needle) }
         }
         // The scan finds the record while it is there (so it can fail).
-        let foundBefore = holds(try tableFiles(), Array(id.utf8))
+        let foundBefore = holds(try await tableFiles(), Array(id.utf8))
         #expect(foundBefore, "the scan finds the record while it is there")
         // A transaction that took its snapshot before the erasure, and ends a little later: VACUUM
         // would keep the dead row for it, so the erasure waits for it before purging.
         let address = try PostgresLedgerAddress(url: url)
-        let reader = try PostgresConnection.connect(
-            on: PostgresConnection.defaultEventLoopGroup.any(),
-            configuration: .init(host: address.host, port: address.port, username: address.username, password: address.password, database: address.database, tls: .disable),
-            id: 2, logger: Logger(label: "test")).wait()
-        _ = try reader.query("BEGIN ISOLATION LEVEL REPEATABLE READ", logger: Logger(label: "test")).wait()
-        _ = try reader.query(PostgresQuery(unsafeSQL: "SELECT count(*) FROM \(schema).events"), logger: Logger(label: "test")).wait()
+        let reader = try await TestDatabase.connect(url)
+        _ = try await reader.query("BEGIN ISOLATION LEVEL REPEATABLE READ", logger: Logger(label: "test")).get()
+        _ = try await reader.query(PostgresQuery(unsafeSQL: "SELECT count(*) FROM \(schema).events"), logger: Logger(label: "test")).get()
         let ended = Mutex(false)
-        DispatchQueue.global().asyncAfter(deadline: .now() + 1.5) {
-            _ = try? reader.query("COMMIT", logger: Logger(label: "test")).wait()
-            ended.withLock { $0 = true }
-            _ = try? reader.close().wait()
+        // Ended from the connection's event loop: the erasure below blocks this test's thread,
+        // and a task would need one of the cooperative pool's few threads, which other tests
+        // may be blocking too.
+        reader.eventLoop.scheduleTask(in: .milliseconds(1500)) {
+            reader.query("COMMIT", logger: Logger(label: "test")).whenComplete { _ in
+                ended.withLock { $0 = true }
+                _ = reader.close() as EventLoopFuture<Void>
+            }
         }
         let receipt = try ledger.erase(id, actor: "dpo", reason: "request 7")
         #expect(receipt.appended)
         #expect(ended.withLock { $0 }, "the purge waited for the older transaction")
-        let files = try tableFiles(), rows = try everyRow()
+        let files = try await tableFiles(), rows = try await everyRow()
         for (name, trace) in [("id", Array(id.utf8)), ("salt", salt), ("salt in hex", Array(Hex.encode(salt).utf8)), ("key", subjectKey), ("key in hex", Array(Hex.encode(subjectKey).utf8)), ("evidence reference", Array(reference.utf8))] {
             let inFiles = holds(files, trace), inRows = holds(rows, trace)
             #expect(!inFiles, "the subjects table's files hold the erased subject's \(name)")
             #expect(!inRows, "a row holds the erased subject's \(name)")
         }
-        let bobStays = holds(try tableFiles(), Array("bob".utf8))
+        let bobStays = holds(try await tableFiles(), Array("bob".utf8))
         #expect(bobStays, "the other records stay")
         #expect(try ledger.verify().events == 4)
         #expect(try Ledger.open(store: try TestDatabase.store(url)).subjectRef(for: id) == nil)
@@ -327,7 +339,7 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
 
     /// The PostgreSQL rows are caches like the files: `line_index` rows pointed at another
     /// subject change no answer, and a changed `subject_map` row is an integrity error.
-    @Test func derivedRowsDecideNothing() throws {
+    @Test func derivedRowsDecideNothing() async throws {
         let url = try TestDatabase.freshURL("derived_rows")
         let schema = try PostgresLedgerAddress(url: url).schema
         let ledger = try Ledger.create(store: try TestDatabase.store(url), catalog: SeedCatalog.catalog, name: "pg.test/derived", keyProtection: .insecurePlaintext)
@@ -336,14 +348,14 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
         try ledger.execute(LedgerCommand(subjectID: "p1", request: .revoke(feature: "timeline", consent: "required")))
         let truth = try ledger.report(for: "p1")
         #expect(truth.listing.activeFeatures.isEmpty)
-        try TestDatabase.sql(url, "UPDATE \(schema).line_index SET subject = (SELECT subject FROM \(schema).line_index WHERE seq = 3) WHERE seq IN (4, 5)")
+        try await TestDatabase.sql(url, "UPDATE \(schema).line_index SET subject = (SELECT subject FROM \(schema).line_index WHERE seq = 3) WHERE seq IN (4, 5)")
         let reopened = try Ledger.open(store: TestDatabase.store(url))
         #expect(try reopened.report(for: "p1").listing == truth.listing)
         #expect(throws: ConsentError.self) {
             try reopened.execute(LedgerCommand(subjectID: "p1", request: .give(feature: "timeline", consents: ["optional-b"])))
         }
         // Every leaf of the map now claims seq 1.
-        try TestDatabase.sql(url, "UPDATE \(schema).subject_map SET record = overlay(record placing '\\x0000000000000001'::bytea from 25 for 8) WHERE get_byte(record, 0) = 1")
+        try await TestDatabase.sql(url, "UPDATE \(schema).subject_map SET record = overlay(record placing '\\x0000000000000001'::bytea from 25 for 8) WHERE get_byte(record, 0) = 1")
         let tampered = try Ledger.open(store: TestDatabase.store(url))
         #expect {
             _ = try tampered.report(for: "p1")
@@ -357,7 +369,7 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
 
     /// One edit to one derived or side row, as someone without the key could make it, decoded
     /// from random numbers: which table, which row, what change.
-    static func tamper(_ url: String, schema: String, table: Int, row: Int) throws -> String {
+    static func tamper(_ url: String, schema: String, table: Int, row: Int) async throws -> String {
         let edits: [(String, String)] = [
             ("line_index", "UPDATE \(schema).line_index SET subject = (SELECT subject FROM \(schema).line_index ORDER BY seq DESC LIMIT 1) WHERE seq = (SELECT seq FROM \(schema).line_index ORDER BY seq OFFSET \(row) % (SELECT count(*) FROM \(schema).line_index) LIMIT 1)"),
             ("line_index", "DELETE FROM \(schema).line_index WHERE seq >= (SELECT max(seq) FROM \(schema).line_index) - \(row % 3)"),
@@ -371,7 +383,7 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
             ("checkpoints", "UPDATE \(schema).checkpoints SET size = size + 1"),
         ]
         let (name, statement) = edits[table % edits.count]
-        try TestDatabase.sql(url, statement)
+        try await TestDatabase.sql(url, statement)
         return "\(name): edit \(table % edits.count), row \(row)"
     }
 
@@ -390,7 +402,7 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
             let truth = try Ledger.open(store: TestDatabase.store(url)).loadAll()
             var refs: [String: SubjectRef] = [:]
             for subject in Self.subjects { refs[subject] = try ledger.subjectRef(for: subject) }
-            let edit = try Self.tamper(url, schema: schema, table: table, row: row)
+            let edit = try await Self.tamper(url, schema: schema, table: table, row: row)
             let reopened: Ledger
             do {
                 reopened = try Ledger.open(store: TestDatabase.store(url))
@@ -415,28 +427,28 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
 
     // MARK: - Schema
 
-    @Test func schemaIsVersionedAndEventsAreAppendOnly() throws {
+    @Test func schemaIsVersionedAndEventsAreAppendOnly() async throws {
         let url = try TestDatabase.freshURL("schema")
         let schema = try PostgresLedgerAddress(url: url).schema
         let ledger = try Ledger.create(store: try TestDatabase.store(url), catalog: SeedCatalog.catalog, name: "pg.test/schema", keyProtection: .insecurePlaintext)
         try ledger.execute(LedgerCommand(subjectID: "alice", request: .give(feature: "timeline", consents: ["required"])))
-        let versions = try TestDatabase.sql(url, "SELECT version FROM \(schema).schema_migrations ORDER BY version").map { try $0.decode(Int32.self) }
-        #expect(versions == [1, 2, 3, 4, 5, 6])
+        let versions = try await TestDatabase.sql(url, "SELECT version FROM \(schema).schema_migrations ORDER BY version").map { try $0.decode(Int32.self) }
+        #expect(versions == [1, 2, 3, 4, 5, 6, 7])
         // A head row from version 1 has no note (an unsigned head): it still opens and
         // verifies, and the next write signs one.
-        try TestDatabase.sql(url, "UPDATE \(schema).head SET note = NULL")
+        try await TestDatabase.sql(url, "UPDATE \(schema).head SET note = NULL")
         #expect(try Ledger.open(store: TestDatabase.store(url)).verify().events == 2)
         try Ledger.open(store: TestDatabase.store(url)).execute(LedgerCommand(subjectID: "bob", request: .give(feature: "timeline", consents: ["required"])))
-        let note = try TestDatabase.sql(url, "SELECT note FROM \(schema).head").map { try $0.decode(String?.self) }
+        let note = try await TestDatabase.sql(url, "SELECT note FROM \(schema).head").map { try $0.decode(String?.self) }
         let text = try #require(note.first ?? nil)
         let signed = try #require(RecordedHead.parse(text)?.signed)
         #expect(signed.checkpoint.size == 3)
         for statement in ["UPDATE \(schema).events SET line = line WHERE seq = 1", "DELETE FROM \(schema).events WHERE seq = 1", "TRUNCATE \(schema).events"] {
-            #expect(throws: (any Error).self, "\(statement) must be refused") { try TestDatabase.sql(url, statement) }
+            await #expect(throws: (any Error).self, "\(statement) must be refused") { try await TestDatabase.sql(url, statement) }
         }
         #expect(try Ledger.open(store: TestDatabase.store(url)).verify().events == 3)
         // A schema from a newer version is refused, not guessed at.
-        try TestDatabase.sql(url, "INSERT INTO \(schema).schema_migrations (version, description) VALUES (99, 'from the future')")
+        try await TestDatabase.sql(url, "INSERT INTO \(schema).schema_migrations (version, description) VALUES (99, 'from the future')")
         #expect {
             _ = try Ledger.open(store: TestDatabase.store(url))
         } throws: { error in
@@ -454,14 +466,14 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
 
     // MARK: - Tampering
 
-    @Test func tamperedRowsAreFoundByVerify() throws {
+    @Test func tamperedRowsAreFoundByVerify() async throws {
         let url = try TestDatabase.freshURL("tamper")
         let schema = try PostgresLedgerAddress(url: url).schema
         let ledger = try Ledger.create(store: try TestDatabase.store(url), catalog: SeedCatalog.catalog, name: "pg.test/tamper", keyProtection: .insecurePlaintext)
         for n in [0, 1, 2, 3, 4, 5] { _ = try? ledger.execute(Self.command(n)) }
         let events = try ledger.verify().events
         #expect(events >= 6)
-        try TestDatabase.sql(url, "ALTER TABLE \(schema).events DISABLE TRIGGER events_append_only")
+        try await TestDatabase.sql(url, "ALTER TABLE \(schema).events DISABLE TRIGGER events_append_only")
         func failure() -> IntegrityFailure? {
             do {
                 _ = try Ledger.open(store: TestDatabase.store(url)).verify()
@@ -474,17 +486,17 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
             }
         }
         // One byte of line 3's signature.
-        try TestDatabase.sql(url, "CREATE TABLE \(schema).saved AS SELECT * FROM \(schema).events")
-        try TestDatabase.sql(url, "UPDATE \(schema).events SET line = overlay(line placing (CASE WHEN get_byte(line, length(line) - 5) = 48 THEN '\\x31' ELSE '\\x30' END)::bytea from length(line) - 4 for 1) WHERE seq = 2")
+        try await TestDatabase.sql(url, "CREATE TABLE \(schema).saved AS SELECT * FROM \(schema).events")
+        try await TestDatabase.sql(url, "UPDATE \(schema).events SET line = overlay(line placing (CASE WHEN get_byte(line, length(line) - 5) = 48 THEN '\\x31' ELSE '\\x30' END)::bytea from length(line) - 4 for 1) WHERE seq = 2")
         #expect(failure().map { $0.line == 3 && $0.problem.contains("signature") } == true)
         // A row removed from the middle.
-        try TestDatabase.sql(url, "UPDATE \(schema).events e SET line = s.line FROM \(schema).saved s WHERE e.seq = s.seq")
+        try await TestDatabase.sql(url, "UPDATE \(schema).events e SET line = s.line FROM \(schema).saved s WHERE e.seq = s.seq")
         #expect(try Ledger.open(store: TestDatabase.store(url)).verify().events == events)
-        try TestDatabase.sql(url, "DELETE FROM \(schema).events WHERE seq = 3")
+        try await TestDatabase.sql(url, "DELETE FROM \(schema).events WHERE seq = 3")
         #expect(failure()?.line == 4)
         // The newest rows removed: the head shows that acknowledged events are missing.
-        try TestDatabase.sql(url, "INSERT INTO \(schema).events SELECT * FROM \(schema).saved WHERE seq = 3")
-        try TestDatabase.sql(url, "DELETE FROM \(schema).events WHERE seq >= \(events - 2)")
+        try await TestDatabase.sql(url, "INSERT INTO \(schema).events SELECT * FROM \(schema).saved WHERE seq = 3")
+        try await TestDatabase.sql(url, "DELETE FROM \(schema).events WHERE seq >= \(events - 2)")
         #expect(failure()?.problem.contains("acknowledged events are missing") == true)
     }
 
@@ -493,59 +505,59 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
     /// A serialization failure that the server reports (SQLSTATE 40001, as a SERIALIZABLE
     /// transaction that lost to another gets) was a storage error, HTTP 503; it is a conflict
     /// (HTTP 409, try again), and nothing is changed.
-    @Test func aSerializationFailureIsAConflict() throws {
+    @Test func aSerializationFailureIsAConflict() async throws {
         let url = try TestDatabase.freshURL("serialization")
         let schema = try PostgresLedgerAddress(url: url).schema
         let ledger = try Ledger.create(store: try TestDatabase.store(url), catalog: SeedCatalog.catalog, name: "pg.test/serialization", keyProtection: .insecurePlaintext)
-        let before = try TestDatabase.fingerprint(url)
-        try TestDatabase.sql(url, """
+        let before = try await TestDatabase.fingerprint(url)
+        try await TestDatabase.sql(url, """
             CREATE FUNCTION \(schema).lose_race() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'could not serialize access due to concurrent update' USING ERRCODE = '40001'; END $$
             """)
-        try TestDatabase.sql(url, "CREATE TRIGGER lose_race BEFORE INSERT ON \(schema).events FOR EACH ROW EXECUTE FUNCTION \(schema).lose_race()")
+        try await TestDatabase.sql(url, "CREATE TRIGGER lose_race BEFORE INSERT ON \(schema).events FOR EACH ROW EXECUTE FUNCTION \(schema).lose_race()")
         #expect {
             try ledger.execute(LedgerCommand(subjectID: "bob", request: .give(feature: "timeline", consents: ["required"])))
         } throws: { error in
             guard case ConsentError.conflict(let message) = error else { return false }
             return message.contains("SQLSTATE 40001")
         }
-        #expect(try TestDatabase.fingerprint(url) == before)
-        try TestDatabase.sql(url, "DROP TRIGGER lose_race ON \(schema).events")
+        #expect(try await TestDatabase.fingerprint(url) == before)
+        try await TestDatabase.sql(url, "DROP TRIGGER lose_race ON \(schema).events")
         #expect(try ledger.execute(LedgerCommand(subjectID: "bob", request: .give(feature: "timeline", consents: ["required"]))).result.events.count == 1)
     }
 
     /// A statement that fails inside the write transaction aborts it. The command must be
     /// reported as failed with the server's reason, leave nothing behind, and the ledger must
     /// not remember events that were never committed.
-    @Test func aFailedTransactionIsReportedAndForgotten() throws {
+    @Test func aFailedTransactionIsReportedAndForgotten() async throws {
         let url = try TestDatabase.freshURL("rollback")
         let schema = try PostgresLedgerAddress(url: url).schema
         let ledger = try Ledger.create(store: try TestDatabase.store(url), catalog: SeedCatalog.catalog, name: "pg.test/rollback", keyProtection: .insecurePlaintext)
         _ = try ledger.loadAll()
         try ledger.execute(LedgerCommand(subjectID: "alice", request: .give(feature: "timeline", consents: ["required"])))
-        let before = try TestDatabase.fingerprint(url)
-        try TestDatabase.sql(url, """
+        let before = try await TestDatabase.fingerprint(url)
+        try await TestDatabase.sql(url, """
             CREATE FUNCTION \(schema).break_head() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'disk full (simulated)'; END $$
             """)
-        try TestDatabase.sql(url, "CREATE TRIGGER break_head BEFORE UPDATE ON \(schema).head FOR EACH ROW EXECUTE FUNCTION \(schema).break_head()")
+        try await TestDatabase.sql(url, "CREATE TRIGGER break_head BEFORE UPDATE ON \(schema).head FOR EACH ROW EXECUTE FUNCTION \(schema).break_head()")
         #expect {
             try ledger.execute(LedgerCommand(subjectID: "bob", request: .give(feature: "timeline", consents: ["required", "optional-a"])))
         } throws: { error in
             guard case ConsentError.storage(let message) = error else { return false }
             return message.contains("disk full (simulated)")
         }
-        #expect(try TestDatabase.fingerprint(url) == before, "a failed command leaves every table as it was")
-        try TestDatabase.sql(url, "DROP TRIGGER break_head ON \(schema).head")
+        #expect(try await TestDatabase.fingerprint(url) == before, "a failed command leaves every table as it was")
+        try await TestDatabase.sql(url, "DROP TRIGGER break_head ON \(schema).head")
         let (result, _) = try ledger.execute(LedgerCommand(subjectID: "bob", request: .give(feature: "timeline", consents: ["required"])))
         #expect(result.events.map(\.seq) == [2], "the next command follows the last committed event")
         #expect(try ledger.report(for: "bob").events.count == 1)
         #expect(try Ledger.open(store: TestDatabase.store(url)).verify().events == 3)
     }
 
-    @Test func aRefusedCommandChangesNoRow() throws {
+    @Test func aRefusedCommandChangesNoRow() async throws {
         let url = try TestDatabase.freshURL("refused")
         let ledger = try Ledger.create(store: try TestDatabase.store(url), catalog: SeedCatalog.catalog, name: "pg.test/refused", keyProtection: .insecurePlaintext)
         try ledger.execute(LedgerCommand(subjectID: "alice", request: .give(feature: "timeline", consents: ["required"])))
-        let before = try TestDatabase.fingerprint(url)
+        let before = try await TestDatabase.fingerprint(url)
         let refused: [LedgerCommand] = [
             LedgerCommand(subjectID: "carol", request: .give(feature: "timeline", consents: ["optional-a"])),
             LedgerCommand(subjectID: "alice", request: .give(feature: "timeline", consents: ["no-such-consent"])),
@@ -555,7 +567,7 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
         for command in refused {
             #expect(throws: ConsentError.self) { try ledger.execute(command) }
         }
-        #expect(try TestDatabase.fingerprint(url) == before)
+        #expect(try await TestDatabase.fingerprint(url) == before)
     }
 
     // MARK: - Concurrency in one process
@@ -589,6 +601,49 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
         #expect(Set(acknowledged) == Set(1...200), "every command got its own sequence number, with no gap")
         let report = try Ledger.open(store: TestDatabase.store(url)).verify()
         #expect(report.events == 201 && report.head.seq == 200)
+    }
+
+    // MARK: - Round trips
+
+    /// A writer that committed last writes its next command in one statement, a transaction of
+    /// its own (`append_commit`, which checks the head under the lock); a new subject costs one
+    /// lookup more. Counted at the store, which sends every statement.
+    @Test func aWriterThatCommittedLastWritesACommandInOneRoundTrip() throws {
+        let url = try TestDatabase.freshURL("trips")
+        let store = try TestDatabase.store(url)
+        let ledger = try Ledger.create(store: store, catalog: SeedCatalog.catalog, name: "pg.test/trips", keyProtection: .insecurePlaintext)
+        try ledger.execute(LedgerCommand(subjectID: "alice", request: .give(feature: "timeline", consents: ["required"])))
+        try ledger.execute(LedgerCommand(subjectID: "alice", request: .give(feature: "timeline", consents: ["optional-a"])))
+        var before = store.statementsSent
+        try ledger.execute(LedgerCommand(subjectID: "alice", request: .revoke(feature: "timeline", consent: "optional-a")))
+        #expect(store.statementsSent - before == 1, "an existing subject: the commit alone")
+        before = store.statementsSent
+        try ledger.execute(LedgerCommand(subjectID: "bob", request: .give(feature: "timeline", consents: ["required"])))
+        #expect(store.statementsSent - before == 2, "a new subject: its lookup and the commit")
+        #expect(try Ledger.open(store: TestDatabase.store(url)).verify().events == 5)
+    }
+
+    /// Another writer (another process) moved the head since this writer's last commit, and
+    /// changed what the next command's rule check depends on. The commit that expected the old
+    /// head writes nothing; the command is decided again under the lock, on the real state, and
+    /// refused; the next one follows the other writer's event.
+    @Test func aWriterWhoseHeadMovedDecidesAgainUnderTheLock() throws {
+        let url = try TestDatabase.freshURL("moved")
+        let first = try Ledger.create(store: try TestDatabase.store(url), catalog: SeedCatalog.catalog, name: "pg.test/moved", keyProtection: .insecurePlaintext)
+        try first.execute(LedgerCommand(subjectID: "alice", request: .give(feature: "timeline", consents: ["required"])))
+        let second = try Ledger.open(store: TestDatabase.store(url))
+        try second.execute(LedgerCommand(subjectID: "alice", request: .revoke(feature: "timeline", consent: "required")))
+        // On what `first` remembers, the feature is active and an optional consent may be given
+        // alone; on the log, it is inactive, which forbids it.
+        #expect {
+            try first.execute(LedgerCommand(subjectID: "alice", request: .give(feature: "timeline", consents: ["optional-a"])))
+        } throws: { error in
+            guard case ConsentError.ruleViolation = error else { return false }
+            return true
+        }
+        let (result, _) = try first.execute(LedgerCommand(subjectID: "alice", request: .give(feature: "timeline", consents: ["required"])))
+        #expect(result.events.map(\.seq) == [3])
+        #expect(try Ledger.open(store: TestDatabase.store(url)).verify().events == 4)
     }
 }
 #endif

@@ -76,7 +76,7 @@ extension Ledger {
     func executeGroup(_ batches: [[LedgerCommand]], stopAtRefusal: Bool) throws -> [Result<ExecutionReport, ConsentError>] {
         let commands = batches.flatMap { $0 }
         let signer = try signingKey()
-        return try writing { tx, view, afterCommit in
+        return try writing(optimistic: true) { tx, view, afterCommit in
             let log = view.log
             // Subject references; a new subject gets a salt that is saved only if it gets events.
             // Remembered salts were checked; a record read now is checked before it is used.
@@ -266,26 +266,49 @@ extension Ledger {
     /// committed, so that no other writer of this process ever sees state a PostgreSQL
     /// transaction rolled back. When the write fails, everything remembered is dropped and read
     /// again next time.
-    func writing<T>(_ body: (any LedgerWriteTransaction, LogView, _ afterCommit: inout [() -> Void]) throws -> T) throws -> T {
+    ///
+    /// An `optimistic` write lets a storage start from the state of this process's last commit
+    /// (``LedgerStore/writeOptimistically(_:)``): when another writer changed the ledger since,
+    /// the write is run again, from scratch, in the storage's write transaction.
+    func writing<T>(optimistic: Bool = false, _ body: (any LedgerWriteTransaction, LogView, _ afterCommit: inout [() -> Void]) throws -> T) throws -> T {
         var afterCommit: [() -> Void] = []
         let result: T
         do {
-            result = try store.write { tx in try body(tx, try view(tx), &afterCommit) }
-        } catch {
-            memory.withLock { m in
-                m.trustedHead = nil
-                m.salts = nil
-                m.records = nil
-                m.replay = nil
-                m.size = nil
-                m.head = nil
-                m.streams = nil
-                m.catalogVersions = nil
+            if optimistic, store.writesOptimistically {
+                do {
+                    result = try store.writeOptimistically { tx in try body(tx, try view(tx), &afterCommit) }
+                } catch ConsentError.conflict, ConsentError.integrity {
+                    // Another writer moved the head since this process's last commit (or changed
+                    // what a read found): nothing was written. Decide again, under the lock. What
+                    // this process remembers is of an older head, and still true of it: the
+                    // locked write reads only what was appended since (and throws, forgetting it
+                    // all, if the ledger is really damaged).
+                    afterCommit = []
+                    result = try store.write { tx in try body(tx, try view(tx), &afterCommit) }
+                }
+            } else {
+                result = try store.write { tx in try body(tx, try view(tx), &afterCommit) }
             }
+        } catch {
+            forgetRemembered()
             throw error
         }
         for update in afterCommit { update() }
         return result
+    }
+
+    /// Drops everything remembered about the log: it is read again next time.
+    private func forgetRemembered() {
+        memory.withLock { m in
+            m.trustedHead = nil
+            m.salts = nil
+            m.records = nil
+            m.replay = nil
+            m.size = nil
+            m.head = nil
+            m.streams = nil
+            m.catalogVersions = nil
+        }
     }
 
     /// Publishes a new catalogue version as a signed event: from now on grants record its policy
