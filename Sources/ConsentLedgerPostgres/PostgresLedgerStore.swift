@@ -169,26 +169,29 @@ public final class PostgresLedgerStore: LedgerStore {
     }
 
     public func write<T>(_ body: (any LedgerWriteTransaction) throws -> T) throws -> T {
-        var erased: (Bool, String?) = (false, nil)
-        var known: WarmState?
+        var transaction: PostgresLedgerTransaction?
+        var produced: T?
         let result: T
         warm.withLock { $0 = nil }
         do {
             result = try inTransaction(exclusive: true, lockFirst: false) { session in
-                let transaction = PostgresLedgerTransaction(store: self, session: session, locking: true)
-                defer {
-                    erased = (transaction.erased, transaction.erasedBy)
-                    known = transaction.known
-                }
-                return try body(transaction)
+                let opened = PostgresLedgerTransaction(store: self, session: session, locking: true)
+                transaction = opened
+                let value = try body(opened)
+                produced = value
+                return value
             }
         } catch {
             // Whatever failed may have left the head elsewhere: read it again next time.
             warm.withLock { $0 = nil }
-            throw error
+            // A COMMIT whose connection failed may have been committed: find out, so that the
+            // caller neither reports a write that happened as failed nor writes it again.
+            guard let transaction, let sent = transaction.sentCommit, transaction.connectionFailed, let produced else { throw error }
+            try resolveLost(sent, error: error)
+            return produced
         }
-        warm.withLock { $0 = known }
-        if erased.0 { try purgeErasedRows(deletedBy: erased.1) }
+        remember(transaction?.takeKnown())
+        if let transaction, transaction.erased { try purgeErasedRows(deletedBy: transaction.erasedBy) }
         return result
     }
 
@@ -204,14 +207,21 @@ public final class PostgresLedgerStore: LedgerStore {
             left -= 1
             return true
         }
-        guard !contended, let remembered = warm.withLock({ $0 }) else { return try write(body) }
+        // Taken out while the write runs, so that the rows it adds go into the same dictionaries
+        // rather than into copies of them (a copy would cost every remembered row per command).
+        let remembered = contended ? nil : warm.withLock { state -> WarmState? in
+            defer { state = nil }
+            return state
+        }
+        guard let remembered else { return try write(body) }
         try ensureSchemaOutsideTransaction()
         let transaction = PostgresLedgerTransaction(store: self, remembered: remembered)
+        let result: T
         do {
-            let result = try body(transaction)
-            warm.withLock { $0 = transaction.known }
-            if transaction.erased { try purgeErasedRows(deletedBy: transaction.erasedBy) }
-            return result
+            result = try body(transaction)
+            // A write that appended nothing (every command refused, or nothing to do) was decided
+            // on the remembered state as well: it stands only if the head is still that one.
+            if !transaction.committed { try transaction.checkHeadUnmoved() }
         } catch {
             // The head moved, or a row changed under the reader: forget it all. (A command the
             // rules refuse is not thrown; its group commits or writes nothing and returns.)
@@ -219,8 +229,37 @@ public final class PostgresLedgerStore: LedgerStore {
             if case .conflict? = error as? ConsentError { lockedWritesLeft.withLock { $0 = Self.lockedWritesAfterConflict } }
             throw error
         }
+        remember(transaction.takeKnown())
+        if transaction.erased { try purgeErasedRows(deletedBy: transaction.erasedBy) }
+        return result
     }
 
+    /// Keeps what a write knew, unless a write of another thread has meanwhile left a newer head.
+    private func remember(_ known: WarmState?) {
+        guard let known else { return }
+        warm.withLock { current in
+            if let current, current.state.size > known.state.size { return }
+            current = known
+        }
+    }
+
+    /// After the connection failed while a commit was sent: whether the commit is in the log,
+    /// read on another connection. Returns if it is; throws a storage error saying which if it
+    /// is not, or that it cannot tell.
+    func resolveLost(_ commit: LedgerCommit, error: any Error) throws {
+        guard let last = commit.entries.last else { throw error }
+        let seq = commit.firstSeq + commit.entries.count - 1
+        let found: [UInt8]?
+        do {
+            found = try connections.autocommit("SELECT line FROM \(s).events WHERE seq = $1", PostgresBindings(Int64(seq))).first.map { try $0.decode(ByteBuffer.self).bytes }
+        } catch {
+            throw ConsentError.storage("the connection to PostgreSQL at \(address) failed while a commit was sent, and the server cannot be asked whether it was committed (\(error)): run verify and look for the command before sending it again")
+        }
+        // Our entry is ours alone: signed, with this command's time and the head it followed.
+        guard found == last else {
+            throw ConsentError.storage("the connection to PostgreSQL at \(address) failed before the commit was made; nothing was appended")
+        }
+    }
     /// Writes that take the lock at once before the next optimistic one (see
     /// ``writeOptimistically(_:)``).
     private let lockedWritesLeft = Mutex(0)
@@ -307,20 +346,24 @@ struct WarmState: Sendable {
 
     /// After a commit of this store's: the new head, newest entry and sizes, and the rows it
     /// wrote.
-    mutating func apply(_ commit: LedgerCommit) throws {
+    mutating func apply(_ commit: LedgerCommit) {
         for (i, entry) in commit.entries.enumerated() { entries[commit.firstSeq + i] = entry }
         if let head = commit.head, let line = commit.entries.last {
-            state = LogState(size: commit.firstSeq + commit.entries.count, last: try EventCodec.decode(line: line), head: .signed(head), torn: nil)
+            // The ledger made the line; if it could not be read back, the next write reads the
+            // head again (by way of a conflict).
+            let last = (try? EventCodec.decode(line: line)) ?? state.last
+            state = LogState(size: commit.firstSeq + commit.entries.count, last: last, head: .signed(head), torn: nil)
         } else if let head = commit.head {
             state = LogState(size: state.size, last: state.last, head: .signed(head), torn: nil)
         }
         var mapCount = counts.subjectMapRecords
         if let map = commit.derived.subjectMap {
-            mapRecords = mapRecords.filter { $0.key < map.at }
+            // Rows from `at` on are replaced; a commit normally only appends, after them all.
+            if map.at < counts.subjectMapRecords { mapRecords = mapRecords.filter { $0.key < map.at } }
             for i in 0..<map.records.count { mapRecords[map.at + Int64(i)] = map.records[i] }
             mapCount = map.at + Int64(map.records.count)
         }
-        treeHashes = treeHashes.filter { $0.key < commit.derived.treeFrom }
+        if commit.derived.treeFrom < counts.treeHashes { treeHashes = treeHashes.filter { $0.key < commit.derived.treeFrom } }
         for (i, hash) in commit.derived.treeHashes.enumerated() { treeHashes[commit.derived.treeFrom + Int64(i)] = hash }
         counts = DerivedCounts(
             indexed: commit.derived.indexFrom + commit.derived.streamKeys.count,
@@ -345,9 +388,23 @@ final class PostgresLedgerTransaction: LedgerWriteTransaction {
     /// What is known of the ledger as of the head this transaction works on; rows read are
     /// added to it.
     private(set) var known: WarmState?
-    /// The head this transaction's commit expects (an optimistic writer's).
-    private let expected: ChainHead?
+    /// The head this transaction's commit expects (an optimistic writer's), and the derived
+    /// tables' sizes with it.
+    private var expected: ChainHead?
     private(set) var committed = false
+    /// The last commit sent to the server, for finding out whether it was made when the
+    /// connection failed.
+    private(set) var sentCommit: LedgerCommit?
+    /// What the transaction knew, handed to the store: the transaction forgets it, so that
+    /// the store's copy is the only one and the next write adds to it in place. (The ledger may
+    /// keep a reader that names this transaction, in its remembered subject map.)
+    func takeKnown() -> WarmState? {
+        defer { known = nil }
+        return known
+    }
+
+    /// Whether the session's connection failed (rather than a statement).
+    var connectionFailed: Bool { session?.broken ?? false }
 
     init(store: PostgresLedgerStore, session: PostgresSession, locking: Bool) {
         self.store = store
@@ -371,9 +428,29 @@ final class PostgresLedgerTransaction: LedgerWriteTransaction {
     /// Runs one statement: in the session, or for an optimistic writer, on its own.
     @discardableResult
     private func query(_ sql: String, _ binds: PostgresBindings = PostgresBindings()) throws -> PostgresQueryResult {
+        do {
+            return try queryNoticingLoss(sql, binds)
+        } catch let lost as PostgresConnections.ConnectionLost {
+            throw lost.error
+        }
+    }
+
+    /// A statement, throwing `ConnectionLost` when an optimistic writer's connection failed
+    /// after the statement was sent.
+    private func queryNoticingLoss(_ sql: String, _ binds: PostgresBindings) throws -> PostgresQueryResult {
         if let session { return try session.query(sql, binds) }
         store.sent.add(1, ordering: .relaxed)
         return try store.connections.autocommit(sql, binds)
+    }
+
+    /// For an optimistic writer whose body appended nothing: its decisions stand only if the
+    /// head is still the one it decided on.
+    func checkHeadUnmoved() throws {
+        guard let expected else { return }
+        let rows = try query("SELECT count(*) FROM \(s).head WHERE seq = $1 AND hash = $2", PostgresBindings(Int64(expected.seq), expected.hash.bytes.buffer))
+        guard let row = rows.first, try row.decode(Int64.self) == 1 else {
+            throw ConsentError.conflict("another writer changed the ledger at \(address) since this process last wrote; nothing was changed")
+        }
     }
 
     private func integrity(_ problem: String, seq: Int? = nil, kind: IntegrityKind = .log) -> ConsentError {
@@ -513,6 +590,17 @@ final class PostgresLedgerTransaction: LedgerWriteTransaction {
     func subjectMapRecord(_ index: Int64) throws -> [UInt8] {
         if let record = known?.mapRecords[index] { return record }
         try lockIfWriter()
+        mapRowsRead += 1
+        // A transaction that reads many nodes one by one (a compaction reads them all, a new
+        // process meets the map) reads the whole table at once instead, when it is small enough
+        // to keep.
+        if mapRowsRead == Self.mapRowsReadAlone, let count = known?.counts.subjectMapRecords, count <= Int64(WarmState.rowsKept) {
+            for row in try query("SELECT idx, record FROM \(s).subject_map WHERE idx < $1", PostgresBindings(count)) {
+                let (at, record) = try row.decode((Int64, ByteBuffer).self)
+                known?.mapRecords[at] = record.bytes
+            }
+            if let record = known?.mapRecords[index] { return record }
+        }
         guard let row = try query("SELECT record FROM \(s).subject_map WHERE idx = $1", PostgresBindings(index)).first else {
             throw integrity("table subject_map has no record \(index) (\(store.names.derivedRepair))", kind: .derivedData)
         }
@@ -520,6 +608,10 @@ final class PostgresLedgerTransaction: LedgerWriteTransaction {
         known?.mapRecords[index] = record
         return record
     }
+
+    /// Subject-map rows read one by one before the rest are read at once.
+    static let mapRowsReadAlone = 64
+    private var mapRowsRead = 0
 
     func indexedEntries(of key: [UInt8], below limit: Int) throws -> [Int] {
         try lockIfWriter()
@@ -591,14 +683,23 @@ final class PostgresLedgerTransaction: LedgerWriteTransaction {
         try commit.checkHead(following: size, at: "\(address)")
         let largest = [commit.entries.count, commit.subjects.count, commit.revisedSubjects.count, commit.erasedSubjects.count,
                        commit.derived.streamKeys.count, commit.derived.treeHashes.count, commit.derived.subjectMap?.records.count ?? 0].max()!
+        sentCommit = commit
         if session == nil || largest <= Self.rowsInOneStatement {
-            erasedBy = try appendCommit(commit)
+            do {
+                erasedBy = try appendCommit(commit)
+            } catch let lost as PostgresConnections.ConnectionLost {
+                // An optimistic commit is its own transaction: it may have been made.
+                try store.resolveLost(commit, error: lost.error)
+                erasedBy = nil
+            }
         } else {
             try commitStatementByStatement(commit)
         }
         erased = !commit.erasedSubjects.isEmpty
         committed = true
-        try known?.apply(commit)
+        // Nothing may throw once an optimistic commit is made.
+        known?.apply(commit)
+        if known != nil, session == nil { expected = known?.state.recordedHead }
         return nil
     }
 
@@ -611,7 +712,7 @@ final class PostgresLedgerTransaction: LedgerWriteTransaction {
         let resigned = commit.revisedSubjects.compactMap { r in r.record.map { (r.subjectID, $0) } }
         let removed = commit.revisedSubjects.filter { $0.record == nil }.map(\.subjectID)
         let derived = commit.derived
-        var binds = PostgresBindings(capacity: 22)
+        var binds = PostgresBindings(capacity: 25)
         binds.append(store.lockName)
         if let expected {
             binds.append(Int64(expected.seq))
@@ -647,8 +748,18 @@ final class PostgresLedgerTransaction: LedgerWriteTransaction {
             binds.appendNull()
         }
         binds.append(commit.erasedSubjects.map { $0.utf8.buffer })
-        let row = try query(
-            "SELECT \(s).append_commit($1::text, $2::bigint, $3::bytea, $4::bigint, $5::bytea[], $6::bytea[], $7::bytea[], $8::bytea[], $9::bytea[], $10::bytea[], $11::bytea[], $12::bytea[], $13::bigint, $14::bytea[], $15::bigint, $16::bytea[], $17::bigint, $18::bytea[], $19::bigint, $20::bytea, $21::text, $22::bytea[])",
+        // The derived tables' sizes the writer remembers (checked with the head).
+        if expected != nil, let counts = known?.counts {
+            binds.append(Int64(counts.indexed))
+            binds.append(counts.treeHashes)
+            binds.append(counts.subjectMapRecords)
+        } else {
+            binds.appendNull()
+            binds.appendNull()
+            binds.appendNull()
+        }
+        let row = try queryNoticingLoss(
+            "SELECT \(s).append_commit($1::text, $2::bigint, $3::bytea, $4::bigint, $5::bytea[], $6::bytea[], $7::bytea[], $8::bytea[], $9::bytea[], $10::bytea[], $11::bytea[], $12::bytea[], $13::bigint, $14::bytea[], $15::bigint, $16::bytea[], $17::bigint, $18::bytea[], $19::bigint, $20::bytea, $21::text, $22::bytea[], $23::bigint, $24::bigint, $25::bigint)",
             binds).first
         return try row?.decode(String?.self)
     }

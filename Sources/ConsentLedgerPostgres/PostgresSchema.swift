@@ -36,8 +36,9 @@ import PostgresNIO
 ///   previous holder of the lock committed.
 /// - `append_commit(…)`: takes the lock and writes a whole commit (subject records, entries,
 ///   derived rows, head). Given the head the writer expects, it first checks that the head is
-///   still that one, and refuses with SQLSTATE 40001 (nothing written) when another writer
-///   moved it: a writer that remembers the head of its own last commit then writes a command in
+///   still that one and that the derived tables end where the writer remembers, and refuses
+///   with SQLSTATE 40001 (nothing written) when another writer moved it or a repair deleted
+///   derived rows: a writer that remembers the head of its own last commit then writes a command in
 ///   one round trip, its own transaction, without BEGIN, a read or COMMIT.
 enum PostgresSchema {
     struct Migration: Sendable {
@@ -115,27 +116,51 @@ enum PostgresSchema {
                     subject_ids bytea[], subject_salts bytea[], subject_sigs bytea[],
                     revised_ids bytea[], revised_salts bytea[], revised_sigs bytea[], removed_ids bytea[],
                     map_at bigint, map_records bytea[], index_from bigint, index_keys bytea[], tree_from bigint, tree_hashes bytea[],
-                    head_seq bigint, head_hash bytea, head_note text, erased_ids bytea[])
-                RETURNS text LANGUAGE plpgsql VOLATILE AS $$
+                    head_seq bigint, head_hash bytea, head_note text, erased_ids bytea[],
+                    expected_indexed bigint, expected_tree_hashes bigint, expected_map_records bigint)
+                RETURNS text LANGUAGE plpgsql VOLATILE
+                -- Its statements' plans are made once per session, not once per call.
+                SET plan_cache_mode = force_generic_plan
+                AS $$
                 BEGIN
                     PERFORM pg_advisory_xact_lock(hashtextextended(lock_key, 0));
                     IF expected_seq IS NOT NULL AND NOT EXISTS (SELECT 1 FROM \(s).head h WHERE h.seq = expected_seq AND h.hash = expected_hash) THEN
                         RAISE EXCEPTION 'the ledger''s head is no longer seq %: another writer committed since', expected_seq USING ERRCODE = '40001';
                     END IF;
-                    INSERT INTO \(s).subjects (subject_id, salt, sig)
-                        SELECT t.id, t.salt, NULLIF(t.sig, ''::bytea) FROM unnest(subject_ids, subject_salts, subject_sigs) AS t(id, salt, sig);
-                    UPDATE \(s).subjects AS r SET sig = t.sig FROM unnest(revised_ids, revised_salts, revised_sigs) AS t(id, salt, sig)
-                        WHERE r.subject_id = t.id AND r.salt = t.salt;
-                    DELETE FROM \(s).subjects r WHERE r.subject_id = ANY(removed_ids);
+                    -- The derived rows must end where the writer remembers them ending: rows deleted
+                    -- to be rebuilt (a repair) are rebuilt by a locked write, not written around.
+                    IF expected_seq IS NOT NULL AND (
+                        expected_indexed <> (SELECT coalesce(max(i.seq) + 1, 0) FROM \(s).line_index i)
+                        OR expected_tree_hashes <> (SELECT coalesce(max(th.idx) + 1, 0) FROM \(s).tree_hashes th)
+                        OR expected_map_records <> (SELECT coalesce(max(m.idx) + 1, 0) FROM \(s).subject_map m)) THEN
+                        RAISE EXCEPTION 'the ledger''s derived rows are not where this writer left them' USING ERRCODE = '40001';
+                    END IF;
+                    -- Each statement runs only when it has rows to write: a join with an empty list
+                    -- may still scan the whole table.
+                    IF cardinality(subject_ids) > 0 THEN
+                        INSERT INTO \(s).subjects (subject_id, salt, sig)
+                            SELECT t.id, t.salt, NULLIF(t.sig, ''::bytea) FROM unnest(subject_ids, subject_salts, subject_sigs) AS t(id, salt, sig);
+                    END IF;
+                    IF cardinality(revised_ids) > 0 THEN
+                        UPDATE \(s).subjects AS r SET sig = t.sig FROM unnest(revised_ids, revised_salts, revised_sigs) AS t(id, salt, sig)
+                            WHERE r.subject_id = t.id AND r.salt = t.salt;
+                    END IF;
+                    IF cardinality(removed_ids) > 0 THEN
+                        DELETE FROM \(s).subjects r WHERE r.subject_id = ANY(removed_ids);
+                    END IF;
                     INSERT INTO \(s).events (seq, line) SELECT first_seq + t.o - 1, t.line FROM unnest(lines) WITH ORDINALITY AS t(line, o);
                     IF map_at IS NOT NULL THEN
                         DELETE FROM \(s).subject_map m WHERE m.idx >= map_at;
                         INSERT INTO \(s).subject_map (idx, record) SELECT map_at + t.o - 1, t.record FROM unnest(map_records) WITH ORDINALITY AS t(record, o);
                     END IF;
                     DELETE FROM \(s).line_index i WHERE i.seq >= index_from;
-                    INSERT INTO \(s).line_index (seq, subject) SELECT index_from + t.o - 1, t.key FROM unnest(index_keys) WITH ORDINALITY AS t(key, o);
+                    IF cardinality(index_keys) > 0 THEN
+                        INSERT INTO \(s).line_index (seq, subject) SELECT index_from + t.o - 1, t.key FROM unnest(index_keys) WITH ORDINALITY AS t(key, o);
+                    END IF;
                     DELETE FROM \(s).tree_hashes th WHERE th.idx >= tree_from;
-                    INSERT INTO \(s).tree_hashes (idx, hash) SELECT tree_from + t.o - 1, t.hash FROM unnest(tree_hashes) WITH ORDINALITY AS t(hash, o);
+                    IF cardinality(tree_hashes) > 0 THEN
+                        INSERT INTO \(s).tree_hashes (idx, hash) SELECT tree_from + t.o - 1, t.hash FROM unnest(tree_hashes) WITH ORDINALITY AS t(hash, o);
+                    END IF;
                     IF head_seq IS NOT NULL THEN
                         INSERT INTO \(s).head (seq, hash, note) VALUES (head_seq, head_hash, head_note)
                             ON CONFLICT (only_row) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, note = excluded.note;

@@ -37,6 +37,9 @@ func phasePgbench(url: String, clients: Int) throws {
     emit("pgbench", Int(tps * 5), 5, "tps=\(tps)")
 }
 
+/// Events a phase appended before it was timed.
+func warmUpEvents(_ m: Measured) -> Int { Int(noteValue(m, "warmupEvents") ?? 0) }
+
 /// `make bench-postgres`: a PostgreSQL ledger's durable commands against pgbench's one-row
 /// transactions on the same server, in the same run.
 func benchPostgres(url: String, writers: Int, perWriter: Int) -> Never {
@@ -57,17 +60,17 @@ func benchPostgres(url: String, writers: Int, perWriter: Int) -> Never {
     print("limit: raw libsodium sign, one core: \(format(raw.sign))/s")
     print("")
 
+    // Each timed phase is a long-running writer: its process first runs commands of its own
+    // subjects untimed (the statements they send are not counted), then is timed.
     let subjects = 200
     var events = 1
-    // Every subject's first commands: the ledger's subjects exist before the timed runs.
-    let warm = measure(["phase", "durable", location, String(subjects * 2), String(subjects), "0"])
-    events += warm.events
-    let single = measure(["phase", "durable", location, String(perWriter), String(subjects), String(subjects * 2)])
-    events += single.events
-    let fresh = measure(["phase", "durable-new", location, String(perWriter / 2), String(subjects), "0"])
-    events += fresh.events
-    let group = measure(["phase", "group", location, "16", String(perWriter / 8), String(subjects), String(subjects * 2 + perWriter)])
-    events += group.events
+    let single = measure(["phase", "durable", location, String(perWriter), String(subjects), "0", String(subjects * 2)])
+    events += single.events + warmUpEvents(single)
+    let fresh = measure(["phase", "durable-new", location, String(perWriter / 2), String(subjects), String(subjects * 2 + perWriter), String(subjects * 2)])
+    events += fresh.events + warmUpEvents(fresh)
+    let warmUpPerWriter = (subjects + 15) / 16 * 2
+    let group = measure(["phase", "group", location, "16", String(perWriter / 8), String(subjects), String(subjects * 6 + perWriter), String(warmUpPerWriter)])
+    events += group.events + warmUpEvents(group)
 
     let runs = Mutex<[ChildRun]>([])
     let start = now()

@@ -97,10 +97,16 @@ func phaseBuild(dir: String, target: Int, subjects: Int, batch: Int) throws {
 /// Durable single commands by one long-running writer (the key unlocked once, the log replayed
 /// once): commands of existing subjects continuing their script, or each of a subject the ledger
 /// has never seen. Emits the total and the median and 99th percentile of one command.
-func phaseDurable(dir: String, count: Int, subjects: Int, offset: Int, newSubjects: Bool) throws {
+/// With `warmUp`, the process first runs that many commands of the workload untimed (from
+/// `offset` on; the timed ones follow them), as a long-running writer has already met its
+/// subjects. The statements those sent are not counted either.
+func phaseDurable(dir: String, count: Int, subjects: Int, offset: Int, newSubjects: Bool, warmUp: Int = 0) throws {
     let storage = try store(dir)
     let ledger = try Ledger.open(store: storage)
     try ledger.loadAll()
+    var warmUpEvents = 0
+    for k in 0..<warmUp { warmUpEvents += try ledger.execute(command(offset + k, subjects: subjects)).result.events.count }
+    let sentBefore = statementsSent(storage)
     var events = 0
     var times: [Double] = []
     times.reserveCapacity(count)
@@ -108,14 +114,14 @@ func phaseDurable(dir: String, count: Int, subjects: Int, offset: Int, newSubjec
     for i in 0..<count {
         let one = newSubjects
             ? LedgerCommand(subjectID: "new-\(offset)-\(i)", request: .give(feature: "medication-management", consents: ["required", "optional-a"]))
-            : command(offset + i, subjects: subjects)
+            : command(offset + warmUp + i, subjects: subjects)
         let t = now()
         events += try ledger.execute(one).result.events.count
         times.append(now() - t)
     }
     let total = now() - start
     times.sort()
-    emit("durable", events, total, "commands=\(count) p50=\(times[count / 2]) p99=\(times[min(count - 1, count * 99 / 100)])" + roundTrips(storage, commands: count))
+    emit("durable", events, total, "commands=\(count) p50=\(times[count / 2]) p99=\(times[min(count - 1, count * 99 / 100)]) warmupEvents=\(warmUpEvents)" + roundTrips(storage, since: sentBefore, commands: count))
 }
 
 /// Commands of the workload for `writers` writers, each owning the subjects `s` with
@@ -134,12 +140,19 @@ func ownCommands(writer w: Int, writers: Int, count: Int, subjects: Int, offset:
 /// `writers` threads of one process, each running `perWriter` durable commands one at a time on
 /// subjects of its own: concurrent calls share commits (group commit). Emits the events, the
 /// wall time and the p50 and p99 of one call.
-func phaseGroup(dir: String, writers: Int, perWriter: Int, subjects: Int, offset: Int) throws {
+func phaseGroup(dir: String, writers: Int, perWriter: Int, subjects: Int, offset: Int, warmUp: Int = 0) throws {
     let storage = try store(dir)
     let ledger = try Ledger.open(store: storage)
     try ledger.loadAll()
     try ledger.unlock()
-    let plans = (0..<writers).map { ownCommands(writer: $0, writers: writers, count: perWriter, subjects: subjects, offset: offset) }
+    let planned = (0..<writers).map { ownCommands(writer: $0, writers: writers, count: perWriter + warmUp, subjects: subjects, offset: offset) }
+    // Each writer's first commands, untimed and one at a time: the writers' subjects are met.
+    var warmUpEvents = 0
+    for plan in planned {
+        for one in plan.prefix(warmUp) { warmUpEvents += try ledger.execute(one).result.events.count }
+    }
+    let plans = planned.map { Array($0.dropFirst(warmUp)) }
+    let sentBefore = statementsSent(storage)
     let times = Mutex<[Double]>([])
     let events = Mutex(0)
     let failure = Mutex<String?>(nil)
@@ -163,15 +176,23 @@ func phaseGroup(dir: String, writers: Int, perWriter: Int, subjects: Int, offset
     let wall = now() - start
     if let message = failure.withLock({ $0 }) { throw BenchError.failed(message) }
     let sorted = times.withLock { $0 }.sorted()
-    emit("group", events.withLock { $0 }, wall, "commands=\(sorted.count) p50=\(sorted[sorted.count / 2]) p99=\(sorted[min(sorted.count - 1, sorted.count * 99 / 100)])" + roundTrips(storage, commands: sorted.count))
+    emit("group", events.withLock { $0 }, wall, "commands=\(sorted.count) p50=\(sorted[sorted.count / 2]) p99=\(sorted[min(sorted.count - 1, sorted.count * 99 / 100)]) warmupEvents=\(warmUpEvents)" + roundTrips(storage, since: sentBefore, commands: sorted.count))
 }
 
-/// For a PostgreSQL ledger: the statements sent per command so far (each a round trip).
-func roundTrips(_ storage: any LedgerStore, commands: Int) -> String {
+/// For a PostgreSQL ledger: the statements sent per command since `before` (each a round trip).
+func roundTrips(_ storage: any LedgerStore, since before: Int, commands: Int) -> String {
     #if PostgreSQL
-    if let postgres = storage as? PostgresLedgerStore { return " statements=\(Double(postgres.statementsSent) / Double(max(1, commands)))" }
+    if let postgres = storage as? PostgresLedgerStore { return " statements=\(Double(postgres.statementsSent - before) / Double(max(1, commands)))" }
     #endif
     return ""
+}
+
+/// Statements a PostgreSQL ledger's store has sent; 0 for other storages.
+func statementsSent(_ storage: any LedgerStore) -> Int {
+    #if PostgreSQL
+    if let postgres = storage as? PostgresLedgerStore { return postgres.statementsSent }
+    #endif
+    return 0
 }
 
 /// The physical limit of a durable command: append as many bytes as one command writes to a
@@ -413,8 +434,8 @@ do {
         let dir = args[2]
         switch args[1] {
         case "build": try phaseBuild(dir: dir, target: Int(args[3])!, subjects: Int(args[4])!, batch: Int(args[5])!)
-        case "durable": try phaseDurable(dir: dir, count: Int(args[3])!, subjects: Int(args[4])!, offset: Int(args[5])!, newSubjects: false)
-        case "durable-new": try phaseDurable(dir: dir, count: Int(args[3])!, subjects: Int(args[4])!, offset: Int(args[5])!, newSubjects: true)
+        case "durable": try phaseDurable(dir: dir, count: Int(args[3])!, subjects: Int(args[4])!, offset: Int(args[5])!, newSubjects: false, warmUp: args.count > 6 ? Int(args[6])! : 0)
+        case "durable-new": try phaseDurable(dir: dir, count: Int(args[3])!, subjects: Int(args[4])!, offset: Int(args[5])!, newSubjects: true, warmUp: args.count > 6 ? Int(args[6])! : 0)
         case "fsync": try phaseFsync(dir: dir, bytes: Int(args[3])!)
         case "replay": try phaseReplay(dir: dir)
         case "verify": try phaseVerify(dir: dir)
@@ -423,7 +444,7 @@ do {
         case "pgbench": try phasePgbench(url: dir, clients: Int(args[3])!)
         #endif
         case "writer": try phaseWriter(location: dir, count: Int(args[3])!, writer: Int(args[4])!)
-        case "group": try phaseGroup(dir: dir, writers: Int(args[3])!, perWriter: Int(args[4])!, subjects: Int(args[5])!, offset: Int(args[6])!)
+        case "group": try phaseGroup(dir: dir, writers: Int(args[3])!, perWriter: Int(args[4])!, subjects: Int(args[5])!, offset: Int(args[6])!, warmUp: args.count > 7 ? Int(args[7])! : 0)
         case "sqlite": try phaseSQLite(dir: dir, writers: Int(args[3])!, perWriter: Int(args[4])!, lines: try eventLines(of: dir, count: 4000))
         default: printError("unknown phase\n"); exit(64)
         }

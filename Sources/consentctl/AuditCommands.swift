@@ -723,8 +723,15 @@ struct ProveState: ParsableCommand {
             let asOf = try at.map { try parseTime($0, option: "--at") }
             try checkOutputPath(out, ledger: root.ledgerDirectory)
             let ledger = try root.openLedger()
-            try requireEvents(ledger, subject, for: "a state proof")
-            let proof = try ledger.proveState(for: subject, at: asOf)
+            // Proved first and checked after: checking first would read and check the
+            // subject's record twice (a scan of every record in a large folder).
+            let proof: StateProof
+            do {
+                proof = try ledger.proveState(for: subject, at: asOf)
+            } catch ConsentError.notFound(.subject, _) {
+                throw noEvents(ledger, subject, for: "a state proof")
+            }
+            guard !proof.events.isEmpty else { throw noEvents(ledger, subject, for: "a state proof") }
             let to = try writeOutput(proof.bytes, to: out)
             reportWritten("Wrote the state of \(subject)\(asOf.map { " as of \($0.rfc3339)" } ?? "") (\(proof.events.count) event\(proof.events.count == 1 ? "" : "s"), \(proof.catalogEvents.count + 1) catalogue version\(proof.catalogEvents.isEmpty ? "" : "s")) with proofs against the signed head, to \(to)", to: to, json: output.isJSON,
                           details: ["subject": .string(subject), "events": .int(Int64(proof.events.count)), "catalogueVersions": .int(Int64(proof.catalogEvents.count + 1))])

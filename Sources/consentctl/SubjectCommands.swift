@@ -74,9 +74,12 @@ func subjectHasEvents(_ ledger: Ledger, _ subjectID: String) throws -> Bool {
 
 /// `export` and `prove-state` have nothing to prove for a subject without events: a usage error.
 func requireEvents(_ ledger: Ledger, _ subjectID: String, for what: String) throws {
-    guard try subjectHasEvents(ledger, subjectID) else {
-        throw ConsentError.notFound(.subject, unknownSubjectNote(ledger, subjectID) + " There is nothing for \(what) to prove.")
-    }
+    guard try subjectHasEvents(ledger, subjectID) else { throw noEvents(ledger, subjectID, for: what) }
+}
+
+/// The error of `export` and `prove-state` for a subject without events.
+func noEvents(_ ledger: Ledger, _ subjectID: String, for what: String) -> ConsentError {
+    .notFound(.subject, unknownSubjectNote(ledger, subjectID) + " There is nothing for \(what) to prove.")
 }
 
 /// The shells `consentctl completion` writes a script for.

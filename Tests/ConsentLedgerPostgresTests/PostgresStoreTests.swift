@@ -645,5 +645,49 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
         #expect(result.events.map(\.seq) == [3])
         #expect(try Ledger.open(store: TestDatabase.store(url)).verify().events == 4)
     }
+
+    /// A command that appends nothing (a consent already given, on what this writer remembers)
+    /// was decided on the remembered head as much as one that appends: it stands only if the
+    /// head is still that one. Here another writer withdrew the consent meanwhile, so the grant
+    /// must be appended, not answered with "already given".
+    @Test func aCommandThatAppendsNothingIsCheckedAgainstTheHeadToo() throws {
+        let url = try TestDatabase.freshURL("noop")
+        let first = try Ledger.create(store: try TestDatabase.store(url), catalog: SeedCatalog.catalog, name: "pg.test/noop", keyProtection: .insecurePlaintext)
+        try first.execute(LedgerCommand(subjectID: "alice", request: .give(feature: "timeline", consents: ["required", "optional-a"])))
+        let second = try Ledger.open(store: TestDatabase.store(url))
+        try second.execute(LedgerCommand(subjectID: "alice", request: .revoke(feature: "timeline", consent: "optional-a")))
+        let (result, _) = try first.execute(LedgerCommand(subjectID: "alice", request: .give(feature: "timeline", consents: ["optional-a"])))
+        #expect(result.events.count == 1, "the grant is appended: the consent was withdrawn")
+        #expect(try Ledger.open(store: TestDatabase.store(url)).verify().events == 5)
+    }
+
+    /// The connection of a writer dies while its commit is in flight (the server ends the
+    /// backend): the writer asks the server, on another connection, whether the commit was made,
+    /// and says so; nothing is appended twice, and the next command goes on.
+    @Test func aWriterWhoseConnectionDiesMidCommitFindsOutWhetherItWasMade() async throws {
+        let url = try TestDatabase.freshURL("lost")
+        let schema = try PostgresLedgerAddress(url: url).schema
+        let ledger = try Ledger.create(store: try TestDatabase.store(url), catalog: SeedCatalog.catalog, name: "pg.test/lost", keyProtection: .insecurePlaintext)
+        try ledger.execute(LedgerCommand(subjectID: "alice", request: .give(feature: "timeline", consents: ["required"])))
+        try await TestDatabase.sql(url, "CREATE FUNCTION \(schema).slow() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(3); RETURN NEW; END $$")
+        try await TestDatabase.sql(url, "CREATE TRIGGER slow BEFORE INSERT ON \(schema).events FOR EACH ROW EXECUTE FUNCTION \(schema).slow()")
+        let killer = try await TestDatabase.connect(url)
+        // From the connection's event loop: the command below blocks this test's thread.
+        killer.eventLoop.scheduleTask(in: .seconds(1)) {
+            killer.query(PostgresQuery(unsafeSQL: "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE '%append_commit%' AND pid <> pg_backend_pid()"), logger: Logger(label: "test")).whenComplete { _ in
+                _ = killer.close() as EventLoopFuture<Void>
+            }
+        }
+        #expect {
+            try ledger.execute(LedgerCommand(subjectID: "alice", request: .give(feature: "timeline", consents: ["optional-a"])))
+        } throws: { error in
+            guard case ConsentError.storage(let message) = error else { return false }
+            return message.contains("nothing was appended")
+        }
+        try await TestDatabase.sql(url, "DROP TRIGGER slow ON \(schema).events")
+        #expect(try Ledger.open(store: TestDatabase.store(url)).verify().events == 2)
+        let (result, _) = try ledger.execute(LedgerCommand(subjectID: "alice", request: .give(feature: "timeline", consents: ["optional-a"])))
+        #expect(result.events.map(\.seq) == [2])
+    }
 }
 #endif

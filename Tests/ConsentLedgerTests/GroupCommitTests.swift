@@ -182,6 +182,40 @@ import Testing
         #expect(try ledger.report(for: "d").events.isEmpty)
     }
 
+    /// A storage failure of a group's commit is every call's error, and no call is run again:
+    /// the commit may have been made (here it was: a sync or a connection that failed after the
+    /// data reached the disk), and a call run again alone would append its events twice.
+    @Test func aStorageFailureOfAGroupIsEveryCallsAndNothingRunsAgain() throws {
+        let folder = TemporaryFolder("group")
+        defer { folder.remove() }
+        let path = folder.path + "/ledger"
+        try Self.makeLedger(folder).execute([Self.give("a"), Self.give("b"), Self.give("c")])
+        let gate = HeldFirstWrite(FileLedgerStore(directory: path), expected: 3)
+        let store = CommitsThenFails(gate, failingWrite: 2)
+        let ledger = try Ledger.open(store: store)
+        let before = try ledger.verify().events
+        let outcomes = Mutex<[String: Result<Int, ConsentError>]>([:])
+        gate.holdNextWrite()
+        onThreads(3) { t in
+            // The first call leads and is held; the other two queue behind it as one group.
+            if t > 0 { usleep(20_000) }
+            let subject = ["a", "b", "c"][t]
+            gate.arrived()
+            // Two commands that a second run would append again.
+            let call = [Self.give(subject, ["optional-a"]), LedgerCommand(subjectID: subject, request: .revoke(feature: "timeline", consent: "optional-a"))]
+            let result = Result { () throws(ConsentError) -> Int in
+                do { return try ledger.execute(call).results.reduce(0) { $0 + $1.events.count } } catch let error as ConsentError { throw error } catch { throw .storage("\(error)") }
+            }
+            outcomes.withLock { $0[subject] = result }
+        }
+        let results = outcomes.withLock { $0 }
+        #expect((try? results["a"]?.get()) == 2)
+        for subject in ["b", "c"] {
+            guard case .failure(.storage)? = results[subject] else { Issue.record("\(subject): \(String(describing: results[subject]))"); continue }
+        }
+        #expect(try Ledger.open(store: FileLedgerStore(directory: path)).verify().events == before + 6, "each call's two events, once")
+    }
+
     /// Alters one hex digit of `subject`'s record signature in subjects.jsonl.
     static func damageSignature(of subject: String, in path: String) throws {
         var text = String(decoding: readBytes(path + "/subjects.jsonl"), as: UTF8.self)
@@ -219,6 +253,30 @@ final class HeldFirstWrite: LedgerStore, Sendable {
             usleep(20_000)
         }
         return try base.write(body)
+    }
+}
+
+/// A storage whose `failingWrite`-th write transaction commits and then reports a storage
+/// failure, as a sync or a connection that fails after the data is durable does.
+final class CommitsThenFails: LedgerStore, Sendable {
+    let base: any LedgerStore
+    let failingWrite: Int
+    private let writes = Mutex(0)
+
+    init(_ base: any LedgerStore, failingWrite: Int) {
+        self.base = base
+        self.failingWrite = failingWrite
+    }
+
+    var names: StorageNames { base.names }
+    var keyStore: (any KeyStore)? { base.keyStore }
+    func create(_ setup: LedgerSetup) throws { try base.create(setup) }
+    func read<T>(_ body: (any LedgerReadTransaction) throws -> T) throws -> T { try base.read(body) }
+    func write<T>(_ body: (any LedgerWriteTransaction) throws -> T) throws -> T {
+        let number = writes.withLock { n in n += 1; return n }
+        let result = try base.write(body)
+        if number == failingWrite { throw ConsentError.storage("the sync after the commit failed (simulated)") }
+        return result
     }
 }
 

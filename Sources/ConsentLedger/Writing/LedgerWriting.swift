@@ -24,10 +24,12 @@ extension Ledger {
         return try groupCommit.submit(commands) { batches in
             do {
                 return try executeGroup(batches, stopAtRefusal: false).map { $0.mapError { $0 as any Error } }
-            } catch where batches.count > 1 {
+            } catch where batches.count > 1 && !Self.isStorageFailure(error) {
                 // An error that is not a refusal of one batch is thrown for the whole group: a
-                // subject record that fails its check, say, or the storage. Each call is then run
-                // alone, so that an error reaches only the call it belongs to.
+                // subject record that fails its check, say. Each call is then run alone, so that
+                // an error reaches only the call it belongs to. Not a storage failure: it belongs
+                // to the whole commit, which it may have left made or not (a lost connection, a
+                // failed sync), and running the calls again could append them twice.
                 return batches.map { batch in Result { try executeGroup([batch], stopAtRefusal: false)[0].get() } }
             }
         }
@@ -51,7 +53,7 @@ extension Ledger {
             var outcomes: [Result<ExecutionReport, ConsentError>]
             do {
                 outcomes = try groupCommit.exclusively { try executeGroup(group, stopAtRefusal: true) }
-            } catch where group.count > 1 {
+            } catch where group.count > 1 && !Self.isStorageFailure(error) {
                 // An error that is not a refusal (a subject record that fails its check, say)
                 // stops the whole group: the group's first command is run alone, so that the
                 // commands before the one at fault are committed and acknowledged, and the error
@@ -237,6 +239,12 @@ extension Ledger {
             }
             return outcomes.map { $0.map { ExecutionReport(results: $0, recovered: log.torn, warning: warning) } }
         }
+    }
+
+    /// Whether `error` is the storage's: it belongs to the whole commit, never to one call.
+    static func isStorageFailure(_ error: any Error) -> Bool {
+        if case ConsentError.storage = error { return true }
+        return false
     }
 
     /// Up to this many subjects unknown to the process, a write looks their records up one by
