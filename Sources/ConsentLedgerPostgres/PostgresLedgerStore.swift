@@ -249,11 +249,20 @@ public final class PostgresLedgerStore: LedgerStore {
     func resolveLost(_ commit: LedgerCommit, error: any Error) throws {
         guard let last = commit.entries.last else { throw error }
         let seq = commit.firstSeq + commit.entries.count - 1
-        let found: [UInt8]?
-        do {
-            found = try connections.autocommit("SELECT line FROM \(s).events WHERE seq = $1", PostgresBindings(Int64(seq))).first.map { try $0.decode(ByteBuffer.self).bytes }
-        } catch {
-            throw ConsentError.storage("the connection to PostgreSQL at \(address) failed while a commit was sent, and the server cannot be asked whether it was committed (\(error)): run verify and look for the command before sending it again")
+        var found: [UInt8]?
+        var attempt = 0
+        while true {
+            do {
+                found = try connections.autocommit("SELECT line FROM \(s).events WHERE seq = $1", PostgresBindings(Int64(seq))).first.map { try $0.decode(ByteBuffer.self).bytes }
+                break
+            } catch {
+                // What ended one connection (a restart, an administrator) may have ended the
+                // pool's others: a read is asked again, on a new one.
+                attempt += 1
+                if error is PostgresConnections.ConnectionLost, attempt <= PostgresConnections.maximumConnections { continue }
+                let cause = (error as? PostgresConnections.ConnectionLost)?.error ?? error
+                throw ConsentError.storage("the connection to PostgreSQL at \(address) failed while a commit was sent, and the server cannot be asked whether it was committed (\(cause)): run verify and look for the command before sending it again")
+            }
         }
         // Our entry is ours alone: signed, with this command's time and the head it followed.
         guard found == last else {

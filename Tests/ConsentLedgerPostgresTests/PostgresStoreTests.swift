@@ -674,7 +674,9 @@ func deterministicLedger(_ store: any LedgerStore) throws -> Ledger {
         let killer = try await TestDatabase.connect(url)
         // From the connection's event loop: the command below blocks this test's thread.
         killer.eventLoop.scheduleTask(in: .seconds(1)) {
-            killer.query(PostgresQuery(unsafeSQL: "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE '%append_commit%' AND pid <> pg_backend_pid()"), logger: Logger(label: "test")).whenComplete { _ in
+            // Every connection of this ledger's store, idle or not (as a restart would): the
+            // writer's question must get through on a new one.
+            killer.query(PostgresQuery(unsafeSQL: "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE '%\(schema)%' AND pid <> pg_backend_pid()"), logger: Logger(label: "test")).whenComplete { _ in
                 _ = killer.close() as EventLoopFuture<Void>
             }
         }
