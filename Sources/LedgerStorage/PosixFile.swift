@@ -48,10 +48,28 @@ final class PosixFile {
     }
 
     /// Reads up to `count` bytes at `offset`; fewer only at the end of the file.
+    /// The array is not zeroed first: for a file of megabytes (`subjects.jsonl` at 5M events),
+    /// zeroing it was 16% of a `prove-state`.
     package func read(at offset: UInt64, count: Int) throws -> [UInt8] {
-        var out = [UInt8](repeating: 0, count: count)
-        let done = try read(at: offset, into: &out, count: count)
-        if done < count { out.removeLast(count - done) }
+        guard offset <= UInt64(Int64.max) - UInt64(count) else {
+            throw ConsentError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "offset \(offset) in \(path) is out of range"))
+        }
+        var failure: ConsentError?
+        let out = [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
+            var done = 0
+            while done < count {
+                let n = pread(fd, buffer.baseAddress! + done, count - done, off_t(offset) + off_t(done))
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    failure = ConsentError.storage("cannot read \(path): \(PosixFile.reason())")
+                    break
+                }
+                if n == 0 { break }
+                done += n
+            }
+            initialized = failure == nil ? done : 0
+        }
+        if let failure { throw failure }
         return out
     }
 
