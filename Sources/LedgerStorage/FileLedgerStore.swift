@@ -1041,6 +1041,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         let file = try PosixFile(path: store.logPath, flags: O_RDWR)
         if !bytes.isEmpty {
             try append(bytes, to: file, at: end, line: log.size + 1)
+            if let head = commit.head, !headLine.isEmpty { store.tailCache.wrote(Array(headLine.dropLast()), head: head) }
         } else if !inLog, log.size > Int(log.recordedHead.seq) + 1 {
             // Entries past the head may be a dead writer's, never synced: durable before the
             // derived data vouches for them.

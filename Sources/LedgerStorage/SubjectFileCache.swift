@@ -117,6 +117,12 @@ final class TailParseCache: Sendable {
         return parsed
     }
 
+    /// The head line a commit of this process just wrote, with the head it was made from: the
+    /// next transaction reads exactly those bytes, and need not parse them back.
+    func wrote(_ line: [UInt8], head signed: SignedHead) {
+        head.withLock { $0 = (line, signed) }
+    }
+
     func event<E: Error>(_ line: [UInt8], parse: ([UInt8]) throws(E) -> EventRecord) throws(E) -> EventRecord {
         if let cached = event.withLock({ $0 }), cached.line == line { return cached.record }
         let parsed = try parse(line)

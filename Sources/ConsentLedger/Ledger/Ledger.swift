@@ -141,7 +141,8 @@ public final class Ledger: Sendable {
         /// The catalogue versions read from the ledger stream, with the stream's newest event
         /// (as the subject map, checked against the root the log's last event signs, names it):
         /// reused while that event is still the newest.
-        var catalogVersions: (newest: UInt64, versions: [CatalogVersion])?
+        /// With the ledger stream's newest event and the log size they were found at.
+        var catalogVersions: (newest: UInt64, versions: [CatalogVersion], through: Int)?
     }
 
     private init(store: any LedgerStore, keys: (any KeyStore)?, passphrase: PassphraseSource?, catalog: Catalog, catalogBytes: [UInt8], genesis: LedgerCreated, genesisTime: Timestamp, version: Int64, publicKey: PublicKey, chain: HashChain, verifier: any SignatureVerifier, clock: @escaping LedgerClock, random: @escaping RandomSource, signer: (any EventSigner)?) {
@@ -365,13 +366,12 @@ public final class Ledger: Sendable {
         }
     }
 
-    /// Every subject record of the store, each checked (``checkRecord(_:_:)``), on all cores; the
-    /// failure reported is that of the first failing id in byte order.
-    package func subjectSalts(_ tx: any LedgerReadTransaction, keys: KeySchedule) throws -> [SubjectID: [UInt8]] {
-        let records = try tx.subjectRecords().sorted { $0.key < $1.key }
-        let failures = parallelMap(records.count) { [self] i -> ConsentError? in
+    /// Checks each record (``checkRecord(_:_:keys:)``), on all cores from `minimumForParallel`
+    /// records on, and throws the failure of the first that fails, in the order given.
+    func checkRecords(_ records: [(id: SubjectID, record: SubjectRecord)], keys: KeySchedule, minimumForParallel: Int = 64) throws {
+        let failures = parallelMap(records.count, minimumForParallel: minimumForParallel) { [self] i -> ConsentError? in
             do {
-                try checkRecord(records[i].key, records[i].value, keys: keys)
+                try checkRecord(records[i].id, records[i].record, keys: keys)
                 return nil
             } catch let error as ConsentError {
                 return error
@@ -380,6 +380,13 @@ public final class Ledger: Sendable {
             }
         }
         if let failure = failures.compactMap({ $0 }).first { throw failure }
+    }
+
+    /// Every subject record of the store, each checked (``checkRecord(_:_:)``), on all cores; the
+    /// failure reported is that of the first failing id in byte order.
+    package func subjectSalts(_ tx: any LedgerReadTransaction, keys: KeySchedule) throws -> [SubjectID: [UInt8]] {
+        let records = try tx.subjectRecords().sorted { $0.key < $1.key }
+        try checkRecords(records.map { ($0.key, $0.value) }, keys: keys)
         return Dictionary(uniqueKeysWithValues: records.map { ($0.key, $0.value.salt) })
     }
 
@@ -399,10 +406,14 @@ public final class Ledger: Sendable {
         memory.withLock { $0.streams = streams }
     }
 
-    /// The streams this process last committed, if the stored map is still theirs.
-    func rememberedStreams(nextIndex: Int64, root: Digest) -> StreamState? {
+    /// The streams this process last committed, if the stored map is still theirs: taken out of
+    /// memory (writes run one at a time), so that the write that adds to them changes them in
+    /// place. Left in memory, every command would copy the newest event of every stream met so
+    /// far. The commit puts them back (``memory(streams:)``); a write that fails leaves none.
+    func takeRememberedStreams(nextIndex: Int64, root: Digest) -> StreamState? {
         memory.withLock { m in
             guard let streams = m.streams, streams.nextIndex == nextIndex, streams.state.map.rootHash == root else { return nil }
+            m.streams = nil
             return streams.state
         }
     }
@@ -421,8 +432,20 @@ public final class Ledger: Sendable {
     }
 
     /// Applies appended events to the in-memory replay, if there is one and it had reached `from`.
+    /// The key schedule learned through `from` holds through `size` too when none of the events
+    /// changes a key, and the catalogue versions when none is the ledger's own: the next write
+    /// need not look for either in the subject map again.
     func advanceMemory(from: Int, to size: Int, events: [LedgerEvent], head: ChainHead) {
+        let changesKeys = events.contains {
+            switch $0.payload {
+            case .keyRotated, .keyRevoked: true
+            default: false
+            }
+        }
+        let inLedgerStream = events.contains { $0.payload.subject == nil }
         memory.withLock { memory in
+            if !changesKeys, let keys = memory.keys, keys.through >= from { memory.keys = (keys.schedule, max(keys.through, size)) }
+            if !inLedgerStream, let versions = memory.catalogVersions, versions.through == from { memory.catalogVersions!.through = size }
             if memory.replay != nil, memory.size == from {
                 for event in events { try? memory.replay!.apply(event) }
                 memory.size = size

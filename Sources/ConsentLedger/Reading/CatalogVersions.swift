@@ -40,15 +40,23 @@ extension Ledger {
     func catalogVersions(_ view: LogView) throws -> [CatalogVersion] {
         guard version >= 2 else { return try catalogVersions(try streamEntries(SubjectMap.ledgerStream, view)) }
         // Every command needs them: read again only when the ledger stream has a new event.
+        // Found at this very size (or carried to it by this process's own commits of subject
+        // events only, ``advanceMemory(from:to:events:head:)``), they need no lookup at all.
+        let size = view.log.size
+        let cached = memory.withLock { $0.catalogVersions }
+        if let cached, cached.through == size { return cached.versions }
         let newest: UInt64?
         do {
             newest = try currentMap(view).map.lookup(SubjectMap.ledgerStream).seq
         } catch {
             throw mapFailure("\(error)")
         }
-        if let newest, let cached = memory.withLock({ $0.catalogVersions }), cached.newest == newest { return cached.versions }
+        if let newest, let cached, cached.newest == newest {
+            memory.withLock { $0.catalogVersions = (newest, cached.versions, size) }
+            return cached.versions
+        }
         let versions = try catalogVersions(try streamEntries(SubjectMap.ledgerStream, view))
-        if let newest { memory.withLock { $0.catalogVersions = (newest, versions) } }
+        if let newest { memory.withLock { $0.catalogVersions = (newest, versions, size) } }
         return versions
     }
 

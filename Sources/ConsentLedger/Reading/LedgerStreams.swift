@@ -137,7 +137,7 @@ extension Ledger {
         var state = StreamState(newest: [:], map: stored.map)
         // The streams this process committed last, while the map is still the one it stored:
         // their nodes are resident, and read, if at all, through this transaction.
-        if stored.nextIndex > 0, var remembered = rememberedStreams(nextIndex: stored.nextIndex, root: stored.map.rootHash) {
+        if stored.nextIndex > 0, var remembered = takeRememberedStreams(nextIndex: stored.nextIndex, root: stored.map.rootHash) {
             let tx = view.tx
             remembered.map.reader = { try tx.subjectMapRecord($0) }
             state = remembered

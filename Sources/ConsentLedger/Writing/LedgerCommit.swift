@@ -34,7 +34,7 @@ extension Ledger {
     ///
     /// `signer` must hold the key in force; a key rotation (its events signed by the key it
     /// retires) gives the new key as `headSigner`, since the head after it is the new key's.
-    func commit(_ events: [LedgerEvent], _ view: LogView, _ tx: any LedgerWriteTransaction, signer: any EventSigner, headSigner: (any EventSigner)? = nil, streams: (state: StreamState, nextIndex: Int64)?, subjects: [(subjectID: SubjectID, record: SubjectRecord)], erasing: [SubjectID] = [], revising: [(subjectID: SubjectID, record: SubjectRecord?)] = []) throws -> Committed {
+    func commit(_ events: [LedgerEvent], _ view: LogView, _ tx: any LedgerWriteTransaction, signer: any EventSigner, headSigner: (any EventSigner)? = nil, streams: consuming (state: StreamState, nextIndex: Int64)?, subjects: [(subjectID: SubjectID, record: SubjectRecord)], erasing: [SubjectID] = [], revising: [(subjectID: SubjectID, record: SubjectRecord?)] = []) throws -> Committed {
         let log = view.log
         let inForce = view.keys.current
         guard signer.publicKey == inForce.key else {
@@ -44,7 +44,10 @@ extension Ledger {
         }
         var frontier = try trustedFrontier(view)
         let hasher = chain.hasher
-        var state = streams?.state
+        // Consumed, not copied: sealing adds to the streams' newest events, and a second
+        // reference would make that copy the newest event of every stream met so far.
+        let nextIndex = streams?.nextIndex
+        var state = (consume streams)?.state
         let (records, newHash): ([EventRecord], Digest)
         do {
             (records, newHash) = try chain.seal(events, after: chain.hash(ofBody: log.last.body), signer: signer, streams: &state)
@@ -68,7 +71,7 @@ extension Ledger {
             Checkpoint(origin: genesis.ledgerName, size: frontier.size, root: frontier.root(hasher: hasher)),
             chainHash: newHash, key: try noteKey(headSigner.publicKey), signer: headSigner)
         var derived = view.pendingDerived(newKeys: keys, newHashes: treeHashes)
-        if state != nil, let first = streams?.nextIndex {
+        if state != nil, let first = nextIndex {
             let appended = state!.map.takeNewRecords(firstIndex: first, coveringSize: frontier.size)
             derived.subjectMap = (appended, first)
             // Records are appended, never rewritten: when they have grown far beyond the nodes

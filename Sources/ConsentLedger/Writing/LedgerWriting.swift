@@ -104,6 +104,7 @@ extension Ledger {
                 let lookedUp = memory.withLock { $0.recordLookups }
                 let readAll = missing.count > Self.recordsLookedUpAlone || (records == nil && lookedUp >= Self.recordsLookedUpAlone)
                 if readAll { records = try tx.subjectRecords() }
+                var found: [(id: SubjectID, record: SubjectRecord)] = []
                 for id in unchecked {
                     var record = records?[id]
                     if record == nil, !readAll {
@@ -111,10 +112,12 @@ extension Ledger {
                         memory.withLock { $0.recordLookups += 1 }
                         if let record { records?[id] = record }
                     }
-                    guard let record else { continue }
-                    try checkRecord(id, record, keys: view.keys)
-                    salts[id] = record.salt
+                    if let record { found.append((id, record)) }
                 }
+                // A signature check each, on all cores: a group of calls for subjects this
+                // process has not met would otherwise wait for them one after another.
+                try checkRecords(found, keys: view.keys, minimumForParallel: 2)
+                for (id, record) in found { salts[id] = record.salt }
             }
             var newSalts: [SubjectID: [UInt8]] = [:]
             var refs: [SubjectID: SubjectRef] = [:]
@@ -211,8 +214,8 @@ extension Ledger {
             guard !events.isEmpty else {
                 // Nothing to append, but what was read stays useful: the records and the
                 // salts of subjects that have them (never a new subject's unsaved salt).
-                let known = salts.filter { newSalts[$0.key] == nil }
-                afterCommit.append { [self] in memory.withLock { $0.salts = known; $0.records = records } }
+                for id in newSalts.keys { salts[id] = nil }
+                afterCommit.append { [self, salts] in memory.withLock { $0.salts = salts; $0.records = records } }
                 return outcomes.map { $0.map { ExecutionReport(results: $0, recovered: nil) } }
             }
             let withEvents = Set(accepted.filter { !$0.events.isEmpty }.map { SubjectID($0.subjectID) })
@@ -226,15 +229,16 @@ extension Ledger {
                 return (id, SubjectRecord(salt: salt, signature: signature))
             }
             if records != nil { for new in newRecords { records![new.subjectID] = new.record } }
-            let committed = try commit(events, view, tx, signer: signer, streams: streams, subjects: newRecords)
+            let committed = try commit(events, view, tx, signer: signer, streams: consume streams, subjects: newRecords)
             let (size, head, warning) = (committed.size, committed.head, committed.warning)
             // Cache only salts that are on disk: a new subject whose command appended nothing
             // gets a fresh salt next time, saved with its first events.
             // Remembered only once the store has committed (see ``writing(_:)``).
-            let persisted = salts.filter { newSalts[$0.key] == nil || withEvents.contains($0.key) }
-            afterCommit.append { [self] in
+            // (In place: a filtered copy would cost every remembered subject on each command.)
+            for id in newSalts.keys where !withEvents.contains(id) { salts[id] = nil }
+            afterCommit.append { [self, salts] in
                 if committed.warning == nil { remember(committed.signedHead, frontier: committed.frontier) }
-                memory.withLock { $0.salts = persisted; $0.records = records; $0.streams = committed.streams }
+                memory.withLock { $0.salts = salts; $0.records = records; $0.streams = committed.streams }
                 advanceMemory(from: log.size, to: size, events: events, head: head)
             }
             return outcomes.map { $0.map { ExecutionReport(results: $0, recovered: log.torn, warning: warning) } }
