@@ -871,17 +871,17 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
             return nil
         }
         if let cached { return cached }
-        let bytes = try file.readAll()
-        // Complete lines only: a partial last line was never acknowledged.
-        let end = (bytes.lastIndex(of: FileLedgerStore.newline) ?? -1) + 1
         var found: SubjectRecord?
         var malformed: Int?
         var lineNumber = 0
         let shape = Array(#"{"id":""#.utf8)
-        // One pass over raw bytes (memchr for line ends, memcmp for line starts): the file holds
-        // every subject, and this runs for every command of a subject the process has not seen.
-        try bytes.withUnsafeBufferPointer { all in
+        // One pass over raw bytes (memchr for line ends, memcmp for line starts), a chunk at a
+        // time, complete lines only (a partial last line was never acknowledged): the file
+        // holds every subject, and this runs for every command of a subject the process has not
+        // seen.
+        try file.forEachLines { all in
             let base = all.baseAddress!
+            let end = all.count
             var lineStart = 0
             while lineStart < end {
                 let lineEnd = UnsafeRawPointer(memchr(base + lineStart, Int32(FileLedgerStore.newline), end - lineStart)!).assumingMemoryBound(to: UInt8.self) - base

@@ -99,6 +99,51 @@ final class PosixFile {
         try read(at: 0, count: Int(try size()))
     }
 
+    /// Reads the file's complete lines (each ending in a newline) in chunks of about
+    /// `chunkSize` bytes through one buffer, and calls `body` with each chunk's run of whole
+    /// lines; a last line without its newline is left out. A scan of a large file thus touches
+    /// one small buffer instead of faulting in a copy of the whole file (at 8.5 MB, those page
+    /// faults were most of a lookup's time).
+    func forEachLines(chunkSize: Int = 256 << 10, _ body: (UnsafeBufferPointer<UInt8>) throws -> Void) throws {
+        let end = try size()
+        var buffer = [UInt8](repeating: 0, count: chunkSize)
+        var offset: UInt64 = 0
+        var kept = 0
+        while offset < end {
+            if kept == buffer.count { buffer += [UInt8](repeating: 0, count: buffer.count) }
+            let want = min(buffer.count - kept, Int(end - offset))
+            let got = try buffer.withUnsafeMutableBytes { raw -> Int in
+                var done = 0
+                while done < want {
+                    let n = pread(fd, raw.baseAddress! + kept + done, want - done, off_t(offset) + off_t(done))
+                    if n < 0 {
+                        if errno == EINTR { continue }
+                        throw ConsentError.storage("cannot read \(path): \(PosixFile.reason())")
+                    }
+                    if n == 0 { break }
+                    done += n
+                }
+                return done
+            }
+            if got == 0 { break }
+            offset += UInt64(got)
+            let filled = kept + got
+            let whole = try buffer.withUnsafeBufferPointer { all -> Int in
+                var whole = filled
+                while whole > 0, all[whole - 1] != 0x0A { whole -= 1 }
+                guard whole > 0 else { return 0 }
+                try body(UnsafeBufferPointer(rebasing: all[0..<whole]))
+                return whole
+            }
+            kept = filled - whole
+            if kept > 0, whole > 0 {
+                buffer.withUnsafeMutableBytes { raw in
+                    _ = memmove(raw.baseAddress!, raw.baseAddress! + whole, kept)
+                }
+            }
+        }
+    }
+
     func write(_ bytes: [UInt8], at offset: UInt64) throws {
         var done = 0
         try bytes.withUnsafeBytes { buffer in

@@ -402,3 +402,36 @@ final class Counter: Sendable {
         #expect(try reopened.verify().events == 9)
     }
 }
+
+/// A file scanned a chunk at a time gives exactly its complete lines, in order, whatever the
+/// chunk size: lines cut by a chunk's end, lines longer than a chunk, and a last line without
+/// its newline (never acknowledged, so left out).
+@Suite struct ChunkedLineReaderTests {
+    static let files: [(String, [UInt8])] = [
+        ("empty", []),
+        ("one line", Array("abc\n".utf8)),
+        ("partial last line", Array("abc\ndef\ngh".utf8)),
+        ("only a partial line", Array("no newline".utf8)),
+        ("empty lines", Array("\n\n\na\n\n".utf8)),
+        ("a line longer than any chunk", Array((String(repeating: "x", count: 1000) + "\nshort\n" + String(repeating: "y", count: 70)).utf8)),
+        ("many lines", Array((0..<500).map { "line \($0) " + String(repeating: "z", count: $0 % 37) + "\n" }.joined().utf8)),
+    ]
+
+    @Test(arguments: files.map(\.0), [1, 2, 7, 64, 256 << 10])
+    func chunksGiveTheCompleteLinesInOrder(_ name: String, _ chunkSize: Int) throws {
+        let bytes = Self.files.first { $0.0 == name }!.1
+        let path = LedgerPropertyTests.folder("chunked-lines") + ".txt"
+        defer { unlink(path) }
+        try PosixFile.writeNew(bytes, to: path)
+        var seen: [UInt8] = []
+        var calls = 0
+        try PosixFile(path: path, flags: O_RDONLY).forEachLines(chunkSize: chunkSize) { chunk in
+            calls += 1
+            #expect(chunk.last == 0x0A)
+            seen += chunk
+        }
+        let complete = bytes.lastIndex(of: 0x0A).map { Array(bytes[...$0]) } ?? []
+        #expect(seen == complete)
+        #expect((calls == 0) == complete.isEmpty)
+    }
+}
