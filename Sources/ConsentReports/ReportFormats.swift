@@ -156,9 +156,9 @@ extension LedgerReport {
     /// Aligned tables for the terminal, at most ``textWidth`` columns wide, times in `zone`.
     public func text(in zone: ZoneRules) -> String {
         let r = report
-        var out = "Audit report of \(ledgerName)\n"
+        var out = "Audit report of \(Terminal.escaped(ledgerName))\n"
         out += "Checkpoint size \(checkpoint.size), root \(Base64.encode(checkpoint.root.bytes))\n"
-        out += "Scope: " + scopeDescription(in: zone) + " (times in \(zone.name))\n"
+        out += "Scope: " + Terminal.escaped(scopeDescription(in: zone)) + " (times in \(zone.name))\n"
         out += "\nEvents (\(r.entries.count))\n"
         out += TextTable(header: ["SEQ", "AT", "TYPE", "SUBJECT", "CONSENT", "ACTOR", "NOTE"], rows: r.entries.map { e in
             var note: [String] = []
@@ -202,6 +202,15 @@ struct TextTable {
     let rows: [[String]]
     var shrinkable: [Int] = []
     var maxWidth = LedgerReport.textWidth
+
+    /// Cells come from the ledger (ids, actors, catalogue keys): each is escaped for the
+    /// terminal (``Terminal/escaped(_:)``), so none can forge a line or drive the terminal.
+    init(header: [String], rows: [[String]], shrinkable: [Int] = [], maxWidth: Int = LedgerReport.textWidth) {
+        self.header = header
+        self.rows = rows.map { $0.map(Terminal.escaped) }
+        self.shrinkable = shrinkable
+        self.maxWidth = maxWidth
+    }
 
     var rendered: String {
         guard !rows.isEmpty else { return "  (none)\n" }

@@ -32,15 +32,23 @@ import ConsentDomain
 /// located by reading the log's tail.
 public struct FileLedgerStore: LedgerStore {
     public let directory: String
+    /// How long a transaction waits for the ledger's lock, held by another process's write (or,
+    /// for a write, by readers), before it fails with `ConsentError.storage` naming the holder.
+    public let lockTimeout: Duration
+    /// Ten seconds: longer than any one command takes, short enough that a stuck holder is
+    /// reported rather than waited for without end.
+    public static let defaultLockTimeout: Duration = .seconds(10)
     /// What this store's transactions have read of subjects.jsonl (``SubjectFileCache``).
     let subjectCache = SubjectFileCache()
     /// The log tail's last parsed head line and event (``TailParseCache``).
     let tailCache = TailParseCache()
+    let temporarySweep = TemporaryFileSweep()
 
-    public init(directory: String) {
+    public init(directory: String, lockTimeout: Duration = FileLedgerStore.defaultLockTimeout) {
         var d = directory
         while d.count > 1 && d.hasSuffix("/") { d.removeLast() }
         self.directory = d
+        self.lockTimeout = lockTimeout
     }
 
     public var names: StorageNames {
@@ -167,8 +175,10 @@ public struct FileLedgerStore: LedgerStore {
 
     // MARK: - Transactions
 
+    /// A folder without a log holds no ledger. Anything else named like the log (a folder, a
+    /// FIFO, a link) is refused when it is opened, as a file that is not what it should be.
     func requireLedger() throws {
-        guard PosixFile.kind(of: logPath) == .file else {
+        guard PosixFile.ownKind(of: logPath) != .missing else {
             throw ConsentError.notFound(.ledger, "no ledger at \(directory) (run 'consentctl init' to create one)")
         }
     }
@@ -178,7 +188,48 @@ public struct FileLedgerStore: LedgerStore {
     }
 
     public func write<T>(_ body: (any LedgerWriteTransaction) throws -> T) throws -> T {
-        try withLock(exclusive: true) { try body(FileLedgerTransaction(store: self)) }
+        try withLock(exclusive: true) {
+            if temporarySweep.claim() { sweepTemporaryFiles() }
+            return try body(FileLedgerTransaction(store: self))
+        }
+    }
+
+    /// Removes the temporary files that a writer killed part-way left in the folder (a new
+    /// head, subject file or subject map that it never renamed into place). Run by a process's
+    /// first write, under the lock, so that no living writer's file is taken: those are made
+    /// only under the lock. A key file's temporary is made outside it (`key passphrase`), so
+    /// only one older than ten minutes is removed.
+    func sweepTemporaryFiles() {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        for name in PosixFile.directoryEntries(directory) {
+            guard let base = Self.temporaryBase(name) else { continue }
+            let path = directory + "/" + name
+            if base.hasPrefix("secret.key") {
+                var st = stat()
+                guard lstat(path, &st) == 0, now.tv_sec - st.st_mtim.tv_sec > 600 else { continue }
+            }
+            unlink(path)
+        }
+    }
+
+    /// The file whose temporary `name` is, for the names `writeAtomically` gives temporary
+    /// files of the folder's files (`head.tmp-0a1b2c3d4e5f` is one of `head`); nil for others.
+    static func temporaryBase(_ name: String) -> String? {
+        let bytes = Array(name.utf8), marker = Array(".tmp-".utf8)
+        guard bytes.count > marker.count + 12 else { return nil }
+        let cut = bytes.count - 12 - marker.count
+        guard Array(bytes[cut..<(cut + marker.count)]) == marker else { return nil }
+        let suffix = bytes[(cut + marker.count)...]
+        guard suffix.allSatisfy({ isLowercaseHex($0) }) else { return nil }
+        let base = String(decoding: bytes[..<cut], as: UTF8.self)
+        return temporaryBases.contains(base) ? base : nil
+    }
+
+    static let temporaryBases: Set<String> = ["head", "subjects.jsonl", "subjects.map", "secret.key", "secret.key.next"]
+
+    static func isLowercaseHex(_ byte: UInt8) -> Bool {
+        (byte >= 0x30 && byte <= 0x39) || (byte >= 0x61 && byte <= 0x66)
     }
 
     private func withLock<T>(exclusive: Bool, _ body: () throws -> T) throws -> T {
@@ -186,14 +237,20 @@ public struct FileLedgerStore: LedgerStore {
         let file: PosixFile
         do {
             // The lock file is not ledger data: a copied ledger may lack it, so make it on demand.
-            file = try PosixFile(path: lockPath, flags: O_RDONLY | O_CREAT)
+            file = try PosixFile.regular(lockPath, flags: O_RDONLY | O_CREAT)
         } catch {
             // A read-only copy (an auditor's, say) can still be read without the lock; any other
             // failure to lock is an error.
             if exclusive || !(errno == EROFS || errno == EACCES) { throw error }
             return try body()
         }
-        try file.lock(exclusive: exclusive)
+        guard try file.lock(exclusive: exclusive, timeout: lockTimeout) else {
+            let holders = file.lockHolders()
+            let who = holders.isEmpty ? "another process" : holders.joined(separator: " and ")
+            let milliseconds = PosixFile.nanoseconds(lockTimeout) / 1_000_000
+            let seconds = milliseconds % 1000 == 0 ? "\(milliseconds / 1000)" : "\(Double(milliseconds) / 1000)"
+            throw ConsentError.storage("the ledger \(directory) is locked by \(who), and stayed locked for \(seconds) s (its lock file is \(lockPath)); nothing was \(exclusive ? "written" : "read"): try again once it is done, or wait longer (consentctl --lock-timeout SECONDS)")
+        }
         defer { file.unlock() }
         return try body()
     }
@@ -288,7 +345,7 @@ public struct FileLedgerStore: LedgerStore {
 
     /// 1-based number of the line that starts at or contains `offset` (for error messages).
     func lineNumber(atOffset offset: UInt64) -> Int {
-        guard let file = try? PosixFile(path: logPath, flags: O_RDONLY) else { return 0 }
+        guard let file = try? PosixFile.regular(logPath, flags: O_RDONLY) else { return 0 }
         var line = 1
         var position: UInt64 = 0
         while position < offset {
@@ -336,7 +393,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
 
     private func logFile() throws -> PosixFile {
         if let log { return log }
-        let file = try PosixFile(path: store.logPath, flags: O_RDONLY)
+        let file = try PosixFile.regular(store.logPath, flags: O_RDONLY)
         log = file
         return file
     }
@@ -344,7 +401,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
     /// A derived file for reading; nil when it does not exist (never created by a read).
     private func derivedFile(_ path: String) throws -> PosixFile? {
         do {
-            return try PosixFile(path: path, flags: O_RDONLY)
+            return try PosixFile.regular(path, flags: O_RDONLY)
         } catch ConsentError.notFound {
             return nil
         }
@@ -371,8 +428,8 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
     // MARK: Small files
 
     func metadata() throws -> (catalog: [UInt8], publicKey: PublicKey) {
-        let catalog = try PosixFile(path: store.catalogPath, flags: O_RDONLY).readAll()
-        let text = FileLedgerStore.trimmedText(try PosixFile(path: store.publicKeyPath, flags: O_RDONLY).readAll())
+        let catalog = try PosixFile.regular(store.catalogPath, flags: O_RDONLY).readAll()
+        let text = FileLedgerStore.trimmedText(try PosixFile.regular(store.publicKeyPath, flags: O_RDONLY).readAll())
         guard let key = PublicKey(hex: text) else {
             throw integrity("\(store.publicKeyPath) does not hold a 64-digit lowercase hex Ed25519 public key", kind: .ledgerFiles)
         }
@@ -382,7 +439,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
     func readHead() throws -> RecordedHead {
         let file: PosixFile
         do {
-            file = try PosixFile(path: store.headPath, flags: O_RDONLY)
+            file = try PosixFile.regular(store.headPath, flags: O_RDONLY)
         } catch ConsentError.notFound {
             // The head is only ever replaced by rename, never removed: its absence is damage.
             throw integrity("\(store.headPath) is missing", kind: .head)
@@ -786,7 +843,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
     /// rewritten without those lines (temporary file, sync, rename, folder sync). A crash between
     /// the two leaves lines of spaces, which readers skip and the next destruction drops.
     private func destroySubjectRecords(_ ids: Set<SubjectID>) throws {
-        let file = try PosixFile(path: store.subjectsPath, flags: O_RDWR | O_NOFOLLOW)
+        let file = try PosixFile.regular(store.subjectsPath, flags: O_RDWR)
         let bytes = try file.readAll()
         var kept: [UInt8] = []
         var overwritten = false, blank = false
@@ -814,7 +871,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
     /// leaves the old file or the new one.
     private func reviseSubjectRecords(_ records: [(subjectID: SubjectID, record: SubjectRecord?)]) throws {
         let replacements = Dictionary(records.map { ($0.subjectID, $0.record) }, uniquingKeysWith: { $1 })
-        let bytes = try PosixFile(path: store.subjectsPath, flags: O_RDONLY | O_NOFOLLOW).readAll()
+        let bytes = try PosixFile.regular(store.subjectsPath, flags: O_RDONLY).readAll()
         var out: [UInt8] = []
         out.reserveCapacity(bytes.count)
         var start = 0
@@ -832,7 +889,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
     }
 
     func subjectRecords() throws -> [SubjectID: SubjectRecord] {
-        let bytes = try PosixFile(path: store.subjectsPath, flags: O_RDONLY).readAll()
+        let bytes = try PosixFile.regular(store.subjectsPath, flags: O_RDONLY).readAll()
         var records: [SubjectID: SubjectRecord] = [:]
         var lineNumber = 0
         // A trailing line without a newline was never acknowledged (a crash mid-write): ignored.
@@ -850,7 +907,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
     }
 
     func subjectRecord(_ id: SubjectID) throws -> SubjectRecord? {
-        let file = try PosixFile(path: store.subjectsPath, flags: O_RDONLY)
+        let file = try PosixFile.regular(store.subjectsPath, flags: O_RDONLY)
         // The line of `id` starts with exactly these bytes (canonical JSON): compared at each
         // line start, without parsing the other lines.
         var needle = Array(#"{"id":"#.utf8)
@@ -943,7 +1000,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
     func newestCheckpoint() throws -> IssuedCheckpoint? {
         let file: PosixFile
         do {
-            file = try PosixFile(path: store.checkpointsPath, flags: O_RDONLY)
+            file = try PosixFile.regular(store.checkpointsPath, flags: O_RDONLY)
         } catch ConsentError.notFound {
             return nil
         }
@@ -970,7 +1027,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
     func checkpoints() throws -> [IssuedCheckpoint] {
         let bytes: [UInt8]
         do {
-            bytes = try PosixFile(path: store.checkpointsPath, flags: O_RDONLY).readAll()
+            bytes = try PosixFile.regular(store.checkpointsPath, flags: O_RDONLY).readAll()
         } catch ConsentError.notFound {
             return []
         }
@@ -1038,7 +1095,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
             _ = try appendLines(FileLedgerStore.encodeSubjectLines(commit.subjects), to: store.subjectsPath, create: false)
         }
         if !commit.revisedSubjects.isEmpty { try reviseSubjectRecords(commit.revisedSubjects) }
-        let file = try PosixFile(path: store.logPath, flags: O_RDWR)
+        let file = try PosixFile.regular(store.logPath, flags: O_RDWR)
         if !bytes.isEmpty {
             try append(bytes, to: file, at: end, line: log.size + 1)
             if let head = commit.head, !headLine.isEmpty { store.tailCache.wrote(Array(headLine.dropLast()), head: head) }
@@ -1121,7 +1178,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         guard derived.streamKeys.count <= locations.count else {
             throw ConsentError.storage("\(derived.streamKeys.count) stream keys for \(locations.count) entries from entry \(derived.indexFrom)")
         }
-        let index = try PosixFile(path: store.indexPath, flags: O_RDWR | O_CREAT)
+        let index = try PosixFile.regular(store.indexPath, flags: O_RDWR | O_CREAT)
         var bytes: [UInt8] = []
         bytes.reserveCapacity(locations.count * size)
         for (location, key) in zip(locations, derived.streamKeys) {
@@ -1131,7 +1188,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         try index.write(bytes, at: UInt64(derived.indexFrom * size))
         if try index.size() > indexEnd { try index.truncate(to: indexEnd) }
         if sync { try index.sync() }
-        let tree = try PosixFile(path: store.treePath, flags: O_RDWR | O_CREAT)
+        let tree = try PosixFile.regular(store.treePath, flags: O_RDWR | O_CREAT)
         var hashes: [UInt8] = []
         hashes.reserveCapacity(derived.treeHashes.count * 32)
         for h in derived.treeHashes { hashes += h.bytes }
@@ -1144,7 +1201,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
             // one, so a crash leaves one or the other, never a mixture.
             try PosixFile.writeAtomically(subjectMap.records.bytes, to: store.subjectMapPath)
         } else if let subjectMap = derived.subjectMap {
-            let map = try PosixFile(path: store.subjectMapPath, flags: O_RDWR | O_CREAT)
+            let map = try PosixFile.regular(store.subjectMapPath, flags: O_RDWR | O_CREAT)
             let start = UInt64(subjectMap.at) * UInt64(SubjectMapRecord.size)
             let bytes = subjectMap.records.bytes
             try map.write(bytes, at: start)
@@ -1172,7 +1229,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
     /// Appends complete lines to a line file and syncs it, first cutting off a partial line that
     /// a crash left (it was never acknowledged). Returns the offset the lines were written at.
     private func appendLines(_ lines: [UInt8], to path: String, create: Bool) throws -> UInt64 {
-        let file = try PosixFile(path: path, flags: create ? O_RDWR | O_CREAT : O_RDWR)
+        let file = try PosixFile.regular(path, flags: create ? O_RDWR | O_CREAT : O_RDWR)
         var size = try file.size()
         if size > 0, try file.read(at: size - 1, count: 1) != [FileLedgerStore.newline] {
             let bytes = try file.readAll()
@@ -1185,8 +1242,14 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         return size
     }
 
+    /// O(1) for a checkpoint of the growing log: one of its size, if recorded, is the newest
+    /// line. Only a checkpoint older than the newest is looked for in the whole file. Then one
+    /// append and one sync (and the folder's, when the file is new).
     func recordCheckpoint(_ checkpoint: IssuedCheckpoint) throws {
-        if try checkpoints().contains(where: { $0.size == checkpoint.size && ($0.note == checkpoint.note || !checkpoint.replaces) }) { return }
+        if let newest = try newestCheckpoint(), newest.size >= checkpoint.size {
+            let recorded = newest.size == checkpoint.size ? [newest] : try checkpoints().filter { $0.size == checkpoint.size }
+            if recorded.contains(where: { $0.note == checkpoint.note || !checkpoint.replaces }) { return }
+        }
         var line: [UInt8] = []
         CanonicalJSON.serialize(.object(["note": .string(checkpoint.note), "size": .int(checkpoint.size)]), into: &line)
         line.append(FileLedgerStore.newline)

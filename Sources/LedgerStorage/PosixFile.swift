@@ -39,6 +39,31 @@ final class PosixFile {
 
     deinit { close(fd) }
 
+    /// Opens a file of a ledger folder, which must be a regular file: never through a symbolic
+    /// link (it could name a file outside the folder, which a write would then change), and
+    /// never blocking on a FIFO put in its place (a read would wait for a writer for ever). A
+    /// directory, FIFO, device or link is a storage error that says what it found.
+    static func regular(_ path: String, flags: Int32, mode: mode_t = 0o644) throws -> PosixFile {
+        let file: PosixFile
+        do {
+            file = try PosixFile(path: path, flags: flags | O_NOFOLLOW | O_NONBLOCK, mode: mode)
+        } catch ConsentError.storage(let message) {
+            // The caller may look at errno (a read-only folder): keep open's.
+            let code = errno
+            defer { errno = code }
+            var st = stat()
+            guard lstat(path, &st) == 0, (st.st_mode & S_IFMT) != S_IFREG else { throw ConsentError.storage(message) }
+            throw ConsentError.storage("\(path) is \(describe(mode: st.st_mode)), not a regular file: a ledger's files are files of their own; nothing was changed")
+        }
+        var st = stat()
+        guard fstat(file.fd, &st) == 0 else { throw ConsentError.storage("cannot stat \(path): \(reason())") }
+        guard (st.st_mode & S_IFMT) == S_IFREG else {
+            throw ConsentError.storage("\(path) is \(describe(mode: st.st_mode)), not a regular file: a ledger's files are files of their own; nothing was changed")
+        }
+        _ = fcntl(file.fd, F_SETFL, fcntl(file.fd, F_GETFL) & ~O_NONBLOCK)
+        return file
+    }
+
     static func reason(_ code: Int32 = errno) -> String { String(cString: strerror(code)) }
 
     func size() throws -> UInt64 {
@@ -174,6 +199,94 @@ final class PosixFile {
         }
     }
 
+    /// Takes the lock, waiting at most `timeout`; false when another holder kept it that long.
+    /// (A blocking `flock` cannot be given a deadline; this polls, from 50 µs between tries up
+    /// to 5 ms, so that a lock freed soon is taken soon.)
+    func lock(exclusive: Bool, timeout: Duration) throws -> Bool {
+        let operation = (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB
+        func attempt() throws -> Bool {
+            while flock(fd, operation) != 0 {
+                if errno == EINTR { continue }
+                if errno == EWOULDBLOCK { return false }
+                throw ConsentError.storage("cannot lock \(path): \(PosixFile.reason())")
+            }
+            return true
+        }
+        if try attempt() { return true }
+        let deadline = PosixFile.monotonicNanoseconds() + Self.nanoseconds(timeout)
+        var pause: UInt64 = 50_000
+        while true {
+            let now = PosixFile.monotonicNanoseconds()
+            guard now < deadline else { return false }
+            var request = timespec(tv_sec: 0, tv_nsec: Int(min(pause, deadline - now)))
+            _ = nanosleep(&request, nil)
+            if try attempt() { return true }
+            pause = min(pause * 2, 5_000_000)
+        }
+    }
+
+    /// What a file's type is, for messages.
+    static func describe(mode: mode_t) -> String {
+        switch mode & S_IFMT {
+        case S_IFDIR: "a folder"
+        case S_IFLNK: "a symbolic link"
+        case S_IFIFO: "a FIFO"
+        case S_IFCHR, S_IFBLK: "a device"
+        case S_IFSOCK: "a socket"
+        default: "a file"
+        }
+    }
+
+    static func nanoseconds(_ duration: Duration) -> UInt64 {
+        let (seconds, attoseconds) = duration.components
+        guard seconds >= 0 else { return 0 }
+        return UInt64(min(seconds, 1 << 32)) * 1_000_000_000 + UInt64(max(0, attoseconds) / 1_000_000_000)
+    }
+
+    static func monotonicNanoseconds() -> UInt64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
+    }
+
+    /// The processes that hold a lock on this file, as Linux lists them in /proc/locks: "process
+    /// 4242 (consentctl)". Empty where that is not known.
+    func lockHolders() -> [String] {
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { return [] }
+        let device = UInt64(st.st_dev)
+        let major = ((device >> 8) & 0xfff) | ((device >> 32) & ~UInt64(0xfff))
+        let minor = (device & 0xff) | ((device >> 12) & ~UInt64(0xff))
+        let hex = { (n: UInt64) in n < 16 ? "0" + String(n, radix: 16) : String(n, radix: 16) }
+        let wanted = "\(hex(major)):\(hex(minor)):\(st.st_ino)"
+        guard let table = try? PosixFile.readProcFile("/proc/locks") else { return [] }
+        var holders: [String] = []
+        for line in table.split(separator: "\n") {
+            // "1: FLOCK  ADVISORY  WRITE 4242 fd:01:123 0 EOF"; a waiter's line has "->".
+            let fields = line.split(separator: " ")
+            guard fields.count >= 6, !fields.contains("->"), fields[1] == "FLOCK", fields[5] == Substring(wanted), let pid = Int32(fields[4]) else { continue }
+            guard pid != getpid() else { continue }
+            let name = (try? PosixFile.readProcFile("/proc/\(pid)/comm"))?.split(separator: "\n").first.map(String.init) ?? "?"
+            let what = fields[3] == "WRITE" ? "writing" : "reading"
+            holders.append("process \(pid) (\(Terminal.escaped(name)), \(what))")
+        }
+        return holders
+    }
+
+    /// A small file of /proc, whose size reads as 0: read to its end (at most 1 MiB).
+    static func readProcFile(_ path: String) throws -> String {
+        let file = try PosixFile(path: path, flags: O_RDONLY)
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 16 << 10)
+        while bytes.count < 1 << 20 {
+            let n = chunk.withUnsafeMutableBytes { Glibc.read(file.fd, $0.baseAddress, $0.count) }
+            if n < 0, errno == EINTR { continue }
+            guard n > 0 else { break }
+            bytes += chunk[0..<n]
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
     func unlock() { _ = flock(fd, LOCK_UN) }
 
     // MARK: - Whole files and folders
@@ -184,8 +297,14 @@ final class PosixFile {
         let temporary = path + ".tmp-" + Hex.encode(Sodium().randomBytes(6))
         do {
             let file = try PosixFile(path: temporary, flags: O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: mode)
-            try file.write(bytes, at: 0)
-            try file.sync()
+            do {
+                try file.write(bytes, at: 0)
+                try file.sync()
+            } catch {
+                // A full disk, say: leave no half-written temporary file behind.
+                unlink(temporary)
+                throw error
+            }
         }
         guard rename(temporary, path) == 0 else {
             let why = reason()

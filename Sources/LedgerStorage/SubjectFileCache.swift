@@ -108,6 +108,7 @@ final class SubjectFileCache: Sendable {
 /// that finds them unchanged.
 final class TailParseCache: Sendable {
     private let head = Mutex<(line: [UInt8], head: SignedHead)?>(nil)
+
     private let event = Mutex<(line: [UInt8], record: EventRecord)?>(nil)
 
     func head<E: Error>(_ line: [UInt8], parse: ([UInt8]) throws(E) -> SignedHead) throws(E) -> SignedHead {
@@ -128,5 +129,19 @@ final class TailParseCache: Sendable {
         let parsed = try parse(line)
         event.withLock { $0 = (line, parsed) }
         return parsed
+    }
+}
+
+/// Whether this store has swept the folder's stray temporary files yet: once per process (per
+/// store value), by its first write (``FileLedgerStore/sweepTemporaryFiles()``).
+final class TemporaryFileSweep: Sendable {
+    private let done = Mutex(false)
+
+    /// True the first time only.
+    func claim() -> Bool {
+        done.withLock { swept in
+            defer { swept = true }
+            return !swept
+        }
     }
 }

@@ -483,7 +483,8 @@ struct Verify: ParsableCommand {
 struct Table {
     private var rows: [[String]] = []
 
-    mutating func add(_ row: [String]) { rows.append(row) }
+    /// Cells are escaped for the terminal (``Terminal/escaped(_:)``) before they are measured.
+    mutating func add(_ row: [String]) { rows.append(row.map(Terminal.escaped)) }
 
     func print() {
         let columns = rows.map(\.count).max() ?? 0

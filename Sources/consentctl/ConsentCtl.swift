@@ -87,7 +87,7 @@ struct ConsentCtl: ParsableCommand {
     static func unknownCommand(in arguments: [String]) -> String? {
         var rest = arguments[...]
         while let first = rest.first, first.hasPrefix("-") {
-            rest = rest.dropFirst(["--ledger", "--store", "--key-file", "--passphrase-file", "--passphrase-fd"].contains(first) ? 2 : 1)
+            rest = rest.dropFirst(["--ledger", "--store", "--key-file", "--passphrase-file", "--passphrase-fd", "--lock-timeout"].contains(first) ? 2 : 1)
         }
         guard let word = rest.first else { return nil }
         let names = configuration.subcommands.map { $0._commandName } + ["help"]
@@ -134,7 +134,15 @@ struct ConsentCtl: ParsableCommand {
         valueName: "N"))
     var passphraseFD: Int32?
 
+    @Option(name: .customLong("lock-timeout"), help: ArgumentHelp(
+        "How long to wait, in seconds, while another command holds the ledger folder's lock (default 10; 0 waits not at all). Then the command fails with exit code 3, naming the process that holds the lock, and changes nothing.",
+        valueName: "SECONDS"))
+    var lockTimeout: Double?
+
     func validate() throws {
+        if let lockTimeout, !(lockTimeout >= 0 && lockTimeout <= 86_400) {
+            throw ValidationError("--lock-timeout must be a number of seconds from 0 to 86400, not \(lockTimeout)")
+        }
         if ledger != nil && store != nil { throw ValidationError("give --ledger DIR or --store STORE, not both") }
         if passphraseFile != nil && passphraseFD != nil { throw ValidationError("give --passphrase-file or --passphrase-fd, not both") }
         if let passphraseFD, passphraseFD < 0 { throw ValidationError("--passphrase-fd must be a file descriptor (0 or more)") }
@@ -155,7 +163,12 @@ struct ConsentCtl: ParsableCommand {
     /// The ledger folder, when the ledger is in one (outputs must not be written into it).
     var ledgerDirectory: String? { StoreSelection.isURL(storeSpec) ? nil : StoreSelection.folder(storeSpec) }
 
-    func ledgerStore() throws -> any LedgerStore { try StoreSelection.store(storeSpec) }
+    func ledgerStore() throws -> any LedgerStore { try StoreSelection.store(storeSpec, lockTimeout: lockWait) }
+
+    /// How long a folder's lock is waited for (--lock-timeout).
+    var lockWait: Duration {
+        lockTimeout.map { .milliseconds(Int64(($0 * 1000).rounded())) } ?? FileLedgerStore.defaultLockTimeout
+    }
 
     /// Where the signing key is: --key-file or $CONSENTCTL_KEY_FILE, else the store's own place
     /// (a folder's secret.key; none for PostgreSQL).
@@ -229,8 +242,17 @@ enum Exit {
 }
 
 func printError(_ message: String) {
-    var line = "consentctl: " + message + "\n"
+    var line = "consentctl: " + Terminal.escaped(message) + "\n"
     line.withUTF8 { _ = write(2, $0.baseAddress, $0.count) }
+}
+
+/// One line of human output. It shows strings that came from a ledger, a bundle, a catalogue or
+/// another process (ids, actors, names, origins), so control characters in it are escaped
+/// (``Terminal/escaped(_:)``): none can forge a line such as "OK: 99 events" or drive the
+/// terminal. (Output that is several lines on purpose, a signed note or a completion script,
+/// goes through `Swift.print`; JSON output escapes control characters itself.)
+func print(_ line: String) {
+    Swift.print(Terminal.escaped(line))
 }
 
 /// Runs a command body, turning a ``ConsentError`` into a message on stderr and its exit code.

@@ -42,7 +42,7 @@ struct Migrate: ParsableCommand {
     func run() throws {
         try reporting(json: json) {
             let source = try root.ledgerStore()
-            let target = try StoreSelection.store(to)
+            let target = try StoreSelection.store(to, lockTimeout: root.lockWait)
             guard source.names.location != target.names.location else {
                 throw ConsentError.invalidRequest("the source and the target are the same store (\(source.names.location))")
             }

@@ -12,7 +12,7 @@ enum StoreSelection {
         absolute(spec.hasPrefix("file:") ? String(spec.dropFirst(5)) : spec)
     }
 
-    static func store(_ spec: String) throws -> any LedgerStore {
+    static func store(_ spec: String, lockTimeout: Duration = FileLedgerStore.defaultLockTimeout) throws -> any LedgerStore {
         if spec.hasPrefix("postgres://") || spec.hasPrefix("postgresql://") {
             #if PostgreSQL
             let store = try PostgresLedgerStore(url: spec)
@@ -28,7 +28,7 @@ enum StoreSelection {
         if isURL(spec) {
             throw ConsentError.invalidRequest("'\(spec)' is neither a folder nor a postgres:// URL")
         }
-        return FileLedgerStore(directory: folder(spec))
+        return FileLedgerStore(directory: folder(spec), lockTimeout: lockTimeout)
     }
 
     /// A PostgreSQL ledger made before keys left the database may still keep its seed in a

@@ -110,6 +110,6 @@ struct Completion: ParsableCommand {
     var shell: Shell
 
     func run() throws {
-        print(ConsentCtl.completionScript(for: shell.completionShell))
+        Swift.print(ConsentCtl.completionScript(for: shell.completionShell))
     }
 }

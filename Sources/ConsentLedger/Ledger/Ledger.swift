@@ -390,16 +390,24 @@ public final class Ledger: Sendable {
         return Dictionary(uniqueKeysWithValues: records.map { ($0.key, $0.value.salt) })
     }
 
-    /// Records an issued checkpoint in the store, once per tree size. A checkpoint that cannot
-    /// be recorded (a read-only copy of a ledger) is still valid: the failure is a warning.
-    func recordIssued(_ checkpoint: IssuedCheckpoint) {
+    /// Records an issued checkpoint in the store, once per tree size, before it is handed out:
+    /// `verify` holds the log to every checkpoint it issued, so that one handed out and then
+    /// cut from the log is found. A checkpoint that cannot be recorded (a full disk, a
+    /// read-only copy) is therefore not handed out: the failure is the caller's error. One
+    /// already recorded needs no write.
+    func recordIssued(_ checkpoint: IssuedCheckpoint) throws {
         guard lastRecordedCheckpoint.withLock({ $0 }) != checkpoint.size else { return }
         do {
-            try store.write { tx in try tx.recordCheckpoint(checkpoint) }
-            lastRecordedCheckpoint.withLock { $0 = checkpoint.size }
-        } catch {
-            lastWarning.withLock { $0 = "the checkpoint of size \(checkpoint.size) is valid, but recording it in the store failed: \(error)" }
+            // Already the newest record (handed out before, by any process): nothing to write,
+            // and no write lock to take, so that a read-only copy hands it out again.
+            let newest = try store.read { tx in try tx.newestCheckpoint() }
+            if newest?.size != checkpoint.size || newest?.note != checkpoint.note {
+                try store.write { tx in try tx.recordCheckpoint(checkpoint) }
+            }
+        } catch ConsentError.storage(let why) {
+            throw ConsentError.storage("the checkpoint of size \(checkpoint.size) was not handed out: recording it in \(store.names.checkpoints) of \(store.names.location) failed (\(why))")
         }
+        lastRecordedCheckpoint.withLock { $0 = checkpoint.size }
     }
 
     func memory(streams: (state: StreamState, nextIndex: Int64)?) {

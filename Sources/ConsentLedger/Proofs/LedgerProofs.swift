@@ -80,7 +80,7 @@ extension Ledger {
                 return (checkpoint, try signNote(checkpoint.text, signer: signer, view))
             }
         }
-        recordIssued(IssuedCheckpoint(size: issued.checkpoint.size, note: issued.note))
+        try recordIssued(IssuedCheckpoint(size: issued.checkpoint.size, note: issued.note))
         return issued
     }
 

@@ -1,0 +1,94 @@
+import Foundation
+import Testing
+
+/// `consentctl` against a world that does not play along: a lock another process holds, and
+/// strings in a bundle made to look like the tool's own output or to drive the terminal.
+@Suite(.serialized) struct HostileInputTests {
+    typealias CLI = ConsentctlTests
+
+    static func ledger(_ dir: String) throws -> String {
+        let ledger = dir + "/ledger"
+        #expect(try CLI.run(["init", "--insecure-plaintext-key", "--name", "clinic.example/hostile"], ledger: ledger).status == 0)
+        #expect(try CLI.run(["give", "--subject", "alice", "--feature", "timeline", "--consent", "required"], ledger: ledger).status == 0)
+        return ledger
+    }
+
+    /// Runs `flock MODE lock cat` and waits until it holds the lock; it lets go when `release`
+    /// closes cat's standard input.
+    static func holdLock(_ ledger: String, exclusive: Bool) throws -> (holder: Process, release: () -> Void) {
+        let holder = Process()
+        holder.executableURL = URL(fileURLWithPath: "/usr/bin/flock")
+        holder.arguments = [exclusive ? "-x" : "-s", ledger + "/lock", "cat"]
+        let input = Pipe()
+        holder.standardInput = input
+        holder.standardOutput = FileHandle.nullDevice
+        try holder.run()
+        let release = {
+            try? input.fileHandleForWriting.close()
+            holder.waitUntilExit()
+        }
+        // Held once /proc/locks lists the holder's pid.
+        for _ in 0..<200 {
+            if let locks = try? String(contentsOfFile: "/proc/locks", encoding: .utf8), locks.contains(" \(holder.processIdentifier) ") { return (holder, release) }
+            usleep(10_000)
+        }
+        release()
+        throw CocoaError(.fileLocking)
+    }
+
+    /// `flock -s lock sleep 20` made `give` wait for ever. Now it waits --lock-timeout seconds,
+    /// then fails with exit code 3, naming the process that holds the lock; nothing changes.
+    @Test(arguments: [true, false])
+    func aHeldLockFailsAfterTheTimeoutNamingTheHolder(_ exclusive: Bool) throws {
+        let dir = CLI.temporaryFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ledger = try Self.ledger(dir)
+        let (holder, release) = try Self.holdLock(ledger, exclusive: exclusive)
+        defer { release() }
+        let before = CLI.snapshot(ledger)
+        let started = Date()
+        let give = try CLI.run(["--lock-timeout", "0.5", "give", "--subject", "bob", "--feature", "timeline", "--consent", "required"], ledger: ledger)
+        let waited = Date().timeIntervalSince(started)
+        #expect(give.status == 3, "\(give.stderr)")
+        #expect(give.stderr.contains("is locked by process \(holder.processIdentifier) (flock, \(exclusive ? "writing" : "reading"))"), "\(give.stderr)")
+        // An exclusive holder stops the command's first read already.
+        #expect(give.stderr.contains("stayed locked for 0.5 s") && give.stderr.contains(exclusive ? "nothing was read" : "nothing was written"), "\(give.stderr)")
+        #expect(give.stderr.contains("--lock-timeout"))
+        #expect(waited >= 0.5 && waited < 8)
+        #expect(CLI.snapshot(ledger) == before)
+        // Readers share the lock with readers only.
+        let status = try CLI.run(["--lock-timeout", "0.2", "status", "--subject", "alice"], ledger: ledger)
+        #expect(status.status == (exclusive ? 3 : 0), "\(status.stderr)")
+    }
+
+    @Test(arguments: ["-1", "nan", "1e9", "soon"])
+    func aLockTimeoutThatIsNotASpanOfSecondsIsAUsageError(_ value: String) throws {
+        let dir = CLI.temporaryFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ledger = try Self.ledger(dir)
+        let run = try CLI.run(["--lock-timeout", value, "status", "--subject", "alice"], ledger: ledger)
+        #expect(run.status == 64, "\(run.stderr)")
+        #expect(run.stderr.contains("lock-timeout"), "\(run.stderr)")
+    }
+
+    /// A newline in a bundle's `verifierKey` printed a line of its own, such as a fake
+    /// "OK: 99 events", and escape sequences reached the terminal. Now they are shown escaped.
+    @Test func aBundleCannotForgeALineOrDriveTheTerminal() throws {
+        let dir = CLI.temporaryFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ledger = try Self.ledger(dir)
+        #expect(try CLI.run(["export", "--subject", "alice", "--out", dir + "/alice.json"], ledger: ledger).status == 0)
+        let key = try CLI.run(["key", "show"], ledger: ledger).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        // The bundle's own bytes with one member changed (canonical JSON escapes of a newline,
+        // ESC and BEL), so that the reader gets as far as comparing the keys.
+        var bundle = try String(contentsOfFile: dir + "/alice.json", encoding: .utf8)
+        let member = try #require(bundle.range(of: "\"verifierKey\":\"" + key + "\""))
+        bundle.replaceSubrange(member, with: "\"verifierKey\":\"x\\nOK: 99 events verified\\u001b[2J\\u001b]0;pwned\\u0007\"")
+        try bundle.write(toFile: dir + "/forged.json", atomically: true, encoding: .utf8)
+        let run = try CLI.run(["verify-export", dir + "/forged.json", "--key", key], ledger: nil)
+        #expect(run.status == 2, "\(run.stderr)")
+        #expect(!(run.stdout + run.stderr).contains("\nOK: 99"))
+        #expect(!(run.stdout + run.stderr).contains("\u{1B}"))
+        #expect(run.stderr.contains("x\\nOK: 99 events verified\\u{1B}[2J"), "\(run.stderr)")
+    }
+}
