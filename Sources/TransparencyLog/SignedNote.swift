@@ -125,6 +125,9 @@ public enum SignedNote {
             throw NoteError("note text contains control characters")
         }
         let lines = block.dropLast().split(separator: "\n", omittingEmptySubsequences: false)
+        // As Go's note package: a note of more lines would cost a verifier its time for nothing
+        // (a ledger's own line and its witnesses' are a handful).
+        guard lines.count <= maximumSignatureLines else { throw NoteError("note has more than \(maximumSignatureLines) signature lines") }
         var signatures: [SignatureLine] = []
         for line in lines {
             guard line.hasPrefix(dash) else { throw NoteError("signature line does not start with '— '") }
@@ -140,6 +143,8 @@ public enum SignedNote {
 
     /// Notes are small: a checkpoint and its signatures. Longer input is refused before parsing.
     public static let maximumNoteBytes = 1 << 20
+    /// At most this many signature lines (`export-format.md`, Signed notes).
+    public static let maximumSignatureLines = 100
 }
 
 /// The text form of a verifier key, `<name>+<key hash, 8 hex digits>+<base64(algorithm ‖ key)>`

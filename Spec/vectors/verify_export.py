@@ -349,8 +349,11 @@ def split_note(note):
         raise NoteError("note's signature block does not end with a newline")
     if any((ord(c) < 0x20 and c != "\n") or ord(c) == 0x7F for c in text):
         raise NoteError("note text contains control characters")
+    lines = block[:-1].split("\n")
+    if len(lines) > 100:
+        raise NoteError("note has more than 100 signature lines")
     signatures = []
-    for line in block[:-1].split("\n"):
+    for line in lines:
         if not line.startswith(DASH):
             raise NoteError("signature line does not start with '\u2014 '")
         rest = line[len(DASH):].split(" ")

@@ -2382,8 +2382,11 @@ def note_signature_problem(note, name, public_key):
         return "note's signature block does not end with a newline"
     if any((ord(c) < 0x20 and c != "\n") or ord(c) == 0x7F for c in text):
         return "note text contains control characters"
+    lines = block[:-1].split("\n")
+    if len(lines) > 100:
+        return "note has more than 100 signature lines"
     found = False
-    for line in block[:-1].split("\n"):
+    for line in lines:
         if not line.startswith("\u2014 "):
             return "signature line does not start with '\u2014 '"
         fields = line[2:].split(" ")

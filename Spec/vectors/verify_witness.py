@@ -61,8 +61,11 @@ def split_note(note):
     text, block = note[:cut] + "\n", note[cut + 2:]
     if not block.endswith("\n"):
         raise NoteError("note's signature block does not end with a newline")
+    block_lines = block[:-1].split("\n")
+    if len(block_lines) > 100:
+        raise NoteError("note has more than 100 signature lines")
     lines = []
-    for line in block[:-1].split("\n"):
+    for line in block_lines:
         if not line.startswith(DASH):
             raise NoteError("signature line does not start with '\u2014 '")
         name, _, sig64 = line[len(DASH):].partition(" ")

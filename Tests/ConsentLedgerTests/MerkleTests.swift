@@ -171,6 +171,21 @@ struct MemoryTree {
         #expect(throws: NoteError.self) { try NoteVerifierKey(name: "has space", publicKey: other.publicKey) }
     }
 
+    /// A note with 40,000 signature lines was read whole, each line decoded. At most 100 are read,
+    /// as Go's note package allows; other keys' lines up to that still count for nothing.
+    @Test(arguments: [(99, true), (100, false), (40_000, false)])
+    func aNoteOfMoreThanAHundredSignatureLinesIsRefused(_ others: Int, _ opens: Bool) throws {
+        let key = try NoteVerifierKey(text: Self.goVerifierKey)
+        // Another key's line, as short as a line may be (14 bytes: 40,000 of them fit in 1 MiB).
+        let otherLine = "\u{2014} x AAAAAAAA\n"
+        let note = Self.goNote + String(repeating: otherLine, count: others)
+        if opens {
+            #expect(try SignedNote.open(note, key: key) == Self.goText)
+        } else {
+            #expect { try SignedNote.open(note, key: key) } throws: { "\($0)".contains("more than 100 signature lines") }
+        }
+    }
+
     @Test func checkpointsRoundTrip() throws {
         let root = Digest(bytes: Array(0..<32))!
         let c = Checkpoint(origin: "example.com/log", size: 42, root: root)
