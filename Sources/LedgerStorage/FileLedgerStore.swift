@@ -1091,13 +1091,33 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         if log.torn != nil, let signed = try checkpoints().map(\.size).max(), signed > Int64(log.size) {
             throw integrity("the log's complete commits end at \(log.size) entries, but \(store.checkpointsPath) records a signed checkpoint of \(signed): the bytes after them are not a torn tail; refusing to cut them", kind: .head)
         }
+        // Where the new subject records start: a commit that fails before its entries are
+        // durable takes them out again, so that a failed command (a full disk) changes nothing.
+        // (A crash in between leaves them: records without events, which are allowed.)
+        var recordsFrom: UInt64?
         if !commit.subjects.isEmpty {
-            _ = try appendLines(FileLedgerStore.encodeSubjectLines(commit.subjects), to: store.subjectsPath, create: false)
+            recordsFrom = try appendLines(FileLedgerStore.encodeSubjectLines(commit.subjects), to: store.subjectsPath, create: false)
+        }
+        func withdrawRecords() {
+            guard let recordsFrom, let subjects = try? PosixFile.regular(store.subjectsPath, flags: O_RDWR) else { return }
+            try? subjects.truncate(to: recordsFrom)
+            _ = try? subjects.sync()
         }
         if !commit.revisedSubjects.isEmpty { try reviseSubjectRecords(commit.revisedSubjects) }
-        let file = try PosixFile.regular(store.logPath, flags: O_RDWR)
+        let file: PosixFile
+        do {
+            file = try PosixFile.regular(store.logPath, flags: O_RDWR)
+        } catch {
+            withdrawRecords()
+            throw error
+        }
         if !bytes.isEmpty {
-            try append(bytes, to: file, at: end, line: log.size + 1)
+            do {
+                try append(bytes, to: file, at: end, line: log.size + 1)
+            } catch {
+                withdrawRecords()
+                throw error
+            }
             if let head = commit.head, !headLine.isEmpty { store.tailCache.wrote(Array(headLine.dropLast()), head: head) }
         } else if !inLog, log.size > Int(log.recordedHead.seq) + 1 {
             // Entries past the head may be a dead writer's, never synced: durable before the
@@ -1237,8 +1257,15 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
             try file.truncate(to: UInt64(keep))
             size = UInt64(keep)
         }
-        try file.write(lines, at: size)
-        try file.sync()
+        do {
+            try file.write(lines, at: size)
+            try file.sync()
+        } catch {
+            // Nothing half-written stays for a later reader to adopt.
+            try? file.truncate(to: size)
+            _ = try? file.sync()
+            throw error
+        }
         return size
     }
 
@@ -1343,7 +1370,7 @@ public struct FileKeyStore: KeyStore {
             try old.write([UInt8](repeating: 0, count: Int(try old.size())), at: 0)
             try old.sync()
         }
-        guard rename(pendingPath, path) == 0 else {
+        guard FileFaults.call(.rename, path, { rename(pendingPath, path) }) == 0 else {
             throw ConsentError.storage("cannot rename \(pendingPath) to \(path): \(PosixFile.reason())")
         }
         try PosixFile.syncDirectory(PosixFile.parent(of: path))

@@ -15,7 +15,7 @@ final class PosixFile {
 
     init(path: String, flags: Int32, mode: mode_t = 0o644) throws {
         self.path = path
-        let fd = open(path, flags | O_CLOEXEC, mode)
+        let fd = FileFaults.call(.open, path) { open(path, flags | O_CLOEXEC, mode) }
         guard fd >= 0 else {
             let code = errno
             if code == ENOENT { throw ConsentError.notFound(.file, "no such file: \(path)") }
@@ -28,7 +28,7 @@ final class PosixFile {
     /// pinned by its descriptor, so nobody can swap a path component under us.
     init(in directory: Int32, name: String, displayPath: String, flags: Int32, mode: mode_t = 0o644) throws {
         self.path = displayPath
-        let fd = openat(directory, name, flags | O_CLOEXEC | O_NOFOLLOW, mode)
+        let fd = FileFaults.call(.open, displayPath) { openat(directory, name, flags | O_CLOEXEC | O_NOFOLLOW, mode) }
         guard fd >= 0 else {
             let code = errno
             if code == ENOENT { throw ConsentError.notFound(.file, "no such file: \(displayPath)") }
@@ -173,7 +173,7 @@ final class PosixFile {
         var done = 0
         try bytes.withUnsafeBytes { buffer in
             while done < buffer.count {
-                let n = pwrite(fd, buffer.baseAddress! + done, buffer.count - done, off_t(offset) + off_t(done))
+                let n = FileFaults.failure(.write, path).map { code -> Int in errno = code; return -1 } ?? pwrite(fd, buffer.baseAddress! + done, buffer.count - done, off_t(offset) + off_t(done))
                 if n < 0 {
                     if errno == EINTR { continue }
                     throw ConsentError.storage("cannot write \(path): \(PosixFile.reason())")
@@ -185,7 +185,7 @@ final class PosixFile {
 
     /// Forces the file's data (and the metadata needed to read it back) to disk.
     func sync() throws {
-        guard fdatasync(fd) == 0 else { throw ConsentError.storage("cannot sync \(path): \(PosixFile.reason())") }
+        guard FileFaults.call(.sync, path, { fdatasync(fd) }) == 0 else { throw ConsentError.storage("cannot sync \(path): \(PosixFile.reason())") }
     }
 
     func truncate(to size: UInt64) throws {
@@ -306,7 +306,7 @@ final class PosixFile {
                 throw error
             }
         }
-        guard rename(temporary, path) == 0 else {
+        guard FileFaults.call(.rename, path, { rename(temporary, path) }) == 0 else {
             let why = reason()
             unlink(temporary)
             throw ConsentError.storage("cannot rename \(temporary) to \(path): \(why)")
@@ -323,10 +323,10 @@ final class PosixFile {
     }
 
     static func syncDirectory(_ path: String) throws {
-        let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        let fd = FileFaults.call(.open, path + "/") { open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
         guard fd >= 0 else { throw ConsentError.storage("cannot open folder \(path): \(reason())") }
         defer { close(fd) }
-        guard fsync(fd) == 0 else { throw ConsentError.storage("cannot sync folder \(path): \(reason())") }
+        guard FileFaults.call(.sync, path + "/", { fsync(fd) }) == 0 else { throw ConsentError.storage("cannot sync folder \(path): \(reason())") }
     }
 
     static func parent(of path: String) -> String {

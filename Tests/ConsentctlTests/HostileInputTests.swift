@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 import Testing
 
 /// `consentctl` against a world that does not play along: a lock another process holds, and
@@ -69,6 +72,71 @@ import Testing
         let run = try CLI.run(["--lock-timeout", value, "status", "--subject", "alice"], ledger: ledger)
         #expect(run.status == 64, "\(run.stderr)")
         #expect(run.stderr.contains("lock-timeout"), "\(run.stderr)")
+    }
+
+    /// Whether this machine lets the tests mount a small tmpfs (root with CAP_SYS_ADMIN): the
+    /// full-disk and read-only cases need a real file system of their own.
+    static let canMountTmpfs: Bool = {
+        let probe = NSTemporaryDirectory() + "consentctl-mount-probe-" + UUID().uuidString
+        guard mkdir(probe, 0o700) == 0 else { return false }
+        defer { rmdir(probe) }
+        guard mount("tmpfs", probe, "tmpfs", 0, "size=64k") == 0 else { return false }
+        umount(probe)
+        return true
+    }()
+
+    /// On a 200 KB tmpfs, once the disk was full, `status` for any subject and `checkpoint`
+    /// failed with exit 3 (reads repaired derived files, which needs writing). Reads now work on
+    /// a full disk and on a read-only mount; a write fails with exit 3 and changes nothing, and
+    /// leaves no temporary file; a checkpoint that would need recording is not handed out.
+    @Test(.enabled(if: canMountTmpfs, "needs to mount a tmpfs"))
+    func aFullDiskOrAReadOnlyMountStopsWritesNotReads() throws {
+        let dir = CLI.temporaryFolder()
+        defer { umount(dir); try? FileManager.default.removeItem(atPath: dir) }
+        #expect(mount("tmpfs", dir, "tmpfs", 0, "size=512k") == 0)
+        let ledger = try Self.ledger(dir)
+        #expect(try CLI.run(["give", "--subject", "bob", "--feature", "timeline", "--consent", "required"], ledger: ledger).status == 0)
+        #expect(try CLI.run(["checkpoint"], ledger: ledger).status == 0)
+        // Fill the disk.
+        let filler = dir + "/filler"
+        let fd = open(filler, O_WRONLY | O_CREAT, 0o600)
+        let block = [UInt8](repeating: 0, count: 4096)
+        while write(fd, block, block.count) > 0 {}
+        close(fd)
+        // Writes fit in the last pages' slack for a while; the first that does not fails whole.
+        var refused: CLI.Run?
+        for i in 0..<60 where refused == nil {
+            let before = CLI.snapshot(ledger)
+            let give = try CLI.run(["give", "--subject", "filler-\(i)", "--feature", "timeline", "--consent", "required"], ledger: ledger)
+            guard give.status != 0 else { continue }
+            refused = give
+            #expect(CLI.snapshot(ledger) == before, "the refused write changed the ledger: \(give.stderr)")
+        }
+        #expect(refused?.status == 3 && refused?.stderr.contains("No space left on device") == true, "\(refused?.stderr ?? "every write fitted")")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: ledger).filter { $0.contains(".tmp-") }.isEmpty)
+        let full = CLI.snapshot(ledger)
+        for reading in [["status", "--subject", "alice"], ["history", "--subject", "bob"], ["verify"], ["export", "--subject", "alice", "--out", "-"], ["report"]] {
+            let run = try CLI.run(reading, ledger: ledger)
+            #expect(run.status == 0, "\(reading[0]) on a full disk: \(run.stderr)")
+        }
+        #expect(CLI.snapshot(ledger) == full, "a read wrote")
+        // Room again: the write goes through, and the ledger verifies.
+        unlink(filler)
+        #expect(try CLI.run(["give", "--subject", "carol", "--feature", "timeline", "--consent", "required"], ledger: ledger).status == 0)
+        #expect(try CLI.run(["verify"], ledger: ledger).status == 0)
+        // Read-only: reads work; a write and a checkpoint that needs recording fail with exit 3.
+        #expect(mount("tmpfs", dir, "tmpfs", UInt(MS_REMOUNT | MS_RDONLY), "size=512k") == 0)
+        defer { _ = mount("tmpfs", dir, "tmpfs", UInt(MS_REMOUNT), "size=512k") }
+        let readOnly = CLI.snapshot(ledger)
+        for reading in [["status", "--subject", "carol"], ["verify"], ["subjects", "list"]] {
+            let run = try CLI.run(reading, ledger: ledger)
+            #expect(run.status == 0, "\(reading[0]) on a read-only mount: \(run.stderr)")
+        }
+        let checkpoint = try CLI.run(["checkpoint"], ledger: ledger)
+        #expect(checkpoint.status == 3 && checkpoint.stdout.isEmpty && checkpoint.stderr.contains("was not handed out"), "\(checkpoint.stderr)")
+        let readOnlyGive = try CLI.run(["give", "--subject", "dave", "--feature", "timeline", "--consent", "required"], ledger: ledger)
+        #expect(readOnlyGive.status == 3 && readOnlyGive.stderr.contains("Read-only file system"), "\(readOnlyGive.stderr)")
+        #expect(CLI.snapshot(ledger) == readOnly)
     }
 
     /// A newline in a bundle's `verifierKey` printed a line of its own, such as a fake
