@@ -11,7 +11,7 @@ PG_BUILD := --traits PostgreSQL --scratch-path .build-pg
 ## instead of 10-12 (measured in README, Benchmarks), which is most of a one-subject read.
 RELEASE := -c release --static-swift-stdlib
 
-.PHONY: deps test-deps build build-postgres demo test test-with-postgres bench bench-postgres torture service load-test docs cli-docs install clean
+.PHONY: deps test-deps build build-postgres demo test test-with-postgres bench bench-postgres torture fuzz fuzz-bounded service load-test docs cli-docs install clean
 
 deps:
 	@if ! pkg-config --exists libsodium libcrypto sqlite3 2>/dev/null || ! command -v python3 >/dev/null; then \
@@ -65,6 +65,23 @@ test: test-deps
 		&& echo "installed and ran $$prefix/bin/consentctl; man page $$prefix/share/man/man1/consentctl.1" && rm -rf "$$prefix"
 	@echo "==> the library's DocC documentation (warnings are errors)"
 	$(MAKE) --no-print-directory docs
+	@echo "==> fuzzing, bounded: $(FUZZ_TEST_RUNS) inputs per target (make fuzz runs longer)"
+	$(MAKE) --no-print-directory fuzz-bounded
+
+## Fuzzing: the readers of untrusted bytes (event lines, catalogues, bundles, state proofs,
+## notes, `apply` files, derived files) under libFuzzer with AddressSanitizer, in a build folder
+## of its own. `make fuzz` runs each target for FUZZ_SECONDS; `make test` runs FUZZ_TEST_RUNS
+## inputs of each (scripts/fuzz.sh). Crashes land in .fuzz/crashes/.
+FUZZ_BUILD := --sanitize=fuzzer --sanitize=address -Xswiftc -DFUZZING --product consent-fuzz --scratch-path .build-fuzz
+FUZZ_SECONDS ?= 300
+FUZZ_TEST_RUNS ?= 3000
+fuzz: deps
+	swift build $(FUZZ_BUILD)
+	bash scripts/fuzz.sh "$$(swift build $(FUZZ_BUILD) --show-bin-path)/consent-fuzz" -max_total_time=$(FUZZ_SECONDS)
+
+fuzz-bounded: deps
+	swift build $(FUZZ_BUILD)
+	bash scripts/fuzz.sh "$$(swift build $(FUZZ_BUILD) --show-bin-path)/consent-fuzz" --runs $(FUZZ_TEST_RUNS)
 
 ## Run by `make test` inside scripts/with-test-postgres.sh (it needs CONSENTLEDGER_TEST_POSTGRES_URL).
 test-with-postgres:
@@ -148,4 +165,4 @@ install: deps
 	@echo "==> installed $(DESTDIR)$(PREFIX)/bin/consentctl and its man page (man consentctl)"
 
 clean:
-	rm -rf .build .build-pg Samples/ConsentService/.build
+	rm -rf .build .build-pg .build-fuzz .fuzz Samples/ConsentService/.build

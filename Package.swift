@@ -90,6 +90,9 @@ let package = Package(
         ),
         .executableTarget(name: "consent-bench", dependencies: ["ConsentLedger", "ConsentLedgerPostgres", "CSodium", "CLibCrypto", "CSQLite"]),
         .executableTarget(name: "consent-torture", dependencies: ["ConsentLedger"]),
+        // Fuzz targets for the readers of untrusted bytes: `make fuzz` builds this with
+        // --sanitize=fuzzer and -DFUZZING (libFuzzer's main); a plain build replays files.
+        .executableTarget(name: "consent-fuzz", dependencies: ["ConsentLedger"]),
         // The README's embedding example, compiled so it cannot rot.
         .executableTarget(name: "embedding-sample", dependencies: ["ConsentLedger"], path: "Samples/Embedding"),
         .testTarget(
