@@ -1,3 +1,4 @@
+import ConsentLedger
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -44,15 +45,10 @@ enum ReplayInputs {
             exit(64)
         }
         for file in files {
-            guard let f = fopen(file, "rb") else { complain("consent-fuzz: cannot read \(file)"); exit(66) }
-            var bytes: [UInt8] = []
-            var chunk = [UInt8](repeating: 0, count: 65536)
-            while true {
-                let n = fread(&chunk, 1, chunk.count, f)
-                if n <= 0 { break }
-                bytes += chunk[0..<n]
+            guard let bytes = try? LocalFile.read(file, limit: 1 << 30) else {
+                complain("consent-fuzz: cannot read \(file)")
+                exit(66)
             }
-            fclose(f)
             selectedTarget.run(bytes)
         }
         print("consent-fuzz: \(selectedTarget.rawValue): \(files.count) input(s), no crash")
