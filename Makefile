@@ -129,9 +129,10 @@ service: deps
 
 ## wrk against the service on both stores (a throwaway PostgreSQL), then verify; DURATION=10 THREADS=8.
 ## Crash torture: writers killed with SIGKILL at random moments, 200 times per writer kind
-## (group-committed threads, batched library calls, consentctl apply); after every kill the
-## ledger opens, verify passes and every acknowledged command is present. `make test` runs 10
-## per kind.
+## (group-committed threads, batched library calls, consentctl apply, consentctl give and revoke
+## one process each, key rotations, catalogue publications, erasures); after every kill the
+## ledger opens, verify passes, every acknowledged command is present and every command is
+## whole. `make test` runs 10 per kind.
 TORTURE_ARGS ?= --kills 200
 torture: deps
 	swift build $(RELEASE) --product consent-torture

@@ -1,6 +1,6 @@
 // consent-torture: kills writers with SIGKILL at random moments and checks what they leave.
 //
-//   consent-torture [--kind group|batched|apply|all] [--kills 200] [--dir DIR] [--seed N]
+//   consent-torture [--kind group|batched|apply|cli|rotate|publish|erase|all] [--kills 200] [--dir DIR] [--seed N]
 //
 // Each round starts a writer process on one ledger, waits for its first acknowledgement, lets
 // it run a random few milliseconds more and kills it with SIGKILL. Then it checks, in this
@@ -16,8 +16,17 @@
 //            share commits (group commit); each call must answer with its own command's result
 //   batched  `Ledger.execute` of 20 commands at a time, acknowledged when the call returns
 //   apply    `consentctl apply` of a file of commands, acknowledged line by line on its output
-// Every command gives `required` and `optional-a` of Timeline to a subject of its own (two
-// events), so that its presence is all or nothing and easy to count.
+//   cli      one `consentctl give`, then one `consentctl revoke`, per subject, each a process of
+//            its own, acknowledged when it exits 0 (the kill takes the process in flight too)
+//   rotate   `key rotate` with a command signed by the new key after each, acknowledged per
+//            rotation: after the kill the key file must be the key in force (a rotation cut
+//            short is finished by the next writer)
+//   publish  catalogue publications (a new policy version of timeline/required each time)
+//   erase    a subject given consents, then erased; an erasure cut short between its event and
+//            the destruction of the record is finished by running it again, as `verify` says
+// In group, batched and apply, every command gives `required` and `optional-a` of Timeline to a
+// subject of its own (two events), so that its presence is all or nothing and easy to count;
+// the other kinds check what their own acknowledgements promise.
 
 import ConsentDomain
 import ConsentLedger
@@ -76,8 +85,63 @@ func writer(kind: String, dir: String, prefix: String) throws {
             _ = try ledger.execute(subjects.map(give))
             for subject in subjects { acknowledge(subject) }
         }
+    case "cli":
+        let consentctl = String(selfPath().dropLast("consent-torture".count)) + "consentctl"
+        for i in 0..<100_000 {
+            let subject = "\(prefix)-c\(i)"
+            for (verb, consents, ack) in [("give", ["required", "optional-a"], subject), ("revoke", ["optional-a"], subject + " revoked")] {
+                let arguments = [consentctl, "--ledger", dir, verb, "--subject", subject, "--feature", "timeline"] + consents.flatMap { ["--consent", $0] }
+                guard run(arguments) == 0 else { fail("\(verb) \(subject) failed") }
+                acknowledge(ack)
+            }
+        }
+    case "rotate":
+        for i in 0..<1_000 {
+            let receipt = try ledger.rotateKey(protection: .insecurePlaintext, actor: "torture")
+            _ = try ledger.execute(give("\(prefix)-k\(i)"))
+            acknowledge("rotation \(receipt.seq) \(prefix)-k\(i)")
+        }
+    case "publish":
+        for i in 0..<10_000 {
+            guard try ledger.publish(Torture.catalog(version: "\(prefix).\(i)"), actor: "torture") != nil else { fail("publication \(i) appended nothing") }
+            acknowledge("version \(prefix).\(i)")
+        }
+    case "erase":
+        for i in 0..<10_000 {
+            let subject = "\(prefix)-e\(i)"
+            _ = try ledger.execute(give(subject))
+            _ = try ledger.erase(subject, actor: "dpo")
+            acknowledge(subject)
+        }
     default:
         fail("unknown writer kind \(kind)")
+    }
+}
+
+/// Runs a process to its end; its exit status (-1 if it could not start or was killed).
+func run(_ arguments: [String]) -> Int32 {
+    let argv = arguments.map { strdup($0) } + [nil]
+    defer { argv.forEach { free($0) } }
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+    var pid: pid_t = 0
+    guard posix_spawn(&pid, arguments[0], &actions, nil, argv, environ) == 0 else { return -1 }
+    var status: Int32 = 0
+    waitpid(pid, &status, 0)
+    return (status & 0x7F) == 0 ? (status >> 8) & 0xFF : -1
+}
+
+enum Torture {
+    /// The seed catalogue with timeline's `required` consent at `version`.
+    static func catalog(version: String) -> Catalog {
+        let features = SeedCatalog.catalog.features.map { f in
+            Feature(code: f.code, key: f.key, names: f.names, consents: f.consents.map { c in
+                ConsentDefinition(code: c.code, names: c.names, isRequired: c.isRequired, link: c.link, version: f.key == "timeline" && c.code == "required" ? version : c.version)
+            })
+        }
+        return try! Catalog(features: features)
     }
 }
 
@@ -105,8 +169,14 @@ func killRound(_ arguments: [String], delay: UInt32, subject: (Substring) -> Str
     posix_spawn_file_actions_addclose(&actions, pipe[0])
     let argv = arguments.map { strdup($0) } + [nil]
     defer { argv.forEach { free($0) } }
+    // A process group of its own, killed whole: a writer's own children (a `consentctl` in
+    // flight) die with it, as they would in a power cut.
+    var attributes = posix_spawnattr_t()
+    posix_spawnattr_init(&attributes)
+    posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETPGROUP))
+    posix_spawnattr_setpgroup(&attributes, 0)
     var pid: pid_t = 0
-    guard posix_spawn(&pid, arguments[0], &actions, nil, argv, environ) == 0 else { fail("cannot start \(arguments[0])") }
+    guard posix_spawn(&pid, arguments[0], &actions, &attributes, argv, environ) == 0 else { fail("cannot start \(arguments[0])") }
     close(pipe[1])
     var output: [UInt8] = []
     var buffer = [UInt8](repeating: 0, count: 65536)
@@ -117,7 +187,7 @@ func killRound(_ arguments: [String], delay: UInt32, subject: (Substring) -> Str
             var poller = pollfd(fd: pipe[0], events: Int16(POLLIN), revents: 0)
             // No acknowledgement within 20 s: a writer that hangs. Kill it; the round fails.
             if poll(&poller, 1, 100) == 0 {
-                if monotonic() - started > 20 { kill(pid, SIGKILL); killed = true; hung = true }
+                if monotonic() - started > 20 { kill(-pid, SIGKILL); killed = true; hung = true }
                 continue
             }
         }
@@ -126,7 +196,7 @@ func killRound(_ arguments: [String], delay: UInt32, subject: (Substring) -> Str
         output += buffer[0..<n]
         if !killed, output.contains(0x0A) {
             usleep(delay)
-            kill(pid, SIGKILL)
+            kill(-pid, SIGKILL)
             killed = true
         }
     }
@@ -167,6 +237,65 @@ func check(dir: String, acknowledged: [String], round: Int) throws -> Int {
     return replay.eventCount
 }
 
+/// The checks after each kill for the kinds whose commands differ. Returns the number of
+/// events in the log.
+func check(kind: String, dir: String, acknowledged: [String], round: Int) throws -> Int {
+    var ledger = try Ledger.open(store: FileLedgerStore(directory: dir))
+    var report: VerificationReport
+    do {
+        report = try ledger.verify()
+    } catch ConsentError.integrity(let failure) where kind == "erase" && failure.problem.contains("the erasure was cut short") {
+        // The erasure in flight committed its event, and the kill came before its record was
+        // destroyed: running it again finishes it, as the message says.
+        let inFlight = "r\(round)-e\(acknowledged.count)"
+        _ = try ledger.erase(inFlight, actor: "dpo")
+        ledger = try Ledger.open(store: FileLedgerStore(directory: dir))
+        report = try ledger.verify()
+    }
+    let replay = try ledger.loadAll()
+    switch kind {
+    case "cli":
+        for line in acknowledged {
+            let parts = line.split(separator: " ")
+            let events = try ledger.report(for: String(parts[0])).events.count
+            guard events == (parts.count == 2 ? 3 : 2) || (parts.count == 1 && events == 3) else {
+                fail("round \(round): '\(line)' was acknowledged but the subject has \(events) event(s)")
+            }
+        }
+        for (ref, state) in replay.subjects {
+            let given = state.consents.values.filter(\.isGiven).count, all = state.consents.count
+            guard (given == 2 && all == 2) || (given == 1 && all == 2) else {
+                fail("round \(round): subject \(ref.value) has \(given) of \(all) consents given: not the state of whole commands")
+            }
+        }
+    case "rotate":
+        for line in acknowledged {
+            let subject = String(line.split(separator: " ")[2])
+            guard try ledger.report(for: subject).events.count == 2 else { fail("round \(round): '\(line)' was acknowledged but its command is missing") }
+        }
+        let rotations = report.keys.periods.count - 1
+        guard rotations >= acknowledged.count else { fail("round \(round): \(acknowledged.count) rotations acknowledged, \(rotations) in the log") }
+        // The key file holds the key in force: a rotation cut short is finished by this writer.
+        _ = try Ledger.open(store: FileLedgerStore(directory: dir)).execute(give("check-r\(round)"))
+    case "publish":
+        let versions = Set(try ledger.catalogHistory().compactMap { $0.catalog.feature(named: "timeline")?.consent(code: "required")?.version })
+        for line in acknowledged where !versions.contains(String(line.dropFirst("version ".count))) {
+            fail("round \(round): '\(line)' was acknowledged but is not in the log")
+        }
+    case "erase":
+        for subject in acknowledged where try ledger.subjectRef(for: subject) != nil {
+            fail("round \(round): \(subject)'s erasure was acknowledged but its record remains")
+        }
+        for (ref, state) in replay.subjects where state.erasedAt == nil {
+            guard state.consents.values.filter(\.isGiven).count == 2 else { fail("round \(round): subject \(ref.value) is neither erased nor given whole") }
+        }
+    default:
+        fail("no check for \(kind)")
+    }
+    let final = try Ledger.open(store: FileLedgerStore(directory: dir)).verify()
+    return final.events
+}
+
 func option(_ name: String, _ args: [String]) -> String? {
     guard let i = args.firstIndex(of: name), i + 1 < args.count else { return nil }
     return args[i + 1]
@@ -184,11 +313,13 @@ if args.first == "write", args.count == 4 {
     exit(0)
 }
 if args.contains("--help") {
-    print("usage: consent-torture [--kind group|batched|apply|all] [--kills 200] [--dir DIR] [--seed N]")
+    print("usage: consent-torture [--kind group|batched|apply|cli|rotate|publish|erase|all] [--kills 200] [--dir DIR] [--seed N]")
     exit(0)
 }
 let kills = Int(option("--kills", args) ?? "200") ?? 200
-let kinds = (option("--kind", args) ?? "all") == "all" ? ["group", "batched", "apply"] : [option("--kind", args)!]
+let allKinds = ["group", "batched", "apply", "cli", "rotate", "publish", "erase"]
+let kinds = (option("--kind", args) ?? "all") == "all" ? allKinds : [option("--kind", args)!]
+guard kinds.allSatisfy(allKinds.contains) else { fail("--kind must be one of \(allKinds.joined(separator: ", ")) or all") }
 let base = option("--dir", args) ?? "/tmp/consent-torture"
 guard base.hasPrefix("/"), base.split(separator: "/").count >= 2, !base.contains("'"), !base.contains("..") else {
     fail("--dir must be an absolute path at least two levels deep, without quotes or '..'")
@@ -230,7 +361,9 @@ for kind in kinds {
             fail("\(kind), round \(round): the writer did not run until the kill (wait status \(result.status), \(result.acknowledged.count) acknowledged): it failed or hung")
         }
         do {
-            events = try check(dir: dir, acknowledged: result.acknowledged, round: round)
+            events = ["group", "batched", "apply"].contains(kind)
+                ? try check(dir: dir, acknowledged: result.acknowledged, round: round)
+                : try check(kind: kind, dir: dir, acknowledged: result.acknowledged, round: round)
         } catch {
             fail("\(kind), round \(round): after the kill the ledger fails: \(error)")
         }
