@@ -376,17 +376,74 @@ final class PosixFile {
 
 /// Reading a whole local file, for inputs such as a catalogue.
 public enum LocalFile {
-    /// The file's bytes; at most `limit` bytes are accepted.
+    /// How long a pipe or FIFO given as an input may stay silent before the read gives up: a
+    /// writer such as `<(command)` starts at once, a FIFO nobody writes to would wait for ever.
+    public static let pipeSilence = 5
+
+    /// The file's bytes; at most `limit` bytes are accepted. A pipe or FIFO (`<(command)`,
+    /// `/dev/stdin`) is read to its end, as long as it never stays silent for ``pipeSilence``
+    /// seconds; a folder or another kind of file is a usage error.
     public static func read(_ path: String, limit: Int = 16 << 20) throws -> [UInt8] {
         let file: PosixFile
         do {
-            file = try PosixFile(path: path, flags: O_RDONLY)
+            // Never blocking in open: a FIFO without a writer would block here for ever.
+            file = try PosixFile(path: path, flags: O_RDONLY | O_NONBLOCK)
         } catch ConsentError.notFound {
             throw ConsentError.invalidRequest("\(path): no such file")
         }
-        let size = try file.size()
-        guard size <= UInt64(limit) else { throw ConsentError.invalidRequest("\(path) is larger than \(limit) bytes") }
-        return try file.readAll()
+        var st = stat()
+        guard fstat(file.fd, &st) == 0 else { throw ConsentError.storage("cannot stat \(path): \(PosixFile.reason())") }
+        switch st.st_mode & S_IFMT {
+        case S_IFREG:
+            _ = fcntl(file.fd, F_SETFL, fcntl(file.fd, F_GETFL) & ~O_NONBLOCK)
+            let size = try file.size()
+            guard size <= UInt64(limit) else { throw ConsentError.invalidRequest("\(path) is larger than \(limit) bytes") }
+            return try file.readAll()
+        case S_IFIFO, S_IFCHR:
+            return try readStream(file, limit: limit)
+        default:
+            throw ConsentError.invalidRequest("\(path) is \(PosixFile.describe(mode: st.st_mode)), not a file to read")
+        }
+    }
+
+    /// Reads a pipe, FIFO or character device to its end, waiting at most ``pipeSilence``
+    /// seconds for each chunk.
+    static func readStream(_ file: PosixFile, limit: Int) throws -> [UInt8] {
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        var waitedForWriter = false
+        while true {
+            let n = chunk.withUnsafeMutableBytes { Glibc.read(file.fd, $0.baseAddress, $0.count) }
+            if n > 0 {
+                bytes += chunk[0..<n]
+                guard bytes.count <= limit else { throw ConsentError.invalidRequest("\(file.path) is larger than \(limit) bytes") }
+                continue
+            }
+            if n == 0 {
+                // End of input, or a FIFO that no writer has opened yet: wait for one, once
+                // (`/dev/null` is always readable, and always at its end).
+                if bytes.isEmpty, !waitedForWriter {
+                    waitedForWriter = true
+                    if try waitForInput(file) { continue }
+                }
+                return bytes
+            }
+            if errno == EINTR { continue }
+            guard errno == EAGAIN || errno == EWOULDBLOCK else { throw ConsentError.storage("cannot read \(file.path): \(PosixFile.reason())") }
+            guard try waitForInput(file) else { return bytes }
+        }
+    }
+
+    /// Waits for `file` to be readable; throws after ``pipeSilence`` seconds of silence. False
+    /// when the writer hung up.
+    static func waitForInput(_ file: PosixFile) throws -> Bool {
+        var poller = pollfd(fd: file.fd, events: Int16(POLLIN), revents: 0)
+        var ready: Int32
+        repeat { ready = poll(&poller, 1, Int32(pipeSilence * 1000)) } while ready < 0 && errno == EINTR
+        guard ready > 0 else {
+            throw ConsentError.invalidRequest("\(file.path) is a pipe or FIFO, and nothing was written to it for \(pipeSilence) s; give a file, or start the command that writes it")
+        }
+        return poller.revents & Int16(POLLIN) != 0
     }
 }
 

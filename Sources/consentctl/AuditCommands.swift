@@ -720,7 +720,7 @@ struct ProveState: ParsableCommand {
 
     func run() throws {
         try reporting(json: output.isJSON) {
-            let asOf = try at.map { try parseTime($0, option: "--at") }
+            let asOf = try at.map { try parseAsOf($0, option: "--at") }
             try checkOutputPath(out, ledger: root.ledgerDirectory)
             let ledger = try root.openLedger()
             // Proved first and checked after: checking first would read and check the

@@ -276,7 +276,7 @@ struct Status: ParsableCommand {
     @OptionGroup var presence: SubjectPresence
 
     func run() throws {
-        let asOf = try at.map { try parseTime($0, option: "--at") }
+        let asOf = try at.map { try parseAsOf($0, option: "--at") }
         try reporting(json: json) {
             let ledger = try root.openLedger()
             let report = try ledger.report(for: subject, asOf: asOf)
@@ -361,7 +361,7 @@ struct History: ParsableCommand {
     @OptionGroup var presence: SubjectPresence
 
     func run() throws {
-        let limit = try at.map { try parseTime($0, option: "--at") }
+        let limit = try at.map { try parseAsOf($0, option: "--at") }
         try reporting(json: json) {
             let ledger = try root.openLedger()
             let report = try ledger.report(for: subject, asOf: limit)

@@ -72,6 +72,12 @@ struct ConsentCtl: ParsableCommand {
     static let repeatableOptions: Set<String> = ["--consent", "--witness", "--witness-url"]
 
     static func main() {
+        // Swift turns bytes that are not UTF-8 into U+FFFD: a subject id would be stored as
+        // another id than the one given. Refused, naming the argument.
+        for i in 1..<Int(CommandLine.argc) {
+            guard let raw = CommandLine.unsafeArgv[i], String(validatingCString: raw) == nil else { continue }
+            exit(withError: ValidationError("argument \(i) (\(Terminal.escaped(String(decoding: UnsafeRawBufferPointer(start: raw, count: strlen(raw)), as: UTF8.self)))) is not UTF-8: ids, names and times are UTF-8 text"))
+        }
         let arguments = Array(CommandLine.arguments.dropFirst())
         if let repeated = repeatedOption(in: arguments) {
             exit(withError: ValidationError("\(repeated) is given more than once; it takes one value (only --consent may be repeated)"))
@@ -316,6 +322,17 @@ enum BareDate {
     /// The start of the day: "agreed on 21.11.2026" is never later than the day's events, and a
     /// paper form dated today is not a time in the future.
     case startOfDay
+}
+
+/// Parses an "as of" time (`--at`): a moment up to a day from now. A time further ahead is a
+/// mistake (9999-12-31, a year typed wrong): the ledger knows consents up to now, not then.
+func parseAsOf(_ text: String, option: String) throws -> Timestamp {
+    let t = try parseTime(text, option: option)
+    let now = systemClock()
+    guard t.millisecondsSinceEpoch <= now.millisecondsSinceEpoch + 86_400_000 else {
+        throw ValidationError("\(option) '\(text)' is in the future (it is \(now.rfc3339) now): the ledger knows consents up to now; leave \(option) out for the current state")
+    }
+    return t
 }
 
 /// Parses a time given on the command line.

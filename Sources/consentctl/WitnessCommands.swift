@@ -86,8 +86,14 @@ struct WitnessShow: ParsableCommand {
     func run() throws {
         try reporting(json: output.isJSON) {
             let store = FileKeyStore(path: absolute(witness.key))
+            let file: SecretBytes
+            do {
+                file = try store.loadKeyFile()
+            } catch ConsentError.notFound(.signingKey, _) {
+                throw ConsentError.notFound(.file, "no witness key file at \(store.keyLocation) (make one with consentctl witness keygen)")
+            }
             let publicKey: PublicKey
-            switch try SigningKeyFile.read(try store.loadKeyFile(), location: store.keyLocation) {
+            switch try SigningKeyFile.read(file, location: store.keyLocation) {
             case .encrypted(let sealed): publicKey = sealed.publicKey
             case .plaintext(let signer): publicKey = signer.publicKey
             }

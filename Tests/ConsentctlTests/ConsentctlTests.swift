@@ -16,9 +16,9 @@ import Testing
     }
 
     @discardableResult
-    static func run(_ arguments: [String], ledger: String?, environment: [String: String] = [:], input: String? = nil) throws -> Run {
+    static func run(_ arguments: [String], ledger: String?, environment: [String: String] = [:], input: String? = nil, executable: String? = nil) throws -> Run {
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: binary)
+        process.executableURL = URL(fileURLWithPath: executable ?? binary)
         process.arguments = (ledger.map { ["--ledger", $0] } ?? []) + arguments
         var env = ProcessInfo.processInfo.environment
         env.removeValue(forKey: "CONSENTCTL_LEDGER")

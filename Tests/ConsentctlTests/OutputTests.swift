@@ -142,8 +142,11 @@ import Testing
         try ConsentctlTests.run(["give", "--subject", "alice", "--feature", "timeline", "--consent", "required"], ledger: ledger)
         let status = try ConsentctlTests.run(["status", "--subject", "alice"], ledger: ledger).stdout
         let shown = try #require(status.range(of: #"since \d\d\.\d\d\.\d{4} \d\d:\d\d"#, options: .regularExpression).map { String(status[$0].dropFirst(6)) }, "\(status)")
-        let later = try ConsentctlTests.run(["status", "--subject", "alice", "--at", "31.12.2099 23:59"], ledger: ledger)
+        // The day shown, a bare date: its end, after the grant (and at most a day from now).
+        let later = try ConsentctlTests.run(["status", "--subject", "alice", "--at", String(shown.prefix(10))], ledger: ledger)
         #expect(later.status == 0 && later.stdout.contains("active"), "\(later.stderr)")
+        let future = try ConsentctlTests.run(["status", "--subject", "alice", "--at", "31.12.2099 23:59"], ledger: ledger)
+        #expect(future.status == 64 && future.stderr.contains("is in the future"), "\(future.stderr)")
         #expect(try ConsentctlTests.run(["history", "--subject", "alice", "--at", shown], ledger: ledger).status == 0)
         let bad = try ConsentctlTests.run(["status", "--subject", "alice", "--at", "31.12.99"], ledger: ledger)
         #expect(bad.status == 64 && bad.stderr.contains("'21.11.2026 10:00'"), "\(bad.stderr)")
