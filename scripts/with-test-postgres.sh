@@ -85,7 +85,27 @@ chmod 755 "$tls"; chmod 644 "$tls/ca.pem" "$tls/other-ca.pem" "$tls/server.pem"
     -o "-c listen_addresses=127.0.0.1 -p $port -k $dir -c fsync=on -c synchronous_commit=on -c max_connections=200 -c ssl=on -c ssl_cert_file=$tls/server.pem -c ssl_key_file=$tls/server.key" start >/dev/null \
     || { cat "$dir/server.log" >&2 || true; fail "the PostgreSQL server did not start on 127.0.0.1:$port"; }
 
+# Server faults for the tests (CONSENTLEDGER_TEST_POSTGRES_CTL crash|start|pause|resume): a crash
+# is `pg_ctl stop -m immediate` (no checkpoint, as a power cut), start brings the same cluster
+# back on the same port, pause stops every server process with SIGSTOP and resume continues them.
+start_options="-c listen_addresses=127.0.0.1 -p $port -k $dir -c fsync=on -c synchronous_commit=on -c max_connections=200 -c ssl=on -c ssl_cert_file=$tls/server.pem -c ssl_key_file=$tls/server.key"
+cat > "$dir/ctl.sh" <<CTL
+#!/usr/bin/env bash
+set -euo pipefail
+as_owner=(${as_owner[*]:-})
+server_pids() { pid=\$(head -1 "$dir/data/postmaster.pid"); echo "\$pid \$(pgrep -P "\$pid" | tr '\n' ' ')"; }
+case "\${1:-}" in
+    crash) "\${as_owner[@]}" "$bin/pg_ctl" -D "$dir/data" -m immediate stop >/dev/null ;;
+    start) "\${as_owner[@]}" "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 -o "$start_options" start >/dev/null ;;
+    pause) kill -STOP \$(server_pids) ;;
+    resume) kill -CONT \$(server_pids) ;;
+    *) echo "usage: \$0 crash|start|pause|resume" >&2; exit 64 ;;
+esac
+CTL
+chmod 755 "$dir/ctl.sh"
+
 export PGSSLROOTCERT="$tls/ca.pem"
+export CONSENTLEDGER_TEST_POSTGRES_CTL="$dir/ctl.sh"
 export CONSENTLEDGER_TEST_POSTGRES_OTHER_CA="$tls/other-ca.pem"
 export CONSENTLEDGER_TEST_POSTGRES_URL="postgres://consentledger@localhost:$port/postgres"
 echo "==> throwaway $("$bin/postgres" --version | sed 's/^postgres (PostgreSQL)/PostgreSQL/') at $CONSENTLEDGER_TEST_POSTGRES_URL (cluster in $dir)"

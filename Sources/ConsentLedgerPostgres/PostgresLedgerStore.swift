@@ -74,15 +74,24 @@ public final class PostgresLedgerStore: LedgerStore {
     /// A store at `address`. `keyStore` is where writers find the signing key (a key file,
     /// `FileKeyStore`, or a key store of your own, such as one backed by a KMS); without it the
     /// ledger can be read and verified, and writes fail with `ConsentError.notFound(.signingKey, _)`.
-    public init(address: PostgresLedgerAddress, keyStore: (any KeyStore)? = nil) throws {
+    ///
+    /// A write waits at most `lockTimeout` for the ledger's lock (another process's write),
+    /// then fails with `ConsentError.storage` naming the session that holds it; a statement the
+    /// server leaves unanswered for 15 s longer than that (a paused or vanished server) fails
+    /// too, its connection closed.
+    public init(address: PostgresLedgerAddress, keyStore: (any KeyStore)? = nil, lockTimeout: Duration = PostgresLedgerStore.defaultLockTimeout) throws {
         self.address = address
         self.writerKeys = keyStore
-        self.connections = try PostgresConnections(address: address)
+        self.connections = try PostgresConnections(address: address, lockTimeout: lockTimeout)
     }
 
+    /// A minute: a commit of many commands (`apply` commits 256 at a time) holds the lock for a
+    /// while on a busy server.
+    public static let defaultLockTimeout: Duration = .seconds(60)
+
     /// A store for a `postgres://` URL (see ``PostgresLedgerAddress``).
-    public convenience init(url: String, keyStore: (any KeyStore)? = nil) throws {
-        try self.init(address: PostgresLedgerAddress(url: url), keyStore: keyStore)
+    public convenience init(url: String, keyStore: (any KeyStore)? = nil, lockTimeout: Duration = PostgresLedgerStore.defaultLockTimeout) throws {
+        try self.init(address: PostgresLedgerAddress(url: url), keyStore: keyStore, lockTimeout: lockTimeout)
     }
 
     public var names: StorageNames {
@@ -169,6 +178,30 @@ public final class PostgresLedgerStore: LedgerStore {
     }
 
     public func write<T>(_ body: (any LedgerWriteTransaction) throws -> T) throws -> T {
+        try namingLockHolder { try lockedWrite(body) }
+    }
+
+    /// A lock wait the server ended (`lock_timeout`, SQLSTATE 55P03) is reported with the
+    /// session that holds the ledger's lock, as `pg_locks` and `pg_stat_activity` show it.
+    private func namingLockHolder<T>(_ body: () throws -> T) throws -> T {
+        do {
+            return try body()
+        } catch ConsentError.storage(let message) where message.hasSuffix("[SQLSTATE 55P03]") {
+            let holders = (try? connections.autocommit("""
+                SELECT a.pid::text, coalesce(a.application_name, ''), coalesce(host(a.client_addr), 'a local socket'), coalesce(a.xact_start::text, '')
+                FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid, (SELECT hashtextextended($1, 0) AS key) k
+                WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+                  AND l.classid = ((k.key >> 32) & 4294967295)::oid AND l.objid = (k.key & 4294967295)::oid
+                """, PostgresBindings(lockName)).map { row -> String in
+                    let (pid, application, client, since) = try row.decode((String, String, String, String).self)
+                    return "session \(pid)" + (application.isEmpty ? "" : " ('\(Terminal.escaped(application))')") + " from \(client), in its transaction since \(since)"
+                }) ?? []
+            let seconds = connections.lockTimeout.components.seconds
+            throw ConsentError.storage("the ledger at \(address) is locked by \(holders.isEmpty ? "another session" : holders.joined(separator: " and ")), and stayed locked for \(seconds) s; nothing was written: try again once it is done, or wait longer (consentctl --lock-timeout SECONDS)")
+        }
+    }
+
+    private func lockedWrite<T>(_ body: (any LedgerWriteTransaction) throws -> T) throws -> T {
         var transaction: PostgresLedgerTransaction?
         var produced: T?
         let result: T
@@ -198,6 +231,10 @@ public final class PostgresLedgerStore: LedgerStore {
     public var writesOptimistically: Bool { true }
 
     public func writeOptimistically<T>(_ body: (any LedgerWriteTransaction) throws -> T) throws -> T {
+        try namingLockHolder { try optimisticWrite(body) }
+    }
+
+    private func optimisticWrite<T>(_ body: (any LedgerWriteTransaction) throws -> T) throws -> T {
         // After a commit refused because another writer moved the head, the next few writes take
         // the lock at once: where other processes write all the time, a remembered head is
         // almost never the current one, and each refused commit is a signature and a round trip

@@ -43,8 +43,9 @@ final class PostgresExecutor: TaskExecutor, @unchecked Sendable {
         loop.execute { job.runSynchronously(on: executor) }
     }
 
-    /// Runs `operation` as a task on this executor and waits for it.
-    func run<T: Sendable>(_ operation: @escaping @Sendable () async throws -> T) throws -> T {
+    /// Runs `operation` as a task on this executor and waits for it, at most `seconds`: then
+    /// it throws ``PostgresConnections/NoAnswer`` (the task goes on; its result is dropped).
+    func run<T: Sendable>(within seconds: Double, _ operation: @escaping @Sendable () async throws -> T) throws -> T {
         let outcome = Handoff<T>()
         Task(executorPreference: self) {
             do {
@@ -53,7 +54,8 @@ final class PostgresExecutor: TaskExecutor, @unchecked Sendable {
                 outcome.give(.failure(error))
             }
         }
-        return try outcome.take()!
+        guard let value = try outcome.take(orAbandonAfter: seconds) else { throw PostgresConnections.NoAnswer(seconds: seconds) }
+        return value
     }
 }
 
@@ -69,11 +71,14 @@ final class PostgresSession: @unchecked Sendable {
     let connection: PostgresConnection
     let address: PostgresLedgerAddress
     private let logger: Logger
+    /// How long a statement may go unanswered (``PostgresConnections/statementDeadline``).
+    private let deadline: Double
 
-    init(connection: PostgresConnection, address: PostgresLedgerAddress, logger: Logger) {
+    init(connection: PostgresConnection, address: PostgresLedgerAddress, logger: Logger, deadline: Double) {
         self.connection = connection
         self.address = address
         self.logger = logger
+        self.deadline = deadline
     }
 
     /// Statements run so far (round trips to the server), and whether the connection itself
@@ -88,7 +93,14 @@ final class PostgresSession: @unchecked Sendable {
         statements += 1
         let connection = connection, logger = logger
         do {
-            return try PostgresExecutor.shared.run { try await collect(connection, PostgresQuery(unsafeSQL: sql, binds: binds), logger) }
+            return try PostgresExecutor.shared.run(within: deadline) { try await collect(connection, PostgresQuery(unsafeSQL: sql, binds: binds), logger) }
+        } catch let silent as PostgresConnections.NoAnswer {
+            // A server that stopped answering (paused, or its machine gone): the connection is
+            // closed, so that the statement can no longer take effect later unseen... or has
+            // already; the caller treats it as a connection that failed.
+            broken = true
+            Task(executorPreference: PostgresExecutor.shared) { try? await connection.close() }
+            throw silent.error(address)
         } catch {
             if Self.connectionEnded(error) { broken = true }
             throw PostgresSession.ledgerError(error, address: address)
@@ -117,8 +129,13 @@ final class PostgresSession: @unchecked Sendable {
             if let detail = info[.detail] { message += " (\(detail))" }
             // Serialization failure, deadlock, a unique key taken by another writer, a lock not
             // available: the transaction lost to another one and changed nothing.
-            if state == "40P01" || state == "40001" || state == "23505" || state == "55P03" {
+            if state == "40P01" || state == "40001" || state == "23505" {
                 return .conflict("PostgreSQL at \(address): another writer changed the ledger first, nothing was changed: \(message) [SQLSTATE \(state)]")
+            }
+            // The ledger's lock was not free within lock_timeout: a storage error, as a held
+            // lock on a folder (the store names the holder).
+            if state == "55P03" {
+                return .storage("PostgreSQL at \(address): the ledger's lock was not free in time (\(message)); nothing was written [SQLSTATE 55P03]")
             }
             return .storage("PostgreSQL at \(address): \(message) [SQLSTATE \(state)]")
         }
@@ -146,21 +163,38 @@ final class PostgresConnections: Sendable {
     /// Connections this store opens at most; more callers at once wait for one.
     static let maximumConnections = 20
 
-    init(address: PostgresLedgerAddress) throws {
+    /// How long a session waits for the ledger's lock (the server's `lock_timeout`).
+    let lockTimeout: Duration
+
+    /// How long a statement may go unanswered before the store gives up on its connection:
+    /// longer than any lock wait, which the server ends itself.
+    var statementDeadline: Double { Double(lockTimeout.components.seconds) + Double(lockTimeout.components.attoseconds) / 1e18 + 15 }
+
+    /// A statement the server did not answer within ``statementDeadline``.
+    struct NoAnswer: Error {
+        let seconds: Double
+        func error(_ address: PostgresLedgerAddress) -> ConsentError {
+            .storage("PostgreSQL at \(address) did not answer within \(Int(seconds)) s (paused or unreachable); the connection is closed, and the statement may or may not have been carried out")
+        }
+    }
+
+    init(address: PostgresLedgerAddress, lockTimeout: Duration) throws {
+        self.lockTimeout = lockTimeout
         self.address = address
         var logger = Logger(label: "consentledger.postgres")
         logger.logLevel = .critical
         self.logger = logger
         var configuration = try address.clientConfiguration()
         configuration.options.maximumConnections = Self.maximumConnections
-        // A session never waits forever: a writer waiting more than a minute for the ledger's
-        // lock gives up (nothing was changed), and the server ends a session left idle inside
+        // A session never waits forever: a writer waiting longer than `lockTimeout` for the
+        // ledger's lock gives up (nothing was changed), and the server ends a session left idle inside
         // a transaction for a minute (a client that hangs or whose machine vanished), which
         // releases the lock.
         // Read committed whatever the server's default: after taking the ledger's lock, a
         // statement must see what the previous holder committed (`append_commit` checks the head).
         configuration.options.additionalStartupParameters = [
-            ("lock_timeout", "60s"), ("idle_in_transaction_session_timeout", "60s"), ("default_transaction_isolation", "read committed"),
+            ("lock_timeout", "\(max(1, Int(lockTimeout.components.seconds * 1000 + lockTimeout.components.attoseconds / 1_000_000_000_000_000)))ms"),
+            ("idle_in_transaction_session_timeout", "60s"), ("default_transaction_isolation", "read committed"),
         ]
         let client = PostgresClient(configuration: configuration, eventLoopGroup: PostgresExecutor.shared.group, backgroundLogger: logger)
         self.client = client
@@ -205,7 +239,13 @@ final class PostgresConnections: Sendable {
         }
         try waitForLease(leased, cancelling: running)
         do {
-            return try answer.take()!
+            guard let result = try answer.take(orAbandonAfter: statementDeadline) else {
+                running.cancel()
+                throw ConnectionLost(error: NoAnswer(seconds: statementDeadline).error(address))
+            }
+            return result
+        } catch let lost as ConnectionLost {
+            throw lost
         } catch where PostgresSession.connectionEnded(error) {
             throw ConnectionLost(error: PostgresSession.ledgerError(error, address: address))
         } catch {
@@ -253,11 +293,14 @@ final class PostgresConnections: Sendable {
     private func probe() -> ConsentError? {
         let configuration = probeConfiguration, logger = logger
         do {
-            try PostgresExecutor.shared.run {
+            // A server that accepts the connection and then says nothing (paused) is an answer too.
+            try PostgresExecutor.shared.run(within: statementDeadline) {
                 let connection = try await PostgresConnection.connect(on: PostgresExecutor.shared.group.next(), configuration: configuration, id: 0, logger: logger)
                 try? await connection.close()
             }
             return nil
+        } catch let silent as NoAnswer {
+            return silent.error(address)
         } catch {
             return PostgresSession.ledgerError(error, address: address)
         }
@@ -271,7 +314,7 @@ final class PostgresConnections: Sendable {
         var retried = false
         while true {
             let lease = try Lease.take(from: client, waiting: waitForLease)
-            let session = PostgresSession(connection: lease.connection, address: address, logger: logger)
+            let session = PostgresSession(connection: lease.connection, address: address, logger: logger, deadline: statementDeadline)
             defer { lease.giveBack() }
             do {
                 return try body(session)
@@ -376,6 +419,14 @@ final class Handoff<T: Sendable>: @unchecked Sendable {
         guard result == nil else { return false }
         abandoned = true
         return true
+    }
+
+    /// The value, or nil when none came within `seconds`; the handoff is then abandoned, so
+    /// that a value given later is refused.
+    func take(orAbandonAfter seconds: Double) throws -> T? {
+        if let value = try take(waitingAtMost: seconds) { return value }
+        if abandon() { return nil }
+        return try take()
     }
 
     /// The value, waiting at most `seconds` (for ever when nil); nil when none came in time.

@@ -1180,16 +1180,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
             try file.truncate(to: expected)
             try file.sync()
         }
-        do {
-            try file.write(bytes, at: expected)
-            try file.sync()
-        } catch {
-            // Never leave bytes that failed to reach the disk where a later reader would adopt
-            // them: cut them off (best effort) before reporting the failure.
-            try? file.truncate(to: expected)
-            _ = try? file.sync()
-            throw error
-        }
+        try file.appendDurably(bytes, at: expected)
     }
 
     private func writeDerived(_ derived: DerivedUpdate, locations: [(offset: UInt64, length: UInt32)], sync: Bool) throws {
@@ -1257,15 +1248,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
             try file.truncate(to: UInt64(keep))
             size = UInt64(keep)
         }
-        do {
-            try file.write(lines, at: size)
-            try file.sync()
-        } catch {
-            // Nothing half-written stays for a later reader to adopt.
-            try? file.truncate(to: size)
-            _ = try? file.sync()
-            throw error
-        }
+        try file.appendDurably(lines, at: size)
         return size
     }
 

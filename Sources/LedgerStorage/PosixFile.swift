@@ -98,17 +98,17 @@ final class PosixFile {
         return out
     }
 
-    /// Reads up to `count` bytes at `offset` into the start of `buffer` (reused between calls);
-    /// returns how many were read.
-    package func read(at offset: UInt64, into buffer: inout [UInt8], count: Int) throws -> Int {
-        precondition(count <= buffer.count)
+    /// Reads up to `count` bytes at `offset` into `buffer` (reused between calls) from its
+    /// index `start` on; returns how many were read.
+    package func read(at offset: UInt64, into buffer: inout [UInt8], startingAt start: Int = 0, count: Int) throws -> Int {
+        precondition(start + count <= buffer.count)
         guard offset <= UInt64(Int64.max) - UInt64(count) else {
             throw ConsentError.integrity(IntegrityFailure(line: nil, seq: nil, problem: "offset \(offset) in \(path) is out of range"))
         }
         var done = 0
         try buffer.withUnsafeMutableBytes { raw in
             while done < count {
-                let n = pread(fd, raw.baseAddress! + done, count - done, off_t(offset) + off_t(done))
+                let n = pread(fd, raw.baseAddress! + start + done, count - done, off_t(offset) + off_t(done))
                 if n < 0 {
                     if errno == EINTR { continue }
                     throw ConsentError.storage("cannot read \(path): \(PosixFile.reason())")
@@ -136,20 +136,7 @@ final class PosixFile {
         var kept = 0
         while offset < end {
             if kept == buffer.count { buffer += [UInt8](repeating: 0, count: buffer.count) }
-            let want = min(buffer.count - kept, Int(end - offset))
-            let got = try buffer.withUnsafeMutableBytes { raw -> Int in
-                var done = 0
-                while done < want {
-                    let n = pread(fd, raw.baseAddress! + kept + done, want - done, off_t(offset) + off_t(done))
-                    if n < 0 {
-                        if errno == EINTR { continue }
-                        throw ConsentError.storage("cannot read \(path): \(PosixFile.reason())")
-                    }
-                    if n == 0 { break }
-                    done += n
-                }
-                return done
-            }
+            let got = try read(at: offset, into: &buffer, startingAt: kept, count: min(buffer.count - kept, Int(end - offset)))
             if got == 0 { break }
             offset += UInt64(got)
             let filled = kept + got
@@ -180,6 +167,20 @@ final class PosixFile {
                 }
                 done += n
             }
+        }
+    }
+
+    /// Writes `bytes` at `offset`, the file's end, and syncs them. On failure the file is cut
+    /// back to `offset` (best effort) before the error is thrown: bytes that failed to reach
+    /// the disk are never left where a later reader would adopt them.
+    func appendDurably(_ bytes: [UInt8], at offset: UInt64) throws {
+        do {
+            try write(bytes, at: offset)
+            try sync()
+        } catch {
+            try? truncate(to: offset)
+            _ = try? sync()
+            throw error
         }
     }
 

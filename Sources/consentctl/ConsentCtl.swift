@@ -141,7 +141,7 @@ struct ConsentCtl: ParsableCommand {
     var passphraseFD: Int32?
 
     @Option(name: .customLong("lock-timeout"), help: ArgumentHelp(
-        "How long to wait, in seconds, while another command holds the ledger folder's lock (default 10; 0 waits not at all). Then the command fails with exit code 3, naming the process that holds the lock, and changes nothing.",
+        "How long to wait, in seconds, while another command holds the ledger's lock (a folder's: default 10; a PostgreSQL ledger's advisory lock: default 60, as a commit of many commands holds it longer; 0 waits not at all). Then the command fails with exit code 3, naming the process or session that holds the lock, and changes nothing.",
         valueName: "SECONDS"))
     var lockTimeout: Double?
 
@@ -171,9 +171,9 @@ struct ConsentCtl: ParsableCommand {
 
     func ledgerStore() throws -> any LedgerStore { try StoreSelection.store(storeSpec, lockTimeout: lockWait) }
 
-    /// How long a folder's lock is waited for (--lock-timeout).
-    var lockWait: Duration {
-        lockTimeout.map { .milliseconds(Int64(($0 * 1000).rounded())) } ?? FileLedgerStore.defaultLockTimeout
+    /// How long the ledger's lock is waited for (--lock-timeout); nil for the store's default.
+    var lockWait: Duration? {
+        lockTimeout.map { .milliseconds(Int64(($0 * 1000).rounded())) }
     }
 
     /// Where the signing key is: --key-file or $CONSENTCTL_KEY_FILE, else the store's own place

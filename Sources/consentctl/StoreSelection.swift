@@ -12,10 +12,10 @@ enum StoreSelection {
         absolute(spec.hasPrefix("file:") ? String(spec.dropFirst(5)) : spec)
     }
 
-    static func store(_ spec: String, lockTimeout: Duration = FileLedgerStore.defaultLockTimeout) throws -> any LedgerStore {
+    static func store(_ spec: String, lockTimeout: Duration? = nil) throws -> any LedgerStore {
         if spec.hasPrefix("postgres://") || spec.hasPrefix("postgresql://") {
             #if PostgreSQL
-            let store = try PostgresLedgerStore(url: spec)
+            let store = try PostgresLedgerStore(url: spec, lockTimeout: lockTimeout ?? PostgresLedgerStore.defaultLockTimeout)
             if store.address.isUnverified {
                 printError("warning: sslmode=require-unverified: the server's certificate is not checked, so anyone on the path to \(store.address.host) can read and change the ledger's traffic")
             }
@@ -28,7 +28,7 @@ enum StoreSelection {
         if isURL(spec) {
             throw ConsentError.invalidRequest("'\(spec)' is neither a folder nor a postgres:// URL")
         }
-        return FileLedgerStore(directory: folder(spec), lockTimeout: lockTimeout)
+        return FileLedgerStore(directory: folder(spec), lockTimeout: lockTimeout ?? FileLedgerStore.defaultLockTimeout)
     }
 
     /// A PostgreSQL ledger made before keys left the database may still keep its seed in a

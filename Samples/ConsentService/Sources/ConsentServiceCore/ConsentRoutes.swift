@@ -330,6 +330,38 @@ public struct ConsentRoutes: Sendable {
             }
         }
     }
+
+    /// Each path of the API and its one method (`Spec/openapi.yaml`).
+    static let methods: [(String, HTTPRequest.Method)] = [
+        ("checkpoint", .get), ("principal", .get), ("subjects/:subject/features/:feature", .get),
+        ("subjects/:subject/active", .get), ("subjects/:subject/status", .get), ("subjects/:subject/history", .get),
+        ("subjects/:subject/features/:feature/activate", .post), ("subjects/:subject/features/:feature/revoke", .post),
+        ("subjects/:subject/erase", .post), ("subjects/:subject/export", .get),
+    ]
+}
+
+/// A method the API does not declare for a path it has (TRACE, PUT, QUERY, …) gets 405 with
+/// the method the path allows (RFC 9110), not 404, which would say the resource does not exist.
+struct UndeclaredMethod: RouterMiddleware {
+    typealias Context = ServiceContext
+
+    func handle(_ request: Request, context: ServiceContext, next: (Request, ServiceContext) async throws -> Response) async throws -> Response {
+        let parts = request.uri.path.split(separator: "/", omittingEmptySubsequences: false).dropFirst()
+        guard parts.first == "v1", let allowed = Self.allowed(Array(parts.dropFirst())), request.method != allowed else {
+            return try await next(request, context)
+        }
+        var response = errorResponse(ServiceError(status: .methodNotAllowed, kind: "invalid-request", message: "\(request.method) is not a method of \(request.uri.path); it allows \(allowed)"))
+        response.headers[.allow] = allowed.rawValue
+        return response
+    }
+
+    /// The method of the API's path that `parts` (after `/v1/`) name, if it is one.
+    static func allowed(_ parts: [Substring]) -> HTTPRequest.Method? {
+        ConsentRoutes.methods.first { template, _ in
+            let pattern = template.split(separator: "/")
+            return pattern.count == parts.count && zip(pattern, parts).allSatisfy { $0.hasPrefix(":") ? !$1.isEmpty : $0 == $1 }
+        }?.1
+    }
 }
 
 /// The whole application: routes behind bearer authentication.
@@ -337,6 +369,7 @@ public struct ConsentRoutes: Sendable {
 public func makeApplication(consents: ConsentManager, tokens: AccessTokens, host: String = "127.0.0.1", port: Int = 8080, logger: Logger, clock: @escaping @Sendable () -> Int64 = { Int64(time(nil)) }) -> some ApplicationProtocol {
     let router = Router(context: ServiceContext.self)
     router.add(middleware: BearerAuthentication(tokens: tokens, clock: clock))
+    router.add(middleware: UndeclaredMethod())
     ConsentRoutes(consents: consents).add(to: router)
     return Application(router: router, configuration: .init(address: .hostname(host, port: port), serverName: "consent-service"), logger: logger)
 }
