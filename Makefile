@@ -95,7 +95,7 @@ test-with-postgres:
 	python3 Spec/vectors/verify_witness.py
 	python3 Spec/scaling_sim.py --self-test
 	"$$(swift build $(PG_BUILD) --show-bin-path)/consent-bench" --sizes 2000 --durable 20 --batch 200 --dir /tmp/consent-bench-smoke
-	"$$(swift build $(PG_BUILD) --show-bin-path)/consent-torture" --kills 10 --dir /tmp/consent-torture-smoke
+	"$$(swift build $(PG_BUILD) --show-bin-path)/consent-torture" --kills 10 --dir /tmp/consent-torture-smoke --service "$$(cd Samples/ConsentService && swift build --show-bin-path)/consent-service"
 	python3 Tests/external/check_outputs.py "$$(swift build $(PG_BUILD) --show-bin-path)/consentctl"
 	python3 Tests/external/check_schemas.py "$$(swift build $(PG_BUILD) --show-bin-path)/consentctl"
 	python3 Tests/external/check_fhir.py "$$(swift build $(PG_BUILD) --show-bin-path)/consentctl" --histories 1000 --edge-cases
@@ -134,14 +134,16 @@ service: deps
 ## wrk against the service on both stores (a throwaway PostgreSQL), then verify; DURATION=10 THREADS=8.
 ## Crash torture: writers killed with SIGKILL at random moments, 200 times per writer kind
 ## (group-committed threads, batched library calls, consentctl apply, consentctl give and revoke
-## one process each, key rotations, catalogue publications, erasures); after every kill the
+## one process each, key rotations, catalogue publications, erasures, the HTTP service under 16
+## clients); after every kill the
 ## ledger opens, verify passes, every acknowledged command is present and every command is
 ## whole. `make test` runs 10 per kind.
 TORTURE_ARGS ?= --kills 200
 torture: deps
 	swift build $(RELEASE) --product consent-torture
 	swift build $(RELEASE) --product consentctl
-	"$$(swift build $(RELEASE) --show-bin-path)/consent-torture" $(TORTURE_ARGS)
+	cd Samples/ConsentService && swift build -c release --product consent-service
+	"$$(swift build $(RELEASE) --show-bin-path)/consent-torture" $(TORTURE_ARGS) --service "$$(cd Samples/ConsentService && swift build -c release --show-bin-path)/consent-service"
 
 load-test: deps
 	bash scripts/with-test-postgres.sh bash scripts/load-test.sh

@@ -1,6 +1,6 @@
 // consent-torture: kills writers with SIGKILL at random moments and checks what they leave.
 //
-//   consent-torture [--kind group|batched|apply|cli|rotate|publish|erase|all] [--kills 200] [--dir DIR] [--seed N]
+//   consent-torture [--kind group|batched|apply|cli|rotate|publish|erase|service|all] [--kills 200] [--dir DIR] [--seed N] [--service PATH]
 //
 // Each round starts a writer process on one ledger, waits for its first acknowledgement, lets
 // it run a random few milliseconds more and kills it with SIGKILL. Then it checks, in this
@@ -24,6 +24,9 @@
 //   publish  catalogue publications (a new policy version of timeline/required each time)
 //   erase    a subject given consents, then erased; an erasure cut short between its event and
 //            the destruction of the record is finished by running it again, as `verify` says
+//   service  the HTTP service (--service PATH, Samples/ConsentService) under 16 clients at once,
+//            each `activate` acknowledged when it answered 200; the service is killed, not the
+//            clients
 // In group, batched and apply, every command gives `required` and `optional-a` of Timeline to a
 // subject of its own (two events), so that its presence is all or nothing and easy to count;
 // the other kinds check what their own acknowledgements promise.
@@ -106,6 +109,8 @@ func writer(kind: String, dir: String, prefix: String) throws {
             guard try ledger.publish(Torture.catalog(version: "\(prefix).\(i)"), actor: "torture") != nil else { fail("publication \(i) appended nothing") }
             acknowledge("version \(prefix).\(i)")
         }
+    case "service":
+        try serviceWriter(dir: dir, prefix: prefix)
     case "erase":
         for i in 0..<10_000 {
             let subject = "\(prefix)-e\(i)"
@@ -131,6 +136,106 @@ func run(_ arguments: [String]) -> Int32 {
     var status: Int32 = 0
     waitpid(pid, &status, 0)
     return (status & 0x7F) == 0 ? (status >> 8) & 0xFF : -1
+}
+
+/// The service kind's writer: starts the service on the ledger (in this process group, so the
+/// driver's kill takes it too) and sends it one `activate` per subject from 16 threads at once,
+/// each acknowledged once the service answered 200 (it answers only after the commit).
+func serviceWriter(dir: String, prefix: String) throws {
+    guard let service = getenv("CONSENT_TORTURE_SERVICE").map({ String(cString: $0) }) else { fail("the service kind needs --service PATH") }
+    let key = dir + ".token.key"
+    let subjects = (0..<16).map { "\(prefix)-s\($0)" }
+    let tokens = subjects.map { String(output([service, "token", "--subject", $0, "--token-key", key]).split(separator: "\n").first ?? "") }
+    guard tokens.allSatisfy({ !$0.isEmpty }) else { fail("consent-service token gave no token") }
+    let port = freePort()
+    let arguments: [String] = [service, "serve", "--store", dir, "--port", String(port), "--token-key", key, "--insecure-plaintext-key"]
+    let argv = arguments.map { strdup($0) } + [nil]
+    defer { argv.forEach { free($0) } }
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+    var pid: pid_t = 0
+    guard posix_spawn(&pid, service, &actions, nil, argv, environ) == 0 else { fail("cannot start \(service)") }
+    let started = monotonic()
+    while post(port: port, path: "/v1/principal", token: tokens[0], body: nil) == nil {
+        guard monotonic() - started < 20 else { fail("the service did not answer on port \(port)") }
+        usleep(20_000)
+    }
+    let lock = Mutex(())
+    onThreads(subjects.count) { t in
+        let status = post(port: port, path: "/v1/subjects/\(subjects[t])/features/timeline/activate", token: tokens[t], body: #"{"consents":["required","optional-a"]}"#)
+        if status == 200 { lock.withLock { _ in acknowledge(subjects[t]) } }
+    }
+    kill(pid, SIGTERM)
+    var status: Int32 = 0
+    waitpid(pid, &status, 0)
+}
+
+/// A port nobody listens on.
+func freePort() -> Int {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    defer { close(fd) }
+    var address = sockaddr_in(sin_family: sa_family_t(AF_INET), sin_port: 0, sin_addr: in_addr(s_addr: inet_addr("127.0.0.1")), sin_zero: (0, 0, 0, 0, 0, 0, 0, 0))
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } }
+    _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
+    return Int(UInt16(bigEndian: address.sin_port))
+}
+
+/// One HTTP/1.1 request to 127.0.0.1 (POST with a body, GET without); the response's status,
+/// or nil when the connection failed.
+func post(port: Int, path: String, token: String, body: String?) -> Int? {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard fd >= 0 else { return nil }
+    defer { close(fd) }
+    var address = sockaddr_in(sin_family: sa_family_t(AF_INET), sin_port: UInt16(port).bigEndian, sin_addr: in_addr(s_addr: inet_addr("127.0.0.1")), sin_zero: (0, 0, 0, 0, 0, 0, 0, 0))
+    let connected = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+    guard connected == 0 else { return nil }
+    let request = "\(body == nil ? "GET" : "POST") \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer \(token)\r\nContent-Type: application/json\r\nContent-Length: \(body?.utf8.count ?? 0)\r\nConnection: close\r\n\r\n\(body ?? "")"
+    var sent = 0
+    let bytes = Array(request.utf8)
+    while sent < bytes.count {
+        let n = bytes[sent...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        guard n > 0 else { return nil }
+        sent += n
+    }
+    var response: [UInt8] = []
+    var chunk = [UInt8](repeating: 0, count: 4096)
+    while true {
+        let n = read(fd, &chunk, chunk.count)
+        if n <= 0 { break }
+        response += chunk[0..<n]
+    }
+    let text = String(decoding: response.prefix(32), as: UTF8.self)
+    guard text.hasPrefix("HTTP/1.1 "), let code = Int(text.dropFirst(9).prefix(3)) else { return nil }
+    return code
+}
+
+/// A process's standard output (empty if it fails).
+func output(_ arguments: [String]) -> String {
+    var pipe: [Int32] = [0, 0]
+    pipe.withUnsafeMutableBufferPointer { _ = Glibc.pipe($0.baseAddress!) }
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    posix_spawn_file_actions_adddup2(&actions, pipe[1], 1)
+    posix_spawn_file_actions_addclose(&actions, pipe[0])
+    let argv = arguments.map { strdup($0) } + [nil]
+    defer { argv.forEach { free($0) } }
+    var pid: pid_t = 0
+    guard posix_spawn(&pid, arguments[0], &actions, nil, argv, environ) == 0 else { return "" }
+    close(pipe[1])
+    var bytes: [UInt8] = []
+    var chunk = [UInt8](repeating: 0, count: 4096)
+    while true {
+        let n = read(pipe[0], &chunk, chunk.count)
+        if n <= 0 { break }
+        bytes += chunk[0..<n]
+    }
+    close(pipe[0])
+    var status: Int32 = 0
+    waitpid(pid, &status, 0)
+    return String(decoding: bytes, as: UTF8.self)
 }
 
 enum Torture {
@@ -313,12 +418,14 @@ if args.first == "write", args.count == 4 {
     exit(0)
 }
 if args.contains("--help") {
-    print("usage: consent-torture [--kind group|batched|apply|cli|rotate|publish|erase|all] [--kills 200] [--dir DIR] [--seed N]")
+    print("usage: consent-torture [--kind group|batched|apply|cli|rotate|publish|erase|service|all] [--kills 200] [--dir DIR] [--seed N] [--service PATH/consent-service]")
     exit(0)
 }
 let kills = Int(option("--kills", args) ?? "200") ?? 200
-let allKinds = ["group", "batched", "apply", "cli", "rotate", "publish", "erase"]
-let kinds = (option("--kind", args) ?? "all") == "all" ? allKinds : [option("--kind", args)!]
+let allKinds = ["group", "batched", "apply", "cli", "rotate", "publish", "erase", "service"]
+if let service = option("--service", args) { setenv("CONSENT_TORTURE_SERVICE", service, 1) }
+// `all` takes the service kind only when the service's binary is given.
+let kinds = (option("--kind", args) ?? "all") == "all" ? allKinds.filter { $0 != "service" || option("--service", args) != nil } : [option("--kind", args)!]
 guard kinds.allSatisfy(allKinds.contains) else { fail("--kind must be one of \(allKinds.joined(separator: ", ")) or all") }
 let base = option("--dir", args) ?? "/tmp/consent-torture"
 guard base.hasPrefix("/"), base.split(separator: "/").count >= 2, !base.contains("'"), !base.contains("..") else {
@@ -361,7 +468,7 @@ for kind in kinds {
             fail("\(kind), round \(round): the writer did not run until the kill (wait status \(result.status), \(result.acknowledged.count) acknowledged): it failed or hung")
         }
         do {
-            events = ["group", "batched", "apply"].contains(kind)
+            events = ["group", "batched", "apply", "service"].contains(kind)
                 ? try check(dir: dir, acknowledged: result.acknowledged, round: round)
                 : try check(kind: kind, dir: dir, acknowledged: result.acknowledged, round: round)
         } catch {
