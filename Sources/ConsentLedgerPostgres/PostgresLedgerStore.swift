@@ -77,21 +77,27 @@ public final class PostgresLedgerStore: LedgerStore {
     ///
     /// A write waits at most `lockTimeout` for the ledger's lock (another process's write),
     /// then fails with `ConsentError.storage` naming the session that holds it; a statement the
-    /// server leaves unanswered for 15 s longer than that (a paused or vanished server) fails
-    /// too, its connection closed.
-    public init(address: PostgresLedgerAddress, keyStore: (any KeyStore)? = nil, lockTimeout: Duration = PostgresLedgerStore.defaultLockTimeout) throws {
+    /// server leaves unanswered longer than `statementTimeout` (a paused or vanished server)
+    /// fails too, its connection closed.
+    /// `statementTimeout` bounds how long any one statement may go unanswered (at least 15 s
+    /// past `lockTimeout`): long enough for the longest legitimate one (a VACUUM FULL after an
+    /// erasure, a commit of many rows).
+    public init(address: PostgresLedgerAddress, keyStore: (any KeyStore)? = nil, lockTimeout: Duration = PostgresLedgerStore.defaultLockTimeout, statementTimeout: Duration = PostgresLedgerStore.defaultStatementTimeout) throws {
         self.address = address
         self.writerKeys = keyStore
-        self.connections = try PostgresConnections(address: address, lockTimeout: lockTimeout)
+        self.connections = try PostgresConnections(address: address, lockTimeout: lockTimeout, statementTimeout: statementTimeout)
     }
 
     /// A minute: a commit of many commands (`apply` commits 256 at a time) holds the lock for a
     /// while on a busy server.
     public static let defaultLockTimeout: Duration = .seconds(60)
 
+    /// Five minutes: no statement of the store takes that long on a server that answers.
+    public static let defaultStatementTimeout: Duration = .seconds(300)
+
     /// A store for a `postgres://` URL (see ``PostgresLedgerAddress``).
-    public convenience init(url: String, keyStore: (any KeyStore)? = nil, lockTimeout: Duration = PostgresLedgerStore.defaultLockTimeout) throws {
-        try self.init(address: PostgresLedgerAddress(url: url), keyStore: keyStore, lockTimeout: lockTimeout)
+    public convenience init(url: String, keyStore: (any KeyStore)? = nil, lockTimeout: Duration = PostgresLedgerStore.defaultLockTimeout, statementTimeout: Duration = PostgresLedgerStore.defaultStatementTimeout) throws {
+        try self.init(address: PostgresLedgerAddress(url: url), keyStore: keyStore, lockTimeout: lockTimeout, statementTimeout: statementTimeout)
     }
 
     public var names: StorageNames {
@@ -191,6 +197,7 @@ public final class PostgresLedgerStore: LedgerStore {
                 SELECT a.pid::text, coalesce(a.application_name, ''), coalesce(host(a.client_addr), 'a local socket'), coalesce(a.xact_start::text, '')
                 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid, (SELECT hashtextextended($1, 0) AS key) k
                 WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+                  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
                   AND l.classid = ((k.key >> 32) & 4294967295)::oid AND l.objid = (k.key & 4294967295)::oid
                 """, PostgresBindings(lockName)).map { row -> String in
                     let (pid, application, client, since) = try row.decode((String, String, String, String).self)
@@ -289,14 +296,35 @@ public final class PostgresLedgerStore: LedgerStore {
         var found: [UInt8]?
         var attempt = 0
         while true {
+            var silent = false
             do {
-                found = try connections.autocommit("SELECT line FROM \(s).events WHERE seq = $1", PostgresBindings(Int64(seq))).first.map { try $0.decode(ByteBuffer.self).bytes }
+                // Under the ledger's lock, which the commit in flight held for its whole
+                // transaction: once the lock is ours, that transaction has ended, committed or
+                // not, and a statement after it sees which (read committed: each statement
+                // takes its own snapshot). A backend still at work (the client gave up on a
+                // silent server) keeps the lock, and the lookup waits for it, at most the lock
+                // timeout.
+                found = try connections.withSession { session in
+                    do {
+                        try session.query("BEGIN ISOLATION LEVEL READ COMMITTED")
+                        try session.query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", PostgresBindings(lockName))
+                        let line = try session.query("SELECT line FROM \(s).events WHERE seq = $1", PostgresBindings(Int64(seq))).first.map { try $0.decode(ByteBuffer.self).bytes }
+                        _ = try? session.query("ROLLBACK")
+                        return line
+                    } catch {
+                        silent = session.silent
+                        if session.broken { throw PostgresConnections.ConnectionLost(error: PostgresSession.ledgerError(error, address: address)) }
+                        _ = try? session.query("ROLLBACK")
+                        throw error
+                    }
+                }
                 break
             } catch {
                 // What ended one connection (a restart, an administrator) may have ended the
-                // pool's others: a read is asked again, on a new one.
+                // pool's others: the lookup is made again, on a new one. Not after a server
+                // that did not answer: each try would wait as long again.
                 attempt += 1
-                if error is PostgresConnections.ConnectionLost, attempt <= PostgresConnections.maximumConnections { continue }
+                if error is PostgresConnections.ConnectionLost, !silent, attempt <= PostgresConnections.maximumConnections { continue }
                 let cause = (error as? PostgresConnections.ConnectionLost)?.error ?? error
                 throw ConsentError.storage("the connection to PostgreSQL at \(address) failed while a commit was sent, and the server cannot be asked whether it was committed (\(cause)): run verify and look for the command before sending it again")
             }
@@ -710,7 +738,7 @@ final class PostgresLedgerTransaction: LedgerWriteTransaction {
 
     func newestCheckpoint() throws -> IssuedCheckpoint? {
         try lockIfWriter()
-        return try query("SELECT size, note FROM \(s).checkpoints ORDER BY recorded_at DESC, size DESC LIMIT 1").map { row in
+        return try query("SELECT size, note FROM \(s).checkpoints ORDER BY size DESC LIMIT 1").map { row in
             let (size, note) = try row.decode((Int64, String).self)
             return IssuedCheckpoint(size: size, note: note)
         }.first

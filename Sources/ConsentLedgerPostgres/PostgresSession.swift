@@ -86,6 +86,8 @@ final class PostgresSession: @unchecked Sendable {
     /// reuse).
     private(set) var statements = 0
     private(set) var broken = false
+    /// Whether the connection failed because the server left a statement unanswered.
+    private(set) var silent = false
 
     /// Runs one statement and collects its rows.
     @discardableResult
@@ -94,13 +96,14 @@ final class PostgresSession: @unchecked Sendable {
         let connection = connection, logger = logger
         do {
             return try PostgresExecutor.shared.run(within: deadline) { try await collect(connection, PostgresQuery(unsafeSQL: sql, binds: binds), logger) }
-        } catch let silent as PostgresConnections.NoAnswer {
+        } catch let noAnswer as PostgresConnections.NoAnswer {
             // A server that stopped answering (paused, or its machine gone): the connection is
             // closed, so that the statement can no longer take effect later unseen... or has
             // already; the caller treats it as a connection that failed.
             broken = true
+            silent = true
             Task(executorPreference: PostgresExecutor.shared) { try? await connection.close() }
-            throw silent.error(address)
+            throw noAnswer.error(address)
         } catch {
             if Self.connectionEnded(error) { broken = true }
             throw PostgresSession.ledgerError(error, address: address)
@@ -167,8 +170,9 @@ final class PostgresConnections: Sendable {
     let lockTimeout: Duration
 
     /// How long a statement may go unanswered before the store gives up on its connection:
-    /// longer than any lock wait, which the server ends itself.
-    var statementDeadline: Double { Double(lockTimeout.components.seconds) + Double(lockTimeout.components.attoseconds) / 1e18 + 15 }
+    /// the statement timeout, and at least 15 s past any lock wait, which the server ends
+    /// itself.
+    let statementDeadline: Double
 
     /// A statement the server did not answer within ``statementDeadline``.
     struct NoAnswer: Error {
@@ -178,8 +182,10 @@ final class PostgresConnections: Sendable {
         }
     }
 
-    init(address: PostgresLedgerAddress, lockTimeout: Duration) throws {
+    init(address: PostgresLedgerAddress, lockTimeout: Duration, statementTimeout: Duration) throws {
         self.lockTimeout = lockTimeout
+        let seconds = { (d: Duration) in Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18 }
+        self.statementDeadline = max(seconds(statementTimeout), seconds(lockTimeout) + 15)
         self.address = address
         var logger = Logger(label: "consentledger.postgres")
         logger.logLevel = .critical

@@ -1114,6 +1114,11 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         if !bytes.isEmpty {
             do {
                 try append(bytes, to: file, at: end, line: log.size + 1)
+            } catch let failed as PosixFile.AppendFailed {
+                // Only once the log is surely back where it was: entries that may still be
+                // there need their subjects' records.
+                if failed.cutBack { withdrawRecords() }
+                throw failed.error
             } catch {
                 withdrawRecords()
                 throw error
@@ -1248,23 +1253,35 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
             try file.truncate(to: UInt64(keep))
             size = UInt64(keep)
         }
-        try file.appendDurably(lines, at: size)
+        do {
+            try file.appendDurably(lines, at: size)
+        } catch {
+            throw error.error
+        }
         return size
     }
 
     /// O(1) for a checkpoint of the growing log: one of its size, if recorded, is the newest
     /// line. Only a checkpoint older than the newest is looked for in the whole file. Then one
     /// append and one sync (and the folder's, when the file is new).
+    ///
+    /// The newest line is kept the largest size's: a line of an older size (a checkpoint that
+    /// witnesses cosigned after a newer one was recorded) is followed, in the same append, by
+    /// the largest size's line again, so that the next checkpoint is still decided by the last
+    /// line alone and never appended over a cosigned one of its size.
     func recordCheckpoint(_ checkpoint: IssuedCheckpoint) throws {
-        if let newest = try newestCheckpoint(), newest.size >= checkpoint.size {
+        let newest = try newestCheckpoint()
+        if let newest, newest.size >= checkpoint.size {
             let recorded = newest.size == checkpoint.size ? [newest] : try checkpoints().filter { $0.size == checkpoint.size }
             if recorded.contains(where: { $0.note == checkpoint.note || !checkpoint.replaces }) { return }
         }
-        var line: [UInt8] = []
-        CanonicalJSON.serialize(.object(["note": .string(checkpoint.note), "size": .int(checkpoint.size)]), into: &line)
-        line.append(FileLedgerStore.newline)
+        var lines: [UInt8] = []
+        for record in [checkpoint] + (newest.map { $0.size > checkpoint.size ? [$0] : [] } ?? []) {
+            CanonicalJSON.serialize(.object(["note": .string(record.note), "size": .int(record.size)]), into: &lines)
+            lines.append(FileLedgerStore.newline)
+        }
         // The file may be new: sync the folder so that its name is durable too.
-        if try appendLines(line, to: store.checkpointsPath, create: true) == 0 { try PosixFile.syncDirectory(store.directory) }
+        if try appendLines(lines, to: store.checkpointsPath, create: true) == 0 { try PosixFile.syncDirectory(store.directory) }
     }
 }
 

@@ -355,8 +355,9 @@ public protocol LedgerReadTransaction {
     /// Every recorded checkpoint, by tree size.
     func checkpoints() throws -> [IssuedCheckpoint]
 
-    /// The checkpoint recorded last (a replacement counts as recorded when it replaced), nil if
-    /// none: cheap where the storage can find it without reading them all.
+    /// The recorded checkpoint of the largest size (as it was recorded last: with the
+    /// cosignatures of a replacement), nil if none: cheap where the storage can find it without
+    /// reading them all. A new checkpoint is recorded unless this one has its size.
     func newestCheckpoint() throws -> IssuedCheckpoint?
 
     /// Every signed head the storage keeps, oldest first, the newest being the recorded head.

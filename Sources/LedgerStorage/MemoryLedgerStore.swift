@@ -18,7 +18,6 @@ public final class MemoryLedgerStore: LedgerStore {
         var subjectMap: [[UInt8]] = []
         var subjects: [SubjectID: SubjectRecord] = [:]
         var checkpoints: [Int64: String] = [:]
-        var newestCheckpoint: Int64?
     }
 
     private let contents = Mutex<Contents?>(nil)
@@ -158,7 +157,7 @@ final class MemoryLedgerTransaction: LedgerWriteTransaction {
         contents.checkpoints.sorted { $0.key < $1.key }.map { IssuedCheckpoint(size: $0.key, note: $0.value) }
     }
     func newestCheckpoint() throws -> IssuedCheckpoint? {
-        contents.newestCheckpoint.flatMap { size in contents.checkpoints[size].map { IssuedCheckpoint(size: size, note: $0) } }
+        contents.checkpoints.max { $0.key < $1.key }.map { IssuedCheckpoint(size: $0.key, note: $0.value) }
     }
 
 
@@ -191,7 +190,6 @@ final class MemoryLedgerTransaction: LedgerWriteTransaction {
     func recordCheckpoint(_ checkpoint: IssuedCheckpoint) throws {
         if contents.checkpoints[checkpoint.size] == nil || checkpoint.replaces {
             contents.checkpoints[checkpoint.size] = checkpoint.note
-            contents.newestCheckpoint = checkpoint.size
         }
     }
 }

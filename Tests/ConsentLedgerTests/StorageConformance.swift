@@ -218,7 +218,10 @@ enum StorageConformance: String, CaseIterable, Sendable, CustomTestStringConvert
             try store.write { tx throws -> Void in try tx.recordCheckpoint(IssuedCheckpoint(size: 3, note: "note 3, cosigned\n", replaces: true)) }
             let replaced = try store.readCheckpoints()
             #expect(replaced.map(\.size) == [3, 5, 9] && replaced[0].note == "note 3, cosigned\n" && replaced[1].note == "note 5 of one\n")
-            #expect(try store.read { try $0.newestCheckpoint() } == IssuedCheckpoint(size: 3, note: "note 3, cosigned\n"), "a replacement is the newest record")
+            #expect(try store.read { try $0.newestCheckpoint() } == IssuedCheckpoint(size: 9, note: "note 9 of one\n"), "the newest is the largest size's, whatever was replaced since")
+            // The largest size cosigned: it is the newest, with its cosignatures.
+            try store.write { tx throws -> Void in try tx.recordCheckpoint(IssuedCheckpoint(size: 9, note: "note 9, cosigned\n", replaces: true)) }
+            #expect(try store.read { try $0.newestCheckpoint() } == IssuedCheckpoint(size: 9, note: "note 9, cosigned\n"))
         }
     }
 

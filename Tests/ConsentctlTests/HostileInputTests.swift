@@ -139,6 +139,21 @@ import Testing
         #expect(CLI.snapshot(ledger) == readOnly)
     }
 
+    /// A subject id with a character that reorders text (U+202E) or a C1 control: human output
+    /// shows it escaped, JSON output stays JSON (the terminal escapes must not reach it).
+    @Test func jsonOutputStaysJSONWhateverTheIdHolds() throws {
+        let dir = CLI.temporaryFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ledger = try Self.ledger(dir)
+        let id = "eve\u{202E}gnp.exe\u{85}"
+        #expect(try CLI.run(["give", "--subject", id, "--feature", "timeline", "--consent", "required"], ledger: ledger).status == 0)
+        let human = try CLI.run(["status", "--subject", id], ledger: ledger)
+        #expect(human.status == 0 && human.stdout.contains("eve\\u{202E}gnp.exe\\u{85}") && !human.stdout.contains("\u{202E}"), "\(human.stdout)")
+        let json = try CLI.run(["status", "--subject", id, "--json"], ledger: ledger)
+        let parsed = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any], "\(json.stdout)")
+        #expect(parsed["subject"] as? String == id)
+    }
+
     /// A newline in a bundle's `verifierKey` printed a line of its own, such as a fake
     /// "OK: 99 events", and escape sequences reached the terminal. Now they are shown escaped.
     @Test func aBundleCannotForgeALineOrDriveTheTerminal() throws {

@@ -214,8 +214,9 @@ extension Ledger {
             guard !events.isEmpty else {
                 // Nothing to append, but what was read stays useful: the records and the
                 // salts of subjects that have them (never a new subject's unsaved salt).
+                // So do the streams, taken out of memory for this write: put back unchanged.
                 for id in newSalts.keys { salts[id] = nil }
-                afterCommit.append { [self, salts] in memory.withLock { $0.salts = salts; $0.records = records } }
+                afterCommit.append { [self, salts, streams] in memory.withLock { $0.salts = salts; $0.records = records; $0.streams = streams } }
                 return outcomes.map { $0.map { ExecutionReport(results: $0, recovered: nil) } }
             }
             let withEvents = Set(accepted.filter { !$0.events.isEmpty }.map { SubjectID($0.subjectID) })

@@ -3,6 +3,7 @@
 //   consent-service serve [--store DIR|postgres://…] [--port 8080] [--token-key FILE]
 //                         [--key-file FILE] [--passphrase-file FILE] [--insecure-plaintext-key]
 //                         [--issuer ISS] [--audience AUD] [--max-token-lifetime SECONDS] [--jwks FILE|URL]
+//                         [--lock-timeout SECONDS]
 //   consent-service token (--subject ID | --auditor NAME) [--ttl SECONDS] [--token-key FILE]
 //                         [--issuer ISS] [--audience AUD] [--max-token-lifetime SECONDS]
 //
@@ -114,19 +115,23 @@ case "serve":
     if let source = option("--jwks") {
         jwks = await readJWKS(source)
     }
+    // A request waits this long for the ledger's lock while another process (`verify`, a
+    // migration, an `apply`) holds it, then fails with 503: longer than the command line's
+    // default, since a service outlives such runs.
+    let lockTimeout = Duration.seconds(integer("--lock-timeout", default: 60, in: 0...86_400))
     let store: any LedgerStore
     do {
         if PostgresLedgerAddress.isURL(storeSpec) {
             // The database keeps no signing key: the service loads it from its key file.
             guard let keyFile = option("--key-file") else { fail("a PostgreSQL store needs --key-file FILE: the ledger's signing key file (the database keeps none)") }
-            let postgres = try PostgresLedgerStore(url: storeSpec, keyStore: FileKeyStore(path: keyFile))
+            let postgres = try PostgresLedgerStore(url: storeSpec, keyStore: FileKeyStore(path: keyFile), lockTimeout: lockTimeout)
             if postgres.address.isUnverified {
                 var warning = "consent-service: warning: sslmode=require-unverified: the server's certificate is not checked\n"
                 warning.withUTF8 { _ = write(2, $0.baseAddress, $0.count) }
             }
             store = postgres
         } else {
-            store = FileLedgerStore(directory: storeSpec)
+            store = FileLedgerStore(directory: storeSpec, lockTimeout: lockTimeout)
         }
     } catch {
         fail("\(error)")
@@ -168,5 +173,5 @@ case "serve":
     logger.logLevel = .info
     try await makeApplication(consents: consents, tokens: await accessTokens(jwks: jwks), port: port, logger: logger).runService()
 default:
-    fail("usage: consent-service serve [--store DIR|postgres://USER@HOST:PORT/DB?schema=NAME] [--port N] [--token-key FILE] [--key-file FILE] [--passphrase-file FILE] [--insecure-plaintext-key] [--issuer ISS] [--audience AUD] [--max-token-lifetime S] [--jwks FILE|URL] | token (--subject ID | --auditor NAME) [--ttl S] [--token-key FILE] [--issuer ISS] [--audience AUD] [--max-token-lifetime S]")
+    fail("usage: consent-service serve [--store DIR|postgres://USER@HOST:PORT/DB?schema=NAME] [--port N] [--token-key FILE] [--key-file FILE] [--passphrase-file FILE] [--insecure-plaintext-key] [--issuer ISS] [--audience AUD] [--max-token-lifetime S] [--jwks FILE|URL] [--lock-timeout S] | token (--subject ID | --auditor NAME) [--ttl S] [--token-key FILE] [--issuer ISS] [--audience AUD] [--max-token-lifetime S]")
 }
