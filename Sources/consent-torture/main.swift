@@ -123,8 +123,8 @@ func writer(kind: String, dir: String, prefix: String) throws {
     }
 }
 
-/// Runs a process to its end; its exit status (-1 if it could not start or was killed).
-func run(_ arguments: [String]) -> Int32 {
+/// Starts a process with its output and errors to /dev/null; its pid, nil if it cannot start.
+func spawnQuietly(_ arguments: [String]) -> pid_t? {
     let argv = arguments.map { strdup($0) } + [nil]
     defer { argv.forEach { free($0) } }
     var actions = posix_spawn_file_actions_t()
@@ -132,7 +132,13 @@ func run(_ arguments: [String]) -> Int32 {
     posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
     posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
     var pid: pid_t = 0
-    guard posix_spawn(&pid, arguments[0], &actions, nil, argv, environ) == 0 else { return -1 }
+    guard posix_spawn(&pid, arguments[0], &actions, nil, argv, environ) == 0 else { return nil }
+    return pid
+}
+
+/// Runs a process to its end; its exit status (-1 if it could not start or was killed).
+func run(_ arguments: [String]) -> Int32 {
+    guard let pid = spawnQuietly(arguments) else { return -1 }
     var status: Int32 = 0
     waitpid(pid, &status, 0)
     return (status & 0x7F) == 0 ? (status >> 8) & 0xFF : -1
@@ -148,15 +154,7 @@ func serviceWriter(dir: String, prefix: String) throws {
     let tokens = subjects.map { String(output([service, "token", "--subject", $0, "--token-key", key]).split(separator: "\n").first ?? "") }
     guard tokens.allSatisfy({ !$0.isEmpty }) else { fail("consent-service token gave no token") }
     let port = freePort()
-    let arguments: [String] = [service, "serve", "--store", dir, "--port", String(port), "--token-key", key, "--insecure-plaintext-key"]
-    let argv = arguments.map { strdup($0) } + [nil]
-    defer { argv.forEach { free($0) } }
-    var actions = posix_spawn_file_actions_t()
-    posix_spawn_file_actions_init(&actions)
-    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
-    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
-    var pid: pid_t = 0
-    guard posix_spawn(&pid, service, &actions, nil, argv, environ) == 0 else { fail("cannot start \(service)") }
+    guard let pid = spawnQuietly([service, "serve", "--store", dir, "--port", String(port), "--token-key", key, "--insecure-plaintext-key"]) else { fail("cannot start \(service)") }
     let started = monotonic()
     while post(port: port, path: "/v1/principal", token: tokens[0], body: nil) == nil {
         guard monotonic() - started < 20 else { fail("the service did not answer on port \(port)") }
@@ -200,20 +198,15 @@ func post(port: Int, path: String, token: String, body: String?) -> Int? {
         guard n > 0 else { return nil }
         sent += n
     }
-    var response: [UInt8] = []
-    var chunk = [UInt8](repeating: 0, count: 4096)
-    while true {
-        let n = read(fd, &chunk, chunk.count)
-        if n <= 0 { break }
-        response += chunk[0..<n]
-    }
-    let text = String(decoding: response.prefix(32), as: UTF8.self)
+    let text = String(decoding: readToEnd(fd).prefix(32), as: UTF8.self)
     guard text.hasPrefix("HTTP/1.1 "), let code = Int(text.dropFirst(9).prefix(3)) else { return nil }
     return code
 }
 
-/// A process's standard output (empty if it fails).
-func output(_ arguments: [String]) -> String {
+/// Starts `arguments` with its standard output into a pipe; nil if it cannot start. With
+/// `ownGroup`, in a process group of its own, so that a kill of the group takes the children
+/// it starts too (a `consentctl` in flight dies with its writer, as in a power cut).
+func spawnReading(_ arguments: [String], ownGroup: Bool = false) -> (pid: pid_t, output: Int32)? {
     var pipe: [Int32] = [0, 0]
     pipe.withUnsafeMutableBufferPointer { _ = Glibc.pipe($0.baseAddress!) }
     var actions = posix_spawn_file_actions_t()
@@ -222,17 +215,36 @@ func output(_ arguments: [String]) -> String {
     posix_spawn_file_actions_addclose(&actions, pipe[0])
     let argv = arguments.map { strdup($0) } + [nil]
     defer { argv.forEach { free($0) } }
+    var attributes = posix_spawnattr_t()
+    posix_spawnattr_init(&attributes)
+    if ownGroup {
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETPGROUP))
+        posix_spawnattr_setpgroup(&attributes, 0)
+    }
     var pid: pid_t = 0
-    guard posix_spawn(&pid, arguments[0], &actions, nil, argv, environ) == 0 else { return "" }
+    let started = posix_spawn(&pid, arguments[0], &actions, &attributes, argv, environ)
     close(pipe[1])
+    guard started == 0 else { close(pipe[0]); return nil }
+    return (pid, pipe[0])
+}
+
+/// What a descriptor gives until its end (or an error).
+func readToEnd(_ fd: Int32) -> [UInt8] {
     var bytes: [UInt8] = []
     var chunk = [UInt8](repeating: 0, count: 4096)
     while true {
-        let n = read(pipe[0], &chunk, chunk.count)
+        let n = read(fd, &chunk, chunk.count)
         if n <= 0 { break }
         bytes += chunk[0..<n]
     }
-    close(pipe[0])
+    return bytes
+}
+
+/// A process's standard output (empty if it fails).
+func output(_ arguments: [String]) -> String {
+    guard let (pid, fd) = spawnReading(arguments) else { return "" }
+    let bytes = readToEnd(fd)
+    close(fd)
     var status: Int32 = 0
     waitpid(pid, &status, 0)
     return String(decoding: bytes, as: UTF8.self)
@@ -266,37 +278,22 @@ struct Round {
 /// more, kills it and returns what it acknowledged. `subject` turns an output line into the
 /// subject it acknowledges.
 func killRound(_ arguments: [String], delay: UInt32, subject: (Substring) -> String?) -> Round {
-    var pipe: [Int32] = [0, 0]
-    pipe.withUnsafeMutableBufferPointer { _ = Glibc.pipe($0.baseAddress!) }
-    var actions = posix_spawn_file_actions_t()
-    posix_spawn_file_actions_init(&actions)
-    posix_spawn_file_actions_adddup2(&actions, pipe[1], 1)
-    posix_spawn_file_actions_addclose(&actions, pipe[0])
-    let argv = arguments.map { strdup($0) } + [nil]
-    defer { argv.forEach { free($0) } }
-    // A process group of its own, killed whole: a writer's own children (a `consentctl` in
-    // flight) die with it, as they would in a power cut.
-    var attributes = posix_spawnattr_t()
-    posix_spawnattr_init(&attributes)
-    posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETPGROUP))
-    posix_spawnattr_setpgroup(&attributes, 0)
-    var pid: pid_t = 0
-    guard posix_spawn(&pid, arguments[0], &actions, &attributes, argv, environ) == 0 else { fail("cannot start \(arguments[0])") }
-    close(pipe[1])
+    // A process group of its own, killed whole.
+    guard let (pid, outputFD) = spawnReading(arguments, ownGroup: true) else { fail("cannot start \(arguments[0])") }
     var output: [UInt8] = []
     var buffer = [UInt8](repeating: 0, count: 65536)
     var killed = false, hung = false
     let started = monotonic()
     while true {
         if !killed {
-            var poller = pollfd(fd: pipe[0], events: Int16(POLLIN), revents: 0)
+            var poller = pollfd(fd: outputFD, events: Int16(POLLIN), revents: 0)
             // No acknowledgement within 20 s: a writer that hangs. Kill it; the round fails.
             if poll(&poller, 1, 100) == 0 {
                 if monotonic() - started > 20 { kill(-pid, SIGKILL); killed = true; hung = true }
                 continue
             }
         }
-        let n = read(pipe[0], &buffer, buffer.count)
+        let n = read(outputFD, &buffer, buffer.count)
         if n <= 0 { break }
         output += buffer[0..<n]
         if !killed, output.contains(0x0A) {
@@ -305,7 +302,7 @@ func killRound(_ arguments: [String], delay: UInt32, subject: (Substring) -> Str
             killed = true
         }
     }
-    close(pipe[0])
+    close(outputFD)
     var status: Int32 = 0
     waitpid(pid, &status, 0)
     // Only whole lines: a line cut by the kill acknowledges nothing.
