@@ -72,7 +72,9 @@ test: test-deps
 ## notes, `apply` files, derived files) under libFuzzer with AddressSanitizer, in a build folder
 ## of its own. `make fuzz` runs each target for FUZZ_SECONDS; `make test` runs FUZZ_TEST_RUNS
 ## inputs of each (scripts/fuzz.sh). Crashes land in .fuzz/crashes/.
-FUZZ_BUILD := --sanitize=fuzzer --sanitize=address -Xswiftc -DFUZZING --product consent-fuzz --scratch-path .build-fuzz
+## (SwiftPM's --sanitize=fuzzer links libFuzzer but leaves the modules without coverage
+## instrumentation, so the compiler is asked for it too.)
+FUZZ_BUILD := --sanitize=fuzzer --sanitize=address -Xswiftc -sanitize=fuzzer,address -Xswiftc -DFUZZING --product consent-fuzz --scratch-path .build-fuzz
 FUZZ_SECONDS ?= 300
 FUZZ_TEST_RUNS ?= 3000
 fuzz: deps
