@@ -99,6 +99,7 @@ test-with-postgres:
 	"$$(swift build $(PG_BUILD) --show-bin-path)/consent-bench" --sizes 2000 --durable 20 --batch 200 --dir /tmp/consent-bench-smoke
 	"$$(swift build $(PG_BUILD) --show-bin-path)/consent-torture" --kills 10 --dir /tmp/consent-torture-smoke --service "$$(cd Samples/ConsentService && swift build --show-bin-path)/consent-service"
 	python3 Tests/external/check_outputs.py "$$(swift build $(PG_BUILD) --show-bin-path)/consentctl"
+	python3 Tests/external/check_clock.py "$$(swift build $(PG_BUILD) --show-bin-path)/consentctl"
 	python3 Tests/external/check_schemas.py "$$(swift build $(PG_BUILD) --show-bin-path)/consentctl"
 	python3 Tests/external/check_fhir.py "$$(swift build $(PG_BUILD) --show-bin-path)/consentctl" --histories 1000 --edge-cases
 	cd Samples/ConsentService && swift test --skip-build

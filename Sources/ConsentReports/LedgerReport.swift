@@ -27,7 +27,8 @@ extension Ledger {
         try reading { view in
             let size = Int64(view.size)
             let checkpoint = try checkpoint(size: size, view)
-            var builder = AuditReportBuilder(catalog: catalog, scope: scope)
+            let clock = try clockCorrections(view)
+            var builder = AuditReportBuilder(catalog: catalog, scope: scope, clock: clock)
             // The operator holds the records: each known subject's evidence is shown in clear.
             // An erased subject's record and key are gone, so its evidence stays sealed.
             var ids: [SubjectRef: String] = [:]
@@ -41,7 +42,7 @@ extension Ledger {
             try view.tx.entries(0..<view.size, batchSize: 4096, indexedKeys: false) { batch in
                 for i in 0..<batch.count where !done {
                     let record = try decode(batch.entry(i), number: batch.seq(i) + 1)
-                    if let to = scope.to, record.event.at > to {
+                    if let to = scope.to, clock.effectiveTime(of: record.event) > to {
                         done = true
                         break
                     }

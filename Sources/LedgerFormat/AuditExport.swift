@@ -393,6 +393,7 @@ public enum ExportVerifier {
             if e.seq > versions.last!.seq {
                 if case .keyRotated = record.event.payload { continue }
                 if case .keyRevoked = record.event.payload { continue }
+                if case .clockCorrected = record.event.payload { continue }
             }
             guard case .catalogPublished(let published) = record.event.payload, e.seq > versions.last!.seq else {
                 throw ExportVerificationError(seq: record.event.seq, "a catalogue-version entry is not a published catalogue, or is out of order")

@@ -90,6 +90,9 @@ public enum ConsentError: Error, Hashable, Sendable, CustomStringConvertible {
     /// A service the command needs (a witness) did not answer, or refused for a reason that is
     /// not evidence against the ledger. Nothing was lost; the request may be tried again.
     case unavailable(String)
+    /// The ledger's time (its newest event's) is further ahead of this writer's clock than the
+    /// ledger allows: a write refuses rather than carry that time forward. Nothing was changed.
+    case clockAhead(ClockAhead)
 
     public var description: String {
         switch self {
@@ -103,6 +106,7 @@ public enum ConsentError: Error, Hashable, Sendable, CustomStringConvertible {
         case .storage(let m): return "storage error: \(m)"
         case .keyLocked(let m): return m
         case .unavailable(let m): return "unavailable: \(m)"
+        case .clockAhead(let c): return "clock: \(c)"
         }
     }
 
@@ -113,5 +117,41 @@ public enum ConsentError: Error, Hashable, Sendable, CustomStringConvertible {
         case .unknownConsent: self = .notFound(.consent, rejection.description)
         case .emptyRequest, .invalidEvidence: self = .invalidRequest(rejection.description)
         }
+    }
+}
+
+/// Why a write refused: the ledger's time is ahead of the writer's clock by more than the
+/// allowed skew (``ConsentError/clockAhead(_:)``).
+public struct ClockAhead: Hashable, Sendable, CustomStringConvertible {
+    /// The newest event's time, and its seq.
+    public let ledgerTime: Timestamp
+    public let seq: UInt64
+    /// The writer's clock.
+    public let clock: Timestamp
+    /// The skew the writer allows, in milliseconds.
+    public let allowedSkewMilliseconds: Int64
+
+    public init(ledgerTime: Timestamp, seq: UInt64, clock: Timestamp, allowedSkewMilliseconds: Int64) {
+        self.ledgerTime = ledgerTime
+        self.seq = seq
+        self.clock = clock
+        self.allowedSkewMilliseconds = allowedSkewMilliseconds
+    }
+
+    public var description: String {
+        "the ledger's time, \(ledgerTime.rfc3339) (its newest event, seq \(seq)), is \(Self.span(ledgerTime.millisecondsSinceEpoch - clock.millisecondsSinceEpoch)) ahead of this machine's clock, \(clock.rfc3339), more than the \(Self.span(allowedSkewMilliseconds)) a write allows; nothing was changed. If this machine's clock is behind, set it right. If the ledger's clock went wrong, `consentctl clock correct` records the error in a signed event and sets the ledger's time back to this clock"
+    }
+
+    /// A length of time as people say it: "973 days", "2 h 5 min", "300 ms".
+    public static func span(_ milliseconds: Int64) -> String {
+        let ms = max(0, milliseconds)
+        if ms < 1000 { return "\(ms) ms" }
+        let seconds = ms / 1000
+        if seconds < 60 { return "\(seconds) s" }
+        let minutes = seconds / 60
+        if minutes < 60 { return seconds % 60 == 0 ? "\(minutes) min" : "\(minutes) min \(seconds % 60) s" }
+        let hours = minutes / 60
+        if hours < 48 { return minutes % 60 == 0 ? "\(hours) h" : "\(hours) h \(minutes % 60) min" }
+        return "\(hours / 24) days"
     }
 }

@@ -12,10 +12,10 @@ import ConsentDomain
 package struct EventBodyReader {
     /// Every member name of format versions 1 and 2, in canonical (sorted) order; a member's bit is
     /// 1 << its index here.
-    static let names: [[UInt8]] = ["actor", "at", "attested", "catalog", "cause", "channel", "cmd", "cmdSize", "compromisedSince", "consent", "document", "effectiveAt", "evidence", "feature", "handover", "kid", "ledger", "noticeLanguage", "notices", "prev", "publicKey", "reason", "renews", "sealedEvidence", "seq", "streamPrev", "streamRoot", "subject", "type", "v", "version"].map { Array($0.utf8) }
+    static let names: [[UInt8]] = ["actor", "at", "attested", "catalog", "cause", "channel", "cmd", "cmdSize", "compromisedSince", "consent", "correctedFrom", "document", "effectiveAt", "evidence", "feature", "handover", "kid", "ledger", "noticeLanguage", "notices", "prev", "publicKey", "reason", "renews", "sealedEvidence", "seq", "streamPrev", "streamRoot", "subject", "type", "v", "version"].map { Array($0.utf8) }
 
     enum Name: Int {
-        case actor, at, attested, catalog, cause, channel, cmd, cmdSize, compromisedSince, consent, document, effectiveAt, evidence, feature, handover, kid, ledger, noticeLanguage, notices, prev, publicKey, reason, renews, sealedEvidence, seq, streamPrev, streamRoot, subject, type, v, version
+        case actor, at, attested, catalog, cause, channel, cmd, cmdSize, compromisedSince, consent, correctedFrom, document, effectiveAt, evidence, feature, handover, kid, ledger, noticeLanguage, notices, prev, publicKey, reason, renews, sealedEvidence, seq, streamPrev, streamRoot, subject, type, v, version
         var bit: UInt32 { 1 << UInt32(rawValue) }
         var text: String { String(decoding: EventBodyReader.names[rawValue], as: UTF8.self) }
     }
@@ -32,6 +32,7 @@ package struct EventBodyReader {
         "subject.erased": bits([.subject]),
         "key.rotated": bits([.publicKey, .handover]),
         "key.revoked": bits([.publicKey, .compromisedSince, .attested]),
+        "clock.corrected": bits([.correctedFrom]),
     ]
 
     // What was read (plain fields, not arrays: a reader is made for every event).
@@ -41,7 +42,7 @@ package struct EventBodyReader {
     var actor: String?, catalog: String?, consent: String?, handover: String?, kid: String?, ledger: String?
     var publicKey: String?, reason: String?, subject: String?, type: String?, version: String?
     var channel: String?, evidence: String?, noticeLanguage: String?, sealedEvidence: String?
-    var at: Timestamp?, effectiveAt: Timestamp?
+    var at: Timestamp?, effectiveAt: Timestamp?, correctedFrom: Timestamp?
     var prev: Digest?, streamRoot: Digest?
 
     /// What one body holds besides the domain event.
@@ -67,7 +68,7 @@ package struct EventBodyReader {
         return try reader.event()
     }
 
-    private static let staticNames: [StaticString] = ["actor", "at", "attested", "catalog", "cause", "channel", "cmd", "cmdSize", "compromisedSince", "consent", "document", "effectiveAt", "evidence", "feature", "handover", "kid", "ledger", "noticeLanguage", "notices", "prev", "publicKey", "reason", "renews", "sealedEvidence", "seq", "streamPrev", "streamRoot", "subject", "type", "v", "version"]
+    private static let staticNames: [StaticString] = ["actor", "at", "attested", "catalog", "cause", "channel", "cmd", "cmdSize", "compromisedSince", "consent", "correctedFrom", "document", "effectiveAt", "evidence", "feature", "handover", "kid", "ledger", "noticeLanguage", "notices", "prev", "publicKey", "reason", "renews", "sealedEvidence", "seq", "streamPrev", "streamRoot", "subject", "type", "v", "version"]
 
     /// Which member name the bytes spell: a guess from length and first letter, then an exact
     /// comparison.
@@ -82,6 +83,7 @@ package struct EventBodyReader {
         case (7, 0x63):
             let second = bytes[range.lowerBound + 1]
             guess = bytes[range.lowerBound + 2] == 0x74 ? .catalog : (second == 0x6D ? .cmdSize : (second == 0x68 ? .channel : .consent))
+        case (13, 0x63): guess = .correctedFrom
         case (11, 0x65): guess = .effectiveAt
         case (8, 0x65): guess = .evidence
         case (14, 0x6E): guess = .noticeLanguage
@@ -161,11 +163,15 @@ package struct EventBodyReader {
                 case .compromisedSince: compromisedSince = value
                 default: cause = value
                 }
-            case .at, .effectiveAt:
+            case .at, .effectiveAt, .correctedFrom:
                 guard let r = p.plainASCIIString(), let t = Timestamp(canonicalUTF8: UnsafeBufferPointer(rebasing: bytes[r])) else {
                     throw EventDecodingError(problem: "member '\(name.text)' is not a canonical UTC time like 2026-01-31T08:00:00.000Z")
                 }
-                if name == .at { at = t } else { effectiveAt = t }
+                switch name {
+                case .at: at = t
+                case .effectiveAt: effectiveAt = t
+                default: correctedFrom = t
+                }
             case .prev, .streamRoot:
                 guard let r = p.plainASCIIString(), let d = Digest(hexBytes: UnsafeBufferPointer(rebasing: bytes[r])) else {
                     throw EventDecodingError(problem: "member '\(name.text)' is not 64 lowercase hex digits")
@@ -224,11 +230,11 @@ package struct EventBodyReader {
         if v == 2 { allowed |= Self.bits([.streamPrev, .streamRoot]) }
         if type == "consent.revoked", reason == "cascade" { allowed |= Name.cause.bit }
         if type == "consent.given" { allowed |= Name.renews.bit | Self.evidenceBits }
-        if type == "subject.erased" { allowed |= Name.reason.bit }
+        if type == "subject.erased" || type == "clock.corrected" { allowed |= Name.reason.bit }
         if present & ~allowed != 0, let extra = (0..<Self.names.count).first(where: { present & ~allowed & (1 << UInt32($0)) != 0 }) {
             throw EventDecodingError(problem: "member '\(Name(rawValue: extra)!.text)' does not belong to a '\(type)' event")
         }
-        let optional: UInt32 = (type == "consent.given" ? Name.renews.bit | Self.evidenceBits : 0) | (type == "subject.erased" ? Name.reason.bit : 0) | Self.bits([.streamPrev, .streamRoot])
+        let optional: UInt32 = (type == "consent.given" ? Name.renews.bit | Self.evidenceBits : 0) | (type == "subject.erased" || type == "clock.corrected" ? Name.reason.bit : 0) | Self.bits([.streamPrev, .streamRoot])
         if allowed & ~optional & ~present != 0, let missing = (0..<Self.names.count).first(where: { allowed & ~optional & ~present & (1 << UInt32($0)) != 0 }) {
             throw EventDecodingError(problem: "member '\(Name(rawValue: missing)!.text)' is missing from a '\(type)' event")
         }
@@ -268,6 +274,15 @@ package struct EventBodyReader {
                 throw EventDecodingError(problem: "member 'handover' is not 128 lowercase hex digits")
             }
             payload = .keyRotated(KeyRotated(publicKey: key, handover: handover))
+        case "clock.corrected":
+            guard v >= 2 else { throw EventDecodingError(problem: "a 'clock.corrected' event belongs only to format version 2") }
+            var why: String?
+            if present & Name.reason.bit != 0 {
+                let text = try string(reason, .reason)
+                if let problem = SubjectErased.problem(reason: text) { throw EventDecodingError(problem: "member 'reason': \(problem)") }
+                why = text
+            }
+            payload = .clockCorrected(ClockCorrected(correctedFrom: correctedFrom!, reason: why))
         case "key.revoked":
             guard v >= 2 else { throw EventDecodingError(problem: "a 'key.revoked' event belongs only to format version 2") }
             let key = try string(publicKey, .publicKey)

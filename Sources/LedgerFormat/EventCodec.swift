@@ -177,6 +177,13 @@ public enum EventCodec {
             string("kid", keyID)
             digest("prev", prev)
             string("publicKey", e.publicKey)
+        case .clockCorrected(let e):
+            integer("cmd", event.command.first)
+            integer("cmdSize", event.command.size)
+            string("correctedFrom", e.correctedFrom.rfc3339)
+            string("kid", keyID)
+            digest("prev", prev)
+            if let reason = e.reason { string("reason", reason) }
         case .keyRotated(let e):
             integer("cmd", event.command.first)
             integer("cmdSize", event.command.size)
@@ -262,6 +269,9 @@ public enum EventCodec {
             members["publicKey"] = .string(e.publicKey)
             members["compromisedSince"] = .int(Int64(e.compromisedSince))
             members["attested"] = .array(e.attested.map { .string($0) })
+        case .clockCorrected(let e):
+            members["correctedFrom"] = .string(e.correctedFrom.rfc3339)
+            if let reason = e.reason { members["reason"] = .string(reason) }
         }
         return CanonicalJSON.serialize(.object(members))
     }

@@ -262,11 +262,20 @@ public enum StateProofVerifier {
         // The ledger stream's key rotations are exactly the proof's 'keys'; they are no catalogue.
         try keys.checkSame(asRotationsIn: proof.catalogEvents, records: Array(ledgerEvents.dropFirst()))
         var versions: [(seq: UInt64, at: Timestamp, catalog: Catalog)] = [(0, genesis.event.at, catalog)]
+        // As-of questions are asked in effective times (ClockCorrections).
+        var clock = ClockCorrections()
         let withRevocations = try keys.withRevocations(ledgerEvents)
         for record in subjectEvents { try BundleKeys.checkAttested(record, keys: withRevocations, hasher: hasher) }
         for record in ledgerEvents.dropFirst() {
             if case .keyRotated = record.event.payload { continue }
             if case .keyRevoked = record.event.payload { continue }
+            if case .clockCorrected(let correction) = record.event.payload {
+                guard record.event.at < correction.correctedFrom else {
+                    throw fail(record.event.seq, "a clock correction moves the ledger's time back, but \(record.event.at) is not earlier than the time it corrects, \(correction.correctedFrom)")
+                }
+                clock.append(.init(seq: record.event.seq, at: record.event.at, correctedFrom: correction.correctedFrom, reason: correction.reason))
+                continue
+            }
             guard case .catalogPublished(let published) = record.event.payload else { throw fail(record.event.seq, "a ledger event after the genesis event is not a published catalogue") }
             guard hasher.sha256(CatalogCodec.canonicalBytes(published.catalog)).hex == published.catalogHash else {
                 throw fail(record.event.seq, "the published catalogue's SHA-256 differs from its 'catalog' member")
@@ -281,7 +290,7 @@ public enum StateProofVerifier {
         // The subject's record is in the proof, so its sealed evidence opens (Spec/erasure.md).
         let subjectKey = SubjectKey(id: SubjectID(proof.subject.id), salt: salt, hasher: hasher)
         for record in subjectEvents {
-            if let at = proof.at, record.event.at > at { break }
+            if let at = proof.at, clock.effectiveTime(of: record.event) > at { break }
             let inForce = versions.last { $0.seq < record.event.seq }?.catalog ?? catalog
             let event: LedgerEvent
             do {
@@ -297,7 +306,7 @@ public enum StateProofVerifier {
             replayed.append(event)
         }
         guard !state.isInsideCommand else { throw fail(nil, "the events end inside a command") }
-        let catalogAt = proof.at.map { t in versions.last { $0.at <= t }?.catalog ?? catalog } ?? versions.last!.catalog
+        let catalogAt = proof.at.map { t in versions.last { clock.effectiveTime(seq: $0.seq, at: $0.at) <= t }?.catalog ?? catalog } ?? versions.last!.catalog
         let listing = ConsentListing(state: state, catalog: catalogAt)
         guard ListingJSON.encode(listing) == proof.state else {
             throw fail(nil, "the proof's state differs from the replay of its events")

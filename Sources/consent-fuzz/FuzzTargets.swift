@@ -77,10 +77,11 @@ final class DerivedFiles: @unchecked Sendable {
             fatalError("cannot copy the ledger \(source): set CONSENT_FUZZ_LEDGER to Spec/vectors/tiny-ledger")
         }
         // One write makes the derived files that the vectors' folder leaves out, and one
-        // checkpoint is recorded: with a fixed clock and salt, the same bytes every time, so
+        // checkpoint is recorded: with a fixed clock (after the vector's last event: a write
+        // refuses a ledger whose time is ahead of its clock) and salt, the same bytes every time, so
         // that the seed corpus (`--seed-derived`) holds files of this very ledger.
         do {
-            let ledger = try Ledger.open(store: FileLedgerStore(directory: folder), clock: { Timestamp(millisecondsSinceEpoch: 0) }, random: { [UInt8](repeating: 0x5A, count: $0) })
+            let ledger = try Ledger.open(store: FileLedgerStore(directory: folder), clock: { Timestamp(canonical: "2026-01-15T12:00:00.000Z")! }, random: { [UInt8](repeating: 0x5A, count: $0) })
             try ledger.execute(LedgerCommand(subjectID: "fuzz", request: .give(feature: "timeline", consents: ["required"])))
             _ = try ledger.signedCheckpoint()
         } catch {

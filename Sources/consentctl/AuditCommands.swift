@@ -187,7 +187,7 @@ struct KeyRotate: ParsableCommand {
                 let secret = try root.passphrase.read(prompt: "Passphrase for the signing key \(keys.keyLocation): ", missing: "the signing key \(keys.keyLocation) is encrypted and no passphrase was given")
                 protection = .passphrase(secret, hardness: sealed.hardness)
             }
-            let ledger = try Ledger.open(store: store, keys: keys, passphrase: protection.passphraseSource)
+            let ledger = root.configured(try Ledger.open(store: store, keys: keys, passphrase: protection.passphraseSource))
             let receipt = try ledger.rotateKey(protection: protection, actor: actor)
             if case .insecurePlaintext = protection {
                 printError("warning: the new secret key is stored unencrypted in \(keys.keyLocation), as the old one was: use this ledger for tests and demos only")
@@ -733,8 +733,14 @@ struct ProveState: ParsableCommand {
             }
             guard !proof.events.isEmpty else { throw noEvents(ledger, subject, for: "a state proof") }
             let to = try writeOutput(proof.bytes, to: out)
-            reportWritten("Wrote the state of \(subject)\(asOf.map { " as of \($0.rfc3339)" } ?? "") (\(proof.events.count) event\(proof.events.count == 1 ? "" : "s"), \(proof.catalogEvents.count + 1) catalogue version\(proof.catalogEvents.isEmpty ? "" : "s")) with proofs against the signed head, to \(to)", to: to, json: output.isJSON,
-                          details: ["subject": .string(subject), "events": .int(Int64(proof.events.count)), "catalogueVersions": .int(Int64(proof.catalogEvents.count + 1))])
+            // The ledger stream's events after genesis: publications, and key and clock events,
+            // which are no catalogue version.
+            let versions = 1 + proof.catalogEvents.filter { entry in
+                if case .catalogPublished = (try? EventCodec.decode(line: Array(entry.line.utf8)))?.event.payload { return true }
+                return false
+            }.count
+            reportWritten("Wrote the state of \(subject)\(asOf.map { " as of \($0.rfc3339)" } ?? "") (\(proof.events.count) event\(proof.events.count == 1 ? "" : "s"), \(versions) catalogue version\(versions == 1 ? "" : "s")) with proofs against the signed head, to \(to)", to: to, json: output.isJSON,
+                          details: ["subject": .string(subject), "events": .int(Int64(proof.events.count)), "catalogueVersions": .int(Int64(versions))])
         }
     }
 }

@@ -436,6 +436,11 @@ struct Verify: ParsableCommand {
             force, exit 0. On failure names the first bad entry (sequence number and line) and \
             why, exit 2. Key rotations are followed: each event must be signed by the key in \
             force for it, and each rotation by the key before it and the new key.
+
+            Clock corrections (consentctl clock correct) are listed. A ledger whose newest \
+            event is stamped further ahead of this machine's clock than --clock-skew allows \
+            verifies, with a warning on stderr: its clock went wrong (or this one is behind), \
+            and writes refuse until it is corrected.
             """
     )
 
@@ -449,6 +454,7 @@ struct Verify: ParsableCommand {
             let ledger = try root.openLedger()
             let report = try ledger.verify()
             warnAboutTornTail(report.torn, removed: false, store: StoreSelection.folder(root.storeSpec))
+            if let ahead = report.clockAhead { printError("warning: the ledger's clock went wrong: \(ahead)") }
             let inForce = try ledger.noteKey(report.keys.current.key)
             let rotations = report.keys.periods.compactMap(\.rotation)
             if json {
@@ -458,6 +464,8 @@ struct Verify: ParsableCommand {
                     "rotations": .array(rotations.map { .int(Int64($0)) }),
                     "revocations": .array(report.keys.revocations.map { .object(["seq": .int(Int64($0.seq)), "keyID": .string($0.keyID), "compromisedSince": .int(Int64($0.since)), "attested": .int(Int64($0.attested.count))]) }),
                     "head": .object(["seq": .int(Int64(report.head.seq)), "hash": .string(report.head.hash.hex)]),
+                    "clockCorrections": .array(report.clockCorrections.corrections.map(correctionJSON)),
+                    "clockAhead": report.clockAhead.map { .object(["ledgerTime": .string($0.ledgerTime.rfc3339), "seq": .int(Int64($0.seq)), "clock": .string($0.clock.rfc3339)]) } ?? .null,
                 ]))
                 return
             }
@@ -472,6 +480,9 @@ struct Verify: ParsableCommand {
             }
             for revocation in report.keys.revocations {
                 table.add(["  key revoked", "\(revocation.keyID) at seq \(revocation.seq): compromised from seq \(revocation.since), \(revocation.attested.count) event(s) to seq \(revocation.until) re-attested"])
+            }
+            for correction in report.clockCorrections.corrections {
+                table.add(["  clock corrected", "at seq \(correction.seq): from \(correction.correctedFrom.rfc3339) back to \(correction.at.rfc3339)\(correction.reason.map { " (\($0))" } ?? "")"])
             }
             table.print()
         }

@@ -63,7 +63,7 @@ struct ConsentCtl: ParsableCommand {
             from an argument.
             """,
         version: "0.1.0",
-        subcommands: [Init.self, CatalogCommand.self, Give.self, Revoke.self, Erase.self, Status.self, History.self, SubjectsCommand.self, Completion.self, Report.self, Verify.self, CheckpointCommand.self, KeyCommand.self, WitnessCommand.self, Export.self, VerifyExport.self, ProveConsistency.self, VerifyConsistency.self, ProveState.self, VerifyState.self, Apply.self, Migrate.self]
+        subcommands: [Init.self, CatalogCommand.self, Give.self, Revoke.self, Erase.self, ClockCommand.self, Status.self, History.self, SubjectsCommand.self, Completion.self, Report.self, Verify.self, CheckpointCommand.self, KeyCommand.self, WitnessCommand.self, Export.self, VerifyExport.self, ProveConsistency.self, VerifyConsistency.self, ProveState.self, VerifyState.self, Apply.self, Migrate.self]
     )
 
     /// Options that take several values; every other option may be given once. Argument
@@ -93,7 +93,7 @@ struct ConsentCtl: ParsableCommand {
     static func unknownCommand(in arguments: [String]) -> String? {
         var rest = arguments[...]
         while let first = rest.first, first.hasPrefix("-") {
-            rest = rest.dropFirst(["--ledger", "--store", "--key-file", "--passphrase-file", "--passphrase-fd", "--lock-timeout"].contains(first) ? 2 : 1)
+            rest = rest.dropFirst(["--ledger", "--store", "--key-file", "--passphrase-file", "--passphrase-fd", "--lock-timeout", "--clock-skew"].contains(first) ? 2 : 1)
         }
         guard let word = rest.first else { return nil }
         let names = configuration.subcommands.map { $0._commandName } + ["help"]
@@ -145,7 +145,15 @@ struct ConsentCtl: ParsableCommand {
         valueName: "SECONDS"))
     var lockTimeout: Double?
 
+    @Option(name: .customLong("clock-skew"), help: ArgumentHelp(
+        "How far, in seconds, the ledger's time (its newest event's) may be ahead of this machine's clock for a write to go on (default 300). Further ahead, a write fails with exit code 4 and changes nothing: either this clock is behind, or the ledger's clock went wrong and `consentctl clock correct` records the correction.",
+        valueName: "SECONDS"))
+    var clockSkew: Double?
+
     func validate() throws {
+        if let clockSkew, !(clockSkew >= 0 && clockSkew <= 31_536_000) {
+            throw ValidationError("--clock-skew must be a number of seconds from 0 to 31536000 (a year), not \(clockSkew)")
+        }
         if let lockTimeout, !(lockTimeout >= 0 && lockTimeout <= 86_400) {
             throw ValidationError("--lock-timeout must be a number of seconds from 0 to 86400, not \(lockTimeout)")
         }
@@ -193,7 +201,13 @@ struct ConsentCtl: ParsableCommand {
     func openLedger(store: any LedgerStore) throws -> Ledger {
         let keys = keyStore(for: store)
         StoreSelection.warnAboutRetiredKey(in: store)
-        return try Ledger.open(store: store, keys: keys, passphrase: passphrase.source(for: keys?.keyLocation ?? store.names.location))
+        return configured(try Ledger.open(store: store, keys: keys, passphrase: passphrase.source(for: keys?.keyLocation ?? store.names.location)))
+    }
+
+    /// The ledger with the root options that tune it (--clock-skew).
+    func configured(_ ledger: Ledger) -> Ledger {
+        if let clockSkew { ledger.maximumClockSkew = .milliseconds(Int64((clockSkew * 1000).rounded())) }
+        return ledger
     }
 }
 
@@ -228,6 +242,8 @@ enum Exit {
     static let keyLocked: Int32 = 77
     /// A witness did not answer or did not cosign (EX_UNAVAILABLE).
     static let unavailable: Int32 = 69
+    /// The ledger's time is ahead of this clock by more than --clock-skew: see `clock correct`.
+    static let clockAhead: Int32 = 4
 
     static func code(for error: ConsentError) -> Int32 {
         switch error {
@@ -243,6 +259,7 @@ enum Exit {
         case .alreadyExists: return alreadyExists
         case .keyLocked: return keyLocked
         case .unavailable: return unavailable
+        case .clockAhead: return clockAhead
         }
     }
 }
@@ -299,6 +316,7 @@ func kind(of error: ConsentError) -> String {
     case .alreadyExists: return "already-exists"
     case .keyLocked: return "key-locked"
     case .unavailable: return "unavailable"
+    case .clockAhead: return "clock-ahead"
     }
 }
 

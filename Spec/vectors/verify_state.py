@@ -34,7 +34,7 @@ from verify_vectors import (  # noqa: E402
     KEY_BITS, LEDGER_STREAM, LINE_PREFIX, SIG_PREFIX, SALT_LENGTH, STREAM_KEY_LENGTH, CatalogError, Checks, SubjectMap, SubjectState,
     Violation, catalog_hash, decode_catalog, decode_line, ed25519_public_key, event_lines, hex_decode, map_leaf, map_node, map_root,
     parse_canonical, parse_time, problem_as_update, read_file, serialize, sha256, sign_log, stream_key, subject_ref, tree_root,
-    trimmed_text, verify_folder, verify_map_proof, SealError, evidence_key, flip_hex_byte, opened_event, seal_evidence,
+    trimmed_text, verify_folder, verify_map_proof, SealError, evidence_key, flip_hex_byte, opened_event, seal_evidence, effective_time,
 )
 from verify_export import (  # noqa: E402
     Checkpoint, Entry, ExportFailure, NoteError, NoteKey, b64decode, b64encode, build_stored, check_attested, check_consistency,
@@ -242,9 +242,15 @@ def verify_state(data, key):
     revoked = with_revocations(keys, ledger_events)
     for event in subject_events:
         check_attested(event, revoked)
-    versions = [(0, genesis.at_ms, catalog)]
+    versions, corrections = [(0, genesis.at_ms, catalog)], []
     for event in ledger_events[1:]:
         if event.type in ("key.rotated", "key.revoked"):
+            continue
+        if event.type == "clock.corrected":
+            # Rule 5b as far as the stream shows it; as-of questions count in effective times.
+            if not event.at_ms < event.corrected_from_ms:
+                raise StateFailure(event.seq, "a clock correction moves the ledger's time back, but %s is not earlier than the time it corrects, %s" % (event.at, event.corrected_from))
+            corrections.append((event.seq, event.at_ms))
             continue
         if event.type != "catalog.published":
             raise StateFailure(event.seq, "a ledger event after the genesis event is not a published catalogue")
@@ -261,7 +267,7 @@ def verify_state(data, key):
     state, replayed = SubjectState(), []
     key_of_subject = evidence_key(subject_id, salt)
     for event in subject_events:
-        if p.at_ms is not None and event.at_ms > p.at_ms:
+        if p.at_ms is not None and effective_time(event.seq, event.at_ms, corrections) > p.at_ms:
             break
         in_force = [c for s, _, c in versions if s < event.seq][-1]
         try:
@@ -280,7 +286,7 @@ def verify_state(data, key):
     if p.at_ms is None:
         listed_under = versions[-1][2]
     else:
-        listed_under = ([c for _, t, c in versions if t <= p.at_ms] or [catalog])[-1]
+        listed_under = ([c for s, t, c in versions if effective_time(s, t, corrections) <= p.at_ms] or [catalog])[-1]
     listing = listing_json(state, listed_under)
     if not json_equal(listing, p.state):
         raise StateFailure(None, "the proof's state differs from the replay of its events")
@@ -349,11 +355,12 @@ def prove_state(lines, subject_id, salt, key, note, catalog_value, at=None, stri
     catalog = decode_catalog(catalog_value)[0]
     versions = [(0, ledger_stream[0].at_ms, catalog)] + [(e.seq, e.at_ms, e.document) for e in ledger_stream[1:]
                                                            if e.type == "catalog.published"]
+    corrections = [(e.seq, e.at_ms) for e in ledger_stream if e.type == "clock.corrected"]
     at_ms = parse_time(at) if at is not None else None
     state = SubjectState()
     key_of_subject = evidence_key(subject_id, salt)
     for e in mine:
-        if at_ms is not None and e.at_ms > at_ms:
+        if at_ms is not None and effective_time(e.seq, e.at_ms, corrections) > at_ms:
             break
         try:
             e = opened_event(e, key_of_subject)
@@ -366,7 +373,7 @@ def prove_state(lines, subject_id, salt, key, note, catalog_value, at=None, stri
             if strict:
                 raise
             break
-    listed_under = versions[-1][2] if at_ms is None else ([c for _, t, c in versions if t <= at_ms] or [catalog])[-1]
+    listed_under = versions[-1][2] if at_ms is None else ([c for s, t, c in versions if effective_time(s, t, corrections) <= at_ms] or [catalog])[-1]
     proof = {"format": STATE_FORMAT, "ledger": key.name, "verifierKey": key.text, "checkpoint": note, "catalog": catalog_value,
              "genesis": entry(0), "last": entry(n - 1), "subject": {"id": subject_id, "ref": ref, "salt": salt.hex()},
              "events": [entry(e.seq) for e in mine], "catalogVersions": [entry(e.seq) for e in ledger_stream[1:]],
@@ -1008,6 +1015,47 @@ def check_rotated(checks, here):
         unattested[3]["alice"][1], 4)
 
 
+def check_clock(checks, here):
+    """Clock corrections in state proofs (state-proof.md, steps 6 and 7; ledger-format.md, Clock
+    corrections): proofs of bob in the vector clock-ledger/, whose grant (seq 6) is stamped 2999 and
+    corrected at seq 7 (09:10:00), as the reference writes them, asked as of times in effective
+    times; and a correction edited so that it moves no time back."""
+    folder = os.path.join(here, "clock-ledger")
+    seed = bytes(range(32))
+    lines = event_lines(read_file(folder, "ledger.jsonl"))
+    salts = {json.loads(r)["id"]: bytes.fromhex(json.loads(r)["salt"]) for r in read_file(folder, "subjects.jsonl").split(b"\n") if r}
+    key = NoteKey("consentledger.example/clock", ed25519_public_key(seed))
+    catalog_value = parse_canonical(read_file(folder, "catalog.json"))
+
+    def prove(at):
+        return file_bytes(prove_state(lines, "bob", salts["bob"], key, head_note(lines, key, seed), catalog_value, at))
+
+    def given(r):
+        return sorted("%s/%s" % (f["key"], c["code"]) for f in r.listing for c in f["consents"] if c["state"] == "given")
+
+    cases = [
+        ("as of 09:10:00.500, after the correction, before his withdrawal: the grant stamped 2999 counts as of 09:10:00",
+         "2026-01-15T09:10:00.500Z", ["timeline/required"], [6]),
+        ("as of 09:10:01, after his withdrawal: nothing given (a cut by recorded time would stop at the 2999 grant)",
+         "2026-01-15T09:10:01.000Z", [], [6, 8]),
+        ("as of 09:05, before the correction: the grant's effective time is later, nothing applied", "2026-01-15T09:05:00.000Z", [], []),
+        ("without 'at': the state at the checkpoint", None, [], [6, 8]),
+    ]
+    for name, at, expected, seqs in cases:
+        def run(at=at, expected=expected, seqs=seqs):
+            r = verify_state(prove(at), key)
+            return given(r) == expected and [e.seq for e in r.events] == seqs, "%s, events %s" % (given(r), [e.seq for e in r.events])
+        checks.run("clock: bob %s" % name, run)
+
+    def edited_correction():
+        o = json.loads(prove(None))
+        for e in o["catalogVersions"]:
+            e["line"] = e["line"].replace('"correctedFrom":"2999-01-01T00:00:00.000Z"', '"correctedFrom":"2026-01-15T09:09:00.000Z"')
+        return outcome_check(file_bytes(o), key, False, "does not verify", 7)
+    checks.run("clock: bob's proof with the correction's correctedFrom edited to 09:09: refused at seq 7 (its line is no longer the "
+               "signed one)", edited_correction)
+
+
 def edited_bytes(proof, change):
     o = json.loads(json.dumps(proof))
     change(o)
@@ -1047,6 +1095,7 @@ def main(argv):
     elif not args:
         check_vectors(checks, os.path.dirname(os.path.abspath(__file__)))
         check_rotated(checks, os.path.dirname(os.path.abspath(__file__)))
+        check_clock(checks, os.path.dirname(os.path.abspath(__file__)))
     else:
         print(__doc__.strip())
         return 64

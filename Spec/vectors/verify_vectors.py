@@ -824,7 +824,7 @@ HEAD_LINE_PREFIX = b'{"h'
 # Every member name of format versions 1 and 2, in canonical (byte) order. The body reader refuses
 # any other name as soon as it meets it, and reports "first" extra or missing members in this order.
 BODY_NAMES = ["actor", "at", "attested", "catalog", "cause", "channel", "cmd", "cmdSize", "compromisedSince", "consent",
-              "document", "effectiveAt", "evidence", "feature", "handover", "kid", "ledger", "noticeLanguage", "notices", "prev",
+              "correctedFrom", "document", "effectiveAt", "evidence", "feature", "handover", "kid", "ledger", "noticeLanguage", "notices", "prev",
               "publicKey", "reason", "renews", "sealedEvidence", "seq", "streamPrev", "streamRoot", "subject", "type", "v", "version"]
 NAME_INDEX = {name.encode("ascii"): i for i, name in enumerate(BODY_NAMES)}
 INTEGER_MEMBERS = {"v", "seq", "cmd", "cmdSize", "feature", "cause", "renews", "streamPrev", "compromisedSince"}
@@ -856,6 +856,9 @@ TYPE_MEMBERS = {
     # the events it signed from there to its rotation (Spec/ledger-format.md, Key rotation,
     # Revocation).
     "key.revoked": {"publicKey", "compromisedSince", "attested"},
+    # Format 2 only, likewise: the ledger's time before a clock correction (Spec/ledger-format.md,
+    # Clock corrections); 'reason' is optional, as on an erasure.
+    "clock.corrected": {"correctedFrom"},
 }
 ERASURE_REASON_MAX_BYTES = 200
 NOTICE_MEMBERS = {"consent", "feature", "sha256", "version"}
@@ -903,7 +906,7 @@ def _scan_body(p, members):
             if not (b[p.i] == 0x2D or 0x30 <= b[p.i] <= 0x39):
                 raise DecodeError("member '%s' must be an integer" % name)
             members[name] = p.integer()
-        elif name in ("at", "effectiveAt"):
+        elif name in ("at", "effectiveAt", "correctedFrom"):
             content = p.plain_ascii_string()
             text = b[content[0]:content[1]].decode("ascii") if content else None
             if text is None or parse_time(text) is None:
@@ -941,6 +944,26 @@ def is_subject_ref(s):
     return len(s.encode("utf-8")) == 32 and all(c in "0123456789abcdef" for c in s)
 
 
+def effective_time(seq, at_ms, corrections):
+    """Spec/ledger-format.md, Clock corrections: the effective time of the event at `seq` recorded
+    at `at_ms` is the earliest of its own time and the times of the clock corrections after it.
+    `corrections` holds (seq, at in ms) of each clock.corrected event."""
+    return min([at_ms] + [c_at for c_seq, c_at in corrections if c_seq > seq])
+
+
+def check_reason(reason):
+    """The 'reason' of an erasure or a clock correction: optional; when present not empty, at most
+    200 bytes of UTF-8, no control character."""
+    if reason is None:
+        return
+    if reason == "":
+        raise DecodeError("member 'reason': the reason is empty")
+    if len(reason.encode("utf-8")) > ERASURE_REASON_MAX_BYTES:
+        raise DecodeError("member 'reason': the reason has %d bytes, more than %d" % (len(reason.encode("utf-8")), ERASURE_REASON_MAX_BYTES))
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in reason):
+        raise DecodeError("member 'reason': the reason contains a control character")
+
+
 def read_body(body):
     """Canonical body bytes -> Event (without signature). Raises DecodeError; the checks and
     their order are those of the reference (EventBodyReader.swift)."""
@@ -962,7 +985,7 @@ def read_body(body):
         allowed = allowed | STREAM_MEMBERS
     if etype == "consent.revoked" and m.get("reason") == "cascade":
         allowed = allowed | {"cause"}
-    grant_optional = ({"renews"} | EVIDENCE_MEMBERS) if etype == "consent.given" else ({"reason"} if etype == "subject.erased" else set())
+    grant_optional = ({"renews"} | EVIDENCE_MEMBERS) if etype == "consent.given" else ({"reason"} if etype in ("subject.erased", "clock.corrected") else set())
     optional = grant_optional | STREAM_MEMBERS
     allowed = allowed | grant_optional
     if set(m) - allowed:
@@ -1004,13 +1027,16 @@ def read_body(body):
     elif etype == "subject.erased":
         e.subject = subject()
         e.reason = m.get("reason")
-        if e.reason is not None:
-            if e.reason == "":
-                raise DecodeError("member 'reason': the reason is empty")
-            if len(e.reason.encode("utf-8")) > ERASURE_REASON_MAX_BYTES:
-                raise DecodeError("member 'reason': the reason has %d bytes, more than %d" % (len(e.reason.encode("utf-8")), ERASURE_REASON_MAX_BYTES))
-            if any(ord(c) < 0x20 or ord(c) == 0x7F for c in e.reason):
-                raise DecodeError("member 'reason': the reason contains a control character")
+        check_reason(e.reason)
+    elif etype == "clock.corrected":
+        # A ledger event. Whether it names the previous event's time and moves time back is
+        # replay's rule 5b.
+        if m["v"] < 2:
+            raise DecodeError("a 'clock.corrected' event belongs only to format version 2")
+        e.corrected_from = m["correctedFrom"]
+        e.corrected_from_ms = parse_time(e.corrected_from)
+        e.reason = m.get("reason")
+        check_reason(e.reason)
     elif etype == "key.rotated":
         # A ledger event (no subject, the ledger stream). Whether the key is new and the handover
         # verifies is the key schedule's check (Verifying, step 5, item 7a), not the reader's.
@@ -1397,12 +1423,14 @@ class Replay:
         self.last_at = None
         self.count = 0
         self.open = None  # ((cmd, cmdSize), subject, at in ms, actor) of the command being applied
+        self.clock_corrections = []  # (seq, at in ms) of each clock.corrected event (rule 5b)
 
     def apply(self, e):
         expected = 0 if self.last_seq is None else self.last_seq + 1
         if e.seq != expected:
             raise Violation(e.seq, "sequence number %d where %d was expected" % (e.seq, expected))
-        if self.last_at is not None and e.at_ms < self.last_at:
+        # Rule 2; a clock correction is the one event that moves time back (rule 5b).
+        if self.last_at is not None and e.at_ms < self.last_at and e.type != "clock.corrected":
             raise Violation(e.seq, "time %s is earlier than the previous event's %s" % (e.at, self.last_at_text))
         span = (e.cmd, e.cmd_size)
         if self.open is not None:
@@ -1441,6 +1469,15 @@ class Replay:
             # Rule 5a, likewise; the revocation is taken into the schedule by item 7a.
             if self.genesis is None or e.cmd_size != 1:
                 raise Violation(e.seq, "a key revocation is alone in its command, after the genesis event")
+        elif e.type == "clock.corrected":
+            # Rule 5b.
+            if self.genesis is None or e.cmd_size != 1 or self.last_at is None:
+                raise Violation(e.seq, "a clock correction is alone in its command, after the genesis event")
+            if e.corrected_from_ms != self.last_at:
+                raise Violation(e.seq, "a clock correction names the time it corrects, the previous event's %s, but this one names %s" % (self.last_at_text, e.corrected_from))
+            if not e.at_ms < self.last_at:
+                raise Violation(e.seq, "a clock correction moves the ledger's time back, but %s is not earlier than the previous event's %s" % (e.at, self.last_at_text))
+            self.clock_corrections.append((e.seq, e.at_ms))
         else:
             if self.genesis is None:
                 raise Violation(e.seq, "the log does not start with a genesis event")
@@ -5345,6 +5382,73 @@ def check_rotation(checks, here):
                        5, 4, unattested % (genesis_kid, 3, 10),
                        head_text=parse_canonical(build(appended(revoked(10, genesis_key, 3, (3, 6, wrong(1))))).split(b"\n")[-2])["head"]))
 
+def check_clock(checks, here):
+    """Clock corrections (Spec/ledger-format.md, Clock corrections; the vector clock-ledger/): the
+    vector verifies with one correction, bob's grant stamped 2999 has the correction's time as its
+    effective time, and copies re-signed with the vector key, each breaking rule 5b or rule 2, fail
+    where the spec says."""
+    folder = os.path.join(here, "clock-ledger")
+    seed = bytes(range(32))
+    log = read_file(folder, "ledger.jsonl")
+    bodies = [parse_canonical(line[len(LINE_PREFIX):-(len(SIG_PREFIX) + 130)]) for line in event_lines(log)]
+    try:
+        report = verify_folder(folder)
+    except Failure as f:
+        checks.check(False, "clock-ledger verifies", str(f))
+        return
+    corrected_at = parse_time("2026-01-15T09:10:00.000Z")
+    corrections = report.replay.clock_corrections
+    checks.check(report.events == 9 and corrections == [(7, corrected_at)],
+                 "clock-ledger verifies: 9 events, one clock correction (seq 7, 2026-01-15T09:10:00.000Z)", repr(corrections))
+    correction = report.records[7]
+    checks.check(correction.type == "clock.corrected" and correction.subject is None and (correction.cmd, correction.cmd_size) == (7, 1)
+                 and correction.corrected_from == "2999-01-01T00:00:00.000Z" and correction.reason == "NTP server served 2999"
+                 and correction.stream_prev == 0,
+                 "line 8 (seq 7) is a clock.corrected event alone in its command, in the ledger stream (streamPrev 0), correcting 2999-01-01")
+    grant = report.records[6]
+    checks.check(grant.at == "2999-01-01T00:00:00.000Z" and effective_time(6, grant.at_ms, corrections) == corrected_at
+                 and effective_time(8, report.records[8].at_ms, corrections) == report.records[8].at_ms
+                 and effective_time(5, report.records[5].at_ms, corrections) == report.records[5].at_ms,
+                 "effective times: bob's grant (seq 6, stamped 2999) counts as 2026-01-15T09:10:00.000Z; seq 5 and seq 8 keep their own")
+
+    def build(change):
+        b = [dict(x) for x in bodies]
+        change(b)
+        return sign_log(b, seed, heads_in_log=True)[0]
+
+    def edit(i, **members):
+        return lambda b: b[i].update(members)
+
+    def verdict(data, line, seq, reason):
+        def run():
+            try:
+                r = verify_folder(folder, log=data, derived=False, subject_map=False)
+            except Failure as f:
+                return reason is not None and f.line == line and f.seq == seq and reason in f.reason, str(f)
+            return reason is None, "verified, %d events" % r.events
+        return run
+    cases = [
+        ("the vector re-signed as it is", build(lambda b: None), None, None, None),
+        ("a correction naming 2998 instead of the previous event's time", build(edit(7, correctedFrom="2998-01-01T00:00:00.000Z")), 8, 7,
+         "a clock correction names the time it corrects, the previous event's 2999-01-01T00:00:00.000Z, but this one names "
+         "2998-01-01T00:00:00.000Z"),
+        ("a correction whose time is the time it corrects", build(edit(7, at="2999-01-01T00:00:00.000Z")), 8, 7,
+         "a clock correction moves the ledger's time back, but 2999-01-01T00:00:00.000Z is not earlier than the previous event's "
+         "2999-01-01T00:00:00.000Z"),
+        ("a correction in a command of two events", build(edit(7, cmdSize=2)), 8, 7,
+         "a clock correction is alone in its command, after the genesis event"),
+        ("a correction in a format-1 body", build(edit(7, v=1)), 8, None, "a 'clock.corrected' event belongs only to format version 2"),
+        ("a correction with an empty reason", build(edit(7, reason="")), 8, None, "member 'reason': the reason is empty"),
+        ("rule 2 after a correction: bob's withdrawal a second before it", build(edit(8, at="2026-01-15T09:09:59.000Z")), 9, 8,
+         "time 2026-01-15T09:09:59.000Z is earlier than the previous event's 2026-01-15T09:10:00.000Z"),
+        ("rule 2 without a correction: the correction made a withdrawal (seq 7, 09:10:00)",
+         build(lambda b: b.__setitem__(slice(7, 9), [dict(b[8], seq=7, cmd=7, at="2026-01-15T09:10:00.000Z")])), 8, 7,
+         "time 2026-01-15T09:10:00.000Z is earlier than the previous event's 2999-01-01T00:00:00.000Z"),
+    ]
+    for name, data, line, seq, reason in cases:
+        checks.run("clock: %s: %s" % (name, "verifies" if reason is None else "fails at line %d" % line), verdict(data, line, seq, reason))
+
+
 def main(argv):
     checks = Checks()
     if len(argv) > 2 or (len(argv) == 2 and argv[1] in ("-h", "--help")):
@@ -5363,6 +5467,7 @@ def main(argv):
         check_subject_map(checks, here)
         check_erasure(checks, here)
         check_rotation(checks, here)
+        check_clock(checks, here)
     return checks.finish()
 
 

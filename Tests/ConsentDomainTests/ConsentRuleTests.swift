@@ -168,7 +168,7 @@ import Testing
         switch event.payload {
         case .consentGiven(let e): return e.consent
         case .consentRevoked(let e): return e.consent
-        case .ledgerCreated, .catalogPublished, .subjectErased, .keyRotated, .keyRevoked: return ""
+        case .ledgerCreated, .catalogPublished, .subjectErased, .keyRotated, .keyRevoked, .clockCorrected: return ""
         }
     }
 }

@@ -36,10 +36,12 @@ import Testing
     /// ledger stream has a newer event: a version another process published decides its next
     /// grant.
     @Test func aWriterSeesAVersionAnotherProcessPublished() throws {
-        let (writer, path) = try Self.ledger("other-process")
+        // The other process keeps the same time: its clock and the writer's are one machine's.
+        let clock = SteppingClock(step: 60_000)
+        let (writer, path) = try Self.ledger("other-process", clock: clock)
         defer { removeFolder(path) }
         try writer.execute(LedgerCommand(subjectID: "erin", request: .give(feature: "timeline", consents: ["required"])))
-        let other = try Ledger.open(store: FileLedgerStore(directory: path))
+        let other = try Ledger.open(store: FileLedgerStore(directory: path), clock: clock.clock)
         try other.publish(Self.catalog(bumping: [("timeline", "required", "2.0")]))
         let (result, _) = try writer.execute(LedgerCommand(subjectID: "frank", request: .give(feature: "timeline", consents: ["required"])))
         guard case .consentGiven(let given) = try #require(result.events.first).payload else { Issue.record("not a grant"); return }

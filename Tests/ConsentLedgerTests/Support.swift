@@ -37,6 +37,11 @@ final class SteppingClock: Sendable {
         self.step = step
     }
 
+    /// Sets the clock (a machine whose clock jumps, or is set right).
+    func set(_ time: String) {
+        now.withLock { $0 = Timestamp(canonical: time)!.millisecondsSinceEpoch }
+    }
+
     var clock: LedgerClock {
         { [self] in
             now.withLock { value in

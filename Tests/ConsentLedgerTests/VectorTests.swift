@@ -37,16 +37,36 @@ import Glibc
     /// The seed of the key the rotated ledger hands over to: bytes 20 21 … 3f.
     static let rotatedSeed: [UInt8] = Array(32..<64)
 
+    /// A ledger of the vectors' key, the stepping clock and counting salts.
+    static func vectorLedger(at path: String, name: String, clock: SteppingClock) throws -> Ledger {
+        try Ledger.create(
+            store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog,
+            name: name, keyProtection: .insecurePlaintext, actor: "vector-generator",
+            signer: SodiumSigner(seed: vectorSeed)!, clock: clock.clock, random: CountingRandom().source
+        )
+    }
+
+    /// The vector folder `name` holds the files the code wrote at `path` (rewritten with
+    /// CONSENTLEDGER_UPDATE_VECTORS), and the committed folder verifies as it is.
+    static func expectVectorFolder(_ name: String, writtenAt path: String, scratch: String, events: Int) {
+        let files = ["ledger.jsonl", "catalog.json", "public.key", "secret.key", "subjects.jsonl"]
+        if getenv("CONSENTLEDGER_UPDATE_VECTORS") != nil {
+            _ = system("mkdir -p '\(vectors)/\(name)'")
+            for f in files { writeBytes(readBytes(path + "/" + f), to: "\(vectors)/\(name)/\(f)") }
+        }
+        for f in files {
+            let same = readBytes(path + "/" + f) == readBytes("\(vectors)/\(name)/\(f)")
+            #expect(same, "Spec/vectors/\(name)/\(f) differs from what the code writes")
+        }
+        let copy = scratch + "/copy"
+        copyFolder(vectors + "/" + name, to: copy)
+        #expect(verifyFolder(copy) == .ok(events: events))
+    }
+
     /// `Spec/vectors/rotated-ledger`: the seed scenario with a key rotation between its second
     /// and third commands, then bob's grant, under the new key.
     static func buildRotatedLedger(at path: String) throws -> Ledger {
-        let clock = SteppingClock()
-        let random = CountingRandom()
-        let ledger = try Ledger.create(
-            store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog,
-            name: "consentledger.example/rotated", keyProtection: .insecurePlaintext, actor: "vector-generator",
-            signer: SodiumSigner(seed: vectorSeed)!, clock: clock.clock, random: random.source
-        )
+        let ledger = try vectorLedger(at: path, name: "consentledger.example/rotated", clock: SteppingClock())
         try ledger.execute(Array(seedScenario[0...1]))
         try ledger.rotateKey(to: SodiumSigner(seed: rotatedSeed)!, protection: .insecurePlaintext, actor: "vector-generator")
         try ledger.execute(seedScenario[2])
@@ -56,6 +76,30 @@ import Glibc
         return ledger
     }
 
+    /// `Spec/vectors/clock-ledger`: alice's seed commands, then bob's grant written by a machine
+    /// whose clock said 2999, the ledger's clock corrected back to 09:10, and bob's withdrawal.
+    static func buildClockLedger(at path: String) throws -> Ledger {
+        let clock = SteppingClock()
+        let ledger = try vectorLedger(at: path, name: "consentledger.example/clock", clock: clock)
+        try ledger.execute(Array(seedScenario[0...1]))
+        clock.set("2999-01-01T00:00:00.000Z")
+        try ledger.execute(LedgerCommand(subjectID: "bob", request: .give(feature: "timeline", consents: ["required"]), actor: "dr.house"))
+        clock.set("2026-01-15T09:10:00.000Z")
+        try ledger.correctClock(reason: "NTP server served 2999", actor: "vector-generator")
+        try ledger.execute(LedgerCommand(subjectID: "bob", request: .revoke(feature: "timeline", consent: "required")))
+        return ledger
+    }
+
+    @Test func clockVectorsMatchTheCode() throws {
+        let folder = TemporaryFolder("clock")
+        defer { folder.remove() }
+        let path = folder.path + "/clock-ledger"
+        let ledger = try Self.buildClockLedger(at: path)
+        let report = try ledger.verify()
+        #expect(report.clockCorrections.corrections.map(\.seq) == [UInt64(report.events - 2)])
+        Self.expectVectorFolder("clock-ledger", writtenAt: path, scratch: folder.path, events: report.events)
+    }
+
     @Test func rotatedVectorsMatchTheCode() throws {
         let folder = TemporaryFolder("rotated")
         defer { folder.remove() }
@@ -63,19 +107,7 @@ import Glibc
         let ledger = try Self.buildRotatedLedger(at: path)
         let report = try ledger.verify()
         #expect(report.keys.periods.map(\.from) == [0, 7] && report.events == 11 && report.keys.revocations.map(\.since) == [3])
-        let files = ["ledger.jsonl", "catalog.json", "public.key", "secret.key", "subjects.jsonl"]
-        if getenv("CONSENTLEDGER_UPDATE_VECTORS") != nil {
-            _ = system("mkdir -p '\(Self.vectors)/rotated-ledger'")
-            for f in files { writeBytes(readBytes(path + "/" + f), to: "\(Self.vectors)/rotated-ledger/\(f)") }
-        }
-        for f in files {
-            let same = readBytes(path + "/" + f) == readBytes("\(Self.vectors)/rotated-ledger/\(f)")
-            #expect(same, "Spec/vectors/rotated-ledger/\(f) differs from what the code writes")
-        }
-        // The committed vector verifies as it is.
-        let copy = folder.path + "/copy"
-        copyFolder(Self.vectors + "/rotated-ledger", to: copy)
-        #expect(verifyFolder(copy) == .ok(events: 11))
+        Self.expectVectorFolder("rotated-ledger", writtenAt: path, scratch: folder.path, events: 11)
     }
 
     /// The negative vectors: a change to the tiny ledger's log, and what `verify` must report.

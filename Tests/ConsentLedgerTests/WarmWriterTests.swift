@@ -58,13 +58,15 @@ import TransparencyLog
     /// own commits of subject events: a version another process published between two of them
     /// decides the writer's next grant.
     @Test func catalogueVersionsCarriedOverOwnCommitsStillSeeAnotherProcesssPublication() throws {
-        let (writer, path) = try PolicyVersionTests.ledger("warm-catalogue")
+        // The other process keeps the same time: its clock and the writer's are one machine's.
+        let clock = SteppingClock(step: 60_000)
+        let (writer, path) = try PolicyVersionTests.ledger("warm-catalogue", clock: clock)
         defer { removeFolder(path) }
         try writer.execute(Self.give("erin"))
         try writer.execute(Self.give("fay"))
-        let size = try #require(writer.memory.withLock { $0.catalogVersions?.through })
+        let size = try #require(writer.memory.withLock { $0.ledgerTimeline?.through })
         #expect(size == (try writer.verify().events))
-        let other = try Ledger.open(store: FileLedgerStore(directory: path))
+        let other = try Ledger.open(store: FileLedgerStore(directory: path), clock: clock.clock)
         try other.publish(PolicyVersionTests.catalog(bumping: [("timeline", "required", "2.0")]))
         let (result, _) = try writer.execute(Self.give("gus"))
         guard case .consentGiven(let given) = try #require(result.events.first).payload else { Issue.record("not a grant"); return }

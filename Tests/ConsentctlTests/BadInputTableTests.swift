@@ -66,6 +66,13 @@ import Testing
         // erase
         Case("erase without a subject", ["erase"], 64, "--subject"),
         Case("erase of an unknown subject", ["erase", "--subject", "nobody"], 64, "has no subject 'nobody'"),
+        // clock
+        Case("clock correct with a reason holding a newline", ["clock", "correct", "--reason", "NTP\nOK: 99 events"], 64, "contains a control character"),
+        Case("clock correct with a reason of 201 bytes", ["clock", "correct", "--reason", String(repeating: "r", count: 201)], 64, "more than 200"),
+        Case("clock correct with an empty actor", ["clock", "correct", "--actor", ""], 64, "actor"),
+        Case("clock correct with an extra argument", ["clock", "correct", "now"], 64, "Unexpected argument 'now'"),
+        Case("a negative --clock-skew", ["--clock-skew=-5", "clock", "show"], 64, "--clock-skew must be a number of seconds"),
+        Case("clock with an unknown subcommand", ["clock", "reset"], 64, "reset"),
         // status, history, subjects, completion
         Case("status as of the year 9999", ["status", "--subject", "alice", "--at", "9999-12-31T23:59:59Z"], 64, "is in the future"),
         Case("status as of a time that is no time", ["status", "--subject", "alice", "--at", "last tuesday"], 64, "is not a time"),

@@ -190,6 +190,25 @@ public struct KeyRevoked: Hashable, Sendable {
     }
 }
 
+/// The ledger's clock went wrong, and this event puts it right: the events before it carry times
+/// up to `correctedFrom`, later than the writer's clock by more than the ledger allows, and from
+/// this event on the ledger's time is this event's own `at` again, earlier than `correctedFrom`.
+/// It is the one event whose time may go backwards (Spec/ledger-format.md, rule 5b), and it
+/// makes the times before it good for as-of questions (``ClockCorrections``). A command of its
+/// own, about no subject.
+public struct ClockCorrected: Hashable, Sendable {
+    /// The ledger's time before the correction: the previous event's `at`.
+    public let correctedFrom: Timestamp
+    /// Why, as the operator wrote it ("NTP server served 2999"): rules as for an erasure's
+    /// reason (``SubjectErased/problem(reason:)``).
+    public let reason: String?
+
+    public init(correctedFrom: Timestamp, reason: String? = nil) {
+        self.correctedFrom = correctedFrom
+        self.reason = reason
+    }
+}
+
 /// What happened.
 public enum EventPayload: Hashable, Sendable {
     case ledgerCreated(LedgerCreated)
@@ -199,11 +218,12 @@ public enum EventPayload: Hashable, Sendable {
     case subjectErased(SubjectErased)
     case keyRotated(KeyRotated)
     case keyRevoked(KeyRevoked)
+    case clockCorrected(ClockCorrected)
 
     /// The subject the event is about, if any.
     public var subject: SubjectRef? {
         switch self {
-        case .ledgerCreated, .catalogPublished, .keyRotated, .keyRevoked: return nil
+        case .ledgerCreated, .catalogPublished, .keyRotated, .keyRevoked, .clockCorrected: return nil
         case .consentGiven(let e): return e.subject
         case .consentRevoked(let e): return e.subject
         case .subjectErased(let e): return e.subject
@@ -220,6 +240,7 @@ public enum EventPayload: Hashable, Sendable {
         case .subjectErased: return "subject.erased"
         case .keyRotated: return "key.rotated"
         case .keyRevoked: return "key.revoked"
+        case .clockCorrected: return "clock.corrected"
         }
     }
 }

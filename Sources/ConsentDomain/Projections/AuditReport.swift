@@ -148,8 +148,14 @@ public struct AuditReportBuilder: Sendable {
     private var actorSubjects: Set<SubjectRef> = []
     private var erased: [SubjectRef: UInt64] = [:]
 
-    public init(catalog: Catalog, scope: ReportScope) {
+    /// The ledger's clock corrections: the window and the end are in effective times
+    /// (``ClockCorrections``), so a corrected clock error neither hides later events nor moves
+    /// earlier ones out of the window.
+    public let clock: ClockCorrections
+
+    public init(catalog: Catalog, scope: ReportScope, clock: ClockCorrections = ClockCorrections()) {
         self.scope = scope
+        self.clock = clock
         replay = LedgerReplay(catalog: catalog)
     }
 
@@ -159,13 +165,14 @@ public struct AuditReportBuilder: Sendable {
 
     /// Adds the next event of the log. Events after the scope's end are ignored.
     public mutating func add(_ event: LedgerEvent) throws(ReplayViolation) {
-        if let end = scope.end, event.at > end { return }
+        let effective = clock.effectiveTime(of: event)
+        if let end = scope.end, effective > end { return }
         let before = replay.catalog
         try replay.apply(event)
-        let inWindow = scope.inWindow(event.at)
+        let inWindow = scope.inWindow(effective)
         let actorMatches = scope.actor.map { $0.utf8.elementsEqual(event.actor.utf8) } ?? true
         switch event.payload {
-        case .ledgerCreated, .keyRotated, .keyRevoked:
+        case .ledgerCreated, .keyRotated, .keyRevoked, .clockCorrected:
             break
         case .catalogPublished(let published):
             if inWindow && actorMatches {

@@ -86,7 +86,7 @@ public struct HistoryEntry: Hashable, Sendable {
     /// The history entry for a subject event; `nil` for ledger-level events.
     public init?(_ event: LedgerEvent) {
         switch event.payload {
-        case .ledgerCreated, .catalogPublished, .subjectErased, .keyRotated, .keyRevoked:
+        case .ledgerCreated, .catalogPublished, .subjectErased, .keyRotated, .keyRevoked, .clockCorrected:
             return nil
         case .consentGiven(let e):
             (kind, feature, consent, cause, version, renews, evidence) = (e.renews == nil ? .given : .reconsent, e.feature, e.consent, nil, e.version, e.renews, e.evidence)

@@ -14,6 +14,8 @@ public struct LedgerReplay: Sendable {
     public private(set) var lastSeq: UInt64?
     public private(set) var lastAt: Timestamp?
     public private(set) var eventCount = 0
+    /// The clock corrections so far (rule 5b).
+    public private(set) var clockCorrections = ClockCorrections()
     private var openCommand: (span: CommandSpan, subject: SubjectRef?, at: Timestamp, actor: String)?
 
     public init(catalog: Catalog) {
@@ -28,7 +30,9 @@ public struct LedgerReplay: Sendable {
         guard seq == expected else {
             throw ReplayViolation(seq: seq, problem: "sequence number \(seq) where \(expected) was expected")
         }
-        if let lastAt, event.at < lastAt {
+        // Rule 2; a clock correction is the one event that moves time back (rule 5b).
+        let correctsClock = if case .clockCorrected = event.payload { true } else { false }
+        if let lastAt, event.at < lastAt, !correctsClock {
             throw ReplayViolation(seq: seq, problem: "time \(event.at) is earlier than the previous event's \(lastAt)")
         }
         if let open = openCommand {
@@ -74,6 +78,17 @@ public struct LedgerReplay: Sendable {
             guard genesis != nil, event.command.size == 1 else {
                 throw ReplayViolation(seq: seq, problem: "a key revocation is alone in its command, after the genesis event")
             }
+        case .clockCorrected(let correction):
+            guard genesis != nil, event.command.size == 1, let lastAt else {
+                throw ReplayViolation(seq: seq, problem: "a clock correction is alone in its command, after the genesis event")
+            }
+            guard correction.correctedFrom == lastAt else {
+                throw ReplayViolation(seq: seq, problem: "a clock correction names the time it corrects, the previous event's \(lastAt), but this one names \(correction.correctedFrom)")
+            }
+            guard event.at < lastAt else {
+                throw ReplayViolation(seq: seq, problem: "a clock correction moves the ledger's time back, but \(event.at) is not earlier than the previous event's \(lastAt)")
+            }
+            clockCorrections.append(.init(seq: seq, at: event.at, correctedFrom: correction.correctedFrom, reason: correction.reason))
         default:
             guard genesis != nil, let subject = event.payload.subject else {
                 throw ReplayViolation(seq: seq, problem: "the log does not start with a genesis event")

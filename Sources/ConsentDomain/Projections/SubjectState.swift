@@ -135,7 +135,7 @@ public struct SubjectState: Hashable, Sendable {
             if !requiredRevocations.isEmpty { requiredRevocations.removeAll() }
         }
         switch event.payload {
-        case .ledgerCreated, .catalogPublished, .keyRotated, .keyRevoked:
+        case .ledgerCreated, .catalogPublished, .keyRotated, .keyRevoked, .clockCorrected:
             throw ReplayViolation(seq: seq, problem: "a ledger event is not a subject's event")
         case .subjectErased:
             guard event.command.size == 1 else {

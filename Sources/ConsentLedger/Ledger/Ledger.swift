@@ -114,6 +114,18 @@ public final class Ledger: Sendable {
     /// Concurrent ``execute(_:)`` calls of this process share commits.
     let groupCommit = GroupCommit()
     let lastRecordedCheckpoint = Mutex<Int64?>(nil)
+    private let clockSkewMilliseconds = Mutex<Int64>(Ledger.defaultMaximumClockSkew.milliseconds)
+
+    /// How far the ledger's time may be ahead of this writer's clock (Spec/ledger-format.md,
+    /// Clock corrections): a write whose clock is further behind the ledger's newest event
+    /// refuses (`ConsentError.clockAhead`) rather than carry a wrong time forward.
+    /// Default five minutes.
+    public var maximumClockSkew: Duration {
+        get { .milliseconds(clockSkewMilliseconds.withLock { $0 }) }
+        set { clockSkewMilliseconds.withLock { $0 = max(0, newValue.milliseconds) } }
+    }
+
+    public static let defaultMaximumClockSkew: Duration = .seconds(300)
 
     struct Memory: Sendable {
         /// The last signed head this process checked or signed, with the frontier at its size:
@@ -138,11 +150,12 @@ public final class Ledger: Sendable {
         var streams: (state: StreamState, nextIndex: Int64)?
         /// The key schedule learned from the log's first `through` records (``keySchedule(_:map:size:)``).
         var keys: (schedule: KeySchedule, through: Int)?
-        /// The catalogue versions read from the ledger stream, with the stream's newest event
+        /// The catalogue versions and clock corrections read from the ledger stream, with the
+        /// stream's newest event
         /// (as the subject map, checked against the root the log's last event signs, names it):
         /// reused while that event is still the newest.
         /// With the ledger stream's newest event and the log size they were found at.
-        var catalogVersions: (newest: UInt64, versions: [CatalogVersion], through: Int)?
+        var ledgerTimeline: (newest: UInt64, timeline: LedgerTimeline, through: Int)?
     }
 
     private init(store: any LedgerStore, keys: (any KeyStore)?, passphrase: PassphraseSource?, catalog: Catalog, catalogBytes: [UInt8], genesis: LedgerCreated, genesisTime: Timestamp, version: Int64, publicKey: PublicKey, chain: HashChain, verifier: any SignatureVerifier, clock: @escaping LedgerClock, random: @escaping RandomSource, signer: (any EventSigner)?) {
@@ -453,7 +466,7 @@ public final class Ledger: Sendable {
         let inLedgerStream = events.contains { $0.payload.subject == nil }
         memory.withLock { memory in
             if !changesKeys, let keys = memory.keys, keys.through >= from { memory.keys = (keys.schedule, max(keys.through, size)) }
-            if !inLedgerStream, let versions = memory.catalogVersions, versions.through == from { memory.catalogVersions!.through = size }
+            if !inLedgerStream, let timeline = memory.ledgerTimeline, timeline.through == from { memory.ledgerTimeline!.through = size }
             if memory.replay != nil, memory.size == from {
                 for event in events { try? memory.replay!.apply(event) }
                 memory.size = size
@@ -493,4 +506,12 @@ public final class Ledger: Sendable {
         }
     }
 
+}
+
+extension Duration {
+    /// Whole milliseconds, rounded down.
+    var milliseconds: Int64 {
+        let (seconds, attoseconds) = components
+        return seconds &* 1000 &+ attoseconds / 1_000_000_000_000_000
+    }
 }

@@ -37,10 +37,12 @@ extension Ledger {
             } catch {
                 throw mapFailure("\(error)")
             }
-            let versions = try catalogVersions(ledgerEntries)
+            let timeline = try ledgerTimeline(ledgerEntries)
+            let versions = timeline.versions
             var state = SubjectState()
             for entry in subjectEntries {
-                if let at, entry.record.event.at > at { break }
+                // As of a time: in effective times (``ClockCorrections``).
+                if let at, timeline.clock.effectiveTime(of: entry.record.event) > at { break }
                 do throws(ReplayViolation) {
                     try state.apply(entry.record.event, catalog: Self.catalog(in: versions, before: entry.record.event.seq))
                 } catch {
@@ -58,7 +60,7 @@ extension Ledger {
                 subject: (subjectID, ref.value, Hex.encode(salt)), at: at,
                 events: try subjectEntries.map(proved), catalogEvents: try ledgerEntries.dropFirst().map(proved),
                 subjectMapProof: subjectMapProof, ledgerMapProof: ledgerMapProof,
-                state: ListingJSON.encode(ConsentListing(state: state, catalog: Self.catalog(in: versions, at: at))),
+                state: ListingJSON.encode(ConsentListing(state: state, catalog: Self.catalog(in: versions, at: at, clock: timeline.clock))),
                 keys: try rotationEntries(view, checkpoint: checkpoint))
         }
     }

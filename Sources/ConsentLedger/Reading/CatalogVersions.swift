@@ -34,17 +34,53 @@ public struct PublicationPreview: Hashable, Sendable {
     public let subjectsOutdated: Int
 }
 
+/// The ledger's time against a writer's clock (``Ledger/clockStatus()``).
+public struct LedgerClockStatus: Sendable {
+    /// The newest event's time and seq.
+    public let ledgerTime: Timestamp
+    public let seq: UInt64
+    /// This process's clock when asked.
+    public let clock: Timestamp
+    public let allowedSkew: Duration
+    /// Every clock correction of the log.
+    public let corrections: ClockCorrections
+
+    /// How far the ledger's time is ahead of the clock, in milliseconds (negative: behind).
+    public var aheadMilliseconds: Int64 { ledgerTime.millisecondsSinceEpoch - clock.millisecondsSinceEpoch }
+    public var allowedSkewMilliseconds: Int64 { allowedSkew.milliseconds }
+    /// Writes refuse: the ledger's time is ahead by more than the allowed skew.
+    public var refusesWrites: Bool { aheadMilliseconds > allowedSkew.milliseconds }
+}
+
+/// What the ledger's own stream says besides keys: the catalogue versions and the clock
+/// corrections.
+struct LedgerTimeline: Sendable {
+    var versions: [CatalogVersion]
+    var clock: ClockCorrections
+}
+
 extension Ledger {
     /// Every catalogue version of the log: the genesis catalogue, then each published one, from
     /// the ledger's own stream. Call with derived data current.
     func catalogVersions(_ view: LogView) throws -> [CatalogVersion] {
-        guard version >= 2 else { return try catalogVersions(try streamEntries(SubjectMap.ledgerStream, view)) }
+        try ledgerTimeline(view).versions
+    }
+
+    /// The ledger's clock corrections, from its own stream; for as-of questions, which are
+    /// asked in effective times (``ClockCorrections``).
+    package func clockCorrections(_ view: LogView) throws -> ClockCorrections {
+        try ledgerTimeline(view).clock
+    }
+
+    /// The catalogue versions and clock corrections of the log. Call with derived data current.
+    func ledgerTimeline(_ view: LogView) throws -> LedgerTimeline {
+        guard version >= 2 else { return try ledgerTimeline(try streamEntries(SubjectMap.ledgerStream, view)) }
         // Every command needs them: read again only when the ledger stream has a new event.
         // Found at this very size (or carried to it by this process's own commits of subject
         // events only, ``advanceMemory(from:to:events:head:)``), they need no lookup at all.
         let size = view.log.size
-        let cached = memory.withLock { $0.catalogVersions }
-        if let cached, cached.through == size { return cached.versions }
+        let cached = memory.withLock { $0.ledgerTimeline }
+        if let cached, cached.through == size { return cached.timeline }
         let newest: UInt64?
         do {
             newest = try currentMap(view).map.lookup(SubjectMap.ledgerStream).seq
@@ -52,30 +88,46 @@ extension Ledger {
             throw mapFailure("\(error)")
         }
         if let newest, let cached, cached.newest == newest {
-            memory.withLock { $0.catalogVersions = (newest, cached.versions, size) }
-            return cached.versions
+            memory.withLock { $0.ledgerTimeline = (newest, cached.timeline, size) }
+            return cached.timeline
         }
-        let versions = try catalogVersions(try streamEntries(SubjectMap.ledgerStream, view))
-        if let newest { memory.withLock { $0.catalogVersions = (newest, versions, size) } }
-        return versions
+        let timeline = try ledgerTimeline(try streamEntries(SubjectMap.ledgerStream, view))
+        if let newest { memory.withLock { $0.ledgerTimeline = (newest, timeline, size) } }
+        return timeline
     }
 
     /// The catalogue versions of the ledger stream's events.
     func catalogVersions(_ ledgerStream: [StreamEntry]) throws -> [CatalogVersion] {
-        var versions = [CatalogVersion(seq: 0, at: genesisTime, catalog: catalog, published: nil)]
+        try ledgerTimeline(ledgerStream).versions
+    }
+
+    /// The catalogue versions and clock corrections of the ledger stream's events.
+    func ledgerTimeline(_ ledgerStream: [StreamEntry]) throws -> LedgerTimeline {
+        var timeline = LedgerTimeline(versions: [CatalogVersion(seq: 0, at: genesisTime, catalog: catalog, published: nil)], clock: ClockCorrections())
+        var previousAt = genesisTime
         for entry in ledgerStream where entry.seq > 0 {
-            switch entry.record.event.payload {
+            let event = entry.record.event
+            defer { previousAt = event.at }
+            switch event.payload {
             case .keyRotated, .keyRevoked: continue
+            case .clockCorrected(let correction):
+                // The full replay checks it against the previous event of the log; a reader of
+                // the stream alone can still refuse one that moves no time back.
+                guard event.at < correction.correctedFrom, previousAt <= correction.correctedFrom else {
+                    throw ConsentError.integrity(IntegrityFailure(.ledgerFiles, line: entry.seq + 1, seq: UInt64(entry.seq), problem: "a clock correction moves the ledger's time back, but \(event.at) is not earlier than the time it corrects, \(correction.correctedFrom)"))
+                }
+                timeline.clock.append(.init(seq: event.seq, at: event.at, correctedFrom: correction.correctedFrom, reason: correction.reason))
+                continue
             default: break
             }
-            guard case .catalogPublished(let published) = entry.record.event.payload else {
+            guard case .catalogPublished(let published) = event.payload else {
                 throw ConsentError.integrity(IntegrityFailure(.ledgerFiles, line: entry.seq + 1, seq: UInt64(entry.seq), problem: "a ledger event after the genesis event is not a published catalogue"))
             }
             if version < 2 { try checkSignature(entry.record, line: entry.seq + 1, keys: genesisSchedule) }
             try checkCatalogHash(published, seq: UInt64(entry.seq))
-            versions.append(CatalogVersion(seq: entry.record.event.seq, at: entry.record.event.at, catalog: published.catalog, published: published))
+            timeline.versions.append(CatalogVersion(seq: event.seq, at: event.at, catalog: published.catalog, published: published))
         }
-        return versions
+        return timeline
     }
 
     /// A published catalogue's `catalog` member must be the SHA-256 of its canonical bytes.
@@ -90,10 +142,11 @@ extension Ledger {
         versions.last { $0.seq < seq }?.catalog ?? versions[0].catalog
     }
 
-    /// The catalogue in force at a time (the newest one when `at` is nil).
-    static func catalog(in versions: [CatalogVersion], at: Timestamp?) -> Catalog {
+    /// The catalogue in force at a time (the newest one when `at` is nil): the newest version
+    /// whose effective time is not later.
+    static func catalog(in versions: [CatalogVersion], at: Timestamp?, clock: ClockCorrections) -> Catalog {
         guard let at else { return versions.last!.catalog }
-        return versions.last { $0.at <= at }?.catalog ?? versions[0].catalog
+        return versions.last { clock.effectiveTime(seq: $0.seq, at: $0.at) <= at }?.catalog ?? versions[0].catalog
     }
 
     /// Refuses a catalogue that cannot follow `current` (other features or consents, a version
@@ -126,6 +179,14 @@ extension Ledger {
             }
         }
         return PublicationPreview(changes: changes, subjectsOutdated: outdated.count)
+    }
+
+    /// The ledger's time against this process's clock, and its clock corrections.
+    public func clockStatus() throws -> LedgerClockStatus {
+        try reading { view in
+            let last = view.log.last.event
+            return LedgerClockStatus(ledgerTime: last.at, seq: last.seq, clock: clock(), allowedSkew: maximumClockSkew, corrections: try clockCorrections(view))
+        }
     }
 
     /// The catalogue versions of the ledger, oldest first.

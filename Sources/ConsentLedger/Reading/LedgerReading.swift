@@ -114,27 +114,29 @@ extension Ledger {
         try Self.validateText(subjectID, what: "subject id", maxBytes: 256)
         return try reading { view in
             let log = view.log
-            let versions = try catalogVersions(view)
-            let catalog = Self.catalog(in: versions, at: asOf)
+            let timeline = try ledgerTimeline(view)
+            let versions = timeline.versions
+            let catalog = Self.catalog(in: versions, at: asOf, clock: timeline.clock)
             guard let salt = try salt(of: subjectID) else {
                 let empty = SubjectState()
                 return SubjectReport(subjectID: subjectID, subject: nil, state: empty, events: [], listing: ConsentListing(state: empty, catalog: catalog), torn: log.torn)
             }
             let ref = subjectRef(id: subjectID, salt: salt)
-            let (state, events) = try subjectEvents(ref, view, until: asOf, versions: versions, key: subjectKey(subjectID, salt: salt))
+            let (state, events) = try subjectEvents(ref, view, until: asOf, clock: timeline.clock, versions: versions, key: subjectKey(subjectID, salt: salt))
             return SubjectReport(subjectID: subjectID, subject: ref, state: state, events: events, listing: ConsentListing(state: state, catalog: catalog), torn: log.torn)
         }
     }
 
     /// A subject's events (``streamEntries(_:log:)``), replayed under the catalogue in force
-    /// before each; with the subject's `key`, their sealed evidence opened.
-    func subjectEvents(_ subject: SubjectRef, _ view: LogView, until: Timestamp?, versions: [CatalogVersion], key: SubjectKey? = nil) throws -> (state: SubjectState, events: [LedgerEvent]) {
+    /// before each, up to `until` in effective times (``ClockCorrections``); with the subject's
+    /// `key`, their sealed evidence opened.
+    func subjectEvents(_ subject: SubjectRef, _ view: LogView, until: Timestamp?, clock: ClockCorrections = ClockCorrections(), versions: [CatalogVersion], key: SubjectKey? = nil) throws -> (state: SubjectState, events: [LedgerEvent]) {
         var state = SubjectState()
         var events: [LedgerEvent] = []
         guard Hex.decode(subject.value)?.count == 16 else { return (state, events) }
         for entry in try streamEntries(StreamKey.of(subject: subject), view) {
             let record = entry.record
-            if let until, record.event.at > until { break }
+            if let until, clock.effectiveTime(of: record.event) > until { break }
             if version < 2 { try checkSignature(record, line: entry.seq + 1, keys: genesisSchedule) }
             let event = try key.map { key throws(ConsentError) in
                 try record.event.mappingEvidence { (e) throws(ConsentError) in try openEvidence(e, seq: record.event.seq, key: key) }

@@ -16,6 +16,11 @@ public struct VerificationReport: Hashable, Sendable {
     public let keys: KeySchedule
     /// A torn tail left by a crash (not part of the ledger; the next write removes it).
     public let torn: TornTail?
+    /// Every clock correction of the log.
+    public let clockCorrections: ClockCorrections
+    /// Set when the ledger's clock went wrong and is not corrected: its newest event's time is
+    /// ahead of this process's clock by more than ``Ledger/maximumClockSkew``, so writes refuse.
+    public let clockAhead: ClockAhead?
 }
 
 extension Ledger {
@@ -79,7 +84,11 @@ extension Ledger {
             try checkStoredMap(tx, streams, size: Int64(replay.eventCount))
             try checkSubjectRecords(tx, keys: keys, logSubjects: replay.subjects.filter { $0.value.erasedAt == nil }.keys,
                                     erased: Set(replay.subjects.filter { $0.value.erasedAt != nil }.keys), sealed: sealed)
-            return VerificationReport(events: replay.eventCount, subjects: replay.subjects.count, head: ChainHead(seq: lastSeq, hash: previous), ledgerName: genesis.ledgerName, publicKey: publicKey, keys: keys, torn: log.torn)
+            let now = clock(), skew = maximumClockSkew.milliseconds
+            let ahead = log.last.event.at.millisecondsSinceEpoch - now.millisecondsSinceEpoch > skew
+                ? ClockAhead(ledgerTime: log.last.event.at, seq: log.last.event.seq, clock: now, allowedSkewMilliseconds: skew) : nil
+            return VerificationReport(events: replay.eventCount, subjects: replay.subjects.count, head: ChainHead(seq: lastSeq, hash: previous), ledgerName: genesis.ledgerName, publicKey: publicKey, keys: keys, torn: log.torn,
+                                      clockCorrections: replay.clockCorrections, clockAhead: ahead)
         }
     }
 

@@ -52,7 +52,7 @@ extension Ledger {
                 return ErasureReceipt(pseudonym: ref.value, seq: erasedAt, at: at, events: eventCount, appended: false)
             }
             let log = view.log
-            let at = max(clock(), log.last.event.at)
+            let at = try commandTime(after: log.last.event)
             let seq = log.last.event.seq + 1
             let event = LedgerEvent(seq: seq, at: at, actor: actor, command: CommandSpan(first: seq, size: 1), payload: .subjectErased(SubjectErased(subject: ref, reason: reason)))
             do {

@@ -65,7 +65,7 @@ extension Ledger {
             } catch {
                 throw ConsentError.invalidRequest("the new key cannot take over: \(error)")
             }
-            let event = LedgerEvent(seq: seq, at: max(clock(), log.last.event.at), actor: actor, command: CommandSpan(first: seq, size: 1), payload: .keyRotated(rotation))
+            let event = LedgerEvent(seq: seq, at: try commandTime(after: log.last.event), actor: actor, command: CommandSpan(first: seq, size: 1), payload: .keyRotated(rotation))
             try beforeCommit()
             let committed = try commitLedgerEvent(event, view, tx, signer: signer, headSigner: newSigner, afterCommit: &afterCommit)
             afterCommit.append { [self] in memory.withLock { $0.signer = newSigner; $0.keys = (after, committed.size) } }
@@ -161,7 +161,7 @@ extension Ledger {
             } catch {
                 throw ConsentError.invalidRequest("cannot revoke: \(error)")
             }
-            let event = LedgerEvent(seq: seq, at: max(clock(), log.last.event.at), actor: actor, command: CommandSpan(first: seq, size: 1), payload: .keyRevoked(revocation))
+            let event = LedgerEvent(seq: seq, at: try commandTime(after: log.last.event), actor: actor, command: CommandSpan(first: seq, size: 1), payload: .keyRevoked(revocation))
             let revised = try recordsToRevise(revoking: revoked.key, view, signer: signer)
             let committed = try commitLedgerEvent(event, view, tx, signer: signer, revising: revised, afterCommit: &afterCommit)
             afterCommit.append { [self] in

@@ -166,7 +166,7 @@ extension Ledger {
                 }
             }
             let streams = try streamState(for: Set(refs.values.map { StreamKey.of(subject: $0) }), view)
-            let at = max(clock(), log.last.event.at)
+            let at = try commandTime(after: log.last.event)
             var nextSeq = log.last.event.seq + 1
             var events: [LedgerEvent] = []
             // Each batch is decided on a copy of the states its subjects had after the batches
@@ -320,7 +320,7 @@ extension Ledger {
             m.size = nil
             m.head = nil
             m.streams = nil
-            m.catalogVersions = nil
+            m.ledgerTimeline = nil
         }
     }
 
@@ -344,7 +344,46 @@ extension Ledger {
             }
             let published = CatalogPublished(catalog: newCatalog, catalogHash: hasher.sha256(CatalogCodec.canonicalBytes(newCatalog)).hex, notices: notices)
             let seq = log.last.event.seq + 1
-            let event = LedgerEvent(seq: seq, at: max(clock(), log.last.event.at), actor: actor, command: CommandSpan(first: seq, size: 1), payload: .catalogPublished(published))
+            let event = LedgerEvent(seq: seq, at: try commandTime(after: log.last.event), actor: actor, command: CommandSpan(first: seq, size: 1), payload: .catalogPublished(published))
+            _ = try commitLedgerEvent(event, view, tx, signer: signer, afterCommit: &afterCommit)
+            return event
+        }
+    }
+
+    /// The time of a command written now, after `last`: this writer's clock, or `last`'s time
+    /// when that is later (times never go backwards, rule 2) but within the allowed skew
+    /// (``maximumClockSkew``). A ledger whose time is further ahead refuses the write (`ConsentError.clockAhead`): carrying
+    /// a wrong time forward would stamp every later event with it.
+    func commandTime(after last: LedgerEvent) throws -> Timestamp {
+        let now = clock()
+        let skew = maximumClockSkew.milliseconds
+        if last.at.millisecondsSinceEpoch - now.millisecondsSinceEpoch > skew {
+            throw ConsentError.clockAhead(ClockAhead(ledgerTime: last.at, seq: last.seq, clock: now, allowedSkewMilliseconds: skew))
+        }
+        return max(now, last.at)
+    }
+
+    /// Records that the ledger's clock went wrong and sets its time back to this writer's clock:
+    /// one signed `clock.corrected` event naming the time it corrects (Spec/ledger-format.md,
+    /// Clock corrections). Returns nil, appending nothing, when the ledger's time is not ahead
+    /// of this clock by more than ``maximumClockSkew``: writes go on without a correction then.
+    ///
+    /// Check this machine's clock first: a correction made from a clock that is behind records
+    /// a wrong time of its own.
+    @discardableResult
+    public func correctClock(reason: String? = nil, actor: String = "consentctl") throws -> LedgerEvent? {
+        try Self.validateText(actor, what: "actor", maxBytes: 128)
+        if let reason, let problem = SubjectErased.problem(reason: reason) { throw ConsentError.invalidRequest("the correction's reason cannot be recorded: \(problem)") }
+        guard version >= 2 else {
+            throw ConsentError.invalidRequest("this ledger is of format version 1, which has no clock corrections: copy it to a new ledger first (`consentctl migrate --to`)")
+        }
+        let signer = try signingKey()
+        return try writing { tx, view, afterCommit in
+            let log = view.log
+            let now = clock()
+            guard log.last.event.at.millisecondsSinceEpoch - now.millisecondsSinceEpoch > maximumClockSkew.milliseconds else { return nil }
+            let seq = log.last.event.seq + 1
+            let event = LedgerEvent(seq: seq, at: now, actor: actor, command: CommandSpan(first: seq, size: 1), payload: .clockCorrected(ClockCorrected(correctedFrom: log.last.event.at, reason: reason)))
             _ = try commitLedgerEvent(event, view, tx, signer: signer, afterCommit: &afterCommit)
             return event
         }

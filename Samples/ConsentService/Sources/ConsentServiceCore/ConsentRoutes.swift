@@ -146,6 +146,8 @@ func serviceError(_ error: any Error) -> ServiceError {
     // The service unlocks its key at start; a locked key here is the operator's to fix.
     case .keyLocked: return ServiceError(status: .serviceUnavailable, kind: "storage", message: "the ledger's signing key is locked")
     case .unavailable(let m): return ServiceError(status: .serviceUnavailable, kind: "unavailable", message: m)
+    // The ledger's time is ahead of this server's clock: the operator decides which is wrong.
+    case .clockAhead(let c): return ServiceError(status: .serviceUnavailable, kind: "clock-ahead", message: "\(c)")
     }
 }
 

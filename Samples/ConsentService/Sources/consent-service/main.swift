@@ -3,7 +3,7 @@
 //   consent-service serve [--store DIR|postgres://…] [--port 8080] [--token-key FILE]
 //                         [--key-file FILE] [--passphrase-file FILE] [--insecure-plaintext-key]
 //                         [--issuer ISS] [--audience AUD] [--max-token-lifetime SECONDS] [--jwks FILE|URL]
-//                         [--lock-timeout SECONDS]
+//                         [--lock-timeout SECONDS] [--clock-skew SECONDS]
 //   consent-service token (--subject ID | --auditor NAME) [--ttl SECONDS] [--token-key FILE]
 //                         [--issuer ISS] [--audience AUD] [--max-token-lifetime SECONDS]
 //
@@ -167,11 +167,14 @@ case "serve":
     } catch {
         fail("\(error)")
     }
+    // How far the ledger's time may be ahead of this server's clock before writes answer 503
+    // (kind clock-ahead) instead of carrying a wrong time forward.
+    consents.ledger.maximumClockSkew = .seconds(integer("--clock-skew", default: 300, in: 0...31_536_000))
     print("consent-service: ledger at \(store.names.location), listening on 127.0.0.1:\(port)")
     try consents.ledger.loadAll()
     var logger = Logger(label: "consent-service")
     logger.logLevel = .info
     try await makeApplication(consents: consents, tokens: await accessTokens(jwks: jwks), port: port, logger: logger).runService()
 default:
-    fail("usage: consent-service serve [--store DIR|postgres://USER@HOST:PORT/DB?schema=NAME] [--port N] [--token-key FILE] [--key-file FILE] [--passphrase-file FILE] [--insecure-plaintext-key] [--issuer ISS] [--audience AUD] [--max-token-lifetime S] [--jwks FILE|URL] [--lock-timeout S] | token (--subject ID | --auditor NAME) [--ttl S] [--token-key FILE] [--issuer ISS] [--audience AUD] [--max-token-lifetime S]")
+    fail("usage: consent-service serve [--store DIR|postgres://USER@HOST:PORT/DB?schema=NAME] [--port N] [--token-key FILE] [--key-file FILE] [--passphrase-file FILE] [--insecure-plaintext-key] [--issuer ISS] [--audience AUD] [--max-token-lifetime S] [--jwks FILE|URL] [--lock-timeout S] [--clock-skew S] | token (--subject ID | --auditor NAME) [--ttl S] [--token-key FILE] [--issuer ISS] [--audience AUD] [--max-token-lifetime S]")
 }
