@@ -124,34 +124,35 @@ public struct AuditExport: Hashable, Sendable {
 
     /// Reads a bundle; a malformed one is an error that says what is missing.
     public init(bytes: [UInt8]) throws(ExportVerificationError) {
-        let value: JSONValue
+        self = try bytes.withUnsafeBufferPointer { (buffer) throws(ExportVerificationError) -> AuditExport in
+            try Self.read(buffer, keepingEvents: { _ in true }).bundle
+        }
+    }
+
+    /// Reads a bundle from `buffer`. Its `events` are read one by one and kept only when
+    /// `keepingEvents` says so for the bundle's scope; otherwise the bundle's ``events`` is empty
+    /// and `offsets` says where each entry starts (``event(in:at:)`` reads one). A whole-ledger
+    /// bundle is thus verified in memory that does not grow with it (``ExportVerifier``).
+    package static func read(_ buffer: UnsafeBufferPointer<UInt8>, keepingEvents: (Scope) -> Bool, passed: (Int) -> Void = { _ in }) throws(ExportVerificationError) -> (bundle: AuditExport, offsets: [Int]) {
+        let members: [String: JSONValue], offsets: [Int]?
         do {
-            value = try CanonicalJSON.parse(bytes, canonical: false)
+            (members, offsets) = try CanonicalJSON.parseObject(buffer, lazy: "events", canonical: false, passed: passed)
         } catch {
             throw ExportVerificationError(seq: nil, "the bundle is not JSON: \(error)")
         }
+        let value = JSONValue.object(members)
         func string(_ key: String) throws(ExportVerificationError) -> String {
             guard let s = value[key]?.stringValue else { throw ExportVerificationError(seq: nil, "the bundle has no string '\(key)'") }
             return s
-        }
-        func event(_ v: JSONValue?) throws(ExportVerificationError) -> ExportedEvent {
-            guard let v, let seq = v["seq"]?.intValue, let line = v["line"]?.stringValue else {
-                throw ExportVerificationError(seq: nil, "an event entry lacks 'seq' or 'line'")
-            }
-            var proof: [Digest] = []
-            for p in v["proof"]?.arrayValue ?? [] {
-                guard let text = p.stringValue, let raw = Base64.decode(text), let d = Digest(bytes: raw) else {
-                    throw ExportVerificationError(seq: UInt64(max(0, seq)), "a proof hash is not the base64 of 32 bytes")
-                }
-                proof.append(d)
-            }
-            return ExportedEvent(seq: seq, line: line, proof: proof)
         }
         guard try string("format") == Self.format else { throw ExportVerificationError(seq: nil, "unknown bundle format (expected \(Self.format))") }
         guard let scope = Scope(rawValue: try string("scope")) else { throw ExportVerificationError(seq: nil, "unknown scope") }
         guard let catalog = value["catalog"], catalog.objectValue != nil else { throw ExportVerificationError(seq: nil, "the bundle has no catalogue") }
         var events: [ExportedEvent] = []
-        for e in value["events"]?.arrayValue ?? [] { events.append(try event(e)) }
+        if keepingEvents(scope), let offsets {
+            events.reserveCapacity(offsets.count)
+            for offset in offsets { events.append(try event(in: buffer, at: offset)) }
+        }
         var catalogEvents: [ExportedEvent] = []
         for e in value["catalogVersions"]?.arrayValue ?? [] { catalogEvents.append(try event(e)) }
         var subject: (id: String, ref: String, salt: String)?
@@ -177,7 +178,34 @@ public struct AuditExport: Hashable, Sendable {
             streamProof = StreamProof(last: try StateProof.readEvent(value["last"], "'last'"), subjectMap: try StateProof.readMapProof(value, "subjectMap"),
                                       ledgerMap: try StateProof.readMapProof(value, "ledgerMap"))
         }
-        self.init(scope: scope, ledger: ledger, verifierKey: verifierKey, checkpoint: checkpoint, catalog: catalog, genesis: genesis, subject: subject, events: events, state: value["state"]?["features"], catalogEvents: catalogEvents, statement: value["statement"]?.stringValue, streamProof: streamProof, keys: keys)
+        let bundle = AuditExport(scope: scope, ledger: ledger, verifierKey: verifierKey, checkpoint: checkpoint, catalog: catalog, genesis: genesis, subject: subject, events: events, state: value["state"]?["features"], catalogEvents: catalogEvents, statement: value["statement"]?.stringValue, streamProof: streamProof, keys: keys)
+        return (bundle, offsets ?? [])
+    }
+
+    /// The entry of `events` that starts at `offset` of `buffer` (``read(_:keepingEvents:)``).
+    package static func event(in buffer: UnsafeBufferPointer<UInt8>, at offset: Int) throws(ExportVerificationError) -> ExportedEvent {
+        do {
+            return try event(CanonicalJSON.parseElement(buffer, at: offset, canonical: false))
+        } catch let error as ExportVerificationError {
+            throw error
+        } catch {
+            throw ExportVerificationError(seq: nil, "the bundle is not JSON: \(error)")
+        }
+    }
+
+    /// An entry: `seq`, `line` and, where the scope has them, the proof's hashes.
+    static func event(_ v: JSONValue?) throws(ExportVerificationError) -> ExportedEvent {
+        guard let v, let seq = v["seq"]?.intValue, let line = v["line"]?.stringValue else {
+            throw ExportVerificationError(seq: nil, "an event entry lacks 'seq' or 'line'")
+        }
+        var proof: [Digest] = []
+        for p in v["proof"]?.arrayValue ?? [] {
+            guard let text = p.stringValue, let raw = Base64.decode(text), let d = Digest(bytes: raw) else {
+                throw ExportVerificationError(seq: UInt64(max(0, seq)), "a proof hash is not the base64 of 32 bytes")
+            }
+            proof.append(d)
+        }
+        return ExportedEvent(seq: seq, line: line, proof: proof)
     }
 }
 
@@ -270,7 +298,23 @@ public enum ExportVerifier {
     /// With `witnesses`, the checkpoint must also carry valid cosignatures from a quorum of them
     /// (C2SP `tlog-cosignature`): proof that the ledger showed witnesses this same history.
     public static func verify(_ bytes: [UInt8], pinnedKey: NoteVerifierKey, witnesses: WitnessPolicy? = nil, hasher: any SHA256Hasher = OpenSSLSHA256(), verifier: any SignatureVerifier = Sodium()) throws(ExportVerificationError) -> ExportVerificationReport {
-        let bundle = try AuditExport(bytes: bytes)
+        try bytes.withUnsafeBufferPointer { (buffer) throws(ExportVerificationError) -> ExportVerificationReport in
+            try verify(buffer, pinnedKey: pinnedKey, witnesses: witnesses, hasher: hasher, verifier: verifier, release: { _ in })
+        }
+    }
+
+    /// Verifies the bundle in `buffer` (a mapped file, say). A whole-ledger bundle's events are
+    /// read and checked a batch at a time and never held together: memory does not grow with
+    /// the bundle. After each batch `release` is called with the offset below which `buffer` is
+    /// not read again (until the re-check of a revoked key's window, which reads its entries
+    /// again), so that a mapped file's pages can be given back.
+    public static func verify(_ buffer: UnsafeBufferPointer<UInt8>, pinnedKey: NoteVerifierKey, witnesses: WitnessPolicy? = nil, hasher: any SHA256Hasher = OpenSSLSHA256(), verifier: any SignatureVerifier = Sodium(), release: (Int) -> Void) throws(ExportVerificationError) -> ExportVerificationReport {
+        try verify(buffer, pinnedKey: pinnedKey, witnesses: witnesses, hasher: hasher, verifier: verifier, release: release, batchSize: 4096)
+    }
+
+    /// As above, reading and checking `batchSize` entries at a time (tests use small batches).
+    package static func verify(_ buffer: UnsafeBufferPointer<UInt8>, pinnedKey: NoteVerifierKey, witnesses: WitnessPolicy? = nil, hasher: any SHA256Hasher = OpenSSLSHA256(), verifier: any SignatureVerifier = Sodium(), release: (Int) -> Void, batchSize: Int) throws(ExportVerificationError) -> ExportVerificationReport {
+        let (bundle, offsets) = try AuditExport.read(buffer, keepingEvents: { $0 != .all }, passed: release)
         // 1. Only the pinned key is trusted: the key that signs the checkpoint is the pinned key,
         // or one that the bundle's key rotations lead to from it or back to it.
         let keys = try BundleKeys.resolve(pinned: pinnedKey, genesisLine: bundle.genesis.line, rotations: bundle.keys, checkpointNote: bundle.checkpoint, verifierKey: bundle.verifierKey, what: "bundle", hasher: hasher)
@@ -316,7 +360,9 @@ public enum ExportVerifier {
         case .subject:
             return try verifySubject(bundle, checkpoint: checkpoint, catalog: catalog, pinnedKey: pinnedKey, keys: keys, hasher: hasher, verifier: verifier)
         case .all:
-            return try verifyAll(bundle, genesis: genesisRecord, checkpoint: checkpoint, catalog: catalog, keys: keys, hasher: hasher, verifier: verifier)
+            return try verifyAll(bundle, count: offsets.count, read: { (i) throws(ExportVerificationError) -> ExportedEvent in try AuditExport.event(in: buffer, at: offsets[i]) },
+                                 release: { i in release(i < offsets.count ? offsets[i] : buffer.count) }, batchSize: batchSize,
+                                 genesis: genesisRecord, checkpoint: checkpoint, catalog: catalog, keys: keys, hasher: hasher, verifier: verifier)
         }
     }
 
@@ -456,37 +502,67 @@ public enum ExportVerifier {
         return ExportVerificationReport(scope: .subject, checkpoint: checkpoint, events: bundle.events.count, subjectID: subject.id)
     }
 
-    private static func verifyAll(_ bundle: AuditExport, genesis: EventRecord, checkpoint: Checkpoint, catalog: Catalog, keys: BundleKeys, hasher: any SHA256Hasher, verifier: any SignatureVerifier) throws(ExportVerificationError) -> ExportVerificationReport {
-        guard Int64(bundle.events.count) + 1 == checkpoint.size else {
-            throw ExportVerificationError(seq: nil, "the bundle holds \(bundle.events.count + 1) events but the checkpoint covers \(checkpoint.size)")
+    /// A whole-ledger bundle: its `count` entries of `events` are read one at a time by `read`;
+    /// entries below the index given to `release` are not read again (but for a revoked key's
+    /// window).
+    /// `batchSize` entries are read and their signatures checked at once (on all cores).
+    private static func verifyAll(_ bundle: AuditExport, count: Int, read: (Int) throws(ExportVerificationError) -> ExportedEvent, release: (Int) -> Void, batchSize: Int, genesis: EventRecord, checkpoint: Checkpoint, catalog: Catalog, keys: BundleKeys, hasher: any SHA256Hasher, verifier: any SignatureVerifier) throws(ExportVerificationError) -> ExportVerificationReport {
+        guard Int64(count) + 1 == checkpoint.size else {
+            throw ExportVerificationError(seq: nil, "the bundle holds \(count + 1) events but the checkpoint covers \(checkpoint.size)")
         }
         var replay = LedgerReplay(catalog: catalog)
         var frontier: [(size: Int64, hash: Digest)] = []
         var previous = Digest.zero
         var rotations: [(ExportedEvent, EventRecord)] = []
         var revocations: [EventRecord] = []
-        for (i, e) in ([bundle.genesis] + bundle.events).enumerated() {
-            guard e.seq == Int64(i) else { throw ExportVerificationError(seq: UInt64(max(0, e.seq)), "expected seq \(i): events are missing or out of order") }
-            let record = i == 0 ? genesis : try check(e, checkpoint: checkpoint, keys: keys.schedule, rotated: !keys.rotations.isEmpty, hasher: hasher, verifier: verifier, proofRequired: false)
-            if case .keyRotated = record.event.payload { rotations.append((e, record)) }
-            if case .keyRevoked = record.event.payload { revocations.append(record) }
-            guard record.prev == previous else { throw ExportVerificationError(seq: record.event.seq, "prev does not match the previous event's hash") }
-            if case .catalogPublished(let published) = record.event.payload, hasher.sha256(CatalogCodec.canonicalBytes(published.catalog)).hex != published.catalogHash {
-                throw ExportVerificationError(seq: record.event.seq, "the published catalogue's SHA-256 differs from its 'catalog' member")
+        let rotated = !keys.rotations.isEmpty
+        // Entry i of the whole log: the genesis entry, then the bundle's events.
+        func entry(_ i: Int) throws(ExportVerificationError) -> ExportedEvent { i == 0 ? bundle.genesis : try read(i - 1) }
+        var start = 0
+        while start <= count {
+            let end = min(start + batchSize, count + 1)
+            var batch: [ExportedEvent] = []
+            batch.reserveCapacity(end - start)
+            for i in start..<end {
+                let e = try entry(i)
+                guard e.seq == Int64(i) else { throw ExportVerificationError(seq: UInt64(max(0, e.seq)), "expected seq \(i): events are missing or out of order") }
+                batch.append(e)
             }
-            previous = hasher.sha256(record.body)
-            do throws(ReplayViolation) {
-                try replay.apply(record.event)
-            } catch {
-                throw ExportVerificationError(seq: record.event.seq, "replay: \(error.problem)")
+            // Decoding and signatures on all cores; the links, the replay and the tree in order.
+            let lines = batch, first = start
+            let checked = parallelMap(lines.count, minimumForParallel: 64) { j -> Result<EventRecord, ExportVerificationError> in
+                if first + j == 0 { return .success(genesis) }
+                do throws(ExportVerificationError) {
+                    return .success(try check(lines[j], checkpoint: checkpoint, keys: keys.schedule, rotated: rotated, hasher: hasher, verifier: verifier, proofRequired: false))
+                } catch {
+                    return .failure(error)
+                }
             }
-            // RFC 6962 root, built leaf by leaf from complete subtrees.
-            var node = (size: Int64(1), hash: MerkleTree.leafHash(Array(e.line.utf8), hasher: hasher))
-            while let last = frontier.last, last.size == node.size {
-                frontier.removeLast()
-                node = (last.size * 2, MerkleTree.nodeHash(last.hash, node.hash, hasher: hasher))
+            for (j, result) in checked.enumerated() {
+                let record = try result.get()
+                let e = batch[j]
+                if case .keyRotated = record.event.payload { rotations.append((e, record)) }
+                if case .keyRevoked = record.event.payload { revocations.append(record) }
+                guard record.prev == previous else { throw ExportVerificationError(seq: record.event.seq, "prev does not match the previous event's hash") }
+                if case .catalogPublished(let published) = record.event.payload, hasher.sha256(CatalogCodec.canonicalBytes(published.catalog)).hex != published.catalogHash {
+                    throw ExportVerificationError(seq: record.event.seq, "the published catalogue's SHA-256 differs from its 'catalog' member")
+                }
+                previous = hasher.sha256(record.body)
+                do throws(ReplayViolation) {
+                    try replay.apply(record.event)
+                } catch {
+                    throw ExportVerificationError(seq: record.event.seq, "replay: \(error.problem)")
+                }
+                // RFC 6962 root, built leaf by leaf from complete subtrees.
+                var node = (size: Int64(1), hash: MerkleTree.leafHash(Array(e.line.utf8), hasher: hasher))
+                while let last = frontier.last, last.size == node.size {
+                    frontier.removeLast()
+                    node = (last.size * 2, MerkleTree.nodeHash(last.hash, node.hash, hasher: hasher))
+                }
+                frontier.append(node)
             }
-            frontier.append(node)
+            start = end
+            release(max(0, start - 1))
         }
         guard var root = frontier.last?.hash else { throw ExportVerificationError(seq: nil, "the bundle holds no events") }
         for part in frontier.dropLast().reversed() { root = MerkleTree.nodeHash(part.hash, root, hasher: hasher) }
@@ -498,14 +574,13 @@ public enum ExportVerifier {
         // Every event a revoked key signed in its compromised window is one it attests.
         // (A revocation follows the window it covers: the window's events are read again.)
         let withRevocations = try keys.withRevocations(revocations)
-        let all = [bundle.genesis] + bundle.events
         for revocation in withRevocations.revocations {
             for seq in revocation.since...revocation.until {
-                let record = try check(all[Int(seq)], checkpoint: checkpoint, keys: keys.schedule, rotated: !keys.rotations.isEmpty, hasher: hasher, verifier: verifier, proofRequired: false)
+                let record = try check(try entry(Int(seq)), checkpoint: checkpoint, keys: keys.schedule, rotated: rotated, hasher: hasher, verifier: verifier, proofRequired: false)
                 try BundleKeys.checkAttested(record, keys: withRevocations, hasher: hasher)
             }
         }
-        return ExportVerificationReport(scope: .all, checkpoint: checkpoint, events: bundle.events.count + 1, subjectID: nil)
+        return ExportVerificationReport(scope: .all, checkpoint: checkpoint, events: count + 1, subjectID: nil)
     }
 
     /// Checks a consistency proof between two signed checkpoints, offline.

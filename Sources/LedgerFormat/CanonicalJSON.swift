@@ -232,16 +232,23 @@ package enum CanonicalJSON {
         }
 
         mutating func parseArray(depth: Int) throws(JSONParseError) -> JSONValue {
-            index += 1
             var items: [JSONValue] = []
+            try forEachElement { (p) throws(JSONParseError) in items.append(try p.parseValue(depth: depth + 1)) }
+            return .array(items)
+        }
+
+        /// Reads an array from its `[` to its `]`, calling `element` at the start of each
+        /// element, which must read it.
+        mutating func forEachElement(_ element: (inout Parser) throws(JSONParseError) -> Void) throws(JSONParseError) {
+            index += 1
             skipWhitespace()
             if index < bytes.count, bytes[index] == UInt8(ascii: "]") {
                 index += 1
-                return .array(items)
+                return
             }
             while true {
                 skipWhitespace()
-                items.append(try parseValue(depth: depth + 1))
+                try element(&self)
                 skipWhitespace()
                 guard index < bytes.count else { throw error("unexpected end of input in an array") }
                 if bytes[index] == UInt8(ascii: ",") {
@@ -250,7 +257,7 @@ package enum CanonicalJSON {
                 }
                 guard bytes[index] == UInt8(ascii: "]") else { throw error("expected ',' or ']'") }
                 index += 1
-                return .array(items)
+                return
             }
         }
 
@@ -445,5 +452,84 @@ public struct JSONDocument: Hashable, Sendable, Encodable, CustomStringConvertib
             var container = encoder.singleValueContainer()
             try container.encode(s)
         }
+    }
+}
+
+extension CanonicalJSON {
+    /// Reads a JSON object, keeping every member but one array, `lazy`, whose elements are
+    /// checked and dropped: only where each starts is kept. A large array (an export bundle's
+    /// `events`) then costs a few bytes per element, not a tree, and each element is read again
+    /// from its offset (``parseElement(_:at:)``) when it is wanted. The object is read exactly as
+    /// ``parse(_:canonical:)`` reads it, with the same errors; a `lazy` member that is not an
+    /// array is kept as a member. `passed` is told, every few thousand elements, the offset
+    /// below which the array has been read (a mapped file gives those pages back).
+    package static func parseObject(_ buffer: UnsafeBufferPointer<UInt8>, lazy: String, canonical: Bool, passed: (Int) -> Void = { _ in }) throws(JSONParseError) -> (members: [String: JSONValue], offsets: [Int]?) {
+        var p = Parser(bytes: buffer, canonical: canonical)
+        p.skipWhitespace()
+        guard p.index < buffer.count, buffer[p.index] == UInt8(ascii: "{") else {
+            // Not an object: read as any other JSON, so that its errors are the same.
+            return (try parse(buffer, canonical: canonical).objectValue ?? [:], nil)
+        }
+        p.index += 1
+        var members: [String: JSONValue] = [:]
+        var offsets: [Int]?
+        var previousKey: String?
+        p.skipWhitespace()
+        if p.index < buffer.count, buffer[p.index] == UInt8(ascii: "}") {
+            p.index += 1
+        } else {
+            while true {
+                p.skipWhitespace()
+                guard p.index < buffer.count, buffer[p.index] == UInt8(ascii: "\"") else { throw p.error("expected a member name") }
+                let keyOffset = p.index
+                let key = try p.parseString()
+                if members[key] != nil || (key == lazy && offsets != nil) { throw p.error("duplicate member name '\(key)'", at: keyOffset) }
+                if canonical, let previousKey, !utf16Less(previousKey, key) {
+                    throw p.error("member '\(key)' is out of canonical (RFC 8785) order", at: keyOffset)
+                }
+                previousKey = key
+                p.skipWhitespace()
+                guard p.index < buffer.count, buffer[p.index] == UInt8(ascii: ":") else { throw p.error("expected ':'") }
+                p.index += 1
+                p.skipWhitespace()
+                if key == lazy, p.index < buffer.count, buffer[p.index] == UInt8(ascii: "[") {
+                    offsets = try p.skipArray(depth: 1, passed: passed)
+                } else {
+                    members[key] = try p.parseValue(depth: 1)
+                }
+                p.skipWhitespace()
+                guard p.index < buffer.count else { throw p.error("unexpected end of input in an object") }
+                if buffer[p.index] == UInt8(ascii: ",") {
+                    p.index += 1
+                    continue
+                }
+                guard buffer[p.index] == UInt8(ascii: "}") else { throw p.error("expected ',' or '}'") }
+                p.index += 1
+                break
+            }
+        }
+        p.skipWhitespace()
+        guard p.index == buffer.count else { throw p.error("unexpected bytes after the JSON value") }
+        return (members, offsets)
+    }
+
+    /// The element of a lazy array (``parseObject(_:lazy:canonical:)``) that starts at `offset`.
+    package static func parseElement(_ buffer: UnsafeBufferPointer<UInt8>, at offset: Int, canonical: Bool) throws(JSONParseError) -> JSONValue {
+        var p = Parser(bytes: buffer, canonical: canonical)
+        p.index = offset
+        return try p.parseValue(depth: 2)
+    }
+}
+
+extension CanonicalJSON.Parser {
+    /// Reads an array whose elements are checked and dropped; returns where each starts.
+    mutating func skipArray(depth: Int, passed: (Int) -> Void) throws(JSONParseError) -> [Int] {
+        var offsets: [Int] = []
+        try forEachElement { (p) throws(JSONParseError) in
+            if offsets.count % 4096 == 0 { passed(p.index) }
+            offsets.append(p.index)
+            _ = try p.parseValue(depth: depth + 1)
+        }
+        return offsets
     }
 }

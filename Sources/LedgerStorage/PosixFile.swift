@@ -483,3 +483,76 @@ extension LocalFile {
         try PosixFile.writeAtomically(bytes, to: path, mode: 0o600)
     }
 }
+
+/// An input file read in place: a regular file is mapped read-only, so a large one (an export
+/// bundle of the whole ledger, 200 MB for 150,000 events) is never copied into memory, and the
+/// pages a reader is done with are given back (``release(below:)``): what stays resident is
+/// what is being read. A pipe or FIFO cannot be mapped; it is read into memory, up to
+/// `streamLimit` bytes (``LocalFile/read(_:limit:)``).
+public final class InputFile {
+    public let path: String
+    private let base: UnsafeMutableRawPointer?
+    private let copy: [UInt8]?
+    public let count: Int
+    private var released = 0
+    private static let pageSize = Int(sysconf(Int32(_SC_PAGESIZE)))
+
+    /// Opens `path`: a regular file of at most `limit` bytes is mapped; a pipe, FIFO or
+    /// character device is read, at most `streamLimit` bytes.
+    public init(path: String, limit: Int, streamLimit: Int) throws {
+        self.path = path
+        var st = stat()
+        guard stat(path, &st) == 0 else {
+            if errno == ENOENT { throw ConsentError.invalidRequest("\(path): no such file") }
+            throw ConsentError.storage("cannot stat \(path): \(PosixFile.reason())")
+        }
+        guard st.st_mode & S_IFMT == S_IFREG else {
+            let bytes = try LocalFile.read(path, limit: streamLimit)
+            (base, copy, count) = (nil, bytes, bytes.count)
+            return
+        }
+        let file = try PosixFile(path: path, flags: O_RDONLY | O_NONBLOCK)
+        var fst = stat()
+        guard fstat(file.fd, &fst) == 0 else { throw ConsentError.storage("cannot stat \(path): \(PosixFile.reason())") }
+        // Replaced by something else between the two looks: read it as LocalFile reads it.
+        guard fst.st_mode & S_IFMT == S_IFREG else {
+            let bytes = try LocalFile.read(path, limit: streamLimit)
+            (base, copy, count) = (nil, bytes, bytes.count)
+            return
+        }
+        let size = Int(fst.st_size)
+        guard size <= limit else { throw ConsentError.invalidRequest("\(path) is larger than \(limit) bytes") }
+        guard size > 0 else {
+            (base, copy, count) = (nil, [], 0)
+            return
+        }
+        guard let mapped = mmap(nil, size, PROT_READ, MAP_PRIVATE, file.fd, 0), mapped != MAP_FAILED else {
+            throw ConsentError.storage("cannot map \(path) (\(size) bytes): \(PosixFile.reason())")
+        }
+        // Read front to back: the kernel reads ahead.
+        _ = madvise(mapped, size, MADV_SEQUENTIAL)
+        (base, copy, count) = (mapped, nil, size)
+    }
+
+    deinit {
+        if let base { munmap(base, count) }
+    }
+
+    /// The file's bytes, valid while `body` runs.
+    public func withBytes<R, E: Error>(_ body: (UnsafeBufferPointer<UInt8>) throws(E) -> R) throws(E) -> R {
+        if let base { return try body(UnsafeBufferPointer(start: base.assumingMemoryBound(to: UInt8.self), count: count)) }
+        return try copy!.withUnsafeBufferPointer { (b) throws(E) -> R in try body(b) }
+    }
+
+    /// The bytes below `offset` will not be read again soon: their pages leave this process's
+    /// memory (a later read maps them in again, from the page cache or the disk).
+    public func release(below offset: Int) {
+        guard let base else { return }
+        let end = min(offset, count) / Self.pageSize * Self.pageSize
+        // A reader that starts again from the front (a second pass) gives back from there.
+        if end < released { released = 0 }
+        guard end > released else { return }
+        _ = madvise(base + released, end - released, MADV_DONTNEED)
+        released = end
+    }
+}

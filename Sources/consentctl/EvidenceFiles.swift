@@ -36,13 +36,14 @@ enum EvidenceFile {
     /// Refuses `bytes` read from `path` when they are recognisably not this kind of file. A file
     /// that may be this kind, damaged (it names this format, or is JSON cut short), is left to
     /// the verifier.
-    func check(_ bytes: [UInt8], path: String) throws {
+    func check(_ bytes: UnsafeBufferPointer<UInt8>, path: String) throws {
         func refuse(_ what: String) -> ConsentError {
             .invalidRequest("\(path) is \(what), not \(name) (which '\(writtenBy)' writes)")
         }
         let value: JSONValue
         do {
-            value = try CanonicalJSON.parse(bytes, canonical: false)
+            // The top-level members only: a bundle's events are checked and dropped.
+            value = .object(try CanonicalJSON.parseObject(bytes, lazy: "events", canonical: false).members)
         } catch {
             let text = bytes.drop { $0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09 }
             if Self.contains(bytes, Array("\"format\":\"\(format)\"".utf8)) { return }
@@ -64,19 +65,18 @@ enum EvidenceFile {
 
     static let allCases: [EvidenceFile] = [.exportBundle, .stateProof, .consistencyProof]
 
-    static func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool {
+    static func contains(_ haystack: UnsafeBufferPointer<UInt8>, _ needle: [UInt8]) -> Bool {
         guard let first = needle.first, haystack.count >= needle.count else { return needle.isEmpty }
-        return haystack.withUnsafeBytes { h in
-            needle.withUnsafeBytes { n in
-                var start = 0
-                let last = h.count - n.count
-                while start <= last, let hit = memchr(h.baseAddress! + start, Int32(first), last - start + 1) {
-                    let at = h.baseAddress!.distance(to: UnsafeRawPointer(hit))
-                    if memcmp(h.baseAddress! + at, n.baseAddress!, n.count) == 0 { return true }
-                    start = at + 1
-                }
-                return false
+        let h = UnsafeRawBufferPointer(haystack)
+        return needle.withUnsafeBytes { n in
+            var start = 0
+            let last = h.count - n.count
+            while start <= last, let hit = memchr(h.baseAddress! + start, Int32(first), last - start + 1) {
+                let at = h.baseAddress!.distance(to: UnsafeRawPointer(hit))
+                if memcmp(h.baseAddress! + at, n.baseAddress!, n.count) == 0 { return true }
+                start = at + 1
             }
+            return false
         }
     }
 }

@@ -133,6 +133,62 @@ import Testing
         #expect(missing != nil)
     }
 
+    /// A whole-ledger bundle is read and checked a batch of entries at a time; the batch size
+    /// changes nothing: every tampering is reported with the same seq and reason at every
+    /// size, and the pages given back are only ever below what is still to be read.
+    @Test(arguments: [1, 2, 5, 11, 12, 13, 4096])
+    func wholeLedgerBundlesVerifyTheSameInBatchesOfAnySize(batchSize: Int) throws {
+        let (ledger, path) = try Self.ledger("export-batches-\(batchSize)")
+        defer { removeFolder(path) }
+        let key = try ledger.verifierKey
+        let bundle = try ledger.exportAll()
+        func outcome(_ bytes: [UInt8], batch: Int) -> String {
+            var released: [Int] = []
+            let result = bytes.withUnsafeBufferPointer { buffer -> String in
+                do throws(ExportVerificationError) {
+                    return "ok \(try ExportVerifier.verify(buffer, pinnedKey: key, release: { released.append($0) }, batchSize: batch).events)"
+                } catch {
+                    return "seq \(error.seq.map(String.init) ?? "-"): \(error.problem)"
+                }
+            }
+            // Each pass gives back from the front to the end, never past it.
+            #expect(released.allSatisfy { $0 <= bytes.count })
+            return result
+        }
+        let events = bundle.json["events"]!.arrayValue!
+        var cases: [[UInt8]] = [bundle.bytes]
+        for i in [0, 4, 9] {
+            var dropped = events
+            dropped.remove(at: i)
+            cases.append(changed(bundle) { $0["events"] = .array(dropped) })
+            var swapped = events
+            swapped.swapAt(i, i + 1)
+            cases.append(changed(bundle) { $0["events"] = .array(swapped) })
+            var flipped = events
+            var entry = flipped[i].objectValue!
+            entry["line"] = .string(entry["line"]!.stringValue!.replacingOccurrences(of: "\"seq\":", with: "\"seq\": "))
+            flipped[i] = .object(entry)
+            cases.append(changed(bundle) { $0["events"] = .array(flipped) })
+        }
+        for c in cases {
+            #expect(outcome(c, batch: batchSize) == outcome(c, batch: 4096))
+        }
+        #expect(outcome(bundle.bytes, batch: batchSize) == "ok 12")
+    }
+
+    /// A bundle is ordinary JSON to its reader: whitespace and another member order are
+    /// allowed (Spec/export-format.md, The bundle), also around the entries that are read
+    /// lazily.
+    @Test func aPrettyPrintedWholeLedgerBundleVerifies() throws {
+        let (ledger, path) = try Self.ledger("export-pretty")
+        defer { removeFolder(path) }
+        let bundle = try ledger.exportAll().bytes
+        let object = try JSONSerialization.jsonObject(with: Data(bundle))
+        let pretty = try JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .withoutEscapingSlashes])
+        #expect(Array(pretty) != bundle)
+        #expect(try ExportVerifier.verify(Array(pretty), pinnedKey: try ledger.verifierKey).events == 12)
+    }
+
     @Test func consistencyProofsShowTheLogOnlyGrewAndCatchARewrite() throws {
         let (ledger, path) = try Self.ledger("consistency")
         defer { removeFolder(path) }
