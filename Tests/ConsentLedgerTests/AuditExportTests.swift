@@ -176,6 +176,27 @@ import Testing
         #expect(outcome(bundle.bytes, batch: batchSize) == "ok 12")
     }
 
+    /// The finding: a 60 MB bundle took 881 MB, read whole into a tree. Now the entries of a
+    /// whole-ledger bundle are read as the check goes: the reader is told, batch after batch,
+    /// that everything below a point further on will not be read again, on the pass that checks
+    /// them as JSON and on the pass that verifies them, up to the last entry.
+    @Test func aWholeLedgerBundleIsGivenBackAsItIsRead() throws {
+        let (ledger, path) = try Self.ledger("export-release")
+        defer { removeFolder(path) }
+        let bytes = try ledger.exportAll().bytes
+        var released: [Int] = []
+        let report = try bytes.withUnsafeBufferPointer { buffer in
+            try ExportVerifier.verify(buffer, pinnedKey: try ledger.verifierKey, release: { released.append($0) }, batchSize: 1)
+        }
+        #expect(report.events == 12)
+        // With batches of one entry, each entry's start is given as the point below which
+        // nothing is read again, once the entry before it is done.
+        let offsets = try #require(try bytes.withUnsafeBufferPointer { try CanonicalJSON.parseObject($0, lazy: "events", canonical: false).offsets })
+        #expect(offsets.count == 11)
+        #expect(Set(offsets.dropFirst()).isSubset(of: Set(released)))
+        #expect(released.allSatisfy { $0 <= bytes.count })
+    }
+
     /// A bundle is ordinary JSON to its reader: whitespace and another member order are
     /// allowed (Spec/export-format.md, The bundle), also around the entries that are read
     /// lazily.
