@@ -135,8 +135,14 @@ public struct AuditExport: Hashable, Sendable {
     /// bundle is thus verified in memory that does not grow with it (``ExportVerifier``).
     package static func read(_ buffer: UnsafeBufferPointer<UInt8>, keepingEvents: (Scope) -> Bool, passed: (Int) -> Void = { _ in }) throws(ExportVerificationError) -> (bundle: AuditExport, offsets: [Int]) {
         let members: [String: JSONValue], offsets: [Int]?
+        // Each entry's shape is checked as it goes by (Verifying a bundle, step 0): the first
+        // entry that is not one is reported where a reader of the whole bundle reports it.
+        var malformed: ExportVerificationError?
         do {
-            (members, offsets) = try CanonicalJSON.parseObject(buffer, lazy: "events", canonical: false, passed: passed)
+            (members, offsets) = try CanonicalJSON.parseObject(buffer, lazy: "events", canonical: false, passed: passed, each: { value in
+                guard malformed == nil else { return }
+                do throws(ExportVerificationError) { _ = try event(value) } catch { malformed = error }
+            })
         } catch {
             throw ExportVerificationError(seq: nil, "the bundle is not JSON: \(error)")
         }
@@ -148,6 +154,7 @@ public struct AuditExport: Hashable, Sendable {
         guard try string("format") == Self.format else { throw ExportVerificationError(seq: nil, "unknown bundle format (expected \(Self.format))") }
         guard let scope = Scope(rawValue: try string("scope")) else { throw ExportVerificationError(seq: nil, "unknown scope") }
         guard let catalog = value["catalog"], catalog.objectValue != nil else { throw ExportVerificationError(seq: nil, "the bundle has no catalogue") }
+        if let malformed { throw malformed }
         var events: [ExportedEvent] = []
         if keepingEvents(scope), let offsets {
             events.reserveCapacity(offsets.count)
@@ -523,11 +530,7 @@ public enum ExportVerifier {
             let end = min(start + batchSize, count + 1)
             var batch: [ExportedEvent] = []
             batch.reserveCapacity(end - start)
-            for i in start..<end {
-                let e = try entry(i)
-                guard e.seq == Int64(i) else { throw ExportVerificationError(seq: UInt64(max(0, e.seq)), "expected seq \(i): events are missing or out of order") }
-                batch.append(e)
-            }
+            for i in start..<end { batch.append(try entry(i)) }
             // Decoding and signatures on all cores; the links, the replay and the tree in order.
             let lines = batch, first = start
             let checked = parallelMap(lines.count, minimumForParallel: 64) { j -> Result<EventRecord, ExportVerificationError> in
@@ -539,8 +542,10 @@ public enum ExportVerifier {
                 }
             }
             for (j, result) in checked.enumerated() {
-                let record = try result.get()
+                // In order, entry by entry, as a reader of the whole bundle checks them.
                 let e = batch[j]
+                guard e.seq == Int64(start + j) else { throw ExportVerificationError(seq: UInt64(max(0, e.seq)), "expected seq \(start + j): events are missing or out of order") }
+                let record = try result.get()
                 if case .keyRotated = record.event.payload { rotations.append((e, record)) }
                 if case .keyRevoked = record.event.payload { revocations.append(record) }
                 guard record.prev == previous else { throw ExportVerificationError(seq: record.event.seq, "prev does not match the previous event's hash") }

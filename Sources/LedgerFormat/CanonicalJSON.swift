@@ -463,7 +463,8 @@ extension CanonicalJSON {
     /// ``parse(_:canonical:)`` reads it, with the same errors; a `lazy` member that is not an
     /// array is kept as a member. `passed` is told, every few thousand elements, the offset
     /// below which the array has been read (a mapped file gives those pages back).
-    package static func parseObject(_ buffer: UnsafeBufferPointer<UInt8>, lazy: String, canonical: Bool, passed: (Int) -> Void = { _ in }) throws(JSONParseError) -> (members: [String: JSONValue], offsets: [Int]?) {
+    /// `each` sees every element of the lazy array as it is read, before it is dropped.
+    package static func parseObject(_ buffer: UnsafeBufferPointer<UInt8>, lazy: String, canonical: Bool, passed: (Int) -> Void = { _ in }, each: (JSONValue) -> Void = { _ in }) throws(JSONParseError) -> (members: [String: JSONValue], offsets: [Int]?) {
         var p = Parser(bytes: buffer, canonical: canonical)
         p.skipWhitespace()
         guard p.index < buffer.count, buffer[p.index] == UInt8(ascii: "{") else {
@@ -493,7 +494,7 @@ extension CanonicalJSON {
                 p.index += 1
                 p.skipWhitespace()
                 if key == lazy, p.index < buffer.count, buffer[p.index] == UInt8(ascii: "[") {
-                    offsets = try p.skipArray(depth: 1, passed: passed)
+                    offsets = try p.skipArray(depth: 1, passed: passed, each: each)
                 } else {
                     members[key] = try p.parseValue(depth: 1)
                 }
@@ -523,12 +524,12 @@ extension CanonicalJSON {
 
 extension CanonicalJSON.Parser {
     /// Reads an array whose elements are checked and dropped; returns where each starts.
-    mutating func skipArray(depth: Int, passed: (Int) -> Void) throws(JSONParseError) -> [Int] {
+    mutating func skipArray(depth: Int, passed: (Int) -> Void, each: (JSONValue) -> Void) throws(JSONParseError) -> [Int] {
         var offsets: [Int] = []
         try forEachElement { (p) throws(JSONParseError) in
             if offsets.count % 4096 == 0 { passed(p.index) }
             offsets.append(p.index)
-            _ = try p.parseValue(depth: depth + 1)
+            each(try p.parseValue(depth: depth + 1))
         }
         return offsets
     }

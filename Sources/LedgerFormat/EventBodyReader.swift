@@ -16,15 +16,15 @@ package struct EventBodyReader {
 
     enum Name: Int {
         case actor, at, attested, catalog, cause, channel, cmd, cmdSize, compromisedSince, consent, correctedFrom, document, effectiveAt, evidence, feature, handover, kid, ledger, noticeLanguage, notices, prev, publicKey, reason, renews, sealedEvidence, seq, streamPrev, streamRoot, subject, type, v, version
-        var bit: UInt32 { 1 << UInt32(rawValue) }
+        var bit: UInt64 { 1 << UInt64(rawValue) }
         var text: String { String(decoding: EventBodyReader.names[rawValue], as: UTF8.self) }
     }
 
-    static func bits(_ names: [Name]) -> UInt32 { names.reduce(0) { $0 | $1.bit } }
+    static func bits(_ names: [Name]) -> UInt64 { names.reduce(0) { $0 | $1.bit } }
     /// The optional members of a grant: its evidence (``GrantEvidence``).
     static let evidenceBits = bits([.effectiveAt, .channel, .noticeLanguage, .evidence, .sealedEvidence])
     static let commonBits = bits([.v, .seq, .at, .actor, .cmd, .cmdSize, .prev, .kid, .type])
-    static let typeBits: [String: UInt32] = [
+    static let typeBits: [String: UInt64] = [
         "ledger.created": bits([.ledger, .catalog, .publicKey]),
         "catalog.published": bits([.catalog, .document, .notices]),
         "consent.given": bits([.subject, .feature, .consent, .version]),
@@ -36,7 +36,7 @@ package struct EventBodyReader {
     ]
 
     // What was read (plain fields, not arrays: a reader is made for every event).
-    var present: UInt32 = 0
+    var present: UInt64 = 0
     var v: Int64 = -1, seq: Int64 = -1, cmd: Int64 = -1, cmdSize: Int64 = -1, feature: Int64 = -1, cause: Int64 = -1, renews: Int64 = -1, streamPrev: Int64 = -1, compromisedSince: Int64 = -1
     var document: JSONValue?, notices: JSONValue?, attested: JSONValue?
     var actor: String?, catalog: String?, consent: String?, handover: String?, kid: String?, ledger: String?
@@ -231,11 +231,11 @@ package struct EventBodyReader {
         if type == "consent.revoked", reason == "cascade" { allowed |= Name.cause.bit }
         if type == "consent.given" { allowed |= Name.renews.bit | Self.evidenceBits }
         if type == "subject.erased" || type == "clock.corrected" { allowed |= Name.reason.bit }
-        if present & ~allowed != 0, let extra = (0..<Self.names.count).first(where: { present & ~allowed & (1 << UInt32($0)) != 0 }) {
+        if present & ~allowed != 0, let extra = (0..<Self.names.count).first(where: { present & ~allowed & (1 << UInt64($0)) != 0 }) {
             throw EventDecodingError(problem: "member '\(Name(rawValue: extra)!.text)' does not belong to a '\(type)' event")
         }
-        let optional: UInt32 = (type == "consent.given" ? Name.renews.bit | Self.evidenceBits : 0) | (type == "subject.erased" || type == "clock.corrected" ? Name.reason.bit : 0) | Self.bits([.streamPrev, .streamRoot])
-        if allowed & ~optional & ~present != 0, let missing = (0..<Self.names.count).first(where: { allowed & ~optional & ~present & (1 << UInt32($0)) != 0 }) {
+        let optional: UInt64 = (type == "consent.given" ? Name.renews.bit | Self.evidenceBits : 0) | (type == "subject.erased" || type == "clock.corrected" ? Name.reason.bit : 0) | Self.bits([.streamPrev, .streamRoot])
+        if allowed & ~optional & ~present != 0, let missing = (0..<Self.names.count).first(where: { allowed & ~optional & ~present & (1 << UInt64($0)) != 0 }) {
             throw EventDecodingError(problem: "member '\(Name(rawValue: missing)!.text)' is missing from a '\(type)' event")
         }
         let seq = UInt64(try integer(self.seq, .seq))

@@ -266,12 +266,18 @@ public enum StateProofVerifier {
         var clock = ClockCorrections()
         let withRevocations = try keys.withRevocations(ledgerEvents)
         for record in subjectEvents { try BundleKeys.checkAttested(record, keys: withRevocations, hasher: hasher) }
+        var previousAt = genesis.event.at
         for record in ledgerEvents.dropFirst() {
+            defer { previousAt = record.event.at }
             if case .keyRotated = record.event.payload { continue }
             if case .keyRevoked = record.event.payload { continue }
             if case .clockCorrected(let correction) = record.event.payload {
+                // Rule 5b as far as the ledger's stream shows it.
                 guard record.event.at < correction.correctedFrom else {
                     throw fail(record.event.seq, "a clock correction moves the ledger's time back, but \(record.event.at) is not earlier than the time it corrects, \(correction.correctedFrom)")
+                }
+                guard previousAt <= correction.correctedFrom else {
+                    throw fail(record.event.seq, "a clock correction corrects \(correction.correctedFrom), earlier than the ledger's own event before it at \(previousAt)")
                 }
                 clock.append(.init(seq: record.event.seq, at: record.event.at, correctedFrom: correction.correctedFrom, reason: correction.reason))
                 continue

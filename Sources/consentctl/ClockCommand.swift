@@ -44,7 +44,7 @@ struct ClockShow: ParsableCommand {
             let status = try root.openLedger().clockStatus()
             if output.isJSON {
                 printJSON(.object([
-                    "ok": .bool(!status.refusesWrites), "ledgerTime": .string(status.ledgerTime.rfc3339), "seq": .int(Int64(status.seq)),
+                    "ok": .bool(true), "ledgerTime": .string(status.ledgerTime.rfc3339), "seq": .int(Int64(status.seq)),
                     "clock": .string(status.clock.rfc3339), "aheadMilliseconds": .int(status.aheadMilliseconds),
                     "allowedSkewMilliseconds": .int(status.allowedSkewMilliseconds),
                     "writesRefused": .bool(status.refusesWrites),

@@ -1687,7 +1687,7 @@ def export_subject(lines, subject_id, salt, key, seed, catalog_value, streams=Fa
     events = [decode_line(line) for line in lines]
     ref = subject_ref(subject_id, salt)
     versions = [(0, decode_catalog(catalog_value)[0])] + [(e.seq, e.document) for e in events if e.type == "catalog.published"]
-    ledger_stream = [e.seq for e in events if e.type in ("catalog.published", "key.rotated", "key.revoked")]
+    ledger_stream = [e.seq for e in events if e.type in ("catalog.published", "key.rotated", "key.revoked", "clock.corrected")]
     rotations = [e.seq for e in events if e.type == "key.rotated"]
     state = SubjectState()
     mine = [e for e in events if e.subject == ref]

@@ -243,13 +243,15 @@ def verify_state(data, key):
     for event in subject_events:
         check_attested(event, revoked)
     versions, corrections = [(0, genesis.at_ms, catalog)], []
-    for event in ledger_events[1:]:
+    for previous, event in zip(ledger_events, ledger_events[1:]):
         if event.type in ("key.rotated", "key.revoked"):
             continue
         if event.type == "clock.corrected":
             # Rule 5b as far as the stream shows it; as-of questions count in effective times.
             if not event.at_ms < event.corrected_from_ms:
                 raise StateFailure(event.seq, "a clock correction moves the ledger's time back, but %s is not earlier than the time it corrects, %s" % (event.at, event.corrected_from))
+            if not previous.at_ms <= event.corrected_from_ms:
+                raise StateFailure(event.seq, "a clock correction corrects %s, earlier than the ledger's own event before it at %s" % (event.corrected_from, previous.at))
             corrections.append((event.seq, event.at_ms))
             continue
         if event.type != "catalog.published":

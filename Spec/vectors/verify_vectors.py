@@ -947,8 +947,8 @@ def is_subject_ref(s):
 def effective_time(seq, at_ms, corrections):
     """Spec/ledger-format.md, Clock corrections: the effective time of the event at `seq` recorded
     at `at_ms` is the earliest of its own time and the times of the clock corrections after it.
-    `corrections` holds (seq, at in ms) of each clock.corrected event."""
-    return min([at_ms] + [c_at for c_seq, c_at in corrections if c_seq > seq])
+    `corrections` holds (seq, at in ms, ...) of each clock.corrected event."""
+    return min([at_ms] + [c[1] for c in corrections if c[0] > seq])
 
 
 def check_reason(reason):
@@ -1423,7 +1423,7 @@ class Replay:
         self.last_at = None
         self.count = 0
         self.open = None  # ((cmd, cmdSize), subject, at in ms, actor) of the command being applied
-        self.clock_corrections = []  # (seq, at in ms) of each clock.corrected event (rule 5b)
+        self.clock_corrections = []  # (seq, at in ms, at) of each clock.corrected event (rule 5b)
 
     def apply(self, e):
         expected = 0 if self.last_seq is None else self.last_seq + 1
@@ -1477,7 +1477,11 @@ class Replay:
                 raise Violation(e.seq, "a clock correction names the time it corrects, the previous event's %s, but this one names %s" % (self.last_at_text, e.corrected_from))
             if not e.at_ms < self.last_at:
                 raise Violation(e.seq, "a clock correction moves the ledger's time back, but %s is not earlier than the previous event's %s" % (e.at, self.last_at_text))
-            self.clock_corrections.append((e.seq, e.at_ms))
+            floor_ms, floor_text, what = ((self.clock_corrections[-1][1], self.clock_corrections[-1][2], "the previous clock correction's")
+                                          if self.clock_corrections else (self.genesis.at_ms, self.genesis.at, "the genesis event's"))
+            if e.at_ms < floor_ms:
+                raise Violation(e.seq, "a clock correction cannot set the ledger's time to %s, before %s %s" % (e.at, what, floor_text))
+            self.clock_corrections.append((e.seq, e.at_ms, e.at))
         else:
             if self.genesis is None:
                 raise Violation(e.seq, "the log does not start with a genesis event")
@@ -5398,7 +5402,7 @@ def check_clock(checks, here):
         return
     corrected_at = parse_time("2026-01-15T09:10:00.000Z")
     corrections = report.replay.clock_corrections
-    checks.check(report.events == 9 and corrections == [(7, corrected_at)],
+    checks.check(report.events == 9 and [c[:2] for c in corrections] == [(7, corrected_at)],
                  "clock-ledger verifies: 9 events, one clock correction (seq 7, 2026-01-15T09:10:00.000Z)", repr(corrections))
     correction = report.records[7]
     checks.check(correction.type == "clock.corrected" and correction.subject is None and (correction.cmd, correction.cmd_size) == (7, 1)
@@ -5439,6 +5443,13 @@ def check_clock(checks, here):
          "a clock correction is alone in its command, after the genesis event"),
         ("a correction in a format-1 body", build(edit(7, v=1)), 8, None, "a 'clock.corrected' event belongs only to format version 2"),
         ("a correction with an empty reason", build(edit(7, reason="")), 8, None, "member 'reason': the reason is empty"),
+        ("a correction to a time before the genesis event's", build(edit(7, at="2026-01-15T08:59:59.999Z")), 8, 7,
+         "a clock correction cannot set the ledger's time to 2026-01-15T08:59:59.999Z, before the genesis event's 2026-01-15T09:00:00.000Z"),
+        ("a second correction to a time before the first's",
+         build(lambda b: b.extend([dict(b[6], seq=9, cmd=9, at="2999-06-01T00:00:00.000Z"),
+                                   dict(b[7], seq=10, cmd=10, at="2026-01-15T09:09:00.000Z", correctedFrom="2999-06-01T00:00:00.000Z")])),
+         11, 10, "a clock correction cannot set the ledger's time to 2026-01-15T09:09:00.000Z, before the previous clock correction's "
+         "2026-01-15T09:10:00.000Z"),
         ("rule 2 after a correction: bob's withdrawal a second before it", build(edit(8, at="2026-01-15T09:09:59.000Z")), 9, 8,
          "time 2026-01-15T09:09:59.000Z is earlier than the previous event's 2026-01-15T09:10:00.000Z"),
         ("rule 2 without a correction: the correction made a withdrawal (seq 7, 09:10:00)",

@@ -170,6 +170,24 @@ import Testing
             flipped[i] = .object(entry)
             cases.append(changed(bundle) { $0["events"] = .array(flipped) })
         }
+        // Two faults: the first in log order is reported, whatever the batches (a bad
+        // signature at seq 3, a wrong seq at seq 7).
+        var two = events
+        var third = two[2].objectValue!
+        third["line"] = .string(third["line"]!.stringValue!.replacingOccurrences(of: "\"sig\":\"", with: "\"sig\":\"0").replacingOccurrences(of: "0\"}", with: "\"}"))
+        two[2] = .object(third)
+        var seventh = two[6].objectValue!
+        seventh["seq"] = .int(8)
+        two[6] = .object(seventh)
+        let twoFaults = changed(bundle) { $0["events"] = .array(two) }
+        #expect(outcome(twoFaults, batch: batchSize).hasPrefix("seq 3: "))
+        cases.append(twoFaults)
+        // An entry without a line is a malformed bundle (step 0), before the checkpoint (step 1).
+        var lineless = events
+        lineless[4] = .object(lineless[4].objectValue!.filter { $0.key != "line" })
+        let malformed = changed(bundle) { $0["events"] = .array(lineless); $0["checkpoint"] = .string("garbled") }
+        #expect(outcome(malformed, batch: batchSize) == "seq -: an event entry lacks 'seq' or 'line'")
+        cases.append(malformed)
         for c in cases {
             #expect(outcome(c, batch: batchSize) == outcome(c, batch: 4096))
         }

@@ -114,6 +114,17 @@ import TransparencyLog
         #expect(try reopened.clockStatus().corrections.corrections.count == 1)
     }
 
+    /// A machine whose clock is before the ledger's creation cannot correct the ledger's clock
+    /// to it (rule 5b): it is that clock that is wrong.
+    @Test func aCorrectionFromAClockBeforeTheLedgersCreationIsRefused() throws {
+        let (ledger, clock, path) = try Self.ledger("clock-floor")
+        defer { removeFolder(path) }
+        clock.set("2026-11-26T08:00:00.000Z")
+        let before = Self.folderBytes(path)
+        #expect(throws: ConsentError.self) { try ledger.correctClock() }
+        #expect(Self.folderBytes(path) == before)
+    }
+
     /// As-of questions count in effective times: the event stamped 2999 happened before the
     /// correction, so the state as of a time after the correction holds it and what came later
     /// (a recorded-time cut would have stopped at it and hidden the later withdrawal). The
@@ -142,6 +153,16 @@ import TransparencyLog
         let report = try ledger.auditReport(ReportScope(asOf: between)).report
         #expect(report.entries.contains { $0.kind == .given && $0.at.rfc3339.hasPrefix("2999") })
         #expect(!report.entries.contains { $0.kind == .withdrawn })
+        // Spans, intervals and durations are in effective times: none ends before it starts,
+        // and bob's grant lasted from the correction (10:00) to his withdrawal (11:00).
+        let whole = try ledger.auditReport(ReportScope()).report
+        #expect(whole.intervals.allSatisfy { i in i.until.map { $0 >= i.from } ?? true })
+        #expect(whole.givenSpans.allSatisfy { s in s.until.map { $0 >= s.from } ?? true })
+        let timeline = try #require(whole.withdrawals.first { $0.feature == 2 })
+        #expect(timeline.medianGrantToRevocationMs == 3_600_000)
+        // The activity of the grant stamped 2999 is in the report as of a time after the
+        // correction, from the correction's time.
+        #expect(report.intervals.contains { $0.from == Timestamp(canonical: "2026-11-26T10:00:00.000Z")! && $0.until == nil })
     }
 
     /// A format-2 export of the whole ledger and of one subject carries the correction, and
@@ -183,6 +204,14 @@ import TransparencyLog
         Case(name: "rule 5b: it moves time back", events: [genesis, poisoned, correction(at: wrong)], problem: "a clock correction moves the ledger's time back, but 2999-01-01T00:00:00.000Z is not earlier than the previous event's 2999-01-01T00:00:00.000Z"),
         Case(name: "rule 5b: alone in its command", events: [genesis, poisoned, correction(size: 2)], problem: "a clock correction is alone in its command, after the genesis event"),
         Case(name: "rule 5b: after the genesis event", events: [correction(seq: 0, at: t0, from: t0)], problem: "a clock correction is alone in its command, after the genesis event"),
+        Case(name: "rule 5b: not before the genesis event", events: [genesis, poisoned, correction(at: Timestamp(millisecondsSinceEpoch: t0.millisecondsSinceEpoch - 1))], problem: "a clock correction cannot set the ledger's time to 2026-11-26T08:59:59.999Z, before the genesis event's 2026-11-26T09:00:00.000Z"),
+        Case(name: "rule 5b: not before the previous correction", events: [genesis, poisoned, correction(at: Timestamp(canonical: "2026-11-26T10:00:00.000Z")!),
+                                                                            LedgerEvent(seq: 3, at: wrong, actor: "self", command: CommandSpan(first: 3, size: 1), payload: .subjectErased(SubjectErased(subject: SubjectRef("00")))),
+                                                                            correction(seq: 4, at: Timestamp(canonical: "2026-11-26T09:59:59.000Z")!)],
+             problem: "a clock correction cannot set the ledger's time to 2026-11-26T09:59:59.000Z, before the previous clock correction's 2026-11-26T10:00:00.000Z"),
+        Case(name: "a second correction at the first's time is accepted", events: [genesis, poisoned, correction(at: Timestamp(canonical: "2026-11-26T10:00:00.000Z")!),
+                                                                                     LedgerEvent(seq: 3, at: wrong, actor: "self", command: CommandSpan(first: 3, size: 1), payload: .subjectErased(SubjectErased(subject: SubjectRef("00")))),
+                                                                                     correction(seq: 4, at: Timestamp(canonical: "2026-11-26T10:00:00.000Z")!)], problem: nil),
         Case(name: "after a correction, rule 2 holds from its time", events: [genesis, poisoned, correction(), LedgerEvent(seq: 3, at: Timestamp(millisecondsSinceEpoch: t0.millisecondsSinceEpoch - 1), actor: "self", command: CommandSpan(first: 3, size: 1), payload: .subjectErased(SubjectErased(subject: SubjectRef("00"))))], problem: "time 2026-11-26T08:59:59.999Z is earlier than the previous event's 2026-11-26T09:00:00.000Z"),
     ]
 

@@ -170,6 +170,8 @@ class Scenario:
         self.json_command("report", ["--format", "json", "--subject", "carol", "--feature", "timeline", "--from", "2026-01-01",
                                      "--to", "2099-01-01", "--actor", "self", "--at", "2099-01-01"])
         self.json_command("verify", j)
+        self.json_command("clock show", j)
+        self.json_command("clock correct", j)  # nothing to correct: the ledger's time is this clock's
         self.json_command("checkpoint", j)
         self.json_command("witness keygen", ["--name", "witness.example/schemas", "--key", "witness.key"] + j, ledger=False)
         witness = self.json_command("witness show", ["--name", "witness.example/schemas", "--key", "witness.key"] + j, ledger=False)

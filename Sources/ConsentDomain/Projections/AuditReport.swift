@@ -165,6 +165,8 @@ public struct AuditReportBuilder: Sendable {
 
     /// Adds the next event of the log. Events after the scope's end are ignored.
     public mutating func add(_ event: LedgerEvent) throws(ReplayViolation) {
+        // Windows, spans, intervals and durations are in effective times; entries show the
+        // recorded, signed time.
         let effective = clock.effectiveTime(of: event)
         if let end = scope.end, effective > end { return }
         let before = replay.catalog
@@ -186,10 +188,10 @@ public struct AuditReportBuilder: Sendable {
                 entries.append(.init(seq: event.seq, at: event.at, kind: .policy, subject: nil, feature: nil, consent: nil, actor: event.actor, version: nil, cause: nil, catalogueVersion: published.catalogHash, changes: changes))
             }
             // An outdated required consent ends the feature's activity for every subject.
-            for subject in activeSince.keys.sorted() { updateActivity(subject, at: event.at) }
+            for subject in activeSince.keys.sorted() { updateActivity(subject, at: effective) }
         case .consentGiven(let e):
             let key = ConsentKey(feature: e.feature, consent: e.consent)
-            if givenSince[e.subject]?[key] == nil { givenSince[e.subject, default: [:]][key] = event.at }
+            if givenSince[e.subject]?[key] == nil { givenSince[e.subject, default: [:]][key] = effective }
             if inScope(e.subject, e.feature) && inWindow && actorMatches {
                 let kind: AuditReport.EntryKind = e.renews == nil ? .given : .reconsent
                 entries.append(.init(seq: event.seq, at: event.at, kind: kind, subject: e.subject, feature: e.feature, consent: e.consent, actor: event.actor, version: e.version, cause: e.renews, evidence: e.evidence))
@@ -200,9 +202,9 @@ public struct AuditReportBuilder: Sendable {
             }
         case .subjectErased(let e):
             // Erasure ends whatever the subject had going: activity and given spans close here.
-            for (feature, since) in activeSince[e.subject] ?? [:] { intervals.append(.init(subject: e.subject, feature: feature, from: since, until: event.at)) }
+            for (feature, since) in activeSince[e.subject] ?? [:] { intervals.append(.init(subject: e.subject, feature: feature, from: since, until: effective)) }
             activeSince[e.subject] = nil
-            for (key, since) in givenSince[e.subject] ?? [:] { spans.append(.init(subject: e.subject, feature: key.feature, consent: key.consent, from: since, until: event.at)) }
+            for (key, since) in givenSince[e.subject] ?? [:] { spans.append(.init(subject: e.subject, feature: key.feature, consent: key.consent, from: since, until: effective)) }
             givenSince[e.subject] = nil
             erased[e.subject] = event.seq
             if inScope(e.subject, nil) && inWindow && actorMatches {
@@ -213,7 +215,7 @@ public struct AuditReportBuilder: Sendable {
             let key = ConsentKey(feature: e.feature, consent: e.consent)
             let since = givenSince[e.subject]?[key]
             givenSince[e.subject]?[key] = nil
-            if let since { spans.append(.init(subject: e.subject, feature: e.feature, consent: e.consent, from: since, until: event.at)) }
+            if let since { spans.append(.init(subject: e.subject, feature: e.feature, consent: e.consent, from: since, until: effective)) }
             if inScope(e.subject, e.feature) && inWindow && actorMatches {
                 var cause: UInt64?
                 var kind = AuditReport.EntryKind.withdrawn
@@ -223,14 +225,14 @@ public struct AuditReportBuilder: Sendable {
                 if kind == .cascade { c.cascadeWithdrawn += 1 } else { c.withdrawn += 1 }
                 if scope.actor != nil { actorSubjects.insert(e.subject) }
                 counts[key] = c
-                if let since { durations[e.feature, default: []].append(event.at.millisecondsSinceEpoch - since.millisecondsSinceEpoch) }
+                if let since { durations[e.feature, default: []].append(effective.millisecondsSinceEpoch - since.millisecondsSinceEpoch) }
                 var r = revocations[e.feature] ?? (0, 0)
                 r.all += 1
                 if kind == .cascade { r.cascades += 1 }
                 revocations[e.feature] = r
             }
         }
-        if let subject = event.payload.subject, event.seq == event.command.last, erased[subject] == nil { updateActivity(subject, at: event.at) }
+        if let subject = event.payload.subject, event.seq == event.command.last, erased[subject] == nil { updateActivity(subject, at: effective) }
     }
 
     /// Opens or closes activity intervals of a subject's features after a change.

@@ -88,6 +88,12 @@ public struct LedgerReplay: Sendable {
             guard event.at < lastAt else {
                 throw ReplayViolation(seq: seq, problem: "a clock correction moves the ledger's time back, but \(event.at) is not earlier than the previous event's \(lastAt)")
             }
+            // Not before what the ledger already holds to be right: its creation, and the time
+            // a previous correction set.
+            let floor = clockCorrections.corrections.last.map(\.at) ?? catalogVersions[0].at
+            guard event.at >= floor else {
+                throw ReplayViolation(seq: seq, problem: "a clock correction cannot set the ledger's time to \(event.at), before \(clockCorrections.isEmpty ? "the genesis event's" : "the previous clock correction's") \(floor)")
+            }
             clockCorrections.append(.init(seq: seq, at: event.at, correctedFrom: correction.correctedFrom, reason: correction.reason))
         default:
             guard genesis != nil, let subject = event.payload.subject else {

@@ -509,9 +509,12 @@ public final class Ledger: Sendable {
 }
 
 extension Duration {
-    /// Whole milliseconds, rounded down.
+    /// Whole milliseconds, rounded down; saturating at Int64's bounds (a skew of "for ever").
     var milliseconds: Int64 {
         let (seconds, attoseconds) = components
-        return seconds &* 1000 &+ attoseconds / 1_000_000_000_000_000
+        let (ms, overflow) = seconds.multipliedReportingOverflow(by: 1000)
+        if overflow { return seconds < 0 ? .min : .max }
+        let (sum, overflowed) = ms.addingReportingOverflow(attoseconds / 1_000_000_000_000_000)
+        return overflowed ? .max : sum
     }
 }

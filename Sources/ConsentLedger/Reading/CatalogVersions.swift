@@ -113,8 +113,11 @@ extension Ledger {
             case .clockCorrected(let correction):
                 // The full replay checks it against the previous event of the log; a reader of
                 // the stream alone can still refuse one that moves no time back.
-                guard event.at < correction.correctedFrom, previousAt <= correction.correctedFrom else {
+                guard event.at < correction.correctedFrom else {
                     throw ConsentError.integrity(IntegrityFailure(.ledgerFiles, line: entry.seq + 1, seq: UInt64(entry.seq), problem: "a clock correction moves the ledger's time back, but \(event.at) is not earlier than the time it corrects, \(correction.correctedFrom)"))
+                }
+                guard previousAt <= correction.correctedFrom, timeline.clock.corrections.last.map({ $0.seq < event.seq }) ?? true else {
+                    throw ConsentError.integrity(IntegrityFailure(.ledgerFiles, line: entry.seq + 1, seq: UInt64(entry.seq), problem: "a clock correction corrects \(correction.correctedFrom), earlier than the ledger's own event before it at \(previousAt)"))
                 }
                 timeline.clock.append(.init(seq: event.seq, at: event.at, correctedFrom: correction.correctedFrom, reason: correction.reason))
                 continue

@@ -382,6 +382,12 @@ extension Ledger {
             let log = view.log
             let now = clock()
             guard log.last.event.at.millisecondsSinceEpoch - now.millisecondsSinceEpoch > maximumClockSkew.milliseconds else { return nil }
+            // Rule 5b: never before what the ledger holds to be right. A clock earlier than
+            // that is this machine's mistake, not the ledger's.
+            let floor = try ledgerTimeline(view).clock.corrections.last
+            guard now >= (floor?.at ?? genesisTime) else {
+                throw ConsentError.invalidRequest("this machine's clock, \(now.rfc3339), is before \(floor.map { "the ledger's last clock correction (seq \($0.seq), \($0.at.rfc3339))" } ?? "the ledger's creation (\(genesisTime.rfc3339))"): it is this clock that is wrong; set it right. Nothing was written")
+            }
             let seq = log.last.event.seq + 1
             let event = LedgerEvent(seq: seq, at: now, actor: actor, command: CommandSpan(first: seq, size: 1), payload: .clockCorrected(ClockCorrected(correctedFrom: log.last.event.at, reason: reason)))
             _ = try commitLedgerEvent(event, view, tx, signer: signer, afterCommit: &afterCommit)
