@@ -79,10 +79,12 @@ struct ClockCorrect: ParsableCommand {
             correction, so a wrong time neither hides later events nor misplaces earlier ones.
 
             Check this machine's clock first (timedatectl, chronyc tracking): a correction made \
-            from a clock that is behind records a wrong time of its own. When the ledger's time \
-            is not ahead of this clock by more than --clock-skew, nothing is written (exit 0).
+            from a clock that is behind records a wrong time of its own; --dry-run shows the \
+            correction and the events it would re-date, and writes nothing. When the ledger's \
+            time is not ahead of this clock by more than --clock-skew, nothing is written (exit 0).
 
             Example:
+              consentctl clock correct --dry-run
               consentctl clock correct --reason "NTP server served 2999 on 2026-11-20" --actor ops
             """
     )
@@ -95,14 +97,17 @@ struct ClockCorrect: ParsableCommand {
     @Option(help: "Who acts: the operator's or system's id.")
     var actor: String = "consentctl"
 
+    @Flag(name: .customLong("dry-run"), help: "Show the correction and the events it would re-date; write nothing.")
+    var dryRun = false
+
     @OptionGroup var output: OutputOptions
 
     func run() throws {
         try reporting(json: output.isJSON) {
             let ledger = try root.openLedger()
-            let event = try ledger.correctClock(reason: reason, actor: actor)
+            let receipt = try ledger.correctClock(reason: reason, actor: actor, dryRun: dryRun)
             if let warning = ledger.takeWarning() { printError("warning: \(warning)") }
-            guard let event, case .clockCorrected(let correction) = event.payload else {
+            guard let receipt, case .clockCorrected(let correction) = receipt.event.payload else {
                 let status = try ledger.clockStatus()
                 if output.isJSON {
                     printJSON(.object(["ok": .bool(true), "appended": .bool(false), "ledgerTime": .string(status.ledgerTime.rfc3339), "clock": .string(status.clock.rfc3339)]))
@@ -111,10 +116,20 @@ struct ClockCorrect: ParsableCommand {
                 }
                 return
             }
+            let redated = receipt.redated
             if output.isJSON {
-                printJSON(.object(["ok": .bool(true), "appended": .bool(true), "seq": .int(Int64(event.seq)), "at": .string(event.at.rfc3339), "correctedFrom": .string(correction.correctedFrom.rfc3339)]))
+                printJSON(.object(["ok": .bool(true), "appended": .bool(receipt.written), "dryRun": .bool(!receipt.written), "seq": .int(Int64(receipt.event.seq)), "at": .string(receipt.event.at.rfc3339),
+                                   "correctedFrom": .string(correction.correctedFrom.rfc3339),
+                                   "redated": .object(["first": .int(Int64(redated.lowerBound)), "last": .int(Int64(redated.upperBound)), "count": .int(Int64(redated.count))])]))
             } else {
-                print("Corrected the ledger's clock at seq \(event.seq): its time goes back from \(correction.correctedFrom.rfc3339) to \(event.at.rfc3339).")
+                let events = "\(redated.count) event\(redated.count == 1 ? "" : "s") (seq \(redated.lowerBound)\(redated.count > 1 ? "–\(redated.upperBound)" : ""))"
+                if receipt.written {
+                    print("Corrected the ledger's clock at seq \(receipt.event.seq): its time goes back from \(correction.correctedFrom.rfc3339) to \(receipt.event.at.rfc3339).")
+                    print("\(events) stamped after \(receipt.event.at.rfc3339) now count as of that time in as-of questions.")
+                } else {
+                    print("Dry run: a correction at seq \(receipt.event.seq) would set the ledger's time back from \(correction.correctedFrom.rfc3339) to \(receipt.event.at.rfc3339), this clock.")
+                    print("It would re-date \(events), stamped after that time. Nothing was written.")
+                }
             }
         }
     }

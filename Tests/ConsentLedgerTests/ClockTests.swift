@@ -97,7 +97,15 @@ import TransparencyLog
         let (ledger, clock, path) = try Self.ledger("clock-correct")
         defer { removeFolder(path) }
         try Self.poison(ledger, clock)
-        let event = try #require(try ledger.correctClock(reason: "NTP served 2999", actor: "ops"))
+        // A dry run says what it would write and re-date (bob's grant, seq 2), and writes nothing.
+        let before = Self.folderBytes(path)
+        let dry = try #require(try ledger.correctClock(reason: "NTP served 2999", actor: "ops", dryRun: true))
+        #expect(!dry.written && dry.redated == 2...2)
+        #expect(Self.folderBytes(path) == before)
+        clock.set("2026-11-26T10:00:00.000Z")
+        let receipt = try #require(try ledger.correctClock(reason: "NTP served 2999", actor: "ops"))
+        #expect(receipt.written && receipt.redated == 2...2)
+        let event = receipt.event
         guard case .clockCorrected(let correction) = event.payload else { Issue.record("not a clock correction"); return }
         #expect(correction.correctedFrom.rfc3339.hasPrefix("2999-01-01T00:00:0"))
         #expect(event.at == Timestamp(canonical: "2026-11-26T10:00:00.000Z"))

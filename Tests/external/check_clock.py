@@ -65,6 +65,11 @@ try:
           show.returncode == 4 and status["writesRefused"] and status["ledgerTime"] == "2999-01-01T00:00:00.000Z" and status["corrections"] == [], show.stdout)
     skew = run("--clock-skew", "400000000", "clock", "show")
     check("clock show with --clock-skew of more than a year: refused as a usage error (64)", skew.returncode == 64, "%d %s" % (skew.returncode, skew.stderr))
+    dry = run("clock", "correct", "--dry-run", "--format", "json")
+    planned = json.loads(dry.stdout) if dry.returncode == 0 else {}
+    check("clock correct --dry-run: exit 0, would re-date seq 6 alone, nothing written",
+          dry.returncode == 0 and planned.get("dryRun") is True and planned.get("appended") is False
+          and planned.get("redated") == {"first": 6, "last": 6, "count": 1} and folder_bytes() == before, dry.stdout + dry.stderr)
     correct = run("clock", "correct", "--reason", "NTP server served 2999", "--actor", "ops", "--format", "json")
     corrected = json.loads(correct.stdout) if correct.returncode == 0 else {}
     check("clock correct: exit 0, appended at seq 7, correcting 2999-01-01T00:00:00.000Z",

@@ -52,6 +52,17 @@ public struct LedgerClockStatus: Sendable {
     public var refusesWrites: Bool { aheadMilliseconds > allowedSkew.milliseconds }
 }
 
+/// A clock correction written, or one a dry run would write (``Ledger/correctClock(reason:actor:dryRun:)``).
+public struct ClockCorrectionReceipt: Hashable, Sendable {
+    /// The `clock.corrected` event.
+    public let event: LedgerEvent
+    /// False for a dry run: nothing was written.
+    public let written: Bool
+    /// The events it re-dates: those since the previous correction (or the genesis event)
+    /// stamped later than its time, whose effective time becomes its time.
+    public let redated: ClosedRange<UInt64>
+}
+
 /// What the ledger's own stream says besides keys: the catalogue versions and the clock
 /// corrections.
 struct LedgerTimeline: Sendable {

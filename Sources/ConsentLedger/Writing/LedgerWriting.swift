@@ -367,17 +367,18 @@ extension Ledger {
     /// one signed `clock.corrected` event naming the time it corrects (Spec/ledger-format.md,
     /// Clock corrections). Returns nil, appending nothing, when the ledger's time is not ahead
     /// of this clock by more than ``maximumClockSkew``: writes go on without a correction then.
+    /// With `dryRun`, says what it would write and re-date, and writes nothing.
     ///
     /// Check this machine's clock first: a correction made from a clock that is behind records
     /// a wrong time of its own.
     @discardableResult
-    public func correctClock(reason: String? = nil, actor: String = "consentctl") throws -> LedgerEvent? {
+    public func correctClock(reason: String? = nil, actor: String = "consentctl", dryRun: Bool = false) throws -> ClockCorrectionReceipt? {
         try Self.validateText(actor, what: "actor", maxBytes: 128)
         if let reason, let problem = SubjectErased.problem(reason: reason) { throw ConsentError.invalidRequest("the correction's reason cannot be recorded: \(problem)") }
         guard version >= 2 else {
             throw ConsentError.invalidRequest("this ledger is of format version 1, which has no clock corrections: copy it to a new ledger first (`consentctl migrate --to`)")
         }
-        let signer = try signingKey()
+        let signer = try dryRun ? nil : signingKey()
         return try writing { tx, view, afterCommit in
             let log = view.log
             let now = clock()
@@ -390,9 +391,22 @@ extension Ledger {
             }
             let seq = log.last.event.seq + 1
             let event = LedgerEvent(seq: seq, at: now, actor: actor, command: CommandSpan(first: seq, size: 1), payload: .clockCorrected(ClockCorrected(correctedFrom: log.last.event.at, reason: reason)))
-            _ = try commitLedgerEvent(event, view, tx, signer: signer, afterCommit: &afterCommit)
-            return event
+            let redated = try firstEvent(after: now, from: (floor?.seq ?? 0) + 1, through: log.last.event.seq, view)...log.last.event.seq
+            if let signer { _ = try commitLedgerEvent(event, view, tx, signer: signer, afterCommit: &afterCommit) }
+            return ClockCorrectionReceipt(event: event, written: signer != nil, redated: redated)
         }
+    }
+
+    /// The first seq in `from...through` whose event is stamped later than `time`, where times do
+    /// not go back (rule 2 holds since the last correction): a binary search over the log. For
+    /// the operator's information only: nothing is decided by it.
+    private func firstEvent(after time: Timestamp, from: UInt64, through: UInt64, _ view: LogView) throws -> UInt64 {
+        var (low, high) = (from, through)
+        while low < high {
+            let mid = low + (high - low) / 2
+            if try decode(try view.tx.entry(Int(mid)), number: Int(mid) + 1).event.at > time { high = mid } else { low = mid + 1 }
+        }
+        return low
     }
 
     /// Commits one ledger event (a catalogue publication, a key rotation or revocation): a
