@@ -24,16 +24,23 @@ package struct EventBodyReader {
     /// The optional members of a grant: its evidence (``GrantEvidence``).
     static let evidenceBits = bits([.effectiveAt, .channel, .noticeLanguage, .evidence, .sealedEvidence])
     static let commonBits = bits([.v, .seq, .at, .actor, .cmd, .cmdSize, .prev, .kid, .type])
-    static let typeBits: [String: UInt64] = [
-        "ledger.created": bits([.ledger, .catalog, .publicKey]),
-        "catalog.published": bits([.catalog, .document, .notices]),
-        "consent.given": bits([.subject, .feature, .consent, .version]),
-        "consent.revoked": bits([.subject, .feature, .consent, .reason]),
-        "subject.erased": bits([.subject]),
-        "key.rotated": bits([.publicKey, .handover]),
-        "key.revoked": bits([.publicKey, .compromisedSince, .attested]),
-        "clock.corrected": bits([.correctedFrom]),
-    ]
+    /// The stream members of format version 2.
+    static let streamBits = Name.streamPrev.bit | Name.streamRoot.bit
+    /// The members each event type has besides the common ones (a switch, not a dictionary:
+    /// hashing the type of every event showed in replay's profile).
+    static func typeBits(_ type: String) -> UInt64? {
+        switch type {
+        case "consent.given": Name.subject.bit | Name.feature.bit | Name.consent.bit | Name.version.bit
+        case "consent.revoked": Name.subject.bit | Name.feature.bit | Name.consent.bit | Name.reason.bit
+        case "subject.erased": Name.subject.bit
+        case "ledger.created": Name.ledger.bit | Name.catalog.bit | Name.publicKey.bit
+        case "catalog.published": Name.catalog.bit | Name.document.bit | Name.notices.bit
+        case "key.rotated": Name.publicKey.bit | Name.handover.bit
+        case "key.revoked": Name.publicKey.bit | Name.compromisedSince.bit | Name.attested.bit
+        case "clock.corrected": Name.correctedFrom.bit
+        default: nil
+        }
+    }
 
     // What was read (plain fields, not arrays: a reader is made for every event).
     var present: UInt64 = 0
@@ -225,16 +232,16 @@ package struct EventBodyReader {
             throw EventDecodingError(problem: "member 'v' must be 1 or 2 (this reader knows format versions 1 and 2)")
         }
         let type = try string(self.type, .type)
-        guard var allowed = Self.typeBits[type] else { throw EventDecodingError(problem: "unknown event type '\(type)'") }
+        guard var allowed = Self.typeBits(type) else { throw EventDecodingError(problem: "unknown event type '\(type)'") }
         allowed |= Self.commonBits
-        if v == 2 { allowed |= Self.bits([.streamPrev, .streamRoot]) }
+        if v == 2 { allowed |= Self.streamBits }
         if type == "consent.revoked", reason == "cascade" { allowed |= Name.cause.bit }
         if type == "consent.given" { allowed |= Name.renews.bit | Self.evidenceBits }
         if type == "subject.erased" || type == "clock.corrected" { allowed |= Name.reason.bit }
         if present & ~allowed != 0, let extra = (0..<Self.names.count).first(where: { present & ~allowed & (1 << UInt64($0)) != 0 }) {
             throw EventDecodingError(problem: "member '\(Name(rawValue: extra)!.text)' does not belong to a '\(type)' event")
         }
-        let optional: UInt64 = (type == "consent.given" ? Name.renews.bit | Self.evidenceBits : 0) | (type == "subject.erased" || type == "clock.corrected" ? Name.reason.bit : 0) | Self.bits([.streamPrev, .streamRoot])
+        let optional: UInt64 = (type == "consent.given" ? Name.renews.bit | Self.evidenceBits : 0) | (type == "subject.erased" || type == "clock.corrected" ? Name.reason.bit : 0) | Self.streamBits
         if allowed & ~optional & ~present != 0, let missing = (0..<Self.names.count).first(where: { allowed & ~optional & ~present & (1 << UInt64($0)) != 0 }) {
             throw EventDecodingError(problem: "member '\(Name(rawValue: missing)!.text)' is missing from a '\(type)' event")
         }
@@ -385,7 +392,7 @@ package struct EventBodyReader {
     /// two references are the same subject exactly when their bytes are equal.
     private func subjectRef() throws(EventDecodingError) -> SubjectRef {
         let s = try string(subject, .subject)
-        guard s.utf8.count == 32, s.utf8.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) }) else {
+        guard s.utf8.count == 32, s.utf8.withContiguousStorageIfAvailable(Hex.isLowercaseHex) ?? false else {
             throw EventDecodingError(problem: "member 'subject' is not 32 lowercase hex digits")
         }
         return SubjectRef(s)

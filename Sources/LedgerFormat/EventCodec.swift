@@ -304,7 +304,7 @@ public enum EventCodec {
         if decodeSignature {
             signature = Hex.decode(buffer: UnsafeBufferPointer(rebasing: sigHex)).flatMap { Signature(bytes: $0) }
         } else {
-            signature = sigHex.allSatisfy { Hex.nibble($0) != nil } ? Signature.placeholder : nil
+            signature = Hex.isLowercaseHex(UnsafeBufferPointer(rebasing: sigHex)) ? Signature.placeholder : nil
         }
         guard let signature else {
             throw EventDecodingError(problem: "signature is not 128 lowercase hex digits")

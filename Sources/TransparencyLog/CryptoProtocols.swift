@@ -32,16 +32,8 @@ public struct Digest: Hashable, Sendable, CustomStringConvertible {
 
     /// Decodes 64 lowercase hex digits.
     public init?(hexBytes: UnsafeBufferPointer<UInt8>) {
-        guard hexBytes.count == 64 else { return nil }
         words = (0, 0, 0, 0)
-        let ok = withUnsafeMutableBytes(of: &words) { raw -> Bool in
-            for i in 0..<32 {
-                guard let hi = Hex.nibble(hexBytes[2 * i]), let lo = Hex.nibble(hexBytes[2 * i + 1]) else { return false }
-                raw[i] = hi << 4 | lo
-            }
-            return true
-        }
-        guard ok else { return nil }
+        guard withUnsafeMutableBytes(of: &words, { Hex.decode(hexBytes, into: $0) }) else { return nil }
     }
 
     /// All zeros: the `prev` of the genesis event.

@@ -46,12 +46,42 @@ package enum Hex {
     /// line), so that no call crosses the module boundary unspecialised.
     package static func decode(buffer: UnsafeBufferPointer<UInt8>) -> [UInt8]? {
         guard buffer.count % 2 == 0 else { return nil }
-        var out = [UInt8](repeating: 0, count: buffer.count / 2)
-        for i in 0..<out.count {
-            guard let hi = value(buffer[2 * i]), let lo = value(buffer[2 * i + 1]) else { return nil }
-            out[i] = hi << 4 | lo
+        let out = [UInt8](unsafeUninitializedCapacity: buffer.count / 2) { out, count in
+            count = decode(buffer, into: UnsafeMutableRawBufferPointer(out)) ? out.count : 0
         }
-        return out
+        return out.count == buffer.count / 2 ? out : nil
+    }
+
+    /// Each byte's value as a lowercase hex digit (0–15), or 0xFF for any other byte: a table, so
+    /// that replay checks the 200 hex digits of every line without a branch per digit. Written
+    /// once, before first use, and only read after: safe to share.
+    private nonisolated(unsafe) static let digitValues: UnsafePointer<UInt8> = {
+        let table = UnsafeMutablePointer<UInt8>.allocate(capacity: 256)
+        table.initialize(repeating: 0xFF, count: 256)
+        for (i, digit) in digits.enumerated() { table[Int(digit)] = UInt8(i) }
+        return UnsafePointer(table)
+    }()
+
+    /// Whether every byte is a lowercase hex digit.
+    package static func isLowercaseHex(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        let table = digitValues
+        var invalid: UInt8 = 0
+        for b in bytes { invalid |= table[Int(b)] }
+        return invalid & 0xF0 == 0
+    }
+
+    /// Decodes `2 * out.count` lowercase hex digits into `out`. False, with `out` holding
+    /// garbage, when `hex` has another length or a byte that is not a lowercase hex digit.
+    package static func decode(_ hex: UnsafeBufferPointer<UInt8>, into out: UnsafeMutableRawBufferPointer) -> Bool {
+        guard hex.count == 2 * out.count, let source = hex.baseAddress else { return hex.count == 2 * out.count }
+        let table = digitValues
+        var invalid: UInt8 = 0
+        for i in 0..<out.count {
+            let high = table[Int(source[2 * i])], low = table[Int(source[2 * i + 1])]
+            invalid |= high | low
+            out[i] = high << 4 | (low & 0x0F)
+        }
+        return invalid & 0xF0 == 0
     }
 
     package static func nibble(_ c: UInt8) -> UInt8? { value(c) }

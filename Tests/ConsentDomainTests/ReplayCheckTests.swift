@@ -122,3 +122,38 @@ import Testing
         }
     }
 }
+
+/// A subject's state keeps its consents in a short list (for memory); it must still compare and
+/// hash as the set of consents it holds, whatever order they were given in.
+@Suite struct SubjectStateStorageTests {
+    @Test func statesCompareByTheirConsentsWhateverTheOrder() throws {
+        var ledger = DomainLedger()
+        try ledger.give("a", tl, "required")
+        try ledger.give("a", mm, "required")
+        try ledger.give("b", mm, "required")
+        try ledger.give("b", tl, "required")
+        let a = ledger.state("a"), b = ledger.state("b")
+        #expect(Set(a.consents.keys) == Set(b.consents.keys))
+        #expect(Set(a.consents.keys) == [ConsentKey(feature: 1, consent: "required"), ConsentKey(feature: 2, consent: "required")])
+        // Same consents, other grants (seq and time): not equal.
+        #expect(a != b)
+        // A second replay of the same events gives an equal state, with an equal hash.
+        var replayed = LedgerReplay(catalog: seedCatalog)
+        for event in ledger.events { try replayed.apply(event) }
+        let again = replayed.state(of: SubjectRef("a"))
+        #expect(a == again && a.hashValue == again.hashValue)
+        #expect(a.status(feature: 2, consent: "required")?.isGiven == true && a.status(feature: 2, consent: "optional-a") == nil)
+    }
+
+    @Test func aGrantKeepsItsEvidenceAndAnEmptyOneStaysEmpty() {
+        var grant = Grant(validFrom: Timestamp(millisecondsSinceEpoch: 0), version: "1.0", seq: 3)
+        #expect(grant.evidence.isEmpty)
+        let evidence = GrantEvidence(channel: .paper, noticeLanguage: "de", reference: "scan 7")
+        grant.evidence = evidence
+        #expect(grant.evidence == evidence)
+        let copy = grant
+        grant.evidence = GrantEvidence()
+        #expect(grant.evidence.isEmpty && copy.evidence == evidence, "a copy keeps its own evidence")
+        #expect(grant != copy && grant == Grant(validFrom: Timestamp(millisecondsSinceEpoch: 0), version: "1.0", seq: 3))
+    }
+}
