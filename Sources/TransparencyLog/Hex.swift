@@ -25,7 +25,8 @@ package enum Hex {
 
     /// Decodes lowercase hex; uppercase or odd length is `nil`, so each value has one spelling.
     package static func decode(_ text: String) -> [UInt8]? {
-        decode(bytes: text.utf8)
+        var text = text
+        return text.withUTF8 { decode(buffer: $0) }
     }
 
     /// Decodes lowercase hex bytes; nil for anything else.

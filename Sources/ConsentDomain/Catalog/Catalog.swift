@@ -1,26 +1,46 @@
 /// A consent a feature asks for (the app's `CMConsent` without its per-subject state).
+///
+/// Its members are held in one shared object, as are a ``Feature``'s: replay looks up a feature
+/// and a consent for every event, and copying them member by member was a tenth of the ordered
+/// stage of a replay (a retain and a release per string and array).
 public struct ConsentDefinition: Hashable, Sendable {
     /// Unique within its feature, for example `required` or `optional-a`.
-    public let code: String
+    public var code: String { fields.code }
     /// Display names by language tag (`en`, `de`), in catalogue order.
-    public let names: [LocalizedName]
+    public var names: [LocalizedName] { fields.names }
     /// Required consents gate the feature (rule R2); optional ones are chosen on the same screen.
-    public let isRequired: Bool
+    public var isRequired: Bool { fields.isRequired }
     /// An external link that explains why the data is needed.
-    public let link: String
+    public var link: String { fields.link }
     /// The policy version of the notice the subject agrees to.
-    public let version: String
+    public var version: String { fields.version }
+
+    private final class Fields: Sendable {
+        let code: String, names: [LocalizedName], isRequired: Bool, link: String, version: String
+        init(code: String, names: [LocalizedName], isRequired: Bool, link: String, version: String) {
+            (self.code, self.names, self.isRequired, self.link, self.version) = (code, names, isRequired, link, version)
+        }
+    }
+    private let fields: Fields
 
     public init(code: String, names: [LocalizedName], isRequired: Bool, link: String, version: String) {
-        self.code = code
-        self.names = names
-        self.isRequired = isRequired
-        self.link = link
-        self.version = version
+        fields = Fields(code: code, names: names, isRequired: isRequired, link: link, version: version)
     }
 
     /// The English name, or the first one when there is no English name.
     public var name: String { names.first { $0.language == "en" }?.text ?? names.first?.text ?? code }
+
+    public static func == (a: ConsentDefinition, b: ConsentDefinition) -> Bool {
+        a.fields === b.fields || (a.code == b.code && a.names == b.names && a.isRequired == b.isRequired && a.link == b.link && a.version == b.version)
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(code)
+        hasher.combine(names)
+        hasher.combine(isRequired)
+        hasher.combine(link)
+        hasher.combine(version)
+    }
 }
 
 /// A display name in one language.
@@ -34,30 +54,49 @@ public struct LocalizedName: Hashable, Sendable {
     }
 }
 
-/// An app feature that needs consent, such as Medication Management.
+/// An app feature that needs consent, such as Medication Management. (Its members are held in
+/// one shared object: see ``ConsentDefinition``.)
 public struct Feature: Hashable, Sendable {
     /// Unique numeric feature code; events refer to a feature by it.
-    public let code: Int
+    public var code: Int { fields.code }
     /// Unique slug, for example `medication-management`.
-    public let key: String
-    public let names: [LocalizedName]
+    public var key: String { fields.key }
+    public var names: [LocalizedName] { fields.names }
     /// Required consents first, then optional ones, each group in catalogue order (rule R7).
-    public let consents: [ConsentDefinition]
+    public var consents: [ConsentDefinition] { fields.consents }
+    public var requiredConsents: [ConsentDefinition] { fields.requiredConsents }
+    public var optionalConsents: [ConsentDefinition] { fields.optionalConsents }
+
+    private final class Fields: Sendable {
+        let code: Int, key: String, names: [LocalizedName]
+        let consents: [ConsentDefinition], requiredConsents: [ConsentDefinition], optionalConsents: [ConsentDefinition]
+        init(code: Int, key: String, names: [LocalizedName], consents: [ConsentDefinition]) {
+            (self.code, self.key, self.names) = (code, key, names)
+            requiredConsents = consents.filter(\.isRequired)
+            optionalConsents = consents.filter { !$0.isRequired }
+            self.consents = requiredConsents + optionalConsents
+        }
+    }
+    private let fields: Fields
 
     public init(code: Int, key: String, names: [LocalizedName], consents: [ConsentDefinition]) {
-        self.code = code
-        self.key = key
-        self.names = names
-        self.consents = consents.filter(\.isRequired) + consents.filter { !$0.isRequired }
-        self.requiredConsents = consents.filter(\.isRequired)
-        self.optionalConsents = consents.filter { !$0.isRequired }
+        fields = Fields(code: code, key: key, names: names, consents: consents)
     }
 
     public var name: String { names.first { $0.language == "en" }?.text ?? names.first?.text ?? key }
-    public let requiredConsents: [ConsentDefinition]
-    public let optionalConsents: [ConsentDefinition]
 
-    public func consent(code: String) -> ConsentDefinition? { consents.first { $0.code == code } }
+    public func consent(code: String) -> ConsentDefinition? { fields.consents.first { $0.code == code } }
+
+    public static func == (a: Feature, b: Feature) -> Bool {
+        a.fields === b.fields || (a.code == b.code && a.key == b.key && a.names == b.names && a.consents == b.consents)
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(code)
+        hasher.combine(key)
+        hasher.combine(names)
+        hasher.combine(consents)
+    }
 }
 
 /// The features and consents a ledger knows. Constructing one validates it.
