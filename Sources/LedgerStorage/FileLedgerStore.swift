@@ -32,6 +32,8 @@ import ConsentDomain
 /// located by reading the log's tail.
 public struct FileLedgerStore: LedgerStore {
     public let directory: String
+    /// Bytes of the log read at a time (small in tests, so that lines cross chunks).
+    nonisolated(unsafe) static var logReadChunk = 4 << 20
     /// How long a transaction waits for the ledger's lock, held by another process's write (or,
     /// for a write, by readers), before it fails with `ConsentError.storage` naming the holder.
     public let lockTimeout: Duration
@@ -696,30 +698,40 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         let skipHeads = eventsOnly && headIsInLog()
         let file = try logFile()
         var offset = from
-        var carry: [UInt8] = []
-        var carryOffset = from
-        let chunkSize = 4 << 20
+        // One buffer for the whole read, the partial line a chunk ends with moved to its front
+        // for the next: a new array per chunk, and the carry joined to it, were a tenth of a
+        // replay (page faults and copies). A visitor that keeps the buffer gets its own copy.
+        let chunkSize = FileLedgerStore.logReadChunk
+        var buffer = [UInt8](repeating: 0, count: Int(min(UInt64(chunkSize), stop - min(stop, from))))
+        var carried = 0
+        var bufferOffset = from
         while offset < stop {
-            let chunk = try file.read(at: offset, count: Int(min(UInt64(chunkSize), stop - offset)))
-            guard !chunk.isEmpty else { throw integrity("the log ended while being read (at byte offset \(offset))") }
-            let bufferOffset = carry.isEmpty ? offset : carryOffset
-            offset += UInt64(chunk.count)
-            let buffer = carry.isEmpty ? chunk : carry + chunk
+            let want = Int(min(UInt64(chunkSize), stop - offset))
+            if buffer.count < carried + want { buffer.append(contentsOf: repeatElement(0, count: carried + want - buffer.count)) }
+            let got = try file.read(at: offset, into: &buffer, startingAt: carried, count: want)
+            guard got > 0 else { throw integrity("the log ended while being read (at byte offset \(offset))") }
+            offset += UInt64(got)
+            let filled = carried + got
             var spans: [Range<Int>] = []
             var consumed = 0
             buffer.withUnsafeBufferPointer { all in
                 let base = all.baseAddress!
                 var start = 0
-                while start < all.count, let hit = memchr(base + start, Int32(FileLedgerStore.newline), all.count - start) {
+                while start < filled, let hit = memchr(base + start, Int32(FileLedgerStore.newline), filled - start) {
                     let end = base.distance(to: hit.assumingMemoryBound(to: UInt8.self))
                     if !skipHeads || !SignedHead.isLogLine(UnsafeBufferPointer(rebasing: all[start..<end])) { spans.append(start..<end) }
                     start = end + 1
                 }
                 consumed = start
             }
-            carry = Array(buffer[consumed...])
-            carryOffset = bufferOffset + UInt64(consumed)
             guard try visit(buffer, bufferOffset, spans) else { return }
+            carried = filled - consumed
+            if carried > 0 {
+                buffer.withUnsafeMutableBufferPointer { all in
+                    _ = memmove(all.baseAddress!, all.baseAddress! + consumed, carried)
+                }
+            }
+            bufferOffset += UInt64(consumed)
         }
     }
 

@@ -435,3 +435,30 @@ final class Counter: Sendable {
         #expect((calls == 0) == complete.isEmpty)
     }
 }
+
+/// The file storage reads the log a chunk at a time, one buffer for the whole read, moving the
+/// partial line a chunk ends with to the front for the next. With chunks smaller than a line,
+/// of a few lines, and of a few lines and a half, replay and verify read the same log.
+@Suite(.serialized) struct LogChunkTests {
+    @Test(arguments: [97, 1_000, 4_096])
+    func replayAndVerifyReadTheSameLogWhateverTheChunk(_ chunk: Int) throws {
+        let path = LedgerPropertyTests.folder("chunks-\(chunk)")
+        defer { removeFolder(path) }
+        let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "chunks", keyProtection: .insecurePlaintext)
+        for round in 0..<12 {
+            for subject in ["p1", "p2", "p3"] {
+                let request: ConsentRequest = round % 2 == 0 ? .give(feature: "timeline", consents: ["required", "optional-a"]) : .revoke(feature: "timeline", consent: "required")
+                try ledger.execute(LedgerCommand(subjectID: subject, request: request))
+            }
+        }
+        let whole = try Ledger.open(store: FileLedgerStore(directory: path)).loadAll()
+        let saved = FileLedgerStore.logReadChunk
+        FileLedgerStore.logReadChunk = chunk
+        defer { FileLedgerStore.logReadChunk = saved }
+        let chunked = try Ledger.open(store: FileLedgerStore(directory: path)).loadAll()
+        #expect(chunked.eventCount == whole.eventCount && chunked.eventCount == 1 + 12 * 3 * 2)
+        #expect(chunked.subjects == whole.subjects)
+        let report = try Ledger.open(store: FileLedgerStore(directory: path)).verify()
+        #expect(report.events == whole.eventCount)
+    }
+}
