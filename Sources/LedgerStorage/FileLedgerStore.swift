@@ -1,4 +1,5 @@
 import LedgerFormat
+import Synchronization
 import TransparencyLog
 #if canImport(Glibc)
 import Glibc
@@ -32,8 +33,9 @@ import ConsentDomain
 /// located by reading the log's tail.
 public struct FileLedgerStore: LedgerStore {
     public let directory: String
-    /// Bytes of the log read at a time (small in tests, so that lines cross chunks).
-    nonisolated(unsafe) static var logReadChunk = 4 << 20
+    /// Bytes of the log read at a time (small in tests, so that lines cross chunks; atomic,
+    /// as tests running beside that one read it).
+    static let logReadChunk = Atomic<Int>(4 << 20)
     /// How long a transaction waits for the ledger's lock, held by another process's write (or,
     /// for a write, by readers), before it fails with `ConsentError.storage` naming the holder.
     public let lockTimeout: Duration
@@ -693,7 +695,8 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
     /// Reads the log's lines in `[from, to)` in chunks of a few MiB: `visit` gets each chunk
     /// (with any partial line carried over from the one before), its offset in the file, and
     /// the spans of the complete lines in it, without their 0x0A (only its event lines when
-    /// `eventsOnly`, in a layout with head lines); it returns false to stop.
+    /// `eventsOnly`, in a layout with head lines); it returns false to stop. Only the bytes the
+    /// spans cover are this chunk's lines: the buffer is reused, and longer than them.
     private func forEachLines(from: UInt64, to stop: UInt64, eventsOnly: Bool = false, _ visit: ([UInt8], UInt64, [Range<Int>]) throws -> Bool) throws {
         let skipHeads = eventsOnly && headIsInLog()
         let file = try logFile()
@@ -701,7 +704,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         // One buffer for the whole read, the partial line a chunk ends with moved to its front
         // for the next: a new array per chunk, and the carry joined to it, were a tenth of a
         // replay (page faults and copies). A visitor that keeps the buffer gets its own copy.
-        let chunkSize = FileLedgerStore.logReadChunk
+        let chunkSize = FileLedgerStore.logReadChunk.load(ordering: .relaxed)
         var buffer = [UInt8](repeating: 0, count: Int(min(UInt64(chunkSize), stop - min(stop, from))))
         var carried = 0
         var bufferOffset = from

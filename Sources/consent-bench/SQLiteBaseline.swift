@@ -135,7 +135,7 @@ func phaseSQLite(dir: String, writers: Int, perWriter: Int, lines: [[UInt8]]) th
     let wall = now() - start
     if let message = failure.withLock({ $0 }) { throw BenchError.failed(message) }
     let sorted = times.withLock { $0 }.sorted()
-    emit("sqlite", sorted.count * 2, wall, "commands=\(sorted.count) p50=\(sorted[sorted.count / 2]) p99=\(sorted[min(sorted.count - 1, sorted.count * 99 / 100)])")
+    emit("sqlite", sorted.count * 2, wall, "commands=\(sorted.count) p50=\(sorted[sorted.count / 2]) p99=\(sorted[min(sorted.count - 1, sorted.count * 99 / 100)]) max=\(sorted.last!)")
 }
 
 /// Event lines of the bench ledger (after its genesis), for the baseline to store.

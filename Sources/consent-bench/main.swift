@@ -176,7 +176,7 @@ func phaseGroup(dir: String, writers: Int, perWriter: Int, subjects: Int, offset
     let wall = now() - start
     if let message = failure.withLock({ $0 }) { throw BenchError.failed(message) }
     let sorted = times.withLock { $0 }.sorted()
-    emit("group", events.withLock { $0 }, wall, "commands=\(sorted.count) p50=\(sorted[sorted.count / 2]) p99=\(sorted[min(sorted.count - 1, sorted.count * 99 / 100)]) warmupEvents=\(warmUpEvents)" + roundTrips(storage, since: sentBefore, commands: sorted.count))
+    emit("group", events.withLock { $0 }, wall, "commands=\(sorted.count) p50=\(sorted[sorted.count / 2]) p99=\(sorted[min(sorted.count - 1, sorted.count * 99 / 100)]) max=\(sorted.last!) warmupEvents=\(warmUpEvents)" + roundTrips(storage, since: sentBefore, commands: sorted.count))
 }
 
 /// For a PostgreSQL ledger: the statements sent per command since `before` (each a round trip).
@@ -543,7 +543,7 @@ for size in sizes {
     let writers = min(16, subjects), perWriter = max(10, durableCount / 4)
     func concurrentRow(_ name: String, _ m: Measured, _ note: String) {
         let p99 = noteValue(m, "p99") ?? .nan, commands = noteValue(m, "commands") ?? .nan
-        print([pad(name, 28), pad(String(m.events), 9, right: true), pad(format(m.seconds), 9, right: true), pad(format(m.rate), 10, right: true), pad(format(Double(m.maxRSSKiB) / 1024), 8, right: true), "  \(format(commands / m.seconds)) commands/s, p50 \(format((noteValue(m, "p50") ?? .nan) * 1000)) ms, p99 \(format(p99 * 1000)) ms per call", note].joined(separator: " "))
+        print([pad(name, 28), pad(String(m.events), 9, right: true), pad(format(m.seconds), 9, right: true), pad(format(m.rate), 10, right: true), pad(format(Double(m.maxRSSKiB) / 1024), 8, right: true), "  \(format(commands / m.seconds)) commands/s, p50 \(format((noteValue(m, "p50") ?? .nan) * 1000)) ms, p99 \(format(p99 * 1000)) ms, max \(format((noteValue(m, "max") ?? .nan) * 1000)) ms per call", note].joined(separator: " "))
     }
     let group = measure(["phase", "group", dir, String(writers), String(perWriter), String(subjects), String(Int(commandsRun)! + durableCount)])
     concurrentRow("durable, \(writers) threads (group)", group, " (target >= 20000 events/s, p99 <= 10 ms)")

@@ -452,9 +452,8 @@ final class Counter: Sendable {
             }
         }
         let whole = try Ledger.open(store: FileLedgerStore(directory: path)).loadAll()
-        let saved = FileLedgerStore.logReadChunk
-        FileLedgerStore.logReadChunk = chunk
-        defer { FileLedgerStore.logReadChunk = saved }
+        let saved = FileLedgerStore.logReadChunk.exchange(chunk, ordering: .relaxed)
+        defer { FileLedgerStore.logReadChunk.store(saved, ordering: .relaxed) }
         let chunked = try Ledger.open(store: FileLedgerStore(directory: path)).loadAll()
         #expect(chunked.eventCount == whole.eventCount && chunked.eventCount == 1 + 12 * 3 * 2)
         #expect(chunked.subjects == whole.subjects)
