@@ -75,7 +75,10 @@ extension LedgerReport {
             }
         }
         let charted = Array(rows.prefix(Self.chartedRows))
-        let times = r.entries.map(\.at.millisecondsSinceEpoch) + r.intervals.map(\.from.millisecondsSinceEpoch) + r.intervals.compactMap { $0.until?.millisecondsSinceEpoch }
+        // Entries are placed at their effective times, the intervals' axis: in a ledger whose
+        // clock was corrected, an entry stamped in 2999 sits where it happened, not in 2999.
+        func placed(_ e: AuditReport.Entry) -> Int64 { r.effectiveTime(of: e).millisecondsSinceEpoch }
+        let times = r.entries.map(placed) + r.intervals.map(\.from.millisecondsSinceEpoch) + r.intervals.compactMap { $0.until?.millisecondsSinceEpoch }
         var start = r.scope.from?.millisecondsSinceEpoch ?? times.min() ?? 0
         var end = r.scope.end?.millisecondsSinceEpoch ?? times.max() ?? start
         if end - start < 120_000 {
@@ -111,7 +114,7 @@ extension LedgerReport {
         // Policy changes across every row.
         var policyLines = 0
         for e in r.entries where e.kind == .policy {
-            let px = x(e.at.millisecondsSinceEpoch)
+            let px = x(placed(e))
             let label = e.changes.map(changeText).joined(separator: ", ")
             svg += "<g class=\"policy-line\"><line x1=\"\(Self.fmt(px))\" y1=\"\(Int(top - 12))\" x2=\"\(Self.fmt(px))\" y2=\"\(Self.fmt(axisY))\" stroke=\"#762a83\" stroke-dasharray=\"5 3\" stroke-width=\"2\"/>"
             svg += "<text x=\"\(Self.fmt(px + 4))\" y=\"\(Int(top - 16))\" class=\"policy-label\">\((label.isEmpty ? "new catalogue" : label).htmlEscaped)</text><title>seq \(e.seq), \(time(e.at)): policy change \(label.htmlEscaped)</title></g>"
@@ -126,7 +129,7 @@ extension LedgerReport {
             for interval in r.intervals where interval.subject == row.subject && interval.feature == row.feature.code {
                 let x0 = x(interval.from.millisecondsSinceEpoch), x1 = x(interval.until?.millisecondsSinceEpoch ?? end)
                 // The version of the required consent grant that (re)activated the feature.
-                let grant = r.entries.last { $0.subject == row.subject && $0.feature == row.feature.code && ($0.kind == .given || $0.kind == .reconsent) && $0.at <= interval.from && row.feature.consent(code: $0.consent ?? "")?.isRequired == true }
+                let grant = r.entries.last { $0.subject == row.subject && $0.feature == row.feature.code && ($0.kind == .given || $0.kind == .reconsent) && placed($0) <= interval.from.millisecondsSinceEpoch && row.feature.consent(code: $0.consent ?? "")?.isRequired == true }
                 let version = grant?.version.map { "v" + $0 } ?? ""
                 svg += "<g class=\"bar\"><rect x=\"\(Self.fmt(x0))\" y=\"\(Self.fmt(y + 6))\" width=\"\(Self.fmt(max(3, x1 - x0)))\" height=\"\(Int(rowHeight - 12))\" rx=\"3\" fill=\"#a6dba0\"/>"
                 if x1 - x0 > 34, !version.isEmpty { svg += "<text x=\"\(Self.fmt(x0 + 5))\" y=\"\(Self.fmt(mid + 4))\" class=\"version\">\(version.htmlEscaped)</text>" }
@@ -134,8 +137,9 @@ extension LedgerReport {
                 bars += 1
             }
             for e in r.entries where e.subject == row.subject && e.feature == row.feature.code {
-                let ex = x(e.at.millisecondsSinceEpoch)
+                let ex = x(placed(e))
                 var title = "seq \(e.seq), \(time(e.at)): \(e.kind.rawValue) \(featureKey(e.feature))/\(e.consent ?? "") by \(e.actor)"
+                if r.effectiveTime(of: e) != e.at { title += " (by \(time(r.effectiveTime(of: e))), after a clock correction)" }
                 if let v = e.version { title += ", v\(v)" }
                 if let t = e.evidence.effectiveAt { title += ", agreed \(time(t))" }
                 if let c = e.evidence.channel { title += ", \(c.rawValue)" }
@@ -144,7 +148,7 @@ extension LedgerReport {
                     // The cascade's link to its cause: an arc from the cause's marker, and the
                     // marker itself links to the cause's row in the event table.
                     if let causeEvent = r.entries.first(where: { $0.seq == cause }) {
-                        let cx = x(causeEvent.at.millisecondsSinceEpoch)
+                        let cx = x(placed(causeEvent))
                         svg += "<path class=\"cause-link\" d=\"M\(Self.fmt(cx)) \(Self.fmt(mid - 6))Q\(Self.fmt((cx + ex) / 2 + 8)) \(Self.fmt(y - 2)) \(Self.fmt(ex + 8)) \(Self.fmt(mid - 4))\" fill=\"none\" stroke=\"#e08214\" stroke-width=\"1.5\"/>"
                         links += 1
                     }
@@ -215,7 +219,7 @@ extension LedgerReport {
             if let ref = e.evidence.reference { note.append("evidence \(ref)") } else if e.evidence.isReferenceSealed { note.append("evidence sealed") }
             let consent = e.feature.map { "\(featureKey($0))/\(e.consent ?? "")" } ?? ""
             let causeLink = e.cause.map { " <a href=\"#event-\($0)\">→ seq \($0)</a>" } ?? ""
-            events += "<tr id=\"event-\(e.seq)\" data-type=\"\(e.kind.rawValue)\"><td data-sort=\"\(e.seq)\">\(e.seq)</td><td data-sort=\"\(e.at.millisecondsSinceEpoch)\">\(time(e.at))</td><td>\(e.kind.rawValue)</td><td>\(subjectID(e.subject).htmlEscaped)</td><td>\(consent.htmlEscaped)</td><td>\(e.actor.htmlEscaped)</td><td>\(note.joined(separator: ", ").htmlEscaped)\(causeLink)</td></tr>"
+            events += "<tr id=\"event-\(e.seq)\" data-type=\"\(e.kind.rawValue)\"><td data-sort=\"\(e.seq)\">\(e.seq)</td><td data-sort=\"\(r.effectiveTime(of: e).millisecondsSinceEpoch)\">\(time(e.at))</td><td>\(e.kind.rawValue)</td><td>\(subjectID(e.subject).htmlEscaped)</td><td>\(consent.htmlEscaped)</td><td>\(e.actor.htmlEscaped)</td><td>\(note.joined(separator: ", ").htmlEscaped)\(causeLink)</td></tr>"
         }
         events += "</tbody></table></section>"
         sections.append(events)

@@ -173,6 +173,26 @@ import TransparencyLog
         #expect(report.intervals.contains { $0.from == Timestamp(canonical: "2026-11-26T10:00:00.000Z")! && $0.until == nil })
     }
 
+    /// The HTML report's chart places every entry at its effective time, on the axis of the
+    /// active intervals: the grant stamped 2999 sits at the correction (10:00), so the axis
+    /// spans the day and not ten centuries. Its tooltip keeps the recorded time and says when it
+    /// took effect.
+    @Test func theReportsChartPlacesEntriesAtTheirEffectiveTimes() throws {
+        let (ledger, clock, path) = try Self.ledger("clock-chart")
+        defer { removeFolder(path) }
+        try Self.poison(ledger, clock)
+        try ledger.correctClock()
+        clock.set("2026-11-26T11:00:00.000Z")
+        try ledger.execute(Self.revoke("bob"))
+        let report = try ledger.auditReport(ReportScope())
+        let grant = try #require(report.report.entries.first { $0.kind == .given && $0.at.rfc3339.hasPrefix("2999") })
+        #expect(report.report.effectiveTime(of: grant) == Timestamp(canonical: "2026-11-26T10:00:00.000Z")!)
+        let html = report.html(in: .utc)
+        let axis = try #require(html.range(of: "<g class=\"axis\">").flatMap { start in html[start.lowerBound...].range(of: "</g>").map { String(html[start.lowerBound..<$0.upperBound]) } })
+        #expect(axis.contains("2026") && !axis.contains("2999"), "the axis runs to 2999: \(axis)")
+        #expect(html.contains("(by 26.11.2026 10:00, after a clock correction)"))
+    }
+
     /// A format-2 export of the whole ledger and of one subject carries the correction, and
     /// both verify.
     @Test func exportsWithACorrectionVerify() throws {

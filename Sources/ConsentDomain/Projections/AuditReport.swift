@@ -130,6 +130,15 @@ public struct AuditReport: Hashable, Sendable {
     /// The subjects in scope erased by the report's end, with the seq of their erasure: their
     /// events are counted as before, and nothing links them to a person any more.
     public var erased: [SubjectRef: UInt64] = [:]
+    /// The ledger's clock corrections. Intervals and spans are in effective times; an entry's
+    /// `at` is its recorded time, and ``effectiveTime(of:)`` places it on the same axis.
+    public var clock = ClockCorrections()
+
+    /// When an entry happened, on the axis of the intervals: its recorded time, or the time of a
+    /// later clock correction when that is earlier (``ClockCorrections``).
+    public func effectiveTime(of entry: Entry) -> Timestamp {
+        clock.effectiveTime(seq: entry.seq, at: entry.at)
+    }
 }
 
 /// Builds an ``AuditReport`` from the events of the log in order, up to the scope's end.
@@ -291,6 +300,7 @@ public struct AuditReportBuilder: Sendable {
         }
         var report = AuditReport(scope: scope, entries: entries, counts: countList, outdated: outdated, intervals: overlapping, givenSpans: givenSpans, withdrawals: withdrawals, subjects: subjects, catalog: catalog)
         report.erased = erased.filter { inSubjects.contains($0.key) }
+        report.clock = clock
         return report
     }
 }
