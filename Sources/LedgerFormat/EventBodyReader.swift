@@ -48,6 +48,8 @@ package struct EventBodyReader {
     var document: JSONValue?, notices: JSONValue?, attested: JSONValue?
     var actor: String?, catalog: String?, consent: String?, handover: String?, kid: String?, ledger: String?
     var publicKey: String?, reason: String?, subject: String?, type: String?, version: String?
+    /// The subject, when it is a pseudonym (32 lowercase hex digits), read without a string.
+    var pseudonym: SubjectRef?
     var channel: String?, evidence: String?, noticeLanguage: String?, sealedEvidence: String?
     var at: Timestamp?, effectiveAt: Timestamp?, correctedFrom: Timestamp?
     var prev: Digest?, streamRoot: Digest?
@@ -186,6 +188,15 @@ package struct EventBodyReader {
                 if name == .prev { prev = d } else { streamRoot = d }
             default:
                 guard bytes[p.index] == 0x22 else { throw EventDecodingError(problem: "member '\(name.text)' must be a string") }
+                if name == .subject {
+                    let start = p.index
+                    if let r = p.plainASCIIString(), let ref = SubjectRef(pseudonymHex: UnsafeBufferPointer(rebasing: bytes[r])) {
+                        pseudonym = ref
+                        break
+                    }
+                    // Anything else is read as a string, and refused as a subject in order.
+                    p.index = start
+                }
                 let value = try p.parseString()
                 switch name {
                 case .actor: actor = value
@@ -391,6 +402,7 @@ package struct EventBodyReader {
     /// Subject references are 32 lowercase hex digits (16 bytes); nothing else is accepted, so
     /// two references are the same subject exactly when their bytes are equal.
     private func subjectRef() throws(EventDecodingError) -> SubjectRef {
+        if let pseudonym { return pseudonym }
         let s = try string(subject, .subject)
         guard s.utf8.count == 32, s.utf8.withContiguousStorageIfAvailable(Hex.isLowercaseHex) ?? false else {
             throw EventDecodingError(problem: "member 'subject' is not 32 lowercase hex digits")

@@ -107,6 +107,6 @@ public enum StreamKey {
 
     /// A subject's stream key: its pseudonym's 16 bytes.
     public static func of(subject: SubjectRef) -> [UInt8] {
-        Hex.decode(subject.value) ?? SubjectMap.ledgerStream
+        subject.pseudonymBytes ?? SubjectMap.ledgerStream
     }
 }

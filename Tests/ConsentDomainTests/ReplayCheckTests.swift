@@ -157,3 +157,38 @@ import Testing
         #expect(grant != copy && grant == Grant(validFrom: Timestamp(millisecondsSinceEpoch: 0), version: "1.0", seq: 3))
     }
 }
+
+/// A subject reference holds a pseudonym as 16 bytes and anything else as text; it must behave
+/// as its text does either way.
+@Suite struct SubjectRefTests {
+    static let texts = [
+        "ef9544eb651f53811a42d5ef56afc9ae", "00000000000000000000000000000000", "ffffffffffffffffffffffffffffffff",
+        "0f9544eb651f53811a42d5ef56afc9ae", "ef9544eb651f53811a42d5ef56afc9af",
+        "EF9544EB651F53811A42D5EF56AFC9AE", "ef9544eb651f53811a42d5ef56afc9a", "ef9544eb651f53811a42d5ef56afc9aeb",
+        "gf9544eb651f53811a42d5ef56afc9ae", "alice", "", "ef9544eb651f5381 1a42d5ef56afc9a",
+    ]
+
+    @Test(arguments: texts)
+    func aReferenceKeepsItsTextAndIsAPseudonymOnlyAs32LowercaseHexDigits(_ text: String) {
+        let ref = SubjectRef(text)
+        #expect(ref.value == text && ref.description == text)
+        let isPseudonym = text.utf8.count == 32 && text.utf8.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }
+        #expect((ref.pseudonymBytes != nil) == isPseudonym)
+        if let bytes = ref.pseudonymBytes {
+            #expect(bytes.map { String($0 >> 4, radix: 16) + String($0 & 0xF, radix: 16) }.joined() == text)
+        }
+        let fromBytes = Array(text.utf8).withUnsafeBufferPointer { SubjectRef(pseudonymHex: $0) }
+        #expect(fromBytes == (isPseudonym ? ref : nil))
+    }
+
+    @Test func referencesCompareAndOrderAsTheirTexts() {
+        let refs = Self.texts.map(SubjectRef.init)
+        for a in refs {
+            for b in refs {
+                #expect((a == b) == (a.value == b.value), "\(a) == \(b)")
+                #expect((a < b) == (a.value < b.value), "\(a) < \(b)")
+                if a == b { #expect(a.hashValue == b.hashValue) }
+            }
+        }
+    }
+}

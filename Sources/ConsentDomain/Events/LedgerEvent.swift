@@ -3,14 +3,76 @@
 /// Subject ids are personal data, so the log never holds them: it holds a reference derived from
 /// the id and a per-subject random salt kept outside the log. Forgetting the salt erases the link
 /// between the person and their events without touching the hash chain.
+///
+/// A ledger's references are pseudonyms of 32 lowercase hex digits; one is held as its 16 bytes
+/// (no allocation, and hashed and compared as two words: replay and verify look one up for every
+/// event). Any other text (tests name subjects "alice") is held as it is. Either way two
+/// references are equal exactly when their ``value``s are.
 public struct SubjectRef: Hashable, Comparable, Sendable, CustomStringConvertible {
-    public let value: String
+    private enum Storage: Hashable, Sendable {
+        /// The 16 bytes of 32 lowercase hex digits, big-endian in two words.
+        case pseudonym(UInt64, UInt64)
+        case text(String)
+    }
+    private let storage: Storage
 
-    public init(_ value: String) { self.value = value }
+    public init(_ value: String) {
+        var text = value
+        storage = text.withUTF8 { Self.pseudonym(hex: $0) } ?? .text(value)
+    }
+
+    /// A pseudonym read from its 32 lowercase hex digits without making a string; nil for
+    /// anything else.
+    public init?(pseudonymHex bytes: UnsafeBufferPointer<UInt8>) {
+        guard let storage = Self.pseudonym(hex: bytes) else { return nil }
+        self.storage = storage
+    }
+
+    private static func pseudonym(hex: UnsafeBufferPointer<UInt8>) -> Storage? {
+        guard hex.count == 32 else { return nil }
+        var words: (UInt64, UInt64) = (0, 0)
+        for i in 0..<32 {
+            let c = hex[i]
+            let digit: UInt8
+            switch c {
+            case 0x30...0x39: digit = c - 0x30
+            case 0x61...0x66: digit = c - 0x61 + 10
+            default: return nil
+            }
+            if i < 16 { words.0 = words.0 << 4 | UInt64(digit) } else { words.1 = words.1 << 4 | UInt64(digit) }
+        }
+        return .pseudonym(words.0, words.1)
+    }
+
+    /// The reference as the log writes it.
+    public var value: String {
+        switch storage {
+        case .text(let text): return text
+        case .pseudonym(let high, let low):
+            let digits = Array("0123456789abcdef".utf8)
+            return String(unsafeUninitializedCapacity: 32) { out in
+                for i in 0..<16 {
+                    out[i] = digits[Int(truncatingIfNeeded: high >> UInt64(60 - 4 * i)) & 0xF]
+                    out[16 + i] = digits[Int(truncatingIfNeeded: low >> UInt64(60 - 4 * i)) & 0xF]
+                }
+                return 32
+            }
+        }
+    }
+
+    /// The pseudonym's 16 bytes (a subject's stream key), or nil for a reference that is not one.
+    public var pseudonymBytes: [UInt8]? {
+        guard case .pseudonym(let high, let low) = storage else { return nil }
+        return (0..<8).map { UInt8(truncatingIfNeeded: high >> UInt64(56 - 8 * $0)) } + (0..<8).map { UInt8(truncatingIfNeeded: low >> UInt64(56 - 8 * $0)) }
+    }
 
     public var description: String { value }
 
-    public static func < (lhs: SubjectRef, rhs: SubjectRef) -> Bool { lhs.value < rhs.value }
+    public static func < (lhs: SubjectRef, rhs: SubjectRef) -> Bool {
+        // Two pseudonyms compare as their words: the same order as their hex digits.
+        if case .pseudonym(let a0, let a1) = lhs.storage, case .pseudonym(let b0, let b1) = rhs.storage { return (a0, a1) < (b0, b1) }
+        return lhs.value < rhs.value
+    }
 }
 
 /// Which events were written together by one command. A command's events are atomic: after a

@@ -133,7 +133,7 @@ extension Ledger {
     func subjectEvents(_ subject: SubjectRef, _ view: LogView, until: Timestamp?, clock: ClockCorrections = ClockCorrections(), versions: [CatalogVersion], key: SubjectKey? = nil) throws -> (state: SubjectState, events: [LedgerEvent]) {
         var state = SubjectState()
         var events: [LedgerEvent] = []
-        guard Hex.decode(subject.value)?.count == 16 else { return (state, events) }
+        guard subject.pseudonymBytes != nil else { return (state, events) }
         for entry in try streamEntries(StreamKey.of(subject: subject), view) {
             let record = entry.record
             if let until, clock.effectiveTime(of: record.event) > until { break }
