@@ -162,6 +162,26 @@ import Testing
         #expect(throws: EventDecodingError(problem: case_.2), "\(case_.0)") { try EventCodec.decode(line: Array(line.utf8)) }
     }
 
+    /// A subject is read straight from its bytes when it is 32 lowercase hex digits; anything
+    /// else of that length or near it is refused with the reader's message, as before.
+    @Test(arguments: ["uppercase", "a digit past f", "one digit short", "one digit more"])
+    func aSubjectThatIsNotAPseudonymIsRefused(_ change: String) throws {
+        let tiny = eventLines(of: readBytes(packageRoot + "/Spec/vectors/tiny-ledger/ledger.jsonl"))
+        let line = String(decoding: tiny[3].dropLast(), as: UTF8.self)
+        let record = try EventCodec.decode(line: Array(line.utf8))
+        let subject = try #require(record.event.payload.subject)
+        #expect(subject.pseudonymBytes != nil && line.contains(#""subject":"\#(subject.value)""#))
+        let hex = subject.value
+        let bad = switch change {
+        case "uppercase": hex.uppercased()
+        case "a digit past f": String(hex.dropLast()) + "g"
+        case "one digit short": String(hex.dropLast())
+        default: hex + "0"
+        }
+        let edited = line.replacingOccurrences(of: #""subject":"\#(hex)""#, with: #""subject":"\#(bad)""#)
+        #expect(throws: EventDecodingError(problem: "member 'subject' is not 32 lowercase hex digits"), "\(change)") { try EventCodec.decode(line: Array(edited.utf8)) }
+    }
+
     @Test func evidenceOnAWithdrawalIsNotPartOfItsEvent() throws {
         let tiny = eventLines(of: readBytes(packageRoot + "/Spec/vectors/tiny-ledger/ledger.jsonl"))
         let revoked = String(decoding: tiny.first { String(decoding: $0, as: UTF8.self).contains("consent.revoked") }!.dropLast(), as: UTF8.self)
