@@ -152,7 +152,7 @@ public final class PostgresLedgerStore: LedgerStore {
     }
 
     private func transaction<T>(_ session: PostgresSession, exclusive: Bool, lockFirst: Bool, _ body: () throws -> T) throws -> T {
-        try session.query(exclusive ? "BEGIN ISOLATION LEVEL READ COMMITTED" : "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        try session.begin(exclusive ? "BEGIN ISOLATION LEVEL READ COMMITTED" : "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         do {
             if exclusive, lockFirst { try session.query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", PostgresBindings(lockName)) }
             let result = try body()
@@ -306,7 +306,7 @@ public final class PostgresLedgerStore: LedgerStore {
                 // timeout.
                 found = try connections.withSession { session in
                     do {
-                        try session.query("BEGIN ISOLATION LEVEL READ COMMITTED")
+                        try session.begin("BEGIN ISOLATION LEVEL READ COMMITTED")
                         try session.query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", PostgresBindings(lockName))
                         let line = try session.query("SELECT line FROM \(s).events WHERE seq = $1", PostgresBindings(Int64(seq))).first.map { try $0.decode(ByteBuffer.self).bytes }
                         _ = try? session.query("ROLLBACK")

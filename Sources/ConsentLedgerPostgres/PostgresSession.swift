@@ -45,7 +45,9 @@ final class PostgresExecutor: TaskExecutor, @unchecked Sendable {
 
     /// Runs `operation` as a task on this executor and waits for it, at most `seconds`: then
     /// it throws ``PostgresConnections/NoAnswer`` (the task goes on; its result is dropped).
-    func run<T: Sendable>(within seconds: Double, _ operation: @escaping @Sendable () async throws -> T) throws -> T {
+    /// With `on`, the statement's connection: throws ``PostgresConnections/Closed`` once that
+    /// connection is closed and the statement still has no answer.
+    func run<T: Sendable>(within seconds: Double, on connection: PostgresConnection? = nil, _ operation: @escaping @Sendable () async throws -> T) throws -> T {
         let outcome = Handoff<T>()
         Task(executorPreference: self) {
             do {
@@ -54,8 +56,33 @@ final class PostgresExecutor: TaskExecutor, @unchecked Sendable {
                 outcome.give(.failure(error))
             }
         }
-        guard let value = try outcome.take(orAbandonAfter: seconds) else { throw PostgresConnections.NoAnswer(seconds: seconds) }
-        return value
+        return try outcome.take(within: seconds, on: connection)
+    }
+}
+
+extension Handoff {
+    /// The value, waiting at most `seconds`, then ``PostgresConnections/NoAnswer``. With `on`,
+    /// the connection the value is an answer from: when it is closed and nothing came,
+    /// ``PostgresConnections/Closed``. (postgres-nio 1.33 can leave a statement whose
+    /// connection the server closed, after `pg_terminate_backend`, neither answered nor failed;
+    /// the socket is gone, so its answer never comes.) The handoff is abandoned either way.
+    func take(within seconds: Double, on connection: PostgresConnection?) throws -> T {
+        let deadline = monotonicSeconds() + seconds
+        var closedSince: Double?
+        while true {
+            let now = monotonicSeconds()
+            guard now < deadline else { break }
+            if let value = try take(waitingAtMost: min(deadline - now, PostgresConnections.closedCheckInterval)) { return value }
+            guard let connection, connection.isClosed else { continue }
+            // A failure on its way from the closed connection is given the time to arrive.
+            if let since = closedSince, monotonicSeconds() - since >= PostgresConnections.closedCheckInterval {
+                if abandon() { throw PostgresConnections.Closed() }
+                return try take()!
+            }
+            closedSince = closedSince ?? monotonicSeconds()
+        }
+        if abandon() { throw PostgresConnections.NoAnswer(seconds: seconds) }
+        return try take()!
     }
 }
 
@@ -73,12 +100,15 @@ final class PostgresSession: @unchecked Sendable {
     private let logger: Logger
     /// How long a statement may go unanswered (``PostgresConnections/statementDeadline``).
     private let deadline: Double
+    /// How long the session's opening `BEGIN` may go unanswered (see ``begin(_:)``).
+    private let openingDeadline: Double
 
-    init(connection: PostgresConnection, address: PostgresLedgerAddress, logger: Logger, deadline: Double) {
+    init(connection: PostgresConnection, address: PostgresLedgerAddress, logger: Logger, deadline: Double, openingDeadline: Double? = nil) {
         self.connection = connection
         self.address = address
         self.logger = logger
         self.deadline = deadline
+        self.openingDeadline = min(deadline, openingDeadline ?? deadline)
     }
 
     /// Statements run so far (round trips to the server), and whether the connection itself
@@ -89,17 +119,37 @@ final class PostgresSession: @unchecked Sendable {
     /// Whether the connection failed because the server left a statement unanswered.
     private(set) var silent = false
 
+    /// Opens the session's transaction: `sql` is a `BEGIN`. As the session's first statement it
+    /// waits only the opening deadline, since a server answers a `BEGIN` at once, without a lock
+    /// or a disk. A connection leased from the pool whose backend was terminated while it sat
+    /// idle can take a statement and never answer it (postgres-nio 1.33 hands it out, and the
+    /// statement is neither answered nor failed); the session then fails as a broken
+    /// connection on its first statement, which ``PostgresConnections/withSession(_:)`` runs
+    /// again on another connection, instead of waiting the whole statement deadline.
+    func begin(_ sql: String) throws {
+        try query(sql, within: statements == 0 ? openingDeadline : deadline)
+    }
+
     /// Runs one statement and collects its rows.
     @discardableResult
     func query(_ sql: String, _ binds: PostgresBindings = PostgresBindings()) throws -> PostgresQueryResult {
+        try query(sql, binds, within: deadline)
+    }
+
+    @discardableResult
+    private func query(_ sql: String, _ binds: PostgresBindings = PostgresBindings(), within seconds: Double) throws -> PostgresQueryResult {
         statements += 1
         let connection = connection, logger = logger
         do {
-            return try PostgresExecutor.shared.run(within: deadline) { try await collect(connection, PostgresQuery(unsafeSQL: sql, binds: binds), logger) }
+            return try PostgresExecutor.shared.run(within: seconds, on: connection) { try await collect(connection, PostgresQuery(unsafeSQL: sql, binds: binds), logger) }
+        } catch is PostgresConnections.Closed {
+            broken = true
+            throw PostgresSession.closedError(address)
         } catch let noAnswer as PostgresConnections.NoAnswer {
             // A server that stopped answering (paused, or its machine gone): the connection is
             // closed, so that the statement can no longer take effect later unseen... or has
-            // already; the caller treats it as a connection that failed.
+            // already; the caller treats it as a connection that failed. (The session's lease
+            // is given back once the close is done: see ``PostgresConnections/withSession(_:)``.)
             broken = true
             silent = true
             Task(executorPreference: PostgresExecutor.shared) { try? await connection.close() }
@@ -118,6 +168,11 @@ final class PostgresSession: @unchecked Sendable {
         guard let psql = error as? PSQLError else { return false }
         guard let state = psql.serverInfo?[.sqlState] else { return true }
         return state.hasPrefix("57P") || state.hasPrefix("08")
+    }
+
+    /// A connection that closed under a statement.
+    static func closedError(_ address: PostgresLedgerAddress) -> ConsentError {
+        .storage("the connection to PostgreSQL at \(address) was closed; the last change may or may not have been committed (run verify)")
     }
 
     /// Turns a postgres-nio error into a ``ConsentError`` that says what the server said.
@@ -147,7 +202,7 @@ final class PostgresSession: @unchecked Sendable {
             let cause = psql.underlying.map { "\($0)" } ?? "no answer"
             return .storage("cannot connect to PostgreSQL at \(address): \(cause)")
         case .serverClosedConnection, .clientClosedConnection, .uncleanShutdown:
-            return .storage("the connection to PostgreSQL at \(address) was closed; the last change may or may not have been committed (run verify)")
+            return closedError(address)
         default:
             return .storage("PostgreSQL at \(address): \(psql.code)\(psql.underlying.map { ": \($0)" } ?? "")")
         }
@@ -173,6 +228,12 @@ final class PostgresConnections: Sendable {
     /// the statement timeout, and at least 15 s past any lock wait, which the server ends
     /// itself.
     let statementDeadline: Double
+
+    /// A statement whose connection closed before it was answered, or failed.
+    struct Closed: Error {}
+
+    /// How often a statement's wait looks whether its connection is still open.
+    static let closedCheckInterval = 0.5
 
     /// A statement the server did not answer within ``statementDeadline``.
     struct NoAnswer: Error {
@@ -225,31 +286,36 @@ final class PostgresConnections: Sendable {
     /// the connection failed after the statement was sent.
     func autocommit(_ sql: String, _ binds: PostgresBindings = PostgresBindings()) throws -> PostgresQueryResult {
         let client = client, logger = logger
-        let leased = Handoff<Bool>()
+        let leased = Handoff<PostgresConnection>()
         let answer = Handoff<PostgresQueryResult>()
         let running = Task(executorPreference: PostgresExecutor.shared) {
             do {
                 try await client.withConnection { connection in
                     // A caller that gave up waiting for the lease (the server cannot be reached)
                     // sends nothing.
-                    guard leased.give(.success(true)) else { return }
+                    guard leased.give(.success(connection)) else { return }
                     do {
                         answer.give(.success(try await collect(connection, PostgresQuery(unsafeSQL: sql, binds: binds), logger)))
                     } catch {
-                        answer.give(.failure(error))
+                        // Closed because it did not answer: back to the pool only once closed
+                        // (see ``withSession(_:)``).
+                        if !answer.give(.failure(error)) { try? await connection.closeFuture.get() }
                     }
                 }
             } catch {
                 leased.give(.failure(error))
             }
         }
-        try waitForLease(leased, cancelling: running)
+        let connection = try waitForLease(leased, cancelling: running)
         do {
-            guard let result = try answer.take(orAbandonAfter: statementDeadline) else {
-                running.cancel()
-                throw ConnectionLost(error: NoAnswer(seconds: statementDeadline).error(address))
-            }
-            return result
+            return try answer.take(within: statementDeadline, on: connection)
+        } catch is Closed {
+            throw ConnectionLost(error: PostgresSession.closedError(address))
+        } catch let noAnswer as NoAnswer {
+            // Closed, so that the statement cannot take effect later unseen (or the lookup
+            // of the commit in flight, which waits for the ledger's lock, sees it).
+            Task(executorPreference: PostgresExecutor.shared) { try? await connection.close() }
+            throw ConnectionLost(error: noAnswer.error(address))
         } catch let lost as ConnectionLost {
             throw lost
         } catch where PostgresSession.connectionEnded(error) {
@@ -264,11 +330,12 @@ final class PostgresConnections: Sendable {
     /// seconds, when no lease was granted for a while, tries one connection of its own, whose
     /// error names the cause (refused, a certificate, a password), and gives up with that
     /// error. When that connection succeeds, the pool is merely busy, and the wait goes on.
-    private func waitForLease<T: Sendable>(_ leased: Handoff<T>, cancelling task: Task<Void, Never>) throws {
+    @discardableResult
+    private func waitForLease<T: Sendable>(_ leased: Handoff<T>, cancelling task: Task<Void, Never>) throws -> T {
         do {
-            if try leased.take(waitingAtMost: Self.probeAfter) != nil {
+            if let lease = try leased.take(waitingAtMost: Self.probeAfter) {
                 lastLease.withLock { $0 = monotonicSeconds() }
-                return
+                return lease
             }
             if monotonicSeconds() - lastLease.withLock({ $0 }) > Self.probeUnlessLeasedWithin, let error = probe() {
                 // A lease granted meanwhile is refused (its task sends nothing and returns the
@@ -278,8 +345,9 @@ final class PostgresConnections: Sendable {
                     throw error
                 }
             }
-            _ = try leased.take()
+            let lease = try leased.take()!
             lastLease.withLock { $0 = monotonicSeconds() }
+            return lease
         } catch let error as ConsentError {
             throw error
         } catch {
@@ -314,22 +382,34 @@ final class PostgresConnections: Sendable {
 
     /// Runs `body` with a connection of its own, leased from the pool until `body` returns. A
     /// pooled connection that the server dropped while it was idle fails on its first
-    /// statement (`BEGIN`), before anything was done: `body` then runs once more on another
-    /// connection.
+    /// statement (`BEGIN`), before anything was done, with an error or with no answer within
+    /// ``openingDeadline``: `body` then runs again on another connection, at most
+    /// ``sessionAttempts`` times in all. The last attempt's `BEGIN` waits the whole statement
+    /// deadline, so that a server that is merely slow still gets it.
     func withSession<T>(_ body: (PostgresSession) throws -> T) throws -> T {
-        var retried = false
+        var attempt = 1
         while true {
             let lease = try Lease.take(from: client, waiting: waitForLease)
-            let session = PostgresSession(connection: lease.connection, address: address, logger: logger, deadline: statementDeadline)
-            defer { lease.giveBack() }
+            let session = PostgresSession(connection: lease.connection, address: address, logger: logger, deadline: statementDeadline,
+                                          openingDeadline: attempt < Self.sessionAttempts ? Self.openingDeadline : nil)
+            // A connection closed because it did not answer is given back only once it is
+            // closed, which over TLS waits for the server's close_notify (or NIOSSL's timeout):
+            // until then the pool would lease it again, and the next attempt would fail on it.
+            defer { session.silent ? lease.giveBack(once: lease.connection.closeFuture) : lease.giveBack() }
             do {
                 return try body(session)
             } catch {
-                guard session.broken, session.statements == 1, !retried else { throw error }
-                retried = true
+                guard session.broken, session.statements == 1, attempt < Self.sessionAttempts else { throw error }
+                attempt += 1
             }
         }
     }
+
+    /// How many connections a session tries when each fails on its first statement (several
+    /// pooled connections can have lost their backends at once).
+    static let sessionAttempts = 3
+    /// How long a session's opening `BEGIN` waits for an answer, but on its last attempt.
+    static let openingDeadline = 5.0
 
     /// A connection held by a task on the executor until the synchronous caller gives it back.
     private final class Lease: @unchecked Sendable {
@@ -340,7 +420,7 @@ final class PostgresConnections: Sendable {
             self.connection = connection
         }
 
-        static func take(from client: PostgresClient, waiting: (Handoff<Lease>, Task<Void, Never>) throws -> Void) throws -> Lease {
+        static func take(from client: PostgresClient, waiting: (Handoff<Lease>, Task<Void, Never>) throws -> Lease) throws -> Lease {
             let handover = Handoff<Lease>()
             let leasing = Task(executorPreference: PostgresExecutor.shared) {
                 do {
@@ -354,8 +434,7 @@ final class PostgresConnections: Sendable {
                     handover.give(.failure(error))
                 }
             }
-            try waiting(handover, leasing)
-            return try handover.take()!
+            return try waiting(handover, leasing)
         }
 
         private func untilGivenBack() async {
@@ -367,6 +446,11 @@ final class PostgresConnections: Sendable {
                 }
                 if done { waiter.resume() }
             }
+        }
+
+        /// Gives the connection back once `event` (its close) happened.
+        func giveBack(once event: EventLoopFuture<Void>) {
+            event.whenComplete { _ in self.giveBack() }
         }
 
         func giveBack() {
@@ -425,14 +509,6 @@ final class Handoff<T: Sendable>: @unchecked Sendable {
         guard result == nil else { return false }
         abandoned = true
         return true
-    }
-
-    /// The value, or nil when none came within `seconds`; the handoff is then abandoned, so
-    /// that a value given later is refused.
-    func take(orAbandonAfter seconds: Double) throws -> T? {
-        if let value = try take(waitingAtMost: seconds) { return value }
-        if abandon() { return nil }
-        return try take()
     }
 
     /// The value, waiting at most `seconds` (for ever when nil); nil when none came in time.

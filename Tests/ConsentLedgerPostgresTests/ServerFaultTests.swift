@@ -122,7 +122,10 @@ import Glibc
     }
 
     /// A session's backend killed by an administrator (`pg_terminate_backend`) while writers
-    /// write: the commit in flight is looked up, never sent twice, and the writers go on.
+    /// write: the commit in flight is looked up, never sent twice, and the writers go on. No
+    /// call waits for a statement whose connection closed: postgres-nio sometimes left one
+    /// neither answered nor failed, and the writers stopped for the whole statement deadline
+    /// (300 s, in about one run in five) before the store looked at the connection itself.
     @Test func writersGoOnWhenTheirBackendsAreTerminated() async throws {
         let url = try TestDatabase.freshURL("terminate")
         _ = try Ledger.create(store: try TestDatabase.store(url), catalog: SeedCatalog.catalog, name: "pg.test/terminate", keyProtection: .insecurePlaintext)
@@ -146,12 +149,44 @@ import Glibc
         }
         usleep(300_000)
         stop.withLock { $0 = true }
+        let stopped = ContinuousClock.now
         while writers.contains(where: { !$0.isFinished }) { usleep(20_000) }
+        let waited = ContinuousClock.now - stopped
+        #expect(waited < .seconds(30), "a writer's call went on for \(waited) after the terminations")
         let done = acknowledged.withLock { $0 }
         #expect(done.count > 10)
         _ = try Self.checkAfterFault(url, acknowledged: done)
         // And a write after it all goes through.
         #expect(try ledger.execute(Self.give("after")).result.events.count == 2)
+    }
+
+    /// Pooled connections that take a statement and never answer it (their backends gone while
+    /// they sat idle, seen after `pg_terminate_backend`): a transaction's `BEGIN` on one of
+    /// them waits only the opening deadline, and the transaction runs on a new connection, long
+    /// before the statement deadline (30 s here). A read opens its transaction as a locked
+    /// write does, through the same session.
+    @Test func aPooledConnectionThatNeverAnswersIsReplacedQuickly() throws {
+        let url = try TestDatabase.freshURL("silent_pool")
+        _ = try Ledger.create(store: try TestDatabase.store(url), catalog: SeedCatalog.catalog, name: "pg.test/silent-pool", keyProtection: .insecurePlaintext)
+        let address = try PostgresLedgerAddress(url: url)
+        let proxy = try SilencingProxy(toHost: address.host, port: address.port)
+        defer { proxy.stop() }
+        let proxied = url.replacingOccurrences(of: "@\(address.host):\(address.port)/", with: "@localhost:\(proxy.port)/")
+        #expect(proxied != url)
+        let store = try PostgresLedgerStore(url: proxied, keyStore: FileKeyStore(path: TestDatabase.keyPath(url)), lockTimeout: .seconds(1), statementTimeout: .seconds(30))
+        let ledger = try Ledger.open(store: store)
+        for i in 0..<3 { _ = try ledger.execute(Self.give("before\(i)")) }
+        let opened = proxy.connectionCount
+        proxy.silenceOpenConnections()
+        let started = ContinuousClock.now
+        let events = try ledger.report(for: "before1").events.count
+        let waited = ContinuousClock.now - started
+        print("silent pooled connections: the read went through after \(waited), on \(proxy.connectionCount - opened) new connection(s)")
+        #expect(events == 2)
+        #expect(waited < .seconds(20), "the read waited \(waited) on a connection that never answers")
+        #expect(proxy.connectionCount > opened)
+        #expect(try ledger.execute(Self.give("after")).result.events.count == 2)
+        _ = try Self.checkAfterFault(url, acknowledged: ["before0", "before1", "before2", "after"])
     }
 
     /// A server paused with SIGSTOP (past the lock timeout): a write fails within the store's
