@@ -327,11 +327,26 @@ public struct SubjectMap: @unchecked Sendable {
     /// Whether `recordCount` stored records are so many more than the map needs (about two per
     /// key) that a compact copy should replace them.
     public func wantsCompaction(recordCount: Int64) -> Bool {
-        recordCount > 8 * tree.keyCount + Self.compactionSlack
+        Self.wantsCompaction(recordCount: recordCount, keyCount: tree.keyCount)
     }
 
-    /// Records allowed beyond 8 per key before compacting (small in tests, to exercise it).
-    nonisolated(unsafe) static var compactionSlack: Int64 = 65_536
+    /// Whether a map of `keyCount` keys stored in `recordCount` records wants a compact copy.
+    public static func wantsCompaction(recordCount: Int64, keyCount: Int64) -> Bool {
+        recordCount > compactionRecordsPerKey * keyCount + compactionSlack
+    }
+
+    /// Whether a compaction left to the storage, off the commit path, is so late (twice the
+    /// records that call for one) that the commit should make it instead.
+    public func compactionOverdue(recordCount: Int64) -> Bool {
+        recordCount > 2 * (Self.compactionRecordsPerKey * tree.keyCount + Self.compactionSlack)
+    }
+
+    /// Records allowed beyond ``compactionRecordsPerKey`` per key before compacting (small in
+    /// tests and the torture run, to exercise it).
+    nonisolated(unsafe) package static var compactionSlack: Int64 = 65_536
+    /// Records per key allowed before compacting: a compact map holds about two (fewer in the
+    /// torture run, so that kills land in compactions).
+    nonisolated(unsafe) package static var compactionRecordsPerKey: Int64 = 8
 
     /// The records of the nodes changed since they were last stored, children before parents,
     /// numbered from `firstIndex`, followed by a root record for a log of `coveringSize`
@@ -368,16 +383,18 @@ public struct SubjectMap: @unchecked Sendable {
 public struct SubjectMapRecords: Sendable {
     public private(set) var bytes: [UInt8] = []
 
+    package init() {}
+
     public var count: Int { bytes.count / SubjectMapRecord.size }
 
     /// Record `i`.
     public subscript(i: Int) -> [UInt8] { Array(bytes[(i * SubjectMapRecord.size)..<((i + 1) * SubjectMapRecord.size)]) }
 
-    mutating func append(_ node: SubjectMapRecord.Decoded) {
+    package mutating func append(_ node: SubjectMapRecord.Decoded) {
         SubjectMapRecord.append(node, to: &bytes)
     }
 
-    mutating func append(_ root: SubjectMapRecord.Root) {
+    package mutating func append(_ root: SubjectMapRecord.Root) {
         SubjectMapRecord.append(root, to: &bytes)
     }
 }
@@ -442,14 +459,21 @@ public enum SubjectMapRecord {
     public struct Root: Hashable, Sendable {
         public let coveredSize: Int64
         /// The root node's record index; nil for the empty map.
-        let node: Int64?
+        package let node: Int64?
         public let hash: Digest
         public let keyCount: Int64
+
+        package init(coveredSize: Int64, node: Int64?, hash: Digest, keyCount: Int64) {
+            self.coveredSize = coveredSize
+            self.node = node
+            self.hash = hash
+            self.keyCount = keyCount
+        }
     }
 
     /// A node record: a leaf, or an inner node with its children's record indexes (nil: empty)
     /// and hashes.
-    enum Decoded {
+    package enum Decoded {
         case leaf(key: [UInt8], seq: UInt64)
         case inner(Int64?, Int64?, Digest, Digest)
     }
@@ -467,7 +491,7 @@ public enum SubjectMapRecord {
     }
 
     /// Appends a node's record to `out`.
-    static func append(_ node: Decoded, to out: inout [UInt8]) {
+    package static func append(_ node: Decoded, to out: inout [UInt8]) {
         let start = out.count
         out.append(contentsOf: repeatElement(0, count: size))
         switch node {
@@ -487,7 +511,7 @@ public enum SubjectMapRecord {
     }
 
     /// Appends a root record to `out`.
-    static func append(_ root: Root, to out: inout [UInt8]) {
+    package static func append(_ root: Root, to out: inout [UInt8]) {
         let start = out.count
         out.append(contentsOf: repeatElement(0, count: size))
         out[start] = 3
@@ -511,7 +535,7 @@ public enum SubjectMapRecord {
         return Root(coveredSize: Int64(covered), node: node, hash: hash, keyCount: Int64(keys))
     }
 
-    static func decodeNode(_ record: [UInt8]) throws -> Decoded {
+    package static func decodeNode(_ record: [UInt8]) throws -> Decoded {
         guard record.count == size, record[1..<8].allSatisfy({ $0 == 0 }) else { throw SubjectMap.Damaged(problem: "not a node record") }
         switch record[0] {
         case 1:

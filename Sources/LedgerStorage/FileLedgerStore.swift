@@ -47,6 +47,9 @@ public struct FileLedgerStore: LedgerStore {
     /// The log tail's last parsed head line and event (``TailParseCache``).
     let tailCache = TailParseCache()
     let temporarySweep = TemporaryFileSweep()
+    /// Makes compact copies of `subjects.map` off the commit path, once this store has committed
+    /// often enough to be a long-running writer (``SubjectMapCompactor``).
+    package let mapCompactor = SubjectMapCompactor()
 
     public init(directory: String, lockTimeout: Duration = FileLedgerStore.defaultLockTimeout) {
         var d = directory
@@ -201,15 +204,18 @@ public struct FileLedgerStore: LedgerStore {
     /// Removes the temporary files that a writer killed part-way left in the folder (a new
     /// head, subject file or subject map that it never renamed into place). Run by a process's
     /// first write, under the lock, so that no living writer's file is taken: those are made
-    /// only under the lock. A key file's temporary is made outside it (`key passphrase`), so
-    /// only one older than ten minutes is removed.
+    /// only under the lock. A key file's temporary is made outside it (`key passphrase`), and so
+    /// is a compact copy of the subject map (``SubjectMapCompactor``), so only one older than
+    /// ten minutes is removed.
     func sweepTemporaryFiles() {
         var now = timespec()
         clock_gettime(CLOCK_REALTIME, &now)
         for name in PosixFile.directoryEntries(directory) {
             guard let base = Self.temporaryBase(name) else { continue }
             let path = directory + "/" + name
-            if base.hasPrefix("secret.key") {
+            // A key file's temporary is made outside the lock, and so is a compact copy of the
+            // subject map made off the commit path (``SubjectMapCompactor``).
+            if base.hasPrefix("secret.key") || base == "subjects.map" {
                 var st = stat()
                 guard lstat(path, &st) == 0, now.tv_sec - st.st_mtim.tv_sec > 600 else { continue }
             }
@@ -394,6 +400,8 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
     private var headsInLog: Bool?
 
     init(store: FileLedgerStore) { self.store = store }
+
+    var compactsSubjectMapInBackground: Bool { store.mapCompactor.inBackground }
 
     private func logFile() throws -> PosixFile {
         if let log { return log }
@@ -1238,6 +1246,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
             try map.write(bytes, at: start)
             if try map.size() > start + UInt64(bytes.count) { try map.truncate(to: start + UInt64(bytes.count)) }
             if sync { try map.sync() }
+            store.mapCompactor.appended(to: map, path: store.subjectMapPath, count: subjectMap.at + Int64(subjectMap.records.count))
         }
     }
 

@@ -376,6 +376,15 @@ public protocol LedgerWriteTransaction: LedgerReadTransaction {
     /// Records a checkpoint the ledger signed, unless one of the same size is recorded; if
     /// `checkpoint.replaces`, it takes that one's place.
     func recordCheckpoint(_ checkpoint: IssuedCheckpoint) throws
+
+    /// Whether the storage replaces a grown subject map with a compact copy itself, off the
+    /// commit path; otherwise a commit brings the copy (``DerivedUpdate/subjectMap`` at 0)
+    /// when the map wants one.
+    var compactsSubjectMapInBackground: Bool { get }
+}
+
+extension LedgerWriteTransaction {
+    public var compactsSubjectMapInBackground: Bool { false }
 }
 
 extension LedgerReadTransaction {

@@ -129,3 +129,21 @@ package func onThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) 
     }
     for thread in threads { pthread_join(thread, nil) }
 }
+
+/// Runs `body` on a thread of its own, not waited for (work a long-running process does off its
+/// callers' path); false when no thread could be made, and `body` does not run.
+package func onDetachedThread(_ body: @escaping @Sendable () -> Void) -> Bool {
+    final class Work { let run: () -> Void; init(_ run: @escaping () -> Void) { self.run = run } }
+    let work = Unmanaged.passRetained(Work(body)).toOpaque()
+    var thread = pthread_t()
+    let rc = pthread_create(&thread, nil, { argument in
+        Unmanaged<Work>.fromOpaque(argument!).takeRetainedValue().run()
+        return nil
+    }, work)
+    guard rc == 0 else {
+        Unmanaged<Work>.fromOpaque(work).release()
+        return false
+    }
+    pthread_detach(thread)
+    return true
+}

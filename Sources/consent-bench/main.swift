@@ -142,6 +142,13 @@ func ownCommands(writer w: Int, writers: Int, count: Int, subjects: Int, offset:
 /// wall time and the p50 and p99 of one call.
 func phaseGroup(dir: String, writers: Int, perWriter: Int, subjects: Int, offset: Int, warmUp: Int = 0) throws {
     let storage = try store(dir)
+    // CONSENT_BENCH_COMPACT_IN_COMMIT=1: the subject map compacted in the commit that wants it,
+    // as before compaction moved off the commit path (for an A/B of the same binary).
+    let compactor = (storage as? FileLedgerStore)?.mapCompactor
+    if getenv("CONSENT_BENCH_COMPACT_IN_COMMIT").map({ String(cString: $0) }) == "1" {
+        compactor?.backgroundAfterCommits.store(.max, ordering: .relaxed)
+    }
+    let mapBefore = fileIdentity(dir + "/subjects.map")
     let ledger = try Ledger.open(store: storage)
     try ledger.loadAll()
     try ledger.unlock()
@@ -176,7 +183,16 @@ func phaseGroup(dir: String, writers: Int, perWriter: Int, subjects: Int, offset
     let wall = now() - start
     if let message = failure.withLock({ $0 }) { throw BenchError.failed(message) }
     let sorted = times.withLock { $0 }.sorted()
-    emit("group", events.withLock { $0 }, wall, "commands=\(sorted.count) p50=\(sorted[sorted.count / 2]) p99=\(sorted[min(sorted.count - 1, sorted.count * 99 / 100)]) max=\(sorted.last!) warmupEvents=\(warmUpEvents)" + roundTrips(storage, since: sentBefore, commands: sorted.count))
+    // Whether subjects.map was replaced by a compact copy meanwhile, and how many copies were
+    // made off the commit path.
+    let compacted = compactor == nil ? "" : " mapCompacted=\(fileIdentity(dir + "/subjects.map") != mapBefore ? 1 : 0) offPath=\(compactor!.installed.load(ordering: .relaxed))"
+    emit("group", events.withLock { $0 }, wall, "commands=\(sorted.count) p50=\(sorted[sorted.count / 2]) p99=\(sorted[min(sorted.count - 1, sorted.count * 99 / 100)]) max=\(sorted.last!) warmupEvents=\(warmUpEvents)" + compacted + roundTrips(storage, since: sentBefore, commands: sorted.count))
+}
+
+/// A file's inode, 0 when it is missing: a file replaced by rename is a new inode.
+func fileIdentity(_ path: String) -> UInt64 {
+    var st = stat()
+    return stat(path, &st) == 0 ? UInt64(st.st_ino) : 0
 }
 
 /// For a PostgreSQL ledger: the statements sent per command since `before` (each a round trip).

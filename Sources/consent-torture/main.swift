@@ -33,6 +33,7 @@
 
 import ConsentDomain
 import ConsentLedger
+import LedgerFormat
 import TransparencyLog
 import Synchronization
 
@@ -62,7 +63,14 @@ func give(_ subject: String) -> LedgerCommand {
 
 /// Writes until killed (or 100,000 commands), acknowledging each command once its call returned.
 func writer(kind: String, dir: String, prefix: String) throws {
-    let ledger = try Ledger.open(store: FileLedgerStore(directory: dir))
+    // The subject map is compacted every hundred or so commands instead of every ~24,000, so
+    // that kills land in compactions too: in a commit, and (for the writers of many commits,
+    // from their fourth) in a copy made off the commit path or in its installation.
+    SubjectMap.compactionSlack = 64
+    SubjectMap.compactionRecordsPerKey = 3
+    let store = FileLedgerStore(directory: dir)
+    store.mapCompactor.backgroundAfterCommits.store(4, ordering: .relaxed)
+    let ledger = try Ledger.open(store: store)
     try ledger.unlock()
     switch kind {
     case "group":
@@ -277,6 +285,12 @@ struct Round {
 /// Starts `arguments`, waits for its first line of output, lets it run `delay` microseconds
 /// more, kills it and returns what it acknowledged. `subject` turns an output line into the
 /// subject it acknowledges.
+/// Which file `subjects.map` is (its inode): a compaction replaces it with a new one.
+func mapFile(_ dir: String) -> UInt64 {
+    var st = stat()
+    return stat(dir + "/subjects.map", &st) == 0 ? UInt64(st.st_ino) : 0
+}
+
 func killRound(_ arguments: [String], delay: UInt32, subject: (Substring) -> String?) -> Round {
     // A process group of its own, killed whole.
     guard let (pid, outputFD) = spawnReading(arguments, ownGroup: true) else { fail("cannot start \(arguments[0])") }
@@ -442,7 +456,10 @@ for kind in kinds {
     var acknowledged = 0
     var events = 1
     var finishedFirst = 0
+    // Rounds in which subjects.map was replaced by a compact copy (a new file).
+    var mapReplaced = 0
     for round in 0..<kills {
+        let mapBefore = mapFile(dir)
         // Up to 30 ms after the first acknowledgement: the writers are in the middle of commits.
         let delay = UInt32(random() % 30_000)
         let result: Round
@@ -472,8 +489,9 @@ for kind in kinds {
             fail("\(kind), round \(round): after the kill the ledger fails: \(error)")
         }
         acknowledged += result.acknowledged.count
+        if mapFile(dir) != mapBefore { mapReplaced += 1 }
     }
-    acknowledge("consent-torture: \(kind): \(kills - finishedFirst) kills survived (\(finishedFirst) writers finished first); \(acknowledged) acknowledged commands all present; verify passed after every kill; \(events) events in the end")
+    acknowledge("consent-torture: \(kind): \(kills - finishedFirst) kills survived (\(finishedFirst) writers finished first); \(acknowledged) acknowledged commands all present; verify passed after every kill; \(events) events in the end; the subject map was compacted in \(mapReplaced) round(s)")
     total += kills - finishedFirst
     _ = system("rm -rf '\(dir)'")
 }

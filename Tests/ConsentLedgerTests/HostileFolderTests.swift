@@ -111,21 +111,24 @@ import TransparencyLog
 
     /// A writer killed between writing a temporary file and renaming it into place left it in
     /// the folder for good. A process's first write now removes them; a key file's temporary,
-    /// which a key command makes without the ledger's lock, only once it is ten minutes old.
+    /// which a key command makes without the ledger's lock, and a subject map's, which a
+    /// long-running writer makes off the commit path, only once it is ten minutes old.
     @Test func strayTemporaryFilesAreSweptByTheNextWrite() throws {
         let (path, _) = try Self.ledger("stray-temporary")
         defer { removeFolder(path) }
-        let stray = ["head.tmp-0123456789ab", "subjects.jsonl.tmp-a1b2c3d4e5f6", "subjects.map.tmp-ffffffffffff"]
-        let keptNames = ["secret.key.tmp-0123456789ab", "notes.tmp-0123456789ab", "head.tmp-short", "head.tmp-0123456789AB"]
-        let oldKey = "secret.key.next.tmp-abcdefabcdef"
-        for name in stray + keptNames + [oldKey] { writeBytes(Array("x".utf8), to: path + "/" + name) }
-        var old = [timespec(tv_sec: time(nil) - 3600, tv_nsec: 0), timespec(tv_sec: time(nil) - 3600, tv_nsec: 0)]
-        #expect(utimensat(AT_FDCWD, path + "/" + oldKey, &old, 0) == 0)
+        let stray = ["head.tmp-0123456789ab", "subjects.jsonl.tmp-a1b2c3d4e5f6"]
+        let keptNames = ["secret.key.tmp-0123456789ab", "notes.tmp-0123456789ab", "head.tmp-short", "head.tmp-0123456789AB", "subjects.map.tmp-eeeeeeeeeeee"]
+        let oldOnes = ["secret.key.next.tmp-abcdefabcdef", "subjects.map.tmp-ffffffffffff"]
+        for name in stray + keptNames + oldOnes { writeBytes(Array("x".utf8), to: path + "/" + name) }
+        for name in oldOnes {
+            var old = [timespec(tv_sec: time(nil) - 3600, tv_nsec: 0), timespec(tv_sec: time(nil) - 3600, tv_nsec: 0)]
+            #expect(utimensat(AT_FDCWD, path + "/" + name, &old, 0) == 0)
+        }
         let ledger = try Ledger.open(store: FileLedgerStore(directory: path))
         _ = try ledger.report(for: "alice")
         #expect(stray.allSatisfy { PosixFile.ownKind(of: path + "/" + $0) == .file }, "a read removes nothing")
         try ledger.execute(Self.give)
-        for name in stray + [oldKey] { #expect(PosixFile.ownKind(of: path + "/" + name) == .missing, "\(name)") }
+        for name in stray + oldOnes { #expect(PosixFile.ownKind(of: path + "/" + name) == .missing, "\(name)") }
         for name in keptNames { #expect(PosixFile.ownKind(of: path + "/" + name) == .file, "\(name)") }
         #expect(try ledger.verify().events > 0)
     }

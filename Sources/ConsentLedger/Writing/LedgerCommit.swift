@@ -76,9 +76,12 @@ extension Ledger {
             derived.subjectMap = (appended, first)
             // Records are appended, never rewritten: when they have grown far beyond the nodes
             // in use, the whole map is written afresh instead (and replaces the old one at
-            // once). A map that cannot be read whole (damaged derived data, found by the next
-            // read) is simply not compacted.
-            if state!.map.wantsCompaction(recordCount: first + Int64(appended.count)), let all = try? state!.map.allRecords(coveringSize: frontier.size) {
+            // once), unless the storage makes that copy itself, off the commit path, and is
+            // not late with it. A map that cannot be read whole (damaged derived data, found by
+            // the next read) is simply not compacted.
+            let records = first + Int64(appended.count)
+            if state!.map.wantsCompaction(recordCount: records), !tx.compactsSubjectMapInBackground || state!.map.compactionOverdue(recordCount: records),
+               let all = try? state!.map.allRecords(coveringSize: frontier.size) {
                 derived.subjectMap = (all, 0)
             }
         }
