@@ -294,13 +294,16 @@ final class PostgresConnections: Sendable {
                     // A caller that gave up waiting for the lease (the server cannot be reached)
                     // sends nothing.
                     guard leased.give(.success(connection)) else { return }
+                    // An answer the caller no longer takes: it gave up on the connection and
+                    // closes it, which goes back to the pool only once closed (see
+                    // ``withSession(_:)``).
+                    let result: Result<PostgresQueryResult, any Error>
                     do {
-                        answer.give(.success(try await collect(connection, PostgresQuery(unsafeSQL: sql, binds: binds), logger)))
+                        result = .success(try await collect(connection, PostgresQuery(unsafeSQL: sql, binds: binds), logger))
                     } catch {
-                        // Closed because it did not answer: back to the pool only once closed
-                        // (see ``withSession(_:)``).
-                        if !answer.give(.failure(error)) { try? await connection.closeFuture.get() }
+                        result = .failure(error)
                     }
+                    if !answer.give(result) { try? await connection.closeFuture.get() }
                 }
             } catch {
                 leased.give(.failure(error))

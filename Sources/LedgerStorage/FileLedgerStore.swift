@@ -215,7 +215,7 @@ public struct FileLedgerStore: LedgerStore {
             let path = directory + "/" + name
             // A key file's temporary is made outside the lock, and so is a compact copy of the
             // subject map made off the commit path (``SubjectMapCompactor``).
-            if base.hasPrefix("secret.key") || base == "subjects.map" {
+            if base.hasPrefix("secret.key") || base == "subjects.map.copy" {
                 var st = stat()
                 guard lstat(path, &st) == 0, now.tv_sec - st.st_mtim.tv_sec > 600 else { continue }
             }
@@ -236,7 +236,7 @@ public struct FileLedgerStore: LedgerStore {
         return temporaryBases.contains(base) ? base : nil
     }
 
-    static let temporaryBases: Set<String> = ["head", "subjects.jsonl", "subjects.map", "secret.key", "secret.key.next"]
+    static let temporaryBases: Set<String> = ["head", "subjects.jsonl", "subjects.map", "subjects.map.copy", "secret.key", "secret.key.next"]
 
     static func isLowercaseHex(_ byte: UInt8) -> Bool {
         (byte >= 0x30 && byte <= 0x39) || (byte >= 0x61 && byte <= 0x66)

@@ -61,7 +61,18 @@ package final class SubjectMapCompactor: Sendable {
         case copied(Copy)
     }
 
-    private let state = Mutex<(commits: Int, phase: Phase)>((0, .idle))
+    /// Commits made, and the commit before which no copy is started again (after one failed).
+    private let state = Mutex<(commits: Int, phase: Phase, notBefore: Int)>((0, .idle, 0))
+
+    /// Commits after a copy that could not be made or installed before another is tried: a map
+    /// that cannot be read, or a full disk, is not read whole again at every commit.
+    static let retryAfterCommits = 64
+
+    /// Records a map must hold before a copy is made off the commit path: a smaller one is
+    /// compacted in its commit when it is overdue. Never binding with the default slack (a map
+    /// wants compaction only past 65,536 records); tests lower it for the stores they watch,
+    /// so that the stores of other tests never start threads of their own.
+    package let minimumRecords = Atomic<Int64>(65_536)
 
     init(backgroundAfterCommits: Int = SubjectMapCompactor.defaultBackgroundAfterCommits) {
         self.backgroundAfterCommits = Atomic(backgroundAfterCommits)
@@ -87,11 +98,11 @@ package final class SubjectMapCompactor: Sendable {
     /// when the map wants it. Never throws: a copy that cannot be made or installed is dropped,
     /// and the map stays as the commit left it.
     func appended(to map: PosixFile, path: String, count: Int64) {
-        let (commits, phase) = state.withLock { state -> (Int, Phase) in
+        let (commits, phase, notBefore) = state.withLock { state -> (Int, Phase, Int) in
             state.commits += 1
             let phase = state.phase
             if case .copied = phase { state.phase = .idle }
-            return (state.commits, phase)
+            return (state.commits, phase, state.notBefore)
         }
         switch phase {
         case .copying:
@@ -101,12 +112,13 @@ package final class SubjectMapCompactor: Sendable {
                 installed.add(1, ordering: .relaxed)
             } else {
                 unlink(copy.path)
+                failed()
             }
             return
         case .idle:
             break
         }
-        guard commits >= backgroundAfterCommits.load(ordering: .relaxed), count > 0,
+        guard commits >= backgroundAfterCommits.load(ordering: .relaxed), commits >= notBefore, count >= minimumRecords.load(ordering: .relaxed), count > 0,
               let last = try? map.read(at: UInt64(count - 1) * UInt64(SubjectMapRecord.size), count: SubjectMapRecord.size),
               let root = try? SubjectMapRecord.decodeRoot(last),
               SubjectMap.wantsCompaction(recordCount: count, keyCount: root.keyCount),
@@ -120,8 +132,16 @@ package final class SubjectMapCompactor: Sendable {
         let made = onDetachedThread { [self] in
             let copy = makeCopy(path: path, source: source, rootIndex: count - 1, rootRecord: last)
             state.withLock { $0.phase = copy.map { .copied($0) } ?? .idle }
+            if copy == nil { failed() }
         }
-        if !made { state.withLock { $0.phase = .idle } }
+        if !made {
+            state.withLock { $0.phase = .idle }
+            failed()
+        }
+    }
+
+    private func failed() {
+        state.withLock { $0.notBefore = $0.commits + Self.retryAfterCommits }
     }
 
     /// The compact copy of the map rooted at record `rootIndex`, written and synced; nil when the
@@ -129,7 +149,7 @@ package final class SubjectMapCompactor: Sendable {
     private func makeCopy(path: String, source: FileIdentity, rootIndex: Int64, rootRecord: [UInt8]) -> Copy? {
         beforeCopying.withLock { $0 }?()
         let size = SubjectMapRecord.size
-        guard let file = try? PosixFile(path: path, flags: O_RDONLY | O_NOFOLLOW), FileIdentity(file) == source,
+        guard let file = try? PosixFile.regular(path, flags: O_RDONLY), FileIdentity(file) == source,
               let records = try? file.read(at: 0, count: Int(rootIndex + 1) * size), records.count == Int(rootIndex + 1) * size,
               Array(records[(Int(rootIndex) * size)...]) == rootRecord,
               let root = try? SubjectMapRecord.decodeRoot(rootRecord) else { return nil }
@@ -168,9 +188,9 @@ package final class SubjectMapCompactor: Sendable {
             node = placed
         }
         out.append(SubjectMapRecord.Root(coveredSize: root.coveredSize, node: node, hash: root.hash, keyCount: root.keyCount))
-        // The name of the temporaries `PosixFile.writeAtomically` makes: one a crash leaves is
-        // swept by a later writer (once it is older than any copy still being made).
-        let temporary = path + ".tmp-" + Hex.encode(Sodium().randomBytes(6))
+        // Named as the folder's temporaries are, but apart from a commit's own: one a crash
+        // leaves is swept by a later writer once it is older than any copy still being made.
+        let temporary = path + ".copy.tmp-" + Hex.encode(Sodium().randomBytes(6))
         do {
             let file = try PosixFile(path: temporary, flags: O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o644)
             try file.write(out.bytes, at: 0)

@@ -70,6 +70,7 @@ func writer(kind: String, dir: String, prefix: String) throws {
     SubjectMap.compactionRecordsPerKey = 3
     let store = FileLedgerStore(directory: dir)
     store.mapCompactor.backgroundAfterCommits.store(4, ordering: .relaxed)
+    store.mapCompactor.minimumRecords.store(0, ordering: .relaxed)
     let ledger = try Ledger.open(store: store)
     try ledger.unlock()
     switch kind {

@@ -116,9 +116,9 @@ import TransparencyLog
     @Test func strayTemporaryFilesAreSweptByTheNextWrite() throws {
         let (path, _) = try Self.ledger("stray-temporary")
         defer { removeFolder(path) }
-        let stray = ["head.tmp-0123456789ab", "subjects.jsonl.tmp-a1b2c3d4e5f6"]
-        let keptNames = ["secret.key.tmp-0123456789ab", "notes.tmp-0123456789ab", "head.tmp-short", "head.tmp-0123456789AB", "subjects.map.tmp-eeeeeeeeeeee"]
-        let oldOnes = ["secret.key.next.tmp-abcdefabcdef", "subjects.map.tmp-ffffffffffff"]
+        let stray = ["head.tmp-0123456789ab", "subjects.jsonl.tmp-a1b2c3d4e5f6", "subjects.map.tmp-ffffffffffff"]
+        let keptNames = ["secret.key.tmp-0123456789ab", "notes.tmp-0123456789ab", "head.tmp-short", "head.tmp-0123456789AB", "subjects.map.copy.tmp-eeeeeeeeeeee"]
+        let oldOnes = ["secret.key.next.tmp-abcdefabcdef", "subjects.map.copy.tmp-ffffffffffff"]
         for name in stray + keptNames + oldOnes { writeBytes(Array("x".utf8), to: path + "/" + name) }
         for name in oldOnes {
             var old = [timespec(tv_sec: time(nil) - 3600, tv_nsec: 0), timespec(tv_sec: time(nil) - 3600, tv_nsec: 0)]
