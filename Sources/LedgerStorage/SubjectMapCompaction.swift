@@ -51,8 +51,8 @@ package final class SubjectMapCompactor: Sendable {
         let rootRecord: [UInt8]
         /// Records in the copy.
         let count: Int64
-        /// Each copied node's old record index, and its index in the copy.
-        let moved: [Int64: Int64]
+        /// Each old record's index in the copy; -1 for one not in the copy.
+        let moved: [Int64]
     }
 
     private enum Phase: Sendable {
@@ -130,6 +130,9 @@ package final class SubjectMapCompactor: Sendable {
         }
         guard started else { return }
         let made = onDetachedThread { [self] in
+            // At the lowest priority: on a machine of few cores the copy takes a core the
+            // commits would use (Linux sets the calling thread's nice value).
+            _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, 19)
             let copy = makeCopy(path: path, source: source, rootIndex: count - 1, rootRecord: last)
             state.withLock { $0.phase = copy.map { .copied($0) } ?? .idle }
             if copy == nil { failed() }
@@ -154,32 +157,33 @@ package final class SubjectMapCompactor: Sendable {
               Array(records[(Int(rootIndex) * size)...]) == rootRecord,
               let root = try? SubjectMapRecord.decodeRoot(rootRecord) else { return nil }
         var out = SubjectMapRecords()
-        var moved: [Int64: Int64] = [:]
+        // Each old record's index in the copy, -1 for one not copied (yet).
+        var moved = [Int64](repeating: -1, count: Int(rootIndex) + 1)
         /// Copies the node of record `index` and everything under it, children first; its index
         /// in the copy. A child comes before its parent in the file, which bounds the walk on
         /// any bytes.
         func copy(_ index: Int64, below parent: Int64, depth: Int) -> Int64? {
-            if let done = moved[index] { return done }
             guard index >= 0, index < parent, depth <= 8 * SubjectMap.keyLength else { return nil }
+            if moved[Int(index)] >= 0 { return moved[Int(index)] }
             let start = Int(index) * size
             guard let node = try? SubjectMapRecord.decodeNode(Array(records[start..<(start + size)])) else { return nil }
             switch node {
             case .leaf:
                 out.append(node)
             case .inner(let left, let right, let leftHash, let rightHash):
-                var children: [Int64?] = []
-                for child in [left, right] {
-                    guard let child else {
-                        children.append(nil)
-                        continue
-                    }
-                    guard let placed = copy(child, below: index, depth: depth + 1) else { return nil }
-                    children.append(placed)
+                var placedLeft: Int64?, placedRight: Int64?
+                if let left {
+                    guard let placed = copy(left, below: index, depth: depth + 1) else { return nil }
+                    placedLeft = placed
                 }
-                out.append(.inner(children[0], children[1], leftHash, rightHash))
+                if let right {
+                    guard let placed = copy(right, below: index, depth: depth + 1) else { return nil }
+                    placedRight = placed
+                }
+                out.append(.inner(placedLeft, placedRight, leftHash, rightHash))
             }
             let placed = Int64(out.count - 1)
-            moved[index] = placed
+            moved[Int(index)] = placed
             return placed
         }
         var node: Int64?
@@ -199,7 +203,7 @@ package final class SubjectMapCompactor: Sendable {
             unlink(temporary)
             return nil
         }
-        moved[rootIndex] = Int64(out.count - 1)
+        moved[Int(rootIndex)] = Int64(out.count - 1)
         return Copy(path: temporary, source: source, rootIndex: rootIndex, rootRecord: rootRecord, count: Int64(out.count), moved: moved)
     }
 
@@ -216,7 +220,8 @@ package final class SubjectMapCompactor: Sendable {
         func renumbered(_ index: Int64?) -> Int64?? {
             guard let index else { return .some(nil) }
             if index > copy.rootIndex { return .some(index + shift) }
-            return copy.moved[index].map { .some($0) }
+            guard index >= 0, copy.moved[Int(index)] >= 0 else { return nil }
+            return .some(copy.moved[Int(index)])
         }
         var out = SubjectMapRecords()
         for start in stride(from: 0, to: tail.count, by: size) {
