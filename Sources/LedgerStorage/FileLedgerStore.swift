@@ -1246,7 +1246,9 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
             try map.write(bytes, at: start)
             if try map.size() > start + UInt64(bytes.count) { try map.truncate(to: start + UInt64(bytes.count)) }
             if sync { try map.sync() }
-            store.mapCompactor.appended(to: map, path: store.subjectMapPath, count: subjectMap.at + Int64(subjectMap.records.count))
+            if subjectMap.records.count > 0 {
+                store.mapCompactor.appended(to: map, path: store.subjectMapPath, count: subjectMap.at + Int64(subjectMap.records.count), last: subjectMap.records[subjectMap.records.count - 1])
+            }
         }
     }
 

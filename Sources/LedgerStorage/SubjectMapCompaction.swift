@@ -94,10 +94,10 @@ package final class SubjectMapCompactor: Sendable {
     }
 
     /// After a commit appended records to the map (`map`, at `path`, now `count` records, the
-    /// last a root record), under the ledger's lock: installs a finished copy, or starts one
-    /// when the map wants it. Never throws: a copy that cannot be made or installed is dropped,
-    /// and the map stays as the commit left it.
-    func appended(to map: PosixFile, path: String, count: Int64) {
+    /// last a root record, `last`), under the ledger's lock: installs a finished copy, or starts
+    /// one when the map wants it. Never throws: a copy that cannot be made or installed is
+    /// dropped, and the map stays as the commit left it.
+    func appended(to map: PosixFile, path: String, count: Int64, last: [UInt8]) {
         let (commits, phase, notBefore) = state.withLock { state -> (Int, Phase, Int) in
             state.commits += 1
             let phase = state.phase
@@ -119,7 +119,6 @@ package final class SubjectMapCompactor: Sendable {
             break
         }
         guard commits >= backgroundAfterCommits.load(ordering: .relaxed), commits >= notBefore, count >= minimumRecords.load(ordering: .relaxed), count > 0,
-              let last = try? map.read(at: UInt64(count - 1) * UInt64(SubjectMapRecord.size), count: SubjectMapRecord.size),
               let root = try? SubjectMapRecord.decodeRoot(last),
               SubjectMap.wantsCompaction(recordCount: count, keyCount: root.keyCount),
               let source = FileIdentity(map) else { return }
