@@ -133,17 +133,24 @@ import TransparencyLog
         #expect(Self.folderBytes(path) == before)
     }
 
+    /// A ledger whose clock served 2999 for bob's grant, corrected at 10:00, after which bob
+    /// withdrew at 11:00.
+    static func correctedThenWithdrawn(_ label: String) throws -> (Ledger, String) {
+        let (ledger, clock, path) = try ledger(label)
+        try poison(ledger, clock)
+        try ledger.correctClock()
+        clock.set("2026-11-26T11:00:00.000Z")
+        try ledger.execute(revoke("bob"))
+        return (ledger, path)
+    }
+
     /// As-of questions count in effective times: the event stamped 2999 happened before the
     /// correction, so the state as of a time after the correction holds it and what came later
     /// (a recorded-time cut would have stopped at it and hidden the later withdrawal). The
     /// library, the state proof and its verifier, and the audit report agree.
     @Test func asOfQuestionsAfterACorrectionSeeEveryEventBeforeIt() throws {
-        let (ledger, clock, path) = try Self.ledger("clock-as-of")
+        let (ledger, path) = try Self.correctedThenWithdrawn("clock-as-of")
         defer { removeFolder(path) }
-        try Self.poison(ledger, clock)
-        try ledger.correctClock()
-        clock.set("2026-11-26T11:00:00.000Z")
-        try ledger.execute(Self.revoke("bob"))
         let later = Timestamp(canonical: "2026-11-26T12:00:00.000Z")!
         let between = Timestamp(canonical: "2026-11-26T10:30:00.000Z")!
         let before = Timestamp(canonical: "2026-11-26T09:30:00.000Z")!
@@ -178,12 +185,8 @@ import TransparencyLog
     /// spans the day and not ten centuries. Its tooltip keeps the recorded time and says when it
     /// took effect.
     @Test func theReportsChartPlacesEntriesAtTheirEffectiveTimes() throws {
-        let (ledger, clock, path) = try Self.ledger("clock-chart")
+        let (ledger, path) = try Self.correctedThenWithdrawn("clock-chart")
         defer { removeFolder(path) }
-        try Self.poison(ledger, clock)
-        try ledger.correctClock()
-        clock.set("2026-11-26T11:00:00.000Z")
-        try ledger.execute(Self.revoke("bob"))
         let report = try ledger.auditReport(ReportScope())
         let grant = try #require(report.report.entries.first { $0.kind == .given && $0.at.rfc3339.hasPrefix("2999") })
         #expect(report.report.effectiveTime(of: grant) == Timestamp(canonical: "2026-11-26T10:00:00.000Z")!)
