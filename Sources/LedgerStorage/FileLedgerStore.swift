@@ -814,12 +814,39 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
 
     func treeHashes(_ indexes: [Int64]) throws -> [Digest] {
         if tree == nil { tree = .some(try derivedFile(store.treePath)) }
-        return try indexes.map { index in
-            guard index >= 0, index < Int64.max / 32, let file = tree!, let digest = Digest(bytes: try file.read(at: UInt64(index) * 32, count: 32)) else {
-                throw integrity("\(store.treePath) has no hash at index \(index) (\(store.names.derivedRepair))", kind: .derivedData)
-            }
-            return digest
+        func missing(_ index: Int64) -> ConsentError {
+            integrity("\(store.treePath) has no hash at index \(index) (\(store.names.derivedRepair))", kind: .derivedData)
         }
+        if let bad = indexes.first(where: { $0 < 0 || $0 >= Int64.max / 32 }) { throw missing(bad) }
+        guard let file = tree! else {
+            if let first = indexes.first { throw missing(first) }
+            return []
+        }
+        // Hashes within a few KB of each other are read in one call: a proof's lower siblings lie
+        // next to its leaf, the proofs of a stream's events share them, and one read of 4 KB costs
+        // what one of 32 bytes does.
+        let span: Int64 = 128
+        let order = indexes.indices.sorted { indexes[$0] < indexes[$1] }
+        var hashes = [Digest](repeating: .zero, count: indexes.count)
+        var bytes: [UInt8] = []
+        var i = 0
+        while i < order.count {
+            let first = indexes[order[i]]
+            var end = i + 1
+            while end < order.count, indexes[order[end]] - first < span { end += 1 }
+            let count = Int(indexes[order[end - 1]] - first + 1) * 32
+            if bytes.count < count { bytes = [UInt8](repeating: 0, count: count) }
+            let got = try file.read(at: UInt64(first) * 32, into: &bytes, count: count)
+            try bytes.withUnsafeBytes { raw in
+                for k in i..<end {
+                    let offset = Int(indexes[order[k]] - first) * 32
+                    guard offset + 32 <= got else { throw missing(indexes[order[k]]) }
+                    hashes[order[k]] = Digest(copying: raw.baseAddress! + offset)
+                }
+            }
+            i = end
+        }
+        return hashes
     }
 
     private var map: PosixFile??

@@ -19,7 +19,7 @@ public struct Digest: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// Reads 32 bytes from `pointer`.
-    init(copying pointer: UnsafeRawPointer) {
+    package init(copying pointer: UnsafeRawPointer) {
         words = (0, 0, 0, 0)
         withUnsafeMutableBytes(of: &words) { $0.copyMemory(from: UnsafeRawBufferPointer(start: pointer, count: 32)) }
     }

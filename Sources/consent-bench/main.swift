@@ -256,6 +256,23 @@ func phaseProofs(dir: String) throws {
     print("RESULT proofs \(size) \(checkpoint) inclusion=\(inclusion) consistency=\(consistency)")
 }
 
+/// A subject's current consents through the library, on an open ledger, the way the service
+/// answers `status`: `count` calls cycling over `subjects` subjects, after one untimed pass.
+func phaseReads(dir: String, count: Int, subjects: Int) throws {
+    let ledger = try Ledger.open(store: FileLedgerStore(directory: dir))
+    for s in 0..<subjects { _ = try ledger.currentListing(for: "patient-\(s)") }
+    var times: [Double] = []
+    times.reserveCapacity(count)
+    for k in 0..<count {
+        let t = now()
+        _ = try ledger.currentListing(for: "patient-\(k % subjects)")
+        times.append(now() - t)
+    }
+    let total = times.reduce(0, +)
+    times.sort()
+    emit("reads", count, total, "p50=\(times[count / 2]) p99=\(times[count * 99 / 100])")
+}
+
 /// A folder, or (with the PostgreSQL trait) a postgres:// URL.
 func store(_ location: String) throws -> any LedgerStore {
     #if PostgreSQL
@@ -456,6 +473,7 @@ do {
         case "replay": try phaseReplay(dir: dir)
         case "verify": try phaseVerify(dir: dir)
         case "proofs": try phaseProofs(dir: dir)
+        case "reads": try phaseReads(dir: dir, count: Int(args[3])!, subjects: Int(args[4])!)
         #if PostgreSQL
         case "pgbench": try phasePgbench(url: dir, clients: Int(args[3])!)
         #endif

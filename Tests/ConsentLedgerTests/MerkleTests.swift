@@ -120,6 +120,68 @@ struct MemoryTree {
         }
     }
 
+    /// Several records checked at once: true for any set of the tree's records, with fewer
+    /// hashes read than their separate proofs; false when any leaf, any stored hash read, or any
+    /// record number is changed.
+    @Test func severalRecordsAreCheckedAtOnceAndEveryChangeIsCaught() async {
+        await propertyCheck(count: 60, input: zip(Gen.int(in: 1...300), Gen.int(in: 1...24), Gen.int(in: 0...100_000))) { n, wanted, salt in
+            let entries = Self.entries(n, salt: salt)
+            let tree = MemoryTree(entries)
+            let h = tree.hasher
+            let size = Int64(n)
+            let root = try! MerkleTree.treeHash(size: size, hasher: h, read: tree.read)
+            // A spread of distinct records, chosen by the salt.
+            var records = Set<Int64>()
+            var x = UInt64(salt) &* 6_364_136_223_846_793_005 &+ 1
+            while records.count < min(wanted, n) {
+                x = x &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+                records.insert(Int64((x >> 33) % UInt64(n)))
+            }
+            let leaves = records.map { (record: $0, leaf: MerkleTree.leafHash(entries[Int($0)], hasher: h)) }
+            var read: [Int64] = []
+            #expect(try! MerkleTree.checkInclusions(leaves, size: size, root: root, hasher: h) { read += $0; return tree.read($0) })
+            // The stored hashes the records' separate proofs read.
+            var separately: [Int64] = []
+            for record in records { MerkleTree.leafProofIndex(0, size, record, &separately) }
+            #expect(read.count <= separately.count)
+            #expect(Set(read).count == read.count, "no stored hash is read twice")
+            for i in leaves.indices {
+                var changed = leaves
+                var bytes = changed[i].leaf.bytes
+                bytes[i % 32] ^= 0x01
+                changed[i].leaf = Digest(bytes: bytes)!
+                #expect(!(try! MerkleTree.checkInclusions(changed, size: size, root: root, hasher: h, read: tree.read)))
+                // Another record's number for this leaf.
+                let moved = (leaves[i].record + 1) % size
+                if !records.contains(moved) {
+                    var renumbered = leaves
+                    renumbered[i].record = moved
+                    #expect(!(try! MerkleTree.checkInclusions(renumbered, size: size, root: root, hasher: h, read: tree.read)))
+                }
+            }
+            for index in read {
+                var stored = tree.stored
+                var bytes = stored[Int(index)].bytes
+                bytes[Int(index) % 32] ^= 0x80
+                stored[Int(index)] = Digest(bytes: bytes)!
+                #expect(!(try! MerkleTree.checkInclusions(leaves, size: size, root: root, hasher: h) { $0.map { stored[Int($0)] } }))
+            }
+            #expect(!(try! MerkleTree.checkInclusions(leaves + [leaves[0]], size: size, root: root, hasher: h, read: tree.read)), "a record named twice")
+            #expect(!(try! MerkleTree.checkInclusions([(record: size, leaf: leaves[0].leaf)], size: size, root: root, hasher: h, read: tree.read)), "a record past the tree")
+            #expect(!(try! MerkleTree.checkInclusions([], size: size, root: root, hasher: h, read: tree.read)))
+        }
+    }
+
+    @Test func everyRecordAtOnceNeedsNoStoredHash() throws {
+        let entries = Self.entries(77)
+        let tree = MemoryTree(entries)
+        let root = try MerkleTree.treeHash(size: 77, hasher: tree.hasher, read: tree.read)
+        let leaves = entries.indices.map { (record: Int64($0), leaf: MerkleTree.leafHash(entries[$0], hasher: tree.hasher)) }
+        var read: [Int64] = []
+        #expect(try MerkleTree.checkInclusions(leaves, size: 77, root: root, hasher: tree.hasher) { read += $0; return tree.read($0) })
+        #expect(read.isEmpty)
+    }
+
     /// For random pairs m ≤ n: the consistency proof verifies, and fails when any entry before m
     /// differs.
     @Test func consistencyProofsVerifyAndFailWhenAnEarlierEntryDiffers() async {

@@ -1,4 +1,5 @@
 import ConsentDomain
+import Foundation
 import Testing
 @testable import ConsentLedger
 @testable import LedgerFormat
@@ -84,5 +85,27 @@ import TransparencyLog
         let parsed = try #require(try fresh.read { try $0.logState() }.signedHead)
         #expect(parsed.note == written.note)
         #expect(try SignedHead(logLine: parsed.logLine) == parsed)
+    }
+
+    /// A reader checks a signed head's signature once, and remembers the note it checked; a
+    /// different note of the same size (here, another signature) is checked, and refused.
+    @Test func aReaderChecksAHeadOnceAndRefusesAnotherOfTheSameSize() throws {
+        let (ledger, path) = try PolicyVersionTests.ledger("checked-head")
+        defer { removeFolder(path) }
+        try ledger.execute(Self.give("ivy"))
+        let reader = try Ledger.open(store: FileLedgerStore(directory: path))
+        _ = try reader.currentListing(for: "ivy")
+        let genuine = try #require(try FileLedgerStore(directory: path).read { try $0.logState() }.signedHead)
+        #expect(reader.memory.withLock { $0.checkedHead?.note } == genuine.note)
+        // One base64 character of the head's signature changed, the note otherwise the same.
+        let logPath = path + "/ledger.jsonl"
+        var bytes = Array(try Data(contentsOf: URL(fileURLWithPath: logPath)))
+        let at = bytes.count - 11  // the line ends `…Zhigk=\n"}` and a newline
+        bytes[at] = bytes[at] == UInt8(ascii: "Y") ? UInt8(ascii: "X") : UInt8(ascii: "Y")
+        try Data(bytes).write(to: URL(fileURLWithPath: logPath))
+        let forged = try #require(try FileLedgerStore(directory: path).read { try $0.logState() }.signedHead)
+        #expect(forged.note != genuine.note)
+        #expect(forged.checkpoint.size == genuine.checkpoint.size)
+        #expect(throws: ConsentError.self) { _ = try reader.currentListing(for: "ivy") }
     }
 }

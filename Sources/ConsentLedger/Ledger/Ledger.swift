@@ -132,6 +132,10 @@ public final class Ledger: Sendable {
         /// a writer that finds the same head again skips checking its signature and reading the
         /// frontier back (both were computed here, from signed data).
         var trustedHead: (note: String, frontier: MerkleFrontier)?
+        /// The last signed head whose signature this process checked, with the key it checked it
+        /// with: a reader that finds the same note, under the same key, need not check it again
+        /// (a signature check is the largest part of a read that finds its pages cached).
+        var checkedHead: (note: String, key: PublicKey)?
         /// Salts of records this process checked (or wrote).
         var salts: [SubjectID: [UInt8]]?
         /// Every subject record as last read from the store, not yet checked: a write checks a
@@ -492,6 +496,7 @@ public final class Ledger: Sendable {
     func checkSignedHead(_ log: LogState, keys: KeySchedule) throws {
         if let signed = log.signedHead, memory.withLock({ $0.trustedHead?.note }) != signed.note {
             let inForce = keys.forCheckpoint(size: signed.checkpoint.size)
+            if memory.withLock({ $0.checkedHead.map { $0.note == signed.note && $0.key == inForce.key } ?? false }) { return }
             do {
                 try signed.verify(key: try noteKey(inForce.key), verifier: verifier)
             } catch {
@@ -503,6 +508,7 @@ public final class Ledger: Sendable {
             guard signed.checkpoint.origin == genesis.ledgerName else {
                 throw ConsentError.integrity(IntegrityFailure(.head, line: nil, seq: nil, problem: "the signed head of \(store.names.location) is for '\(signed.checkpoint.origin)', not '\(genesis.ledgerName)'"))
             }
+            memory.withLock { $0.checkedHead = (signed.note, inForce.key) }
         }
     }
 

@@ -83,9 +83,12 @@ extension Ledger {
     }
 
     /// Every event of stream `key` in the log, oldest first, each the event the stream names:
-    /// the newest from the subject map, each earlier one by its successor's `streamPrev`. Each
-    /// line is authenticated by an inclusion proof against the log's trusted root (the signed
-    /// head's), so no derived file decides which events are the stream's.
+    /// the newest from the subject map, each earlier one by its successor's `streamPrev`. The
+    /// lines are authenticated together, by the log's trusted root (the signed head's) computed
+    /// from their leaves and the stored hashes between them, before any is handed out, so no
+    /// derived file decides which events are the stream's. When that fails, each line is
+    /// checked by its own inclusion proof, newest first, to name the first the log does not
+    /// hold: the line whose `streamPrev` the walk followed before it was authenticated.
     /// A ledger of format 1 has no streams: its events are found through the line index.
     func streamEntries(_ key: [UInt8], _ view: LogView) throws -> [StreamEntry] {
         guard version >= 2 else { return try indexedEntries(key, view) }
@@ -102,14 +105,25 @@ extension Ledger {
         while true {
             guard seq < UInt64(view.size) else { throw mapFailure("it names seq \(seq), past the log's end", seq: seq) }
             let line = try view.tx.entry(Int(seq))
-            _ = try checkedInclusionProof(record: Int64(seq), line: line, checkpoint: checkpoint, view)
-            let record = try decode(line, number: Int(seq) + 1)
-            guard record.event.seq == seq, StreamKey.of(record.event.payload) == key else {
-                throw ConsentError.integrity(IntegrityFailure(line: Int(seq) + 1, seq: seq, problem: "the event at this position is not the stream's event it should be"))
+            let record: EventRecord
+            do {
+                record = try decode(line, number: Int(seq) + 1)
+                guard record.event.seq == seq, StreamKey.of(record.event.payload) == key else {
+                    throw ConsentError.integrity(IntegrityFailure(line: Int(seq) + 1, seq: seq, problem: "the event at this position is not the stream's event it should be"))
+                }
+            } catch {
+                // A line the log does not hold is named as such before what it holds is judged.
+                _ = try checkedInclusionProof(record: Int64(seq), line: line, checkpoint: checkpoint, view)
+                throw error
             }
             entries.append(StreamEntry(line: line, record: record))
             guard let previous = record.stream.previous else { break }
             seq = previous
+        }
+        let leaves = entries.map { (record: Int64($0.seq), leaf: MerkleTree.leafHash($0.line, hasher: chain.hasher)) }
+        guard try MerkleTree.checkInclusions(leaves, size: checkpoint.size, root: checkpoint.root, hasher: chain.hasher, read: view.treeHashes) else {
+            for entry in entries { _ = try checkedInclusionProof(record: Int64(entry.seq), line: entry.line, checkpoint: checkpoint, view) }
+            throw ConsentError.integrity(IntegrityFailure(.derivedData, line: nil, seq: nil, problem: "the stored tree hashes do not lead the stream's events to the signed root (\(store.names.derivedRepair))"))
         }
         return entries.reversed()
     }

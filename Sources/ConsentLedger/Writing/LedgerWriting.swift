@@ -314,6 +314,7 @@ extension Ledger {
     private func forgetRemembered() {
         memory.withLock { m in
             m.trustedHead = nil
+            m.checkedHead = nil
             m.salts = nil
             m.records = nil
             m.replay = nil
