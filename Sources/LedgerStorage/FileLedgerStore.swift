@@ -651,6 +651,27 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         return tail[seq - usable].offset
     }
 
+    /// One entry in two reads, when the line index places it: its record (offset and length),
+    /// then the line and its newline. Anything else (past the usable index, a record that does
+    /// not land on one whole event line) is read as a batch of one, which finds the line from the
+    /// offset alone. Either way the ledger authenticates the bytes (by the Merkle tree): the
+    /// index only says where to look.
+    func entry(_ seq: Int) throws -> [UInt8] {
+        guard seq > 0, seq < (try usableIndexCount()), let file = try indexFile() else { return try entryFromBatch(seq) }
+        let size = FileLedgerStore.locationSize
+        let record = try file.read(at: UInt64(seq) * UInt64(size), count: size)
+        guard record.count == size else { return try entryFromBatch(seq) }
+        let (offset, length, _) = FileLedgerStore.decodeLocation(record[...])
+        let (_, end) = try currentState()
+        guard offset < end, UInt64(length) < end - offset else { return try entryFromBatch(seq) }
+        var line = try logFile().read(at: offset, count: Int(length) + 1)
+        let whole = line.count == Int(length) + 1 && line.last == FileLedgerStore.newline
+            && line.withUnsafeBufferPointer { memchr($0.baseAddress!, Int32(FileLedgerStore.newline), Int(length)) == nil && !SignedHead.isLogLine(UnsafeBufferPointer(rebasing: $0[..<Int(length)])) }
+        guard whole else { return try entryFromBatch(seq) }
+        line.removeLast()
+        return line
+    }
+
     private func usableIndexCount() throws -> Int {
         if let usableIndex { return usableIndex }
         let (log, _) = try currentState()

@@ -335,6 +335,9 @@ public protocol LedgerReadTransaction {
     /// whatever else its index holds.
     func entries(_ range: Range<Int>, batchSize: Int, indexedKeys: Bool, _ visit: (EntryBatch) throws -> Void) throws
 
+    /// The bytes of entry `seq` (by default, a batch of one from ``entries(_:batchSize:indexedKeys:_:)``).
+    func entry(_ seq: Int) throws -> [UInt8]
+
     func derivedCounts() throws -> DerivedCounts
 
     /// Merkle tree hashes by storage index.
@@ -388,8 +391,10 @@ extension LedgerWriteTransaction {
 }
 
 extension LedgerReadTransaction {
-    /// The bytes of entry `seq`.
-    public func entry(_ seq: Int) throws -> [UInt8] {
+    public func entry(_ seq: Int) throws -> [UInt8] { try entryFromBatch(seq) }
+
+    /// The bytes of entry `seq`, read as a batch of one.
+    public func entryFromBatch(_ seq: Int) throws -> [UInt8] {
         var found: [UInt8]?
         try entries(seq..<(seq + 1), batchSize: 1, indexedKeys: false) { found = $0.entry(0) }
         guard let found else {

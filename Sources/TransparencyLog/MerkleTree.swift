@@ -66,6 +66,24 @@ public enum MerkleTree {
         return count
     }
 
+    /// The level and n of the subtree whose hash is stored at `index`: the inverse of
+    /// ``storedHashIndex(level:n:)`` (tlog's `SplitStoredHashIndex`).
+    public static func splitStoredHashIndex(_ index: Int64) -> (level: Int, n: Int64) {
+        // storedHashIndex(0, n) < 2n, so the record whose hashes hold `index` is in
+        // [index/2, index/2 + log2(index)]; record n adds 1 + trailingZeros(n + 1) hashes.
+        var n = index / 2
+        var indexN = storedHashIndex(level: 0, n: n)
+        precondition(indexN <= index, "tlog: bad math in splitStoredHashIndex")
+        while true {
+            let next = indexN + 1 + Int64((UInt64(n) + 1).trailingZeroBitCount)
+            if next > index { break }
+            n += 1
+            indexN = next
+        }
+        let level = Int(index - indexN)
+        return (level, n >> level)
+    }
+
     /// The hashes to store when record n, with leaf hash `leaf`, is appended: the leaf, then the
     /// hash of every subtree it completes. Reads the left siblings through `read`.
     public static func storedHashes(forRecord n: Int64, leaf: Digest, hasher: any SHA256Hasher, read: HashReader) throws -> [Digest] {

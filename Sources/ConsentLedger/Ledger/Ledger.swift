@@ -110,6 +110,8 @@ public final class Ledger: Sendable {
     let clock: LedgerClock
     let random: RandomSource
     let memory: Mutex<Memory>
+    /// Tree hashes this process authenticated, for later proofs and reads.
+    let treeHashCache = TreeHashCache()
     let lastWarning = Mutex<String?>(nil)
     /// Concurrent ``execute(_:)`` calls of this process share commits.
     let groupCommit = GroupCommit()

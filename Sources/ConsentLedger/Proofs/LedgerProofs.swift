@@ -46,8 +46,13 @@ extension Ledger {
     /// An inclusion proof from the stored tree hashes, checked against the trusted root before
     /// it is handed out: a corrupted `tree.hashes` gives an integrity error, not a bad proof.
     func checkedInclusionProof(record: Int64, line: [UInt8], checkpoint: Checkpoint, _ view: LogView) throws -> [Digest] {
-        let proof = try MerkleTree.inclusionProof(record: record, size: checkpoint.size, hasher: chain.hasher, read: view.treeHashes)
-        guard MerkleTree.checkInclusion(proof, record: record, leaf: MerkleTree.leafHash(line, hasher: chain.hasher), size: checkpoint.size, root: checkpoint.root, hasher: chain.hasher) else {
+        let hasher = chain.hasher
+        let leaf = MerkleTree.leafHash(line, hasher: hasher)
+        let checked = try withAuthenticatedTreeHashes(view) { read in
+            let proof = try MerkleTree.inclusionProof(record: record, size: checkpoint.size, hasher: hasher, read: read)
+            return MerkleTree.checkInclusion(proof, record: record, leaf: leaf, size: checkpoint.size, root: checkpoint.root, hasher: hasher) ? proof : nil
+        }
+        guard let proof = checked else {
             throw ConsentError.integrity(IntegrityFailure(.derivedData, line: Int(record) + 1, seq: UInt64(record), problem: "the stored tree hashes give an inclusion proof that does not lead to the signed root (\(store.names.derivedRepair))"))
         }
         return proof

@@ -121,7 +121,11 @@ extension Ledger {
             seq = previous
         }
         let leaves = entries.map { (record: Int64($0.seq), leaf: MerkleTree.leafHash($0.line, hasher: chain.hasher)) }
-        guard try MerkleTree.checkInclusions(leaves, size: checkpoint.size, root: checkpoint.root, hasher: chain.hasher, read: view.treeHashes) else {
+        let hasher = chain.hasher
+        let together = try withAuthenticatedTreeHashes(view) { read in
+            try MerkleTree.checkInclusions(leaves, size: checkpoint.size, root: checkpoint.root, hasher: hasher, read: read) ? true : nil
+        }
+        guard together != nil else {
             for entry in entries { _ = try checkedInclusionProof(record: Int64(entry.seq), line: entry.line, checkpoint: checkpoint, view) }
             throw ConsentError.integrity(IntegrityFailure(.derivedData, line: nil, seq: nil, problem: "the stored tree hashes do not lead the stream's events to the signed root (\(store.names.derivedRepair))"))
         }
