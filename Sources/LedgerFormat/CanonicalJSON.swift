@@ -88,19 +88,34 @@ package enum CanonicalJSON {
             out.append(UInt8(ascii: "]"))
         case .object(let members):
             out.append(UInt8(ascii: "{"))
-            for (i, key) in members.keys.sorted(by: utf16Less).enumerated() {
+            for (i, member) in members.sorted(by: { utf16Less($0.key, $1.key) }).enumerated() {
                 if i > 0 { out.append(UInt8(ascii: ",")) }
-                writeString(key, into: &out)
+                writeString(member.key, into: &out)
                 out.append(UInt8(ascii: ":"))
-                write(members[key]!, into: &out)
+                write(member.value, into: &out)
             }
             out.append(UInt8(ascii: "}"))
         }
     }
 
-    /// JCS orders object members by their names' UTF-16 code units.
+    /// JCS orders object members by their names' UTF-16 code units. Compared as UTF-8 bytes up to
+    /// the first difference: while both differing bytes are ASCII, byte order is UTF-16 order
+    /// (equal prefixes hold equal code points), and names are almost always ASCII. Otherwise the
+    /// code units are compared (UTF-8 orders U+E000–U+FFFF before the code points past U+FFFF,
+    /// UTF-16 after).
     static func utf16Less(_ a: String, _ b: String) -> Bool {
-        a.utf16.lexicographicallyPrecedes(b.utf16)
+        var a = a, b = b
+        let decided: Bool? = a.withUTF8 { x in
+            b.withUTF8 { y in
+                let n = min(x.count, y.count)
+                var i = 0
+                while i < n, x[i] == y[i] { i += 1 }
+                if i == n { return x.count < y.count }
+                guard x[i] < 0x80, y[i] < 0x80 else { return nil }
+                return x[i] < y[i]
+            }
+        }
+        return decided ?? a.utf16.lexicographicallyPrecedes(b.utf16)
     }
 
     private static let hexDigits = Array("0123456789abcdef".utf8)

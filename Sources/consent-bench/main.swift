@@ -602,6 +602,12 @@ for size in sizes {
     print([pad("checkpoint (sign + root)", 28), pad("-", 9, right: true), pad(ms(proofs.seconds), 9, right: true), pad("-", 10, right: true), pad("", 8, right: true), "  library call, mean of 20"].joined(separator: " "))
     print([pad("inclusion proof", 28), pad("-", 9, right: true), pad(ms(parts["inclusion"] ?? 0), 9, right: true), pad("-", 10, right: true), pad("", 8, right: true), "  library call, mean of 1000 (target < 1 ms)"].joined(separator: " "))
     print([pad("consistency proof", 28), pad("-", 9, right: true), pad(ms(parts["consistency"] ?? 0), 9, right: true), pad("-", 10, right: true), pad("", 8, right: true), "  library call incl. checking the old note, mean of 200 (target < 1 ms)"].joined(separator: " "))
+    // A subject's status in a long-running process (the service's `status`): each subject's
+    // events read and proved against the signed root, the tree hashes it authenticated kept.
+    let readSubjects = min(subjects, 400)
+    let reads = measure(["phase", "reads", dir, "2000", String(readSubjects)])
+    print([pad("status, in-process", 28), pad("-", 9, right: true), pad(ms(noteValue(reads, "p50") ?? .nan), 9, right: true), pad("-", 10, right: true), pad(format(Double(reads.maxRSSKiB) / 1024), 8, right: true), "  library call, p50 of 2000 over \(readSubjects) subjects (p99 \(ms(noteValue(reads, "p99") ?? .nan)))"].joined(separator: " "))
+    plot.add("status, in-process (p50)", size: size, ms: (noteValue(reads, "p50") ?? .nan) * 1000)
     // One subject of the workload, the same at every size that has it.
     let probe = "patient-\(min(42, subjects - 1))"
     let bundlePath = "\(base)/\(probe)-\(size).json"

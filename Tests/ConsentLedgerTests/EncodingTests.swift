@@ -21,6 +21,22 @@ import Testing
         #expect((try? CanonicalJSON.parse(Array(text.utf8), canonical: true)) == value)
     }
 
+    /// Member names ordered by their UTF-8 bytes where that is UTF-16's order, by their UTF-16
+    /// code units where it is not: always as UTF-16 orders them.
+    @Test func memberNamesSortAsTheirUTF16CodeUnits() async {
+        let alphabet: [String] = ["a", "b", "z", "A", "~", "\u{7F}", "é", "\u{0800}", "€", "\u{D7FF}", "\u{E000}", "\u{FB33}", "\u{FFFD}", "😀", "\u{10000}", "\u{10FFFF}"]
+        let name = Gen.int(in: 0...999_999).map { seed -> String in
+            var x = UInt64(seed) &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            return (0..<Int(x % 4)).map { _ in
+                x = x &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+                return alphabet[Int((x >> 33) % UInt64(alphabet.count))]
+            }.joined()
+        }
+        await propertyCheck(count: 2000, input: zip(name, name)) { a, b in
+            #expect(CanonicalJSON.utf16Less(a, b) == a.utf16.lexicographicallyPrecedes(b.utf16))
+        }
+    }
+
     @Test func strictParsingRejectsEveryNonCanonicalForm() {
         let rejects = [
             #"{ "a":1}"#, #"{"b":1,"a":2}"#, #"{"a":1,"a":1}"#, #"{"a":01}"#, #"{"a":-0}"#, #"{"a":1.0}"#,

@@ -344,10 +344,11 @@ public final class Ledger: Sendable {
 
     /// One subject's salt: remembered, or read alone from the store (not every record) and
     /// checked (``checkRecord(_:_:)``).
-    func salt(of subjectID: String) throws -> [UInt8]? {
+    func salt(of subjectID: String, in tx: (any LedgerReadTransaction)? = nil) throws -> [UInt8]? {
         let id = SubjectID(subjectID)
         if let cached = memory.withLock({ $0.salts?[id] }) { return cached }
-        guard let record = try store.read({ tx in try tx.subjectRecord(id) }) else { return nil }
+        // Within a caller's transaction, its view of the records; otherwise a read of its own.
+        guard let record = try tx.map({ try $0.subjectRecord(id) }) ?? store.read({ tx in try tx.subjectRecord(id) }) else { return nil }
         let learned = memory.withLock { $0.keys?.schedule }
         do {
             try checkRecord(id, record, keys: try learned ?? keyHistory())

@@ -117,7 +117,7 @@ extension Ledger {
             let timeline = try ledgerTimeline(view)
             let versions = timeline.versions
             let catalog = Self.catalog(in: versions, at: asOf, clock: timeline.clock)
-            guard let salt = try salt(of: subjectID) else {
+            guard let salt = try salt(of: subjectID, in: view.tx) else {
                 let empty = SubjectState()
                 return SubjectReport(subjectID: subjectID, subject: nil, state: empty, events: [], listing: ConsentListing(state: empty, catalog: catalog), torn: log.torn)
             }
@@ -204,10 +204,11 @@ extension Ledger {
     /// built from checked lines); otherwise from ``report(for:asOf:)``.
     public func currentListing(for subjectID: String) throws -> ConsentListing {
         try Self.validateText(subjectID, what: "subject id", maxBytes: 256)
-        if let listing = try store.read({ tx throws -> ConsentListing? in
+        // Without a replay in memory there is nothing to answer from here: no transaction for it.
+        if warmReplay() != nil, let listing = try store.read({ tx throws -> ConsentListing? in
             let log = try tx.logState()
             guard let (replay, size) = warmReplay(), size == log.size else { return nil }
-            guard let salt = try salt(of: subjectID) else { return ConsentListing(state: SubjectState(), catalog: replay.catalog) }
+            guard let salt = try salt(of: subjectID, in: tx) else { return ConsentListing(state: SubjectState(), catalog: replay.catalog) }
             var state = replay.state(of: subjectRef(id: subjectID, salt: salt))
             try openEvidence(&state, key: subjectKey(subjectID, salt: salt))
             return ConsentListing(state: state, catalog: replay.catalog)

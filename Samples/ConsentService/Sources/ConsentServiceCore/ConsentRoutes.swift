@@ -40,6 +40,25 @@ func json(_ value: some Encodable, status: HTTPResponse.Status = .ok) -> Respons
     return bytes(Array(body) + [0x0A], status: status)
 }
 
+/// A listing document as the response body: its canonical JSON bytes (RFC 8785, as the CLI's
+/// `--json` prints it) and a newline. Listings are written by the ledger's own serializer, not
+/// through `JSONEncoder`: encoding their values one by one through `Encodable` was a quarter of the
+/// service's CPU time answering `status`.
+func json(_ document: JSONDocument, status: HTTPResponse.Status = .ok) -> Response {
+    bytes(document.canonicalBytes + [0x0A], status: status)
+}
+
+/// Every feature's listing: `{"features":[…]}`, each document canonical, and a newline.
+func json(_ body: FeaturesBody, status: HTTPResponse.Status = .ok) -> Response {
+    var out = Array(#"{"features":["#.utf8)
+    for (i, document) in body.features.enumerated() {
+        if i > 0 { out.append(UInt8(ascii: ",")) }
+        out += document.canonicalBytes
+    }
+    out += Array("]}\n".utf8)
+    return bytes(out, status: status)
+}
+
 func bytes(_ body: [UInt8], status: HTTPResponse.Status = .ok) -> Response {
     Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: body)))
 }
