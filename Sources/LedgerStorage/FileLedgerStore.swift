@@ -663,7 +663,9 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         guard record.count == size else { return try entryFromBatch(seq) }
         let (offset, length, _) = FileLedgerStore.decodeLocation(record[...])
         let (_, end) = try currentState()
-        guard offset < end, UInt64(length) < end - offset else { return try entryFromBatch(seq) }
+        // A length past one read chunk (a damaged index) is not allocated: the batch path reads
+        // the line a chunk at a time.
+        guard offset < end, UInt64(length) < end - offset, Int(length) < FileLedgerStore.logReadChunk.load(ordering: .relaxed) else { return try entryFromBatch(seq) }
         var line = try logFile().read(at: offset, count: Int(length) + 1)
         let whole = line.count == Int(length) + 1 && line.last == FileLedgerStore.newline
             && line.withUnsafeBufferPointer { memchr($0.baseAddress!, Int32(FileLedgerStore.newline), Int(length)) == nil && !SignedHead.isLogLine(UnsafeBufferPointer(rebasing: $0[..<Int(length)])) }

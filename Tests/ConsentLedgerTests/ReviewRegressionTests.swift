@@ -29,6 +29,38 @@ import Glibc
     }
 
     /// A rolled-back ledger (signed events removed) was reported as a usage error.
+    /// A stream's lines are read before they are authenticated together. A changed line whose
+    /// `streamPrev` sends the walk to another stream's event must be the line named, not the
+    /// genuine event it led to (which once drew "not the stream's event it should be").
+    @Test func aChangedStreamLinkNamesTheChangedLineNotTheEventItLedTo() throws {
+        let path = LedgerPropertyTests.folder("stream-link")
+        defer { removeFolder(path) }
+        let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "link", keyProtection: .insecurePlaintext)
+        let give = ConsentRequest.give(feature: "timeline", consents: ["required"]), revoke = ConsentRequest.revoke(feature: "timeline", consent: "required")
+        for request in [give, revoke, give] {
+            try ledger.execute(LedgerCommand(subjectID: "alice", request: request))
+            try ledger.execute(LedgerCommand(subjectID: "bob", request: request))
+        }
+        let alice = try ledger.report(for: "alice").events.map(\.seq)
+        let bob = try ledger.report(for: "bob").events.map(\.seq)
+        #expect(alice.count == 3 && bob.count == 3)
+        // Alice's newest event now names Bob's first event as its stream's previous one.
+        let changed = alice[2], genuine = alice[1], elsewhere = bob[0]
+        #expect(String(genuine).count == String(elsewhere).count)
+        let logPath = path + "/ledger.jsonl"
+        var lines = try String(contentsOfFile: logPath, encoding: .utf8).components(separatedBy: "\n")
+        let at = try #require(lines.firstIndex { $0.contains("\"seq\":\(changed),") && $0.hasPrefix("{\"body\"") })
+        #expect(lines[at].contains("\"streamPrev\":\(genuine),"))
+        lines[at] = lines[at].replacingOccurrences(of: "\"streamPrev\":\(genuine),", with: "\"streamPrev\":\(elsewhere),")
+        try lines.joined(separator: "\n").write(toFile: logPath, atomically: false, encoding: .utf8)
+        do {
+            _ = try Ledger.open(store: FileLedgerStore(directory: path)).report(for: "alice")
+            Issue.record("a changed line was read as the log's")
+        } catch ConsentError.integrity(let failure) {
+            #expect(failure.line == Int(changed) + 1, "\(failure)")
+        }
+    }
+
     @Test func proveConsistencyFromACheckpointLargerThanTheLedgerIsAnIntegrityFailure() throws {
         let (ledger, path) = try AuditExportTests.ledger("rollback")
         defer { removeFolder(path) }

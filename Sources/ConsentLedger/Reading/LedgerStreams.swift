@@ -102,22 +102,38 @@ extension Ledger {
         guard var seq = newest else { return [] }
         let checkpoint = try currentCheckpoint(view)
         var entries: [StreamEntry] = []
+        // The lines read so far, newest first, each by its own inclusion proof: the first the log
+        // does not hold is the one named, before anything a changed line led the walk to.
+        func proveEachReadSoFar() throws {
+            for entry in entries { _ = try checkedInclusionProof(record: Int64(entry.seq), line: entry.line, checkpoint: checkpoint, view) }
+        }
         while true {
             guard seq < UInt64(view.size) else { throw mapFailure("it names seq \(seq), past the log's end", seq: seq) }
-            let line = try view.tx.entry(Int(seq))
+            let line: [UInt8]
             let record: EventRecord
+            do {
+                line = try view.tx.entry(Int(seq))
+            } catch {
+                try proveEachReadSoFar()
+                throw error
+            }
             do {
                 record = try decode(line, number: Int(seq) + 1)
                 guard record.event.seq == seq, StreamKey.of(record.event.payload) == key else {
                     throw ConsentError.integrity(IntegrityFailure(line: Int(seq) + 1, seq: seq, problem: "the event at this position is not the stream's event it should be"))
                 }
             } catch {
-                // A line the log does not hold is named as such before what it holds is judged.
+                try proveEachReadSoFar()
                 _ = try checkedInclusionProof(record: Int64(seq), line: line, checkpoint: checkpoint, view)
                 throw error
             }
             entries.append(StreamEntry(line: line, record: record))
             guard let previous = record.stream.previous else { break }
+            // The decoder refuses a `streamPrev` that is not earlier; the walk does not rely on it.
+            guard previous < seq else {
+                try proveEachReadSoFar()
+                throw ConsentError.integrity(IntegrityFailure(line: Int(seq) + 1, seq: seq, problem: "the event names seq \(previous) as its stream's previous event, which is not earlier"))
+            }
             seq = previous
         }
         let leaves = entries.map { (record: Int64($0.seq), leaf: MerkleTree.leafHash($0.line, hasher: chain.hasher)) }
@@ -126,7 +142,7 @@ extension Ledger {
             try MerkleTree.checkInclusions(leaves, size: checkpoint.size, root: checkpoint.root, hasher: hasher, read: read) ? true : nil
         }
         guard together != nil else {
-            for entry in entries { _ = try checkedInclusionProof(record: Int64(entry.seq), line: entry.line, checkpoint: checkpoint, view) }
+            try proveEachReadSoFar()
             throw ConsentError.integrity(IntegrityFailure(.derivedData, line: nil, seq: nil, problem: "the stored tree hashes do not lead the stream's events to the signed root (\(store.names.derivedRepair))"))
         }
         return entries.reversed()

@@ -48,15 +48,9 @@ func json(_ document: JSONDocument, status: HTTPResponse.Status = .ok) -> Respon
     bytes(document.canonicalBytes + [0x0A], status: status)
 }
 
-/// Every feature's listing: `{"features":[…]}`, each document canonical, and a newline.
+/// Every feature's listing, and a newline.
 func json(_ body: FeaturesBody, status: HTTPResponse.Status = .ok) -> Response {
-    var out = Array(#"{"features":["#.utf8)
-    for (i, document) in body.features.enumerated() {
-        if i > 0 { out.append(UInt8(ascii: ",")) }
-        out += document.canonicalBytes
-    }
-    out += Array("]}\n".utf8)
-    return bytes(out, status: status)
+    bytes(body.canonicalBytes + [0x0A], status: status)
 }
 
 func bytes(_ body: [UInt8], status: HTTPResponse.Status = .ok) -> Response {
@@ -96,10 +90,23 @@ struct PrincipalBody: Encodable {
     let id: String
 }
 
-struct FeaturesBody: Encodable {
+/// Every feature's listing. Not `Encodable`: its bytes are written here, each listing by the
+/// ledger's canonical serializer, as a single listing is.
+struct FeaturesBody {
     let features: [JSONDocument]
 
     init(_ lines: [FeatureLine]) { features = lines.map(ListingJSON.document) }
+
+    /// `{"features":[…]}`, canonical JSON (RFC 8785): its one member, and each listing's.
+    var canonicalBytes: [UInt8] {
+        var out = Array(#"{"features":["#.utf8)
+        for (i, document) in features.enumerated() {
+            if i > 0 { out.append(UInt8(ascii: ",")) }
+            out += document.canonicalBytes
+        }
+        out += Array("]}".utf8)
+        return out
+    }
 }
 
 struct HistoryBody: Encodable {
