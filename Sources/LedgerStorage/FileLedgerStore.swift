@@ -47,6 +47,8 @@ public struct FileLedgerStore: LedgerStore {
     /// The log tail's last parsed head line and event (``TailParseCache``).
     let tailCache = TailParseCache()
     let temporarySweep = TemporaryFileSweep()
+    /// Descriptors of the folder's files kept open between transactions (``OpenFileCache``).
+    let openFiles = OpenFileCache()
     /// Makes compact copies of `subjects.map` off the commit path, once this store has committed
     /// often enough to be a long-running writer (``SubjectMapCompactor``).
     package let mapCompactor = SubjectMapCompactor()
@@ -246,8 +248,7 @@ public struct FileLedgerStore: LedgerStore {
         try requireLedger()
         let file: PosixFile
         do {
-            // The lock file is not ledger data: a copied ledger may lack it, so make it on demand.
-            file = try PosixFile.regular(lockPath, flags: O_RDONLY | O_CREAT)
+            file = try openFiles.borrowLockFile(lockPath)
         } catch {
             // A read-only copy (an auditor's, say) can still be read without the lock; any other
             // failure to lock is an error.
@@ -261,7 +262,10 @@ public struct FileLedgerStore: LedgerStore {
             let seconds = milliseconds % 1000 == 0 ? "\(milliseconds / 1000)" : "\(Double(milliseconds) / 1000)"
             throw ConsentError.storage("the ledger \(directory) is locked by \(who), and stayed locked for \(seconds) s (its lock file is \(lockPath)); nothing was \(exclusive ? "written" : "read"): try again once it is done, or wait longer (consentctl --lock-timeout SECONDS)")
         }
-        defer { file.unlock() }
+        defer {
+            file.unlock()
+            openFiles.returnLockFile(file)
+        }
         return try body()
     }
 
@@ -405,7 +409,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
 
     private func logFile() throws -> PosixFile {
         if let log { return log }
-        let file = try PosixFile.regular(store.logPath, flags: O_RDONLY)
+        let file = try store.openFiles.file(store.logPath, writable: false)
         log = file
         return file
     }
@@ -413,7 +417,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
     /// A derived file for reading; nil when it does not exist (never created by a read).
     private func derivedFile(_ path: String) throws -> PosixFile? {
         do {
-            return try PosixFile.regular(path, flags: O_RDONLY)
+            return try store.openFiles.file(path, writable: false)
         } catch ConsentError.notFound {
             return nil
         }
@@ -916,7 +920,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
     /// rewritten without those lines (temporary file, sync, rename, folder sync). A crash between
     /// the two leaves lines of spaces, which readers skip and the next destruction drops.
     private func destroySubjectRecords(_ ids: Set<SubjectID>) throws {
-        let file = try PosixFile.regular(store.subjectsPath, flags: O_RDWR)
+        let file = try store.openFiles.file(store.subjectsPath, writable: true)
         let bytes = try file.readAll()
         var kept: [UInt8] = []
         var overwritten = false, blank = false
@@ -944,7 +948,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
     /// leaves the old file or the new one.
     private func reviseSubjectRecords(_ records: [(subjectID: SubjectID, record: SubjectRecord?)]) throws {
         let replacements = Dictionary(records.map { ($0.subjectID, $0.record) }, uniquingKeysWith: { $1 })
-        let bytes = try PosixFile.regular(store.subjectsPath, flags: O_RDONLY).readAll()
+        let bytes = try store.openFiles.file(store.subjectsPath, writable: false).readAll()
         var out: [UInt8] = []
         out.reserveCapacity(bytes.count)
         var start = 0
@@ -962,7 +966,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
     }
 
     func subjectRecords() throws -> [SubjectID: SubjectRecord] {
-        let bytes = try PosixFile.regular(store.subjectsPath, flags: O_RDONLY).readAll()
+        let bytes = try store.openFiles.file(store.subjectsPath, writable: false).readAll()
         var records: [SubjectID: SubjectRecord] = [:]
         var lineNumber = 0
         // A trailing line without a newline was never acknowledged (a crash mid-write): ignored.
@@ -980,7 +984,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
     }
 
     func subjectRecord(_ id: SubjectID) throws -> SubjectRecord? {
-        let file = try PosixFile.regular(store.subjectsPath, flags: O_RDONLY)
+        let file = try store.openFiles.file(store.subjectsPath, writable: false)
         // The line of `id` starts with exactly these bytes (canonical JSON): compared at each
         // line start, without parsing the other lines.
         var needle = Array(#"{"id":"#.utf8)
@@ -1172,14 +1176,14 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
             recordsFrom = try appendLines(FileLedgerStore.encodeSubjectLines(commit.subjects), to: store.subjectsPath, create: false)
         }
         func withdrawRecords() {
-            guard let recordsFrom, let subjects = try? PosixFile.regular(store.subjectsPath, flags: O_RDWR) else { return }
+            guard let recordsFrom, let subjects = try? store.openFiles.file(store.subjectsPath, writable: true) else { return }
             try? subjects.truncate(to: recordsFrom)
             _ = try? subjects.sync()
         }
         if !commit.revisedSubjects.isEmpty { try reviseSubjectRecords(commit.revisedSubjects) }
         let file: PosixFile
         do {
-            file = try PosixFile.regular(store.logPath, flags: O_RDWR)
+            file = try store.openFiles.file(store.logPath, writable: true)
         } catch {
             withdrawRecords()
             throw error
@@ -1267,7 +1271,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         guard derived.streamKeys.count <= locations.count else {
             throw ConsentError.storage("\(derived.streamKeys.count) stream keys for \(locations.count) entries from entry \(derived.indexFrom)")
         }
-        let index = try PosixFile.regular(store.indexPath, flags: O_RDWR | O_CREAT)
+        let index = try store.openFiles.file(store.indexPath, writable: true, create: true)
         var bytes: [UInt8] = []
         bytes.reserveCapacity(locations.count * size)
         for (location, key) in zip(locations, derived.streamKeys) {
@@ -1277,7 +1281,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         try index.write(bytes, at: UInt64(derived.indexFrom * size))
         if try index.size() > indexEnd { try index.truncate(to: indexEnd) }
         if sync { try index.sync() }
-        let tree = try PosixFile.regular(store.treePath, flags: O_RDWR | O_CREAT)
+        let tree = try store.openFiles.file(store.treePath, writable: true, create: true)
         var hashes: [UInt8] = []
         hashes.reserveCapacity(derived.treeHashes.count * 32)
         for h in derived.treeHashes { hashes += h.bytes }
@@ -1290,7 +1294,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
             // one, so a crash leaves one or the other, never a mixture.
             try PosixFile.writeAtomically(subjectMap.records.bytes, to: store.subjectMapPath)
         } else if let subjectMap = derived.subjectMap {
-            let map = try PosixFile.regular(store.subjectMapPath, flags: O_RDWR | O_CREAT)
+            let map = try store.openFiles.file(store.subjectMapPath, writable: true, create: true)
             let start = UInt64(subjectMap.at) * UInt64(SubjectMapRecord.size)
             let bytes = subjectMap.records.bytes
             try map.write(bytes, at: start)
@@ -1321,7 +1325,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
     /// Appends complete lines to a line file and syncs it, first cutting off a partial line that
     /// a crash left (it was never acknowledged). Returns the offset the lines were written at.
     private func appendLines(_ lines: [UInt8], to path: String, create: Bool) throws -> UInt64 {
-        let file = try PosixFile.regular(path, flags: create ? O_RDWR | O_CREAT : O_RDWR)
+        let file = try store.openFiles.file(path, writable: true, create: create)
         var size = try file.size()
         if size > 0, try file.read(at: size - 1, count: 1) != [FileLedgerStore.newline] {
             let bytes = try file.readAll()
