@@ -196,6 +196,18 @@ public struct FileLedgerStore: LedgerStore {
         try withLock(exclusive: false) { try body(FileLedgerTransaction(store: self)) }
     }
 
+    /// While a shared lock taken without waiting is held: the transactions `body` opens take
+    /// their own shared locks, which no writer can hold meanwhile. Nil when a writer holds the
+    /// lock, and when the lock file cannot be opened (the waiting path reports why).
+    public func readingWithoutWaiting<T>(_ body: () throws -> T) throws -> T? {
+        try requireLedger()
+        guard let file = try? openFiles.borrowLockFile(lockPath) else { return nil }
+        defer { openFiles.returnLockFile(file) }
+        guard try file.lock(exclusive: false, timeout: .zero) else { return nil }
+        defer { file.unlock() }
+        return try body()
+    }
+
     public func write<T>(_ body: (any LedgerWriteTransaction) throws -> T) throws -> T {
         try withLock(exclusive: true) {
             if temporarySweep.claim() { sweepTemporaryFiles() }

@@ -290,6 +290,14 @@ public protocol LedgerStore: Sendable {
     /// Runs `body` in a read transaction.
     func read<T>(_ body: (any LedgerReadTransaction) throws -> T) throws -> T
 
+    /// Runs `body` now if the read transactions it opens will not wait, and returns nil without
+    /// running it otherwise. A folder says yes while it holds a shared lock it took without
+    /// waiting (no writer holds the ledger's lock, so none can take it until `body` is done).
+    /// A storage whose reads wait on a server never does (the default). This lets a caller on a
+    /// thread that must not block (an `async` one) read there, and hand only the reads that
+    /// would wait to threads of their own. `body` must only read.
+    func readingWithoutWaiting<T>(_ body: () throws -> T) throws -> T?
+
     /// Runs `body` in the write transaction, waiting for any other writer to finish. What `body`
     /// commits is durable when this returns. A body that throws before committing leaves the
     /// ledger as it was (the ledger commits last, so a commit is never followed by a throw; a
@@ -312,6 +320,9 @@ public protocol LedgerStore: Sendable {
 extension LedgerStore {
     /// A storage whose write transaction costs no round trips (a folder, memory) just writes.
     public var writesOptimistically: Bool { false }
+
+    /// Never sure: `body` is not run, and the caller reads on a thread that may wait.
+    public func readingWithoutWaiting<T>(_ body: () throws -> T) throws -> T? { nil }
 
     public func writeOptimistically<T>(_ body: (any LedgerWriteTransaction) throws -> T) throws -> T {
         try write(body)

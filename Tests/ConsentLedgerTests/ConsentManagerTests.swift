@@ -1,4 +1,6 @@
 import ConsentDomain
+import Foundation
+import Synchronization
 import Testing
 @testable import ConsentLedger
 @testable import ConsentReports
@@ -84,4 +86,45 @@ import Testing
             #expect(try ledger.currentListing(for: subject) == ledger.report(for: subject).listing, "\(subject)")
         }
     }
+
+    /// A read of current consents runs on the caller's thread only while it cannot wait: with a
+    /// writer holding the folder's lock, the ledger reads nothing there and answers nil, and the
+    /// manager's read waits on a worker for the writer instead, then answers with what it wrote.
+    @Test func aReadThatWouldWaitForAWriterIsNotMadeOnTheCallersThread() async throws {
+        let path = LedgerPropertyTests.folder("api-no-wait")
+        defer { removeFolder(path) }
+        let consents = try await ConsentManager.create(directory: path, name: "api-no-wait", keyProtection: .insecurePlaintext)
+        _ = try await consents.activate(["required"], of: "timeline", for: "p1")
+        let ledger = consents.ledger
+        #expect(try ledger.currentListingWithoutWaiting(for: "p1") == ledger.currentListing(for: "p1"))
+        #expect(try MemoryLedgerStore().readingWithoutWaiting { 1 } == nil, "a storage that cannot say runs nothing")
+        let writer = LockHolderState()
+        let holding = Thread {
+            _ = try? FileLedgerStore(directory: path).write { _ in
+                writer.state.withLock { $0 = 1 }
+                while writer.state.withLock({ $0 }) == 1 { usleep(1000) }
+            }
+            writer.state.withLock { $0 = 3 }
+        }
+        holding.start()
+        while writer.state.withLock({ $0 }) == 0 { usleep(1000) }
+        var ran = false
+        #expect(try FileLedgerStore(directory: path).readingWithoutWaiting { ran = true } == nil)
+        #expect(!ran)
+        #expect(try ledger.currentListingWithoutWaiting(for: "p1") == nil)
+        // The manager's read waits for the writer, on a worker.
+        async let waited = consents.state(of: "p1")
+        try await Task.sleep(for: .milliseconds(50))
+        writer.state.withLock { $0 = 2 }
+        let features = try await waited
+        #expect(features.filter(\.isActive).map(\.feature.key) == ["timeline"])
+        while writer.state.withLock({ $0 }) != 3 { usleep(1000) }
+        #expect(try ledger.currentListingWithoutWaiting(for: "p1") != nil)
+    }
+}
+
+/// Where a thread that holds a ledger's lock in a test is: 0 not yet holding, 1 holding, 2 told
+/// to let go, 3 gone.
+final class LockHolderState: Sendable {
+    let state = Mutex<Int>(0)
 }

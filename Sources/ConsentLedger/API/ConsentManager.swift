@@ -7,7 +7,10 @@ import Dispatch
 /// The consent logic the patient app calls (rule R9), for a backend that embeds the ledger.
 ///
 /// Every method is `async` and runs the ledger's blocking file work on threads of the manager's
-/// own (up to 64 at once), never on the caller's executor; every call that changes consents
+/// own (up to 64 at once), never on the caller's executor. The one exception is a read of
+/// current consents that the storage can start without waiting (no writer holds a folder's
+/// lock, ``Ledger/currentListingWithoutWaiting(for:)``): it runs on the caller's thread, since
+/// handing it to a thread and back cost more than the read. Every call that changes consents
 /// answers with the subject's updated consents. One manager may be shared by any number of
 /// tasks; writes are serialised by the ledger's lock, also against other processes using the
 /// same folder or PostgreSQL schema, and writes that arrive together share a commit and its
@@ -79,18 +82,28 @@ public final class ConsentManager: Sendable {
         try await Self.run(submit: workers.submit, body)
     }
 
+    /// The subject's current consents: read here when that cannot wait, else on a worker.
+    private func currentListing(for subject: String) async throws(ConsentError) -> ConsentListing {
+        let ledger = self.ledger
+        do {
+            if let listing = try ledger.currentListingWithoutWaiting(for: subject) { return listing }
+        } catch let error as ConsentError {
+            throw error
+        } catch {
+            throw .storage("\(error)")
+        }
+        return try await run { try ledger.currentListing(for: subject) }
+    }
+
     // MARK: - Reading
 
     /// The consents of one feature, by key (`timeline`) or code (`2`), required first (R7, R9).
     public func consents(of feature: String, for subject: String) async throws(ConsentError) -> FeatureLine {
-        let ledger = self.ledger
-        return try await run {
-            let listing = try ledger.currentListing(for: subject)
-            guard let line = listing.features.first(where: { $0.feature.key == feature || String($0.feature.code) == feature }) else {
-                throw ConsentError.invalidRequest("unknown feature '\(feature)'")
-            }
-            return line
+        let listing = try await currentListing(for: subject)
+        guard let line = listing.features.first(where: { $0.feature.key == feature || String($0.feature.code) == feature }) else {
+            throw ConsentError.invalidRequest("unknown feature '\(feature)'")
         }
+        return line
     }
 
     /// The consents of the subject's active features (R3, R9).
@@ -101,7 +114,7 @@ public final class ConsentManager: Sendable {
     /// Every feature's consents, now or as they were at a past time (replayed from the log).
     public func state(of subject: String, at time: Timestamp? = nil) async throws(ConsentError) -> [FeatureLine] {
         let ledger = self.ledger
-        if time == nil { return try await run { try ledger.currentListing(for: subject).features } }
+        if time == nil { return try await currentListing(for: subject).features }
         return try await run { try ledger.report(for: subject, asOf: time).listing.features }
     }
 

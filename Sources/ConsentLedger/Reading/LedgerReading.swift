@@ -199,6 +199,13 @@ extension Ledger {
 // MARK: - Fast reads from the in-memory replay
 
 extension Ledger {
+    /// ``currentListing(for:)``, if the storage can start its reads without waiting
+    /// (``LedgerStore/readingWithoutWaiting(_:)``: no writer holds a folder's lock); nil, having
+    /// read nothing, when they would wait.
+    public func currentListingWithoutWaiting(for subjectID: String) throws -> ConsentListing? {
+        try store.readingWithoutWaiting { try currentListing(for: subjectID) }
+    }
+
     /// A subject's current consents. When ``loadAll()`` keeps a replay in memory and the log has
     /// not moved on, the answer comes from it (no log reads, no signature checks: the replay was
     /// built from checked lines); otherwise from ``report(for:asOf:)``.
