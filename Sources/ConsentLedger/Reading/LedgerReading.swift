@@ -200,7 +200,7 @@ extension Ledger {
 
 extension Ledger {
     /// ``currentListing(for:)``, if the storage can start its reads without waiting
-    /// (``LedgerStore/readingWithoutWaiting(_:)``: no writer holds a folder's lock); nil, having
+    /// (`LedgerStore.readingWithoutWaiting(_:)`: no writer holds a folder's lock); nil, having
     /// read nothing, when they would wait.
     public func currentListingWithoutWaiting(for subjectID: String) throws -> ConsentListing? {
         try store.readingWithoutWaiting { try currentListing(for: subjectID) }
