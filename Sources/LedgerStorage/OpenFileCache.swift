@@ -44,8 +44,9 @@ final class OpenFileCache: Sendable {
     private let kept = Mutex<[Key: Kept]>([:])
     private let idleLocks = Mutex<[Kept]>([])
     /// Lock files kept idle at most: more than this many transactions of one store at once
-    /// open their own and close them.
-    static let idleLockLimit = 8
+    /// open their own and close them. Small, since a process may hold many stores, each with
+    /// its data files open too.
+    static let idleLockLimit = 2
 
     /// The file at `path`, open for reading (and writing, if `writable`), created if missing and
     /// `create`. The same errors as opening it afresh.

@@ -108,6 +108,7 @@ import Testing
         }
         holding.start()
         while writer.state.withLock({ $0 }) == 0 { usleep(1000) }
+        try #require(writer.state.withLock { $0 } == 1, "the writer could not take the lock")
         var ran = false
         #expect(try FileLedgerStore(directory: path).readingWithoutWaiting { ran = true } == nil)
         #expect(!ran)
@@ -115,6 +116,7 @@ import Testing
         // The manager's read waits for the writer, on a worker.
         async let waited = consents.state(of: "p1")
         try await Task.sleep(for: .milliseconds(50))
+        #expect(writer.state.withLock { $0 } == 1, "the writer still holds the lock while the read waits")
         writer.state.withLock { $0 = 2 }
         let features = try await waited
         #expect(features.filter(\.isActive).map(\.feature.key) == ["timeline"])

@@ -201,9 +201,11 @@ extension Ledger {
 extension Ledger {
     /// ``currentListing(for:)``, if the storage can start its reads without waiting
     /// (`LedgerStore.readingWithoutWaiting(_:)`: no writer holds a folder's lock); nil, having
-    /// read nothing, when they would wait.
+    /// read nothing, when they would wait. Nil also for a format-1 ledger: finding one subject's
+    /// events there scans the whole line index, too long for a caller that must not block.
     public func currentListingWithoutWaiting(for subjectID: String) throws -> ConsentListing? {
-        try store.readingWithoutWaiting { try currentListing(for: subjectID) }
+        guard version >= 2 else { return nil }
+        return try store.readingWithoutWaiting { try currentListing(for: subjectID) }
     }
 
     /// A subject's current consents. When ``loadAll()`` keeps a replay in memory and the log has
