@@ -26,19 +26,38 @@ package struct EventBodyReader {
     static let commonBits = bits([.v, .seq, .at, .actor, .cmd, .cmdSize, .prev, .kid, .type])
     /// The stream members of format version 2.
     static let streamBits = Name.streamPrev.bit | Name.streamRoot.bit
-    /// The members each event type has besides the common ones (a switch, not a dictionary:
-    /// hashing the type of every event showed in replay's profile).
-    static func typeBits(_ type: String) -> UInt64? {
-        switch type {
-        case "consent.given": Name.subject.bit | Name.feature.bit | Name.consent.bit | Name.version.bit
-        case "consent.revoked": Name.subject.bit | Name.feature.bit | Name.consent.bit | Name.reason.bit
-        case "subject.erased": Name.subject.bit
-        case "ledger.created": Name.ledger.bit | Name.catalog.bit | Name.publicKey.bit
-        case "catalog.published": Name.catalog.bit | Name.document.bit | Name.notices.bit
-        case "key.rotated": Name.publicKey.bit | Name.handover.bit
-        case "key.revoked": Name.publicKey.bit | Name.compromisedSince.bit | Name.attested.bit
-        case "clock.corrected": Name.correctedFrom.bit
-        default: nil
+    /// The event types, recognised from the body's bytes without making a string of them (a
+    /// string per event, and comparing it with each type, showed in replay's profile).
+    enum EventType: Int, CaseIterable {
+        case consentGiven, consentRevoked, subjectErased, ledgerCreated, catalogPublished, keyRotated, keyRevoked, clockCorrected
+
+        private static let texts: [StaticString] = ["consent.given", "consent.revoked", "subject.erased", "ledger.created", "catalog.published", "key.rotated", "key.revoked", "clock.corrected"]
+
+        init?(bytes: UnsafeBufferPointer<UInt8>) {
+            for type in Self.allCases {
+                let text = Self.texts[type.rawValue]
+                if text.utf8CodeUnitCount == bytes.count, memcmp(text.utf8Start, bytes.baseAddress!, bytes.count) == 0 {
+                    self = type
+                    return
+                }
+            }
+            return nil
+        }
+
+        var text: String { Self.texts[rawValue].description }
+
+        /// The members this type has besides the common ones.
+        var members: UInt64 {
+            switch self {
+            case .consentGiven: Name.subject.bit | Name.feature.bit | Name.consent.bit | Name.version.bit
+            case .consentRevoked: Name.subject.bit | Name.feature.bit | Name.consent.bit | Name.reason.bit
+            case .subjectErased: Name.subject.bit
+            case .ledgerCreated: Name.ledger.bit | Name.catalog.bit | Name.publicKey.bit
+            case .catalogPublished: Name.catalog.bit | Name.document.bit | Name.notices.bit
+            case .keyRotated: Name.publicKey.bit | Name.handover.bit
+            case .keyRevoked: Name.publicKey.bit | Name.compromisedSince.bit | Name.attested.bit
+            case .clockCorrected: Name.correctedFrom.bit
+            }
         }
     }
 
@@ -47,7 +66,29 @@ package struct EventBodyReader {
     var v: Int64 = -1, seq: Int64 = -1, cmd: Int64 = -1, cmdSize: Int64 = -1, feature: Int64 = -1, cause: Int64 = -1, renews: Int64 = -1, streamPrev: Int64 = -1, compromisedSince: Int64 = -1
     var document: JSONValue?, notices: JSONValue?, attested: JSONValue?
     var actor: String?, catalog: String?, consent: String?, handover: String?, kid: String?, ledger: String?
-    var publicKey: String?, reason: String?, subject: String?, type: String?, version: String?
+    var publicKey: String?, reason: String?, subject: String?, version: String?
+    /// The type when it is a known one; `typeText` when it is not.
+    var type: EventType?, typeText: String?
+    /// A key id the caller expects (the last one it met): when the body's `kid` is the same, it
+    /// is that string, not a new one (a key id is too long to be kept inline in a string).
+    var keyIDHint: KeyIDHint?
+
+    /// A key id a reader expects, with its bytes at hand for comparing.
+    package struct KeyIDHint: Sendable {
+        package let text: String
+        let bytes: [UInt8]
+
+        package init(_ text: String) {
+            self.text = text
+            bytes = Array(text.utf8)
+        }
+
+        func matches(_ other: UnsafeBufferPointer<UInt8>) -> Bool {
+            guard bytes.count == other.count else { return false }
+            guard let theirs = other.baseAddress else { return bytes.isEmpty }
+            return bytes.withUnsafeBufferPointer { memcmp($0.baseAddress!, theirs, other.count) == 0 }
+        }
+    }
     /// The subject, when it is a pseudonym (32 lowercase hex digits), read without a string.
     var pseudonym: SubjectRef?
     var channel: String?, evidence: String?, noticeLanguage: String?, sealedEvidence: String?
@@ -63,8 +104,11 @@ package struct EventBodyReader {
         package let stream: StreamLink
     }
 
-    package static func read(_ body: UnsafeBufferPointer<UInt8>) throws(EventDecodingError) -> Read {
+    /// Reads one body. `keyIDHint`, the key id the caller expects, saves making a new string of
+    /// the key id when the body's is the same.
+    package static func read(_ body: UnsafeBufferPointer<UInt8>, keyIDHint: KeyIDHint? = nil) throws(EventDecodingError) -> Read {
         var reader = EventBodyReader()
+        reader.keyIDHint = keyIDHint
         do {
             try reader.scan(body)
         } catch let error as JSONParseError {
@@ -117,9 +161,7 @@ package struct EventBodyReader {
         default: guess = nil
         }
         guard let guess else { return nil }
-        let expected = staticNames[guess.rawValue].utf8Start
-        for i in 0..<range.count where bytes[range.lowerBound + i] != expected[i] { return nil }
-        return guess
+        return memcmp(staticNames[guess.rawValue].utf8Start, bytes.baseAddress! + range.lowerBound, range.count) == 0 ? guess : nil
     }
 
     private mutating func scan(_ bytes: UnsafeBufferPointer<UInt8>) throws {
@@ -147,7 +189,7 @@ package struct EventBodyReader {
             guard p.index < bytes.count, bytes[p.index] == UInt8(ascii: ":") else { throw p.error("expected ':'") }
             p.index += 1
             guard p.index < bytes.count else { throw p.error("unexpected end of input") }
-            switch name {
+            member: switch name {
             case .document, .notices, .attested:
                 let value = try p.parseValue(depth: 1)
                 switch name {
@@ -188,15 +230,29 @@ package struct EventBodyReader {
                 if name == .prev { prev = d } else { streamRoot = d }
             default:
                 guard bytes[p.index] == 0x22 else { throw EventDecodingError(problem: "member '\(name.text)' must be a string") }
-                if name == .subject {
-                    let start = p.index
+                let start = p.index
+                switch name {
+                case .subject:
                     if let r = p.plainASCIIString(), let ref = SubjectRef(pseudonymHex: UnsafeBufferPointer(rebasing: bytes[r])) {
                         pseudonym = ref
-                        break
+                        break member
                     }
-                    // Anything else is read as a string, and refused as a subject in order.
-                    p.index = start
+                case .type:
+                    if let r = p.plainASCIIString(), let known = EventType(bytes: UnsafeBufferPointer(rebasing: bytes[r])) {
+                        type = known
+                        break member
+                    }
+                case .kid:
+                    if let hint = keyIDHint, let r = p.plainASCIIString(), hint.matches(UnsafeBufferPointer(rebasing: bytes[r])) {
+                        kid = hint.text
+                        break member
+                    }
+                default:
+                    break
                 }
+                // Anything else is read as a string (an unknown type, or a subject that is not a
+                // pseudonym, is refused in order, after the body is read).
+                p.index = start
                 let value = try p.parseString()
                 switch name {
                 case .actor: actor = value
@@ -208,7 +264,7 @@ package struct EventBodyReader {
                 case .publicKey: publicKey = value
                 case .reason: reason = value
                 case .subject: subject = value
-                case .type: type = value
+                case .type: typeText = value
                 case .channel: channel = value
                 case .evidence: evidence = value
                 case .noticeLanguage: noticeLanguage = value
@@ -242,19 +298,27 @@ package struct EventBodyReader {
         guard v == 1 || v == 2 else {
             throw EventDecodingError(problem: "member 'v' must be 1 or 2 (this reader knows format versions 1 and 2)")
         }
-        let type = try string(self.type, .type)
-        guard var allowed = Self.typeBits(type) else { throw EventDecodingError(problem: "unknown event type '\(type)'") }
-        allowed |= Self.commonBits
-        if v == 2 { allowed |= Self.streamBits }
-        if type == "consent.revoked", reason == "cascade" { allowed |= Name.cause.bit }
-        if type == "consent.given" { allowed |= Name.renews.bit | Self.evidenceBits }
-        if type == "subject.erased" || type == "clock.corrected" { allowed |= Name.reason.bit }
-        if present & ~allowed != 0, let extra = (0..<Self.names.count).first(where: { present & ~allowed & (1 << UInt64($0)) != 0 }) {
-            throw EventDecodingError(problem: "member '\(Name(rawValue: extra)!.text)' does not belong to a '\(type)' event")
+        let type: EventType
+        if let known = self.type {
+            type = known
+        } else {
+            let text = try string(typeText, .type)
+            guard let known = Array(text.utf8).withUnsafeBufferPointer(EventType.init(bytes:)) else {
+                throw EventDecodingError(problem: "unknown event type '\(text)'")
+            }
+            type = known
         }
-        let optional: UInt64 = (type == "consent.given" ? Name.renews.bit | Self.evidenceBits : 0) | (type == "subject.erased" || type == "clock.corrected" ? Name.reason.bit : 0) | Self.streamBits
+        var allowed = type.members | Self.commonBits
+        if v == 2 { allowed |= Self.streamBits }
+        if type == .consentRevoked, reason == "cascade" { allowed |= Name.cause.bit }
+        if type == .consentGiven { allowed |= Name.renews.bit | Self.evidenceBits }
+        if type == .subjectErased || type == .clockCorrected { allowed |= Name.reason.bit }
+        if present & ~allowed != 0, let extra = (0..<Self.names.count).first(where: { present & ~allowed & (1 << UInt64($0)) != 0 }) {
+            throw EventDecodingError(problem: "member '\(Name(rawValue: extra)!.text)' does not belong to a '\(type.text)' event")
+        }
+        let optional: UInt64 = (type == .consentGiven ? Name.renews.bit | Self.evidenceBits : 0) | (type == .subjectErased || type == .clockCorrected ? Name.reason.bit : 0) | Self.streamBits
         if allowed & ~optional & ~present != 0, let missing = (0..<Self.names.count).first(where: { allowed & ~optional & ~present & (1 << UInt64($0)) != 0 }) {
-            throw EventDecodingError(problem: "member '\(Name(rawValue: missing)!.text)' is missing from a '\(type)' event")
+            throw EventDecodingError(problem: "member '\(Name(rawValue: missing)!.text)' is missing from a '\(type.text)' event")
         }
         let seq = UInt64(try integer(self.seq, .seq))
         let cmd = UInt64(try integer(self.cmd, .cmd))
@@ -264,16 +328,16 @@ package struct EventBodyReader {
         }
         let payload: EventPayload
         switch type {
-        case "ledger.created":
+        case .ledgerCreated:
             payload = .ledgerCreated(LedgerCreated(ledgerName: try string(ledger, .ledger), catalogHash: try string(catalog, .catalog), publicKey: try string(publicKey, .publicKey)))
-        case "catalog.published":
+        case .catalogPublished:
             payload = .catalogPublished(try published())
-        case "consent.given":
+        case .consentGiven:
             // In the order Spec/ledger-format.md names the checks: subject, feature, renews, evidence.
             let subject = try subjectRef(), featureCode = Int(try integer(feature, .feature))
             if present & Name.renews.bit != 0, renews < 0 { throw EventDecodingError(problem: "member 'renews' is missing or negative") }
             payload = .consentGiven(ConsentGiven(subject: subject, feature: featureCode, consent: try string(consent, .consent), version: try string(version, .version), renews: renews >= 0 ? UInt64(renews) : nil, evidence: try grantEvidence()))
-        case "subject.erased":
+        case .subjectErased:
             let subject = try subjectRef()
             var why: String?
             if present & Name.reason.bit != 0 {
@@ -282,7 +346,7 @@ package struct EventBodyReader {
                 why = text
             }
             payload = .subjectErased(SubjectErased(subject: subject, reason: why))
-        case "key.rotated":
+        case .keyRotated:
             guard v >= 2 else { throw EventDecodingError(problem: "a 'key.rotated' event belongs only to format version 2") }
             let key = try string(publicKey, .publicKey), handover = try string(self.handover, .handover)
             guard key.utf8.count == 64, key.utf8.allSatisfy({ Hex.nibble($0) != nil }) else {
@@ -292,7 +356,7 @@ package struct EventBodyReader {
                 throw EventDecodingError(problem: "member 'handover' is not 128 lowercase hex digits")
             }
             payload = .keyRotated(KeyRotated(publicKey: key, handover: handover))
-        case "clock.corrected":
+        case .clockCorrected:
             guard v >= 2 else { throw EventDecodingError(problem: "a 'clock.corrected' event belongs only to format version 2") }
             var why: String?
             if present & Name.reason.bit != 0 {
@@ -301,7 +365,7 @@ package struct EventBodyReader {
                 why = text
             }
             payload = .clockCorrected(ClockCorrected(correctedFrom: correctedFrom!, reason: why))
-        case "key.revoked":
+        case .keyRevoked:
             guard v >= 2 else { throw EventDecodingError(problem: "a 'key.revoked' event belongs only to format version 2") }
             let key = try string(publicKey, .publicKey)
             guard key.utf8.count == 64, key.utf8.allSatisfy({ Hex.nibble($0) != nil }) else {
@@ -320,7 +384,7 @@ package struct EventBodyReader {
                 hashes.append(hash)
             }
             payload = .keyRevoked(KeyRevoked(publicKey: key, compromisedSince: since, attested: hashes))
-        default:
+        case .consentRevoked:
             let why: RevocationReason
             switch try string(reason, .reason) {
             case "withdrawn": why = .withdrawn

@@ -63,12 +63,38 @@ package enum Hex {
         return UnsafePointer(table)
     }()
 
-    /// Whether every byte is a lowercase hex digit.
+    /// Whether every byte is a lowercase hex digit. Eight bytes at a time: replay checks the 128
+    /// digits of every line's signature.
     package static func isLowercaseHex(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        guard let base = UnsafeRawPointer(bytes.baseAddress) else { return true }
+        let high: UInt64 = 0x8080_8080_8080_8080
+        var valid = high
+        var i = 0
+        while i + 8 <= bytes.count {
+            valid &= lowercaseHexBytes(base.loadUnaligned(fromByteOffset: i, as: UInt64.self))
+            i += 8
+        }
         let table = digitValues
         var invalid: UInt8 = 0
-        for b in bytes { invalid |= table[Int(b)] }
-        return invalid & 0xF0 == 0
+        while i < bytes.count {
+            invalid |= table[Int(bytes[i])]
+            i += 1
+        }
+        return valid == high && invalid & 0xF0 == 0
+    }
+
+    /// 0x80 in each byte of `x` that is a lowercase hex digit, 0 in the others. A byte below
+    /// 0x80 plus (0x80 - k) has its top bit set exactly when it is at least k, with no carry
+    /// into the next byte.
+    @inline(__always)
+    static func lowercaseHexBytes(_ x: UInt64) -> UInt64 {
+        let ones: UInt64 = 0x0101_0101_0101_0101, high: UInt64 = 0x8080_8080_8080_8080
+        let ascii = ~x & high
+        let low = x & ~high
+        func atLeast(_ k: UInt64) -> UInt64 { (low &+ ones &* (0x80 - k)) & high }
+        let decimal = atLeast(0x30) & ~atLeast(0x3A)
+        let letter = atLeast(0x61) & ~atLeast(0x67)
+        return ascii & (decimal | letter)
     }
 
     /// Decodes `2 * out.count` lowercase hex digits into `out`. False, with `out` holding

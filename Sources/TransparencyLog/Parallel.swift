@@ -12,6 +12,24 @@ package func parallelMap<T: Sendable>(_ count: Int, minimumForParallel: Int = 64
         return (0..<count).map(transform)
     }
     let results = ResultSlots<T>(count: count)
+    fill(results, count, transform)
+    return results.take()
+}
+
+/// `parallelMap`, with the results handed over one at a time by moving them out: for large
+/// results that the caller consumes in order, which copying out of an array would cost a copy
+/// (and a retain and release of every reference in it) each.
+package func parallelResults<T: Sendable>(_ count: Int, minimumForParallel: Int = 64, _ transform: @Sendable (Int) -> T) -> MovedResults<T> {
+    let results = ResultSlots<T>(count: count)
+    if count < minimumForParallel {
+        for i in 0..<count { results.set(i, transform(i)) }
+    } else {
+        fill(results, count, transform)
+    }
+    return MovedResults(results, count: count)
+}
+
+private func fill<T>(_ results: ResultSlots<T>, _ count: Int, _ transform: @Sendable (Int) -> T) {
     // Many small chunks: the last one to finish holds up the batch, so keep them short.
     let chunks = min(count, ProcessInfoCores.count * 32)
     DispatchQueue.concurrentPerform(iterations: chunks) { chunk in
@@ -19,7 +37,31 @@ package func parallelMap<T: Sendable>(_ count: Int, minimumForParallel: Int = 64
         let end = count * (chunk + 1) / chunks
         for i in start..<end { results.set(i, transform(i)) }
     }
-    return results.take()
+}
+
+/// Results of `parallelResults`, all set, moved out in index order by ``next()``; those not
+/// taken are destroyed with this object.
+package final class MovedResults<T>: @unchecked Sendable {
+    private let slots: ResultSlots<T>
+    package let count: Int
+    private var taken = 0
+
+    init(_ slots: ResultSlots<T>, count: Int) {
+        self.slots = slots
+        self.count = count
+    }
+
+    /// A copy of the first result, before any is taken.
+    package var first: T? { count > 0 && taken == 0 ? slots.get(0) : nil }
+
+    /// The next result, moved out of its slot; nil after the last.
+    package func next() -> T? {
+        guard taken < count else { return nil }
+        defer { taken += 1 }
+        return slots.move(taken)
+    }
+
+    deinit { slots.discard(taken..<count) }
 }
 
 /// Write-once slots shared by the workers of `parallelMap`; each slot is written by exactly one
@@ -34,9 +76,12 @@ package final class ResultSlots<T>: @unchecked Sendable {
         slots = UnsafeMutablePointer<T>.allocate(capacity: count)
     }
 
-    package func set(_ i: Int, _ value: T) {
+    package func set(_ i: Int, _ value: consuming T) {
         (slots + i).initialize(to: value)
     }
+
+    /// Moves slot `i` out (it must be set, and is then uninitialized).
+    package func move(_ i: Int) -> T { (slots + i).move() }
 
     /// Slot `i`, which must be set (and the set must happen before this read).
     package func get(_ i: Int) -> T { slots[i] }
@@ -44,6 +89,11 @@ package final class ResultSlots<T>: @unchecked Sendable {
     /// Destroys slots `0..<n` (all set): for giving up part-way.
     package func discard(_ n: Int) {
         slots.deinitialize(count: n)
+    }
+
+    /// Destroys the slots of `range` (all set).
+    package func discard(_ range: Range<Int>) {
+        (slots + range.lowerBound).deinitialize(count: range.count)
     }
 
     /// Moves every slot out; call once, after all are set.

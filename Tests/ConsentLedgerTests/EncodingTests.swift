@@ -1,6 +1,7 @@
 import ConsentDomain
 import Foundation
 import PropertyBased
+import Synchronization
 import Testing
 @testable import ConsentLedger
 @testable import ConsentReports
@@ -145,6 +146,50 @@ import Testing
         #expect(throws: EventDecodingError(problem: "member 'v' must be 1 or 2 (this reader knows format versions 1 and 2)")) { try EventCodec.decode(line: Array(future.utf8)) }
     }
 
+    /// The type is recognised from the body's bytes; anything but one of the eight types, even
+    /// one byte off or of the same length, is refused by name, as is a missing type.
+    @Test(arguments: [
+        (#""type":"consent.given""#, #""type":"consent.givem""#, "unknown event type 'consent.givem'"),
+        (#""type":"consent.given""#, #""type":"consent.granted""#, "unknown event type 'consent.granted'"),
+        (#""type":"consent.given""#, #""type":"Consent.given""#, "unknown event type 'Consent.given'"),
+        (#""type":"consent.given""#, #""type":"consent.given\u0000""#, "unknown event type 'consent.given\u{00}'"),
+        (#""type":"consent.given","#, "", "member 'type' is missing"),
+    ])
+    func onlyTheEightEventTypesAreRead(_ case_: (String, String, String)) throws {
+        let tiny = eventLines(of: readBytes(packageRoot + "/Spec/vectors/tiny-ledger/ledger.jsonl"))
+        let line = String(decoding: tiny[1].dropLast(), as: UTF8.self)
+        #expect(try EventCodec.decode(line: Array(line.utf8)).event.payload.subject != nil)
+        let edited = line.replacingOccurrences(of: case_.0, with: case_.1)
+        #expect(edited != line)
+        #expect(throws: EventDecodingError(problem: case_.2)) { try EventCodec.decode(line: Array(edited.utf8)) }
+    }
+
+    /// Replay hands the reader the key id it last met, so that a body with the same one does not
+    /// make a new string. The hint never changes what is read: a body with another key id (one
+    /// digit off) reads as its own.
+    @Test func aKeyIDHintNeverChangesWhatIsRead() throws {
+        let tiny = eventLines(of: readBytes(packageRoot + "/Spec/vectors/tiny-ledger/ledger.jsonl"))
+        let line = String(decoding: tiny[1].dropLast(), as: UTF8.self)
+        let other = line.replacingOccurrences(of: #""kid":"56475aa75463474c""#, with: #""kid":"56475aa75463474d""#)
+        #expect(other != line)
+        let hint = EventBodyReader.KeyIDHint("56475aa75463474c")
+        func read(_ text: String, _ hint: EventBodyReader.KeyIDHint?) throws -> EventBodyReader.Read {
+            let (body, _) = try Array(text.utf8).withUnsafeBufferPointer { line in
+                let (body, signature) = try EventCodec.splitLine(line, decodeSignature: false)
+                return (Array(body), signature)
+            }
+            return try body.withUnsafeBufferPointer { try EventBodyReader.read($0, keyIDHint: hint) }
+        }
+        for text in [line, other] {
+            let plain = try read(text, nil), hinted = try read(text, hint)
+            #expect(hinted.keyID == plain.keyID)
+            #expect(hinted.event == plain.event)
+            #expect(hinted.prev == plain.prev)
+        }
+        #expect(try read(other, hint).keyID == "56475aa75463474d")
+        #expect(try read(line, EventBodyReader.KeyIDHint("56475aa7")).keyID == "56475aa75463474c")
+    }
+
     /// Evidence members belong to a grant only, and carry checked values.
     @Test(arguments: [
         ("an unknown channel", #""cmd":"#, #""channel":"fax","cmd":"#, "member 'channel' must be one of app, portal, paper, phone, clinician"),
@@ -231,6 +276,43 @@ import Testing
             #expect(results.count == 50_000)
             #expect(results.enumerated().allSatisfy { $0.element.hasSuffix(String($0.offset)) && $0.element.count == 20 + $0.offset % 7 + String($0.offset).count })
         }
+    }
+}
+
+/// `parallelResults` hands its results over by moving them: each once, in order, and the ones
+/// not taken (a batch given up at a failing line) are destroyed with it, not leaked.
+@Suite struct MovedResultsTests {
+    /// Counts its live instances in a counter of the test case's own (the cases run at once).
+    final class Counted: Sendable {
+        let alive: Counter
+        let index: Int
+        init(_ index: Int, _ alive: Counter) {
+            self.index = index
+            self.alive = alive
+            alive.count.withLock { $0 += 1 }
+        }
+        deinit { alive.count.withLock { $0 -= 1 } }
+    }
+
+    final class Counter: Sendable { let count = Mutex(0) }
+
+    @Test(arguments: [0, 1, 5_000], [0, 1, 2_500, 5_000])
+    func resultsAreTakenInOrderAndTheRestDestroyed(count: Int, taking: Int) {
+        let alive = Counter()
+        do {
+            let results = parallelResults(count, minimumForParallel: 64) { Counted($0, alive) }
+            #expect(alive.count.withLock { $0 } == count)
+            #expect(results.first?.index == (count > 0 ? 0 : nil))
+            var taken: [Int] = []
+            for _ in 0..<min(taking, count) {
+                guard let next = results.next() else { break }
+                taken.append(next.index)
+            }
+            #expect(taken == Array(0..<min(taking, count)))
+            #expect(results.first == nil || taken.isEmpty)
+            if taking >= count { #expect(results.next() == nil) }
+        }
+        #expect(alive.count.withLock { $0 } == 0)
     }
 }
 

@@ -29,6 +29,28 @@ import Testing
         }
     }
 
+    /// The same, for a byte at each place of a longer run: runs are checked eight bytes at a
+    /// time, then the rest one by one. A subject's pseudonym (32 digits) is read the same way.
+    @Test(arguments: 0...255)
+    func aByteAnywhereInARunIsADigitExactlyWhenItIsALowercaseOne(_ value: Int) {
+        let byte = UInt8(value)
+        let isDigit = Self.lowercase.contains(byte)
+        for length in [8, 17, 128] {
+            for position in 0..<length {
+                var text = Array(repeating: UInt8(ascii: "f"), count: length)
+                text[position] = byte
+                #expect(text.withUnsafeBufferPointer { Hex.isLowercaseHex($0) } == isDigit, "byte \(value) at \(position) of \(length)")
+            }
+        }
+        for position in [0, 15, 16, 31] {
+            var text = Array("00112233445566778899aabbccddeeff".utf8)
+            text[position] = byte
+            let ref = text.withUnsafeBufferPointer { SubjectRef(pseudonymHex: $0) }
+            #expect((ref != nil) == isDigit, "byte \(value) at \(position) of a pseudonym")
+            if isDigit { #expect(ref?.value == String(decoding: text, as: UTF8.self)) }
+        }
+    }
+
     @Test func decodingRoundTripsAndRefusesOtherLengths() {
         let bytes: [UInt8] = (0..<64).map { UInt8(($0 * 37 + 11) & 0xFF) }
         let text = Hex.encode(bytes)

@@ -30,19 +30,31 @@ public struct SubjectRef: Hashable, Comparable, Sendable, CustomStringConvertibl
 
     private static func pseudonym(hex: UnsafeBufferPointer<UInt8>) -> Storage? {
         guard hex.count == 32 else { return nil }
+        // A table, not a branch per digit: replay reads a subject for nearly every event.
+        let table = hexDigitValues
         var words: (UInt64, UInt64) = (0, 0)
-        for i in 0..<32 {
-            let c = hex[i]
-            let digit: UInt8
-            switch c {
-            case 0x30...0x39: digit = c - 0x30
-            case 0x61...0x66: digit = c - 0x61 + 10
-            default: return nil
-            }
-            if i < 16 { words.0 = words.0 << 4 | UInt64(digit) } else { words.1 = words.1 << 4 | UInt64(digit) }
+        var invalid: UInt8 = 0
+        for i in 0..<16 {
+            let digit = table[Int(hex[i])]
+            invalid |= digit
+            words.0 = words.0 << 4 | UInt64(digit & 0x0F)
         }
-        return .pseudonym(words.0, words.1)
+        for i in 16..<32 {
+            let digit = table[Int(hex[i])]
+            invalid |= digit
+            words.1 = words.1 << 4 | UInt64(digit & 0x0F)
+        }
+        return invalid & 0xF0 == 0 ? .pseudonym(words.0, words.1) : nil
     }
+
+    /// Each byte's value as a lowercase hex digit (0–15), or 0xFF for any other byte. Written
+    /// once, before first use, and only read after: safe to share.
+    private nonisolated(unsafe) static let hexDigitValues: UnsafePointer<UInt8> = {
+        let table = UnsafeMutablePointer<UInt8>.allocate(capacity: 256)
+        table.initialize(repeating: 0xFF, count: 256)
+        for (i, digit) in "0123456789abcdef".utf8.enumerated() { table[Int(digit)] = UInt8(i) }
+        return UnsafePointer(table)
+    }()
 
     /// The reference as the log writes it.
     public var value: String {

@@ -45,9 +45,20 @@ struct LogChecker {
         let signatureValid: Bool?
         /// The body and signature of an event whose key the parallel stage did not know yet
         /// (one introduced by a rotation still being applied): checked in order.
-        let deferred: (body: [UInt8], signature: Signature)?
+        let deferred: Deferred?
         /// A published catalogue's hash matches its document (true for other events).
         let catalogHashValid: Bool
+    }
+
+    /// A signature left for the ordered stage (boxed: most lines have none, and a checked line is
+    /// moved between the stages).
+    final class Deferred: Sendable {
+        let body: [UInt8]
+        let signature: Signature
+        init(body: [UInt8], signature: Signature) {
+            self.body = body
+            self.signature = signature
+        }
     }
 
     enum LineOutcome: Sendable {
@@ -151,15 +162,19 @@ struct LogChecker {
         let names = self.names
         // The keys the parallel stage checks signatures with: those the ordered stage has learned.
         let knownKeys = Mutex<[String: PublicKey]>(Dictionary(uniqueKeysWithValues: (start.keys?.periods ?? []).map { ($0.keyID, $0.key) }))
+        // The key id of the last batch's first line: a line with the same one reuses its string.
+        var keyIDHint: EventBodyReader.KeyIDHint?
         do {
             try tx.entries(from..<end, batchSize: 4096, indexedKeys: checkDerived) { batch in
                 if let failed = failure.withLock({ $0 }) { throw failed }
                 let known = knownKeys.withLock { $0 }
-                let outcomes = parallelMap(batch.count, minimumForParallel: 256) { i in
+                let hint = keyIDHint
+                let outcomes = parallelResults(batch.count, minimumForParallel: 256) { i in
                     batch.withEntry(i) { line in
-                        Self.check(line, number: batch.seq(i) + 1, hasher: hasher, signatures: signatures.map { ($0, known) }, hashLeaf: hashLeaves, indexedKey: batch.indexedKeys?[i])
+                        Self.check(line, number: batch.seq(i) + 1, hasher: hasher, signatures: signatures.map { ($0, known) }, hashLeaf: hashLeaves, indexedKey: batch.indexedKeys?[i], keyIDHint: hint)
                     }
                 }
+                if case .checked(let first) = outcomes.first, first.keyID != keyIDHint?.text { keyIDHint = EventBodyReader.KeyIDHint(first.keyID) }
                 // The stored hashes of a batch's entries are those between the stored counts of
                 // the tree before and after it.
                 let storedHashes = checkDerived && !checkIndexOnly
@@ -170,9 +185,18 @@ struct LogChecker {
                     defer { slots.signal() }
                     guard failure.withLock({ $0 == nil }) else { return }
                     let keysBefore = box.progress.keys?.periods.count
-                    for outcome in outcomes {
+                    // The tree hashes the derived data should store for this batch's entries.
+                    var expected: [Digest] = []
+                    // Each outcome is moved out, not copied: a checked line is a few hundred bytes.
+                    while let outcome = outcomes.next() {
                         do throws(ConsentError) {
-                            try Self.apply(outcome, to: &box.progress, head: head, hasher: hasher, verifier: signatures)
+                            let line: CheckedLine
+                            switch consume outcome {
+                            case .failed(let failed): throw .integrity(failed)
+                            case .checked(let checked): line = checked
+                            }
+                            try Self.apply(line, to: &box.progress, head: head, hasher: hasher, verifier: signatures)
+                            if hashLeaves { Self.extendTree(line, hasher: hasher, rootsWanted: rootsWanted, expected: &expected, progress: &box.progress) }
                         } catch {
                             failure.withLock { $0 = error }
                             return
@@ -181,10 +205,9 @@ struct LogChecker {
                     if let keys = box.progress.keys, keys.periods.count != keysBefore {
                         knownKeys.withLock { known in for period in keys.periods { known[period.keyID] = period.key } }
                     }
-                    if hashLeaves {
+                    if checkDerived && !checkIndexOnly {
                         do throws(ConsentError) {
-                            let expected = Self.extendTree(outcomes, hasher: hasher, rootsWanted: rootsWanted, progress: &box.progress)
-                            if checkDerived && !checkIndexOnly { try Self.checkTree(expected: expected, stored: storedHashes, names: names, progress: &box.progress) }
+                            try Self.checkTree(expected: expected, stored: storedHashes, names: names, progress: &box.progress)
                         } catch {
                             failure.withLock { $0 = error }
                         }
@@ -202,20 +225,20 @@ struct LogChecker {
         return box.progress
     }
 
-    private static func check(_ line: UnsafeBufferPointer<UInt8>, number: Int, hasher: any SHA256Hasher, signatures: (verifier: any SignatureVerifier, known: [String: PublicKey])?, hashLeaf: Bool, indexedKey: [UInt8]?) -> LineOutcome {
+    private static func check(_ line: UnsafeBufferPointer<UInt8>, number: Int, hasher: any SHA256Hasher, signatures: (verifier: any SignatureVerifier, known: [String: PublicKey])?, hashLeaf: Bool, indexedKey: [UInt8]?, keyIDHint: EventBodyReader.KeyIDHint?) -> LineOutcome {
         do throws(EventDecodingError) {
             let (body, signature) = try EventCodec.splitLine(line, decodeSignature: signatures != nil)
-            let read = try EventBodyReader.read(body)
+            let read = try EventBodyReader.read(body, keyIDHint: keyIDHint)
             let (event, prev, keyID) = (read.event, read.prev, read.keyID)
             // Only what needs no other line is decided here; the failures are reported in order,
             // in the order `verify` names them (key id, signature, catalogue hash, seq, link…).
-            var deferred: (body: [UInt8], signature: Signature)?
+            var deferred: Deferred?
             var signatureValid: Bool?
             if let signatures {
                 if let key = signatures.known[keyID] {
                     signatureValid = isSignatureValid(signature, body: body, key: key, verifier: signatures.verifier)
                 } else {
-                    deferred = (Array(body), signature)
+                    deferred = Deferred(body: Array(body), signature: signature)
                 }
             }
             var catalogHashValid = true
@@ -260,30 +283,26 @@ struct LogChecker {
         }
     }
 
-    /// Adds a batch's leaves to the frontier of complete subtrees, computing the tree's roots
-    /// at the wanted sizes. Returns the hashes the derived data stores for these records: each
-    /// record's leaf and the roots of the subtrees it completes, in tlog order.
-    private static func extendTree(_ outcomes: [LineOutcome], hasher: any SHA256Hasher, rootsWanted: Set<Int64>, progress: inout Progress) -> [Digest] {
-        var expected: [Digest] = []
-        for case .checked(let line) in outcomes {
-            var h = line.leaf!
+    /// Adds a line's leaf to the frontier of complete subtrees, computing the tree's root if its
+    /// size is wanted. Appends the hashes the derived data stores for this record to `expected`:
+    /// its leaf and the roots of the subtrees it completes, in tlog order.
+    private static func extendTree(_ line: CheckedLine, hasher: any SHA256Hasher, rootsWanted: Set<Int64>, expected: inout [Digest], progress: inout Progress) {
+        var h = line.leaf!
+        expected.append(h)
+        var n = line.event.seq
+        while n & 1 == 1 {
+            h = MerkleTree.nodeHash(progress.frontier.removeLast(), h, hasher: hasher)
             expected.append(h)
-            var n = line.event.seq
-            while n & 1 == 1 {
-                h = MerkleTree.nodeHash(progress.frontier.removeLast(), h, hasher: hasher)
-                expected.append(h)
-                n >>= 1
-            }
-            progress.frontier.append(h)
-            let size = Int64(line.event.seq) + 1
-            if rootsWanted.contains(size) {
-                // RFC 6962: the root folds the complete subtrees from the right.
-                var root = progress.frontier.last!
-                for left in progress.frontier.dropLast().reversed() { root = MerkleTree.nodeHash(left, root, hasher: hasher) }
-                progress.roots[size] = root
-            }
+            n >>= 1
         }
-        return expected
+        progress.frontier.append(h)
+        let size = Int64(line.event.seq) + 1
+        if rootsWanted.contains(size) {
+            // RFC 6962: the root folds the complete subtrees from the right.
+            var root = progress.frontier.last!
+            for left in progress.frontier.dropLast().reversed() { root = MerkleTree.nodeHash(left, root, hasher: hasher) }
+            progress.roots[size] = root
+        }
     }
 
     /// Compares a batch's Merkle tree hashes with the stored ones. (Each entry's index key was
@@ -295,12 +314,7 @@ struct LogChecker {
         progress.treeIndex += Int64(expected.count)
     }
 
-    private static func apply(_ outcome: LineOutcome, to progress: inout Progress, head: ChainHead?, hasher: any SHA256Hasher, verifier: (any SignatureVerifier)?) throws(ConsentError) {
-        let line: CheckedLine
-        switch outcome {
-        case .failed(let failure): throw .integrity(failure)
-        case .checked(let checked): line = checked
-        }
+    private static func apply(_ line: CheckedLine, to progress: inout Progress, head: ChainHead?, hasher: any SHA256Hasher, verifier: (any SignatureVerifier)?) throws(ConsentError) {
         let seq = line.event.seq
         if let verifier, let keys = progress.keys { try checkKey(line, keys: keys, verifier: verifier) }
         guard line.catalogHashValid else {
