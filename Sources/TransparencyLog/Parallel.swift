@@ -116,9 +116,12 @@ enum ProcessInfoCores {
 }
 
 /// Computes `transform(i)` for `0..<count` on other threads while the caller is still producing
-/// the inputs: the caller calls ``ready(_:)`` as inputs become available, in order, and chunks
-/// of them are handed to worker threads at once, so the caller's serial work and the workers'
-/// overlap. ``finish()`` waits and returns the results in index order.
+/// the inputs: the caller calls ``ready(_:)`` as inputs become available, in order, and whole
+/// chunks of them are handed to worker threads at once, so the caller's serial work and the
+/// workers' overlap. ``finish()`` computes what is left (less than a chunk) on the caller's own
+/// thread, waits, and returns the results in index order: a small input (one command's few
+/// events) is never handed to another thread, which would cost more in waking it and waiting
+/// than the work itself.
 package final class OverlappedMap<T: Sendable>: @unchecked Sendable {
     private let results: ResultSlots<T>
     private let count: Int
@@ -136,7 +139,7 @@ package final class OverlappedMap<T: Sendable>: @unchecked Sendable {
 
     /// Inputs `0..<available` are ready: whole chunks of them go to the workers.
     package func ready(_ available: Int) {
-        while available - submitted >= chunk || (available == count && submitted < count) {
+        while available - submitted >= chunk {
             let range = submitted..<min(available, submitted + chunk)
             let (results, transform) = (self.results, self.transform)
             DispatchQueue.global().async(group: group) {
@@ -152,9 +155,12 @@ package final class OverlappedMap<T: Sendable>: @unchecked Sendable {
         results.discard(submitted)
     }
 
-    /// Waits for every result (call after `ready(count)`).
+    /// Computes the inputs not handed out on this thread, waits for the others, and returns
+    /// every result (call once all inputs are ready).
     package func finish() -> [T] {
         ready(count)
+        for i in submitted..<count { results.set(i, transform(i)) }
+        submitted = count
         group.wait()
         return results.take()
     }

@@ -1,5 +1,8 @@
 import ConsentDomain
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 import PropertyBased
 import Synchronization
 import Testing
@@ -276,6 +279,26 @@ import Testing
             #expect(results.count == 50_000)
             #expect(results.enumerated().allSatisfy { $0.element.hasSuffix(String($0.offset)) && $0.element.count == 20 + $0.offset % 7 + String($0.offset).count })
         }
+    }
+}
+
+/// Signing a commit's events overlaps building them: whole chunks go to other threads as they
+/// are built, and what is left is signed on the caller's own thread. A command's few events
+/// never wait for another thread to wake up.
+@Suite struct OverlappedMapTests {
+    @Test(arguments: [0, 1, 2, 63, 64, 65, 200])
+    func resultsArriveInOrderAndWhatIsLeftOfAChunkRunsOnTheCallersThread(count: Int) {
+        let caller = pthread_self()
+        let ranOnCaller = Mutex([Bool](repeating: false, count: count))
+        let map = OverlappedMap<Int>(count: count, chunk: 64) { i in
+            let here = pthread_equal(pthread_self(), caller) != 0
+            ranOnCaller.withLock { $0[i] = here }
+            return i * 3
+        }
+        for built in 0...count { map.ready(built) }
+        #expect(map.finish() == (0..<count).map { $0 * 3 })
+        let whole = count / 64 * 64
+        #expect(ranOnCaller.withLock { $0 } == (0..<count).map { $0 >= whole })
     }
 }
 
