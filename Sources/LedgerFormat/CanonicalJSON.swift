@@ -77,7 +77,7 @@ package enum CanonicalJSON {
         switch value {
         case .null: out.append(contentsOf: "null".utf8)
         case .bool(let b): out.append(contentsOf: (b ? "true" : "false").utf8)
-        case .int(let i): out.append(contentsOf: String(i).utf8)
+        case .int(let i): writeInteger(i, into: &out)
         case .string(let s): writeString(s, into: &out)
         case .array(let items):
             out.append(UInt8(ascii: "["))
@@ -120,9 +120,43 @@ package enum CanonicalJSON {
 
     private static let hexDigits = Array("0123456789abcdef".utf8)
 
+    /// An integer in decimal, as RFC 8785 writes the numbers this format allows (whole numbers
+    /// within ±2^53, though any `Int64` is written exactly): its digits written in place,
+    /// without an intermediate string.
+    package static func writeInteger(_ value: Int64, into out: inout [UInt8]) {
+        if value < 0 { out.append(UInt8(ascii: "-")) }
+        // The magnitude as unsigned, so that Int64.min has one too.
+        var magnitude = value.magnitude
+        var digits = 1
+        var power: UInt64 = 10
+        while digits < 20, magnitude >= power { digits += 1; power = power &* 10 }
+        let start = out.count
+        out.append(contentsOf: repeatElement(UInt8(ascii: "0"), count: digits))
+        out.withUnsafeMutableBufferPointer { buffer in
+            var i = start + digits - 1
+            repeat {
+                buffer[i] = UInt8(ascii: "0") + UInt8(magnitude % 10)
+                magnitude /= 10
+                i -= 1
+            } while magnitude > 0
+        }
+    }
+
     package static func writeString(_ s: String, into out: inout [UInt8]) {
+        var s = s
+        s.withUTF8 { writeString(utf8: $0, into: &out) }
+    }
+
+    /// The string of `utf8` (valid UTF-8), quoted and escaped. The bytes between two that need
+    /// escaping (a quote, a backslash, a control character) are appended in one call: most
+    /// strings (names, ids, timestamps, hex) have none, and byte-by-byte appends were the
+    /// largest part of writing a proof or an event body.
+    package static func writeString(utf8 bytes: UnsafeBufferPointer<UInt8>, into out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
-        for byte in s.utf8 {
+        var runStart = 0
+        for (i, byte) in bytes.enumerated() where byte < 0x20 || byte == 0x22 || byte == 0x5C {
+            if runStart < i { out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart..<i])) }
+            runStart = i + 1
             switch byte {
             case 0x22: out.append(contentsOf: [0x5C, 0x22])
             case 0x5C: out.append(contentsOf: [0x5C, 0x5C])
@@ -131,11 +165,11 @@ package enum CanonicalJSON {
             case 0x0A: out.append(contentsOf: [0x5C, UInt8(ascii: "n")])
             case 0x0C: out.append(contentsOf: [0x5C, UInt8(ascii: "f")])
             case 0x0D: out.append(contentsOf: [0x5C, UInt8(ascii: "r")])
-            case 0x00..<0x20:
+            default:
                 out.append(contentsOf: [0x5C, UInt8(ascii: "u"), 0x30, 0x30, hexDigits[Int(byte >> 4)], hexDigits[Int(byte & 0xF)]])
-            default: out.append(byte)
             }
         }
+        if runStart < bytes.count { out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart...])) }
         out.append(UInt8(ascii: "\""))
     }
 

@@ -94,7 +94,8 @@ public enum EventCodec {
             first = false
             out.append(UInt8(ascii: "\""))
             out.append(contentsOf: UnsafeBufferPointer(start: key.utf8Start, count: key.utf8CodeUnitCount))
-            out.append(contentsOf: [UInt8(ascii: "\""), UInt8(ascii: ":")])
+            out.append(UInt8(ascii: "\""))
+            out.append(UInt8(ascii: ":"))
         }
         func string(_ key: StaticString, _ value: String) {
             name(key)
@@ -102,7 +103,7 @@ public enum EventCodec {
         }
         func integer(_ key: StaticString, _ value: some BinaryInteger) {
             name(key)
-            out.append(contentsOf: String(value).utf8)
+            if let exact = Int64(exactly: value) { CanonicalJSON.writeInteger(exact, into: &out) } else { out.append(contentsOf: String(value).utf8) }
         }
         // Hex needs no escaping: written straight into the body.
         func digest(_ key: StaticString, _ value: Digest) {
@@ -151,7 +152,7 @@ public enum EventCodec {
             if let sealed = evidence.sealedReference {
                 name("sealedEvidence")
                 out.append(UInt8(ascii: "\""))
-                out.append(contentsOf: Hex.encode(sealed).utf8)
+                sealed.withUnsafeBytes { Hex.append($0, to: &out) }
                 out.append(UInt8(ascii: "\""))
             }
         case .consentRevoked(let e):

@@ -223,23 +223,27 @@ public enum Base64 {
     }()
 
     public static func encode(_ bytes: [UInt8]) -> String {
-        var out: [UInt8] = []
-        out.reserveCapacity((bytes.count + 2) / 3 * 4)
-        var i = 0
-        while i + 3 <= bytes.count {
-            let n = UInt32(bytes[i]) << 16 | UInt32(bytes[i + 1]) << 8 | UInt32(bytes[i + 2])
-            out += [alphabet[Int(n >> 18)], alphabet[Int(n >> 12 & 63)], alphabet[Int(n >> 6 & 63)], alphabet[Int(n & 63)]]
-            i += 3
+        // Written into the string's own storage: a proof has hundreds of hashes, and building
+        // each group of four through a temporary array cost more than the encoding.
+        String(unsafeUninitializedCapacity: (bytes.count + 2) / 3 * 4) { out in
+            var i = 0, o = 0
+            func put(_ n: UInt32, _ count: Int) {
+                for k in 0..<4 {
+                    out[o + k] = k < count ? alphabet[Int(n >> (18 - 6 * UInt32(k)) & 63)] : 0x3D
+                }
+                o += 4
+            }
+            while i + 3 <= bytes.count {
+                put(UInt32(bytes[i]) << 16 | UInt32(bytes[i + 1]) << 8 | UInt32(bytes[i + 2]), 4)
+                i += 3
+            }
+            switch bytes.count - i {
+            case 1: put(UInt32(bytes[i]) << 16, 2)
+            case 2: put(UInt32(bytes[i]) << 16 | UInt32(bytes[i + 1]) << 8, 3)
+            default: break
+            }
+            return o
         }
-        let rest = bytes.count - i
-        if rest == 1 {
-            let n = UInt32(bytes[i]) << 16
-            out += [alphabet[Int(n >> 18)], alphabet[Int(n >> 12 & 63)], 0x3D, 0x3D]
-        } else if rest == 2 {
-            let n = UInt32(bytes[i]) << 16 | UInt32(bytes[i + 1]) << 8
-            out += [alphabet[Int(n >> 18)], alphabet[Int(n >> 12 & 63)], alphabet[Int(n >> 6 & 63)], 0x3D]
-        }
-        return String(decoding: out, as: UTF8.self)
     }
 
     /// Decodes canonical padded base64; nil for anything else (so each value has one spelling).

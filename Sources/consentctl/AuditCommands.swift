@@ -394,6 +394,7 @@ extension PatientPage.Language: ExpressibleByArgument {}
 
 struct Export: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "export",
         abstract: "Write a subject's or the whole ledger's consents: verifiable, FHIR, or a page for the patient.",
         discussion: """
             --format bundle (default) writes the self-contained, offline-verifiable export. With \

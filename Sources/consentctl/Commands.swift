@@ -7,6 +7,7 @@ import ConsentReports
 
 struct Init: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "init",
         abstract: "Create a new ledger: a key pair, the catalogue and the genesis event.",
         discussion: """
             Refuses a folder that already holds a ledger or other files. Without --catalog the \
@@ -89,6 +90,7 @@ struct Init: ParsableCommand {
 
 struct Give: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "give",
         abstract: "Give one or more consents of a feature.",
         discussion: """
             To activate an inactive feature, give its required consent, with any optional ones in \
@@ -140,6 +142,7 @@ struct Give: ParsableCommand {
 
 struct Revoke: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "revoke",
         abstract: "Withdraw one or more consents of a feature.",
         discussion: """
             Withdrawing a required consent also withdraws the feature's given optional consents, \
@@ -255,6 +258,7 @@ func featureKey(_ code: Int, _ catalog: Catalog) -> String {
 
 struct Status: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "status",
         abstract: "Show a subject's consents, grouped by feature, required first.",
         discussion: """
             With --at, shows the state as of that time, replayed from the events up to it. \
@@ -344,6 +348,7 @@ func printConsents(_ line: FeatureLine) {
 
 struct History: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "history",
         abstract: "Show a subject's events in order, with cascaded withdrawals linked to their cause."
     )
 
@@ -430,6 +435,7 @@ func historyJSON(_ e: HistoryEntry, _ catalog: Catalog) -> JSONValue {
 
 struct Verify: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "verify",
         abstract: "Check every hash link, signature, sequence number and rule by replaying the whole log.",
         discussion: """
             On success prints the number of events and subjects, the head hash and the key in \

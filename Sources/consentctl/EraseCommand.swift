@@ -3,6 +3,7 @@ import ConsentLedger
 
 struct Erase: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "erase",
         abstract: "Erase a subject (GDPR Art. 17): destroy the link from the person to their events.",
         discussion: """
             Appends a signed subject.erased event, then destroys the subject's record (the id and \\

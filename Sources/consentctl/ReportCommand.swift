@@ -10,6 +10,7 @@ enum ReportFormat: String, ExpressibleByArgument, CaseIterable {
 
 struct Report: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "report",
         abstract: "An audit report: events, counts, outdated consents, feature activity, withdrawal times.",
         discussion: """
             Every grant, revocation (by the subject, or cascaded with its cause), re-consent and \

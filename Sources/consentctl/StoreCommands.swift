@@ -13,6 +13,7 @@ import Musl
 
 struct Migrate: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "migrate",
         abstract: "Copy the ledger into another store: a folder into PostgreSQL, or back.",
         discussion: """
             Copies every line byte for byte (so the same signatures, hash chain and \
@@ -77,6 +78,7 @@ struct Migrate: ParsableCommand {
 
 struct Apply: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "apply",
         abstract: "Give and revoke consents from a file of commands, one JSON object per line.",
         discussion: """
             Each line of FILE ('-' for standard input) is one command, for example

@@ -97,6 +97,7 @@ enum Shell: String, ExpressibleByArgument, CaseIterable {
 
 struct Completion: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "completion",
         abstract: "Print a shell completion script.",
         discussion: """
             Examples:

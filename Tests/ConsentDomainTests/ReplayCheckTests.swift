@@ -115,6 +115,22 @@ import Testing
         #expect(Timestamp(rfc3339: "yesterday") == nil)
     }
 
+    /// Times at the edges of each field, and of the years written digit by digit (0 to 9999;
+    /// the years outside them are written as before).
+    @Test(arguments: [
+        (Int64(0), "1970-01-01T00:00:00.000Z"),
+        (-1, "1969-12-31T23:59:59.999Z"),
+        (951_782_400_001, "2000-02-29T00:00:00.001Z"),
+        (1_768_467_700_000, "2026-01-15T09:01:40.000Z"),
+        (253_402_300_799_999, "9999-12-31T23:59:59.999Z"),
+        (-62_167_219_200_000, "0000-01-01T00:00:00.000Z"),
+        (-62_135_596_800_001, "0000-12-31T23:59:59.999Z"),
+        (253_402_300_800_000, "10000-01-01T00:00:00.000Z"),
+    ])
+    func aTimeIsWrittenWithEveryFieldPadded(_ ms: Int64, _ text: String) {
+        #expect(Timestamp(millisecondsSinceEpoch: ms).rfc3339 == text)
+    }
+
     @Test func calendarArithmeticAgreesOverCenturies() {
         for ms in stride(from: Int64(-2_208_988_800_000), to: 4_102_444_800_000, by: 86_400_000 * 37 + 3_723_456) {
             let t = Timestamp(millisecondsSinceEpoch: ms)

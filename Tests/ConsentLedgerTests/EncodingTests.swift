@@ -41,6 +41,65 @@ import Testing
         }
     }
 
+    /// RFC 8785's string form, one scalar at a time, as the reference for the writer (which
+    /// copies runs of plain bytes in one call).
+    static func referenceString(_ s: String) -> String {
+        var text = "\""
+        for scalar in s.unicodeScalars {
+            switch scalar.value {
+            case 0x22: text += "\\\""
+            case 0x5C: text += "\\\\"
+            case 0x08: text += "\\b"
+            case 0x09: text += "\\t"
+            case 0x0A: text += "\\n"
+            case 0x0C: text += "\\f"
+            case 0x0D: text += "\\r"
+            case 0..<0x20: text += "\\u00" + (scalar.value < 0x10 ? "0" : "") + String(scalar.value, radix: 16)
+            default: text.unicodeScalars.append(scalar)
+            }
+        }
+        return text + "\""
+    }
+
+    /// Every character that is escaped, at the start, in the middle and at the end of runs of
+    /// plain characters of every length up to 9, next to one another and alone.
+    @Test(arguments: Array(0..<0x20) + [0x22, 0x5C])
+    func anEscapedCharacterAnywhereIsWrittenAsRFC8785Says(_ code: Int) {
+        let special = String(UnicodeScalar(UInt8(code)))
+        for plain in ["", "a", "é€", "abcdefgh", "0123456789abcdef😀"] {
+            for s in [special, special + plain, plain + special, plain + special + plain, special + special + plain + special] {
+                var out: [UInt8] = []
+                CanonicalJSON.writeString(s, into: &out)
+                #expect(String(decoding: out, as: UTF8.self) == Self.referenceString(s), "\(Array(s.utf8))")
+                #expect((try? CanonicalJSON.parse(out, canonical: true)) == .string(s))
+            }
+        }
+    }
+
+    @Test(arguments: [0, 1, 9, 10, 11, 99, 100, 12_345, -1, -9, -10, 999_999_999_999_999_999, 1_000_000_000_000_000_000, 9_007_199_254_740_993, .max, .min, .max - 1, .min + 1] as [Int64])
+    func anIntegerIsWrittenAsItsDecimalDigits(_ value: Int64) {
+        var out: [UInt8] = [0x5B]
+        CanonicalJSON.writeInteger(value, into: &out)
+        #expect(out == [0x5B] + Array(String(value).utf8))
+    }
+
+    @Test func writtenStringsEqualTheReferenceAndParseBack() async {
+        let alphabet: [String] = ["a", "Z", " ", "\"", "\\", "\n", "\u{0}", "\u{1F}", "\u{7F}", "é", "€", "😀", "/", "abcdefghijklmnop"]
+        let strings = Gen.int(in: 0...999_999).map { seed -> String in
+            var x = UInt64(seed) &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            return (0..<Int(x % 12)).map { _ in
+                x = x &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+                return alphabet[Int((x >> 33) % UInt64(alphabet.count))]
+            }.joined()
+        }
+        await propertyCheck(count: 2000, input: strings) { s in
+            var out: [UInt8] = [0x5B]
+            CanonicalJSON.writeString(s, into: &out)
+            #expect(String(decoding: out.dropFirst(), as: UTF8.self) == Self.referenceString(s))
+            #expect(out.first == 0x5B)
+        }
+    }
+
     @Test func strictParsingRejectsEveryNonCanonicalForm() {
         let rejects = [
             #"{ "a":1}"#, #"{"b":1,"a":2}"#, #"{"a":1,"a":1}"#, #"{"a":01}"#, #"{"a":-0}"#, #"{"a":1.0}"#,
@@ -382,5 +441,23 @@ import Testing
         }
         // FIPS 180-2 example: SHA-256("abc").
         #expect(OpenSSLSHA256().sha256(Array("abc".utf8)).hex == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+    }
+}
+
+/// Base64 as RFC 4648 section 4 writes it (padded), as signed notes and proofs carry it.
+@Suite struct Base64Tests {
+    @Test(arguments: [("", ""), ("f", "Zg=="), ("fo", "Zm8="), ("foo", "Zm9v"), ("foob", "Zm9vYg=="), ("fooba", "Zm9vYmE="), ("foobar", "Zm9vYmFy")])
+    func theRFCVectorsEncode(_ text: String, _ encoded: String) {
+        #expect(Base64.encode(Array(text.utf8)) == encoded)
+        #expect(Base64.decode(encoded) == Array(text.utf8))
+    }
+
+    @Test func everyLengthAndByteRoundTrips() async {
+        await propertyCheck(count: 500, input: Gen.int(in: 0...255).array(of: 0...100)) { ints in
+            let bytes = ints.map { UInt8($0) }
+            let text = Base64.encode(bytes)
+            #expect(text.utf8.count == (bytes.count + 2) / 3 * 4)
+            #expect(Base64.decode(text) == bytes)
+        }
     }
 }

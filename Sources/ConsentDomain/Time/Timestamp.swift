@@ -30,6 +30,27 @@ public struct Timestamp: Hashable, Comparable, Sendable, CustomStringConvertible
         let mi = (msOfDay / 60_000) % 60
         let s = (msOfDay / 1000) % 60
         let ms = msOfDay % 1000
+        // Every event's body and listing writes a time: the usual years are written as digits
+        // into one buffer, without the interpolation's intermediate strings.
+        if (0...9999).contains(y) {
+            return String(unsafeUninitializedCapacity: 24) { buffer in
+                func digits(_ value: Int64, _ width: Int, at start: Int) {
+                    var value = value
+                    for i in stride(from: start + width - 1, through: start, by: -1) {
+                        buffer[i] = UInt8(ascii: "0") + UInt8(value % 10)
+                        value /= 10
+                    }
+                }
+                digits(y, 4, at: 0); buffer[4] = UInt8(ascii: "-")
+                digits(m, 2, at: 5); buffer[7] = UInt8(ascii: "-")
+                digits(d, 2, at: 8); buffer[10] = UInt8(ascii: "T")
+                digits(h, 2, at: 11); buffer[13] = UInt8(ascii: ":")
+                digits(mi, 2, at: 14); buffer[16] = UInt8(ascii: ":")
+                digits(s, 2, at: 17); buffer[19] = UInt8(ascii: ".")
+                digits(ms, 3, at: 20); buffer[23] = UInt8(ascii: "Z")
+                return 24
+            }
+        }
         return "\(Self.pad(y, 4))-\(Self.pad(m, 2))-\(Self.pad(d, 2))T\(Self.pad(h, 2)):\(Self.pad(mi, 2)):\(Self.pad(s, 2)).\(Self.pad(ms, 3))Z"
     }
 
