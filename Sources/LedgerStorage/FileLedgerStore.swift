@@ -79,6 +79,7 @@ public struct FileLedgerStore: LedgerStore {
     var indexPath: String { directory + "/lines.idx" }
     var treePath: String { directory + "/tree.hashes" }
     var subjectMapPath: String { directory + "/subjects.map" }
+    var subjectIndexPath: String { directory + "/subjects.idx" }
     var checkpointsPath: String { directory + "/checkpoints.jsonl" }
 
     static let newline: UInt8 = 0x0A
@@ -86,7 +87,7 @@ public struct FileLedgerStore: LedgerStore {
     // MARK: - Creating
 
     /// The files a ledger folder holds; a folder with only these and no log is a failed init.
-    static let ledgerFiles: Set<String> = ["catalog.json", "public.key", "secret.key", "head", "subjects.jsonl", "lock", "lines.idx", "tree.hashes", "subjects.map"]
+    static let ledgerFiles: Set<String> = ["catalog.json", "public.key", "secret.key", "head", "subjects.jsonl", "lock", "lines.idx", "tree.hashes", "subjects.map", "subjects.idx"]
 
     public func create(_ setup: LedgerSetup) throws {
         var intoExisting = false
@@ -250,7 +251,7 @@ public struct FileLedgerStore: LedgerStore {
         return temporaryBases.contains(base) ? base : nil
     }
 
-    static let temporaryBases: Set<String> = ["head", "subjects.jsonl", "subjects.map", "subjects.map.copy", "secret.key", "secret.key.next"]
+    static let temporaryBases: Set<String> = ["head", "subjects.jsonl", "subjects.idx", "subjects.map", "subjects.map.copy", "secret.key", "secret.key.next"]
 
     static func isLowercaseHex(_ byte: UInt8) -> Bool {
         (byte >= 0x30 && byte <= 0x39) || (byte >= 0x61 && byte <= 0x66)
@@ -952,6 +953,13 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         }
         guard overwritten || blank else { return }
         if overwritten { try file.sync() }
+        // The index holds a hash of each id: overwritten in place as well, before the index is
+        // written afresh without them (after the commit), so that its blocks do not keep it.
+        if overwritten, let index = try? store.openFiles.file(store.subjectIndexPath, writable: true),
+           try SubjectIndexFile.erase(ids.map { SubjectIndexFile.key(quotedID: SubjectIndexFile.quoted($0)) }, in: index)
+        {
+            try index.sync()
+        }
         try PosixFile.writeAtomically(kept, to: store.subjectsPath, mode: 0o600)
     }
 
@@ -1017,6 +1025,8 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
             return nil
         }
         if let cached { return cached }
+        if let indexed = indexedSubjectRecord(id, in: file, needle: needle) { return indexed }
+        store.subjectCache.noteScan()
         var found: SubjectRecord?
         var malformed: Int?
         var lineNumber = 0
@@ -1055,6 +1065,32 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
             throw ConsentError.integrity(IntegrityFailure(.subjectRecord, line: nil, seq: nil, problem: "\(store.subjectsPath) line \(malformed) is not a subject record, and subject id '\(id.text)' has none: it may have been that line"))
         }
         return found
+    }
+
+    /// The record of `id` at a line `subjects.idx` points at, if that line is a complete line of
+    /// `subjects.jsonl` that starts as `id`'s line does (`needle`) and decodes as its record; nil
+    /// otherwise, and the caller reads every line (``SubjectIndexFile``). A line that starts as
+    /// `id`'s but does not decode is left to that reading too, which refuses it.
+    private func indexedSubjectRecord(_ id: SubjectID, in file: PosixFile, needle: [UInt8]) -> SubjectRecord? {
+        guard let index = try? store.openFiles.file(store.subjectIndexPath, writable: false) else { return nil }
+        let quoted = Array(needle[#"{"id":"#.utf8.count..<(needle.count - #","salt":""#.utf8.count)])
+        let offsets = SubjectIndexFile.offsets(for: SubjectIndexFile.key(quotedID: quoted), in: index)
+        guard !offsets.isEmpty, let size = try? file.size() else { return nil }
+        // After the id: the salt, the signature, their quotes and names, the brace and newline.
+        let rest = 32 + #"","sig":""#.utf8.count + 128 + 3
+        for offset in offsets where offset < size {
+            // From the byte before the line (a newline, unless the line is the file's first).
+            let from = offset == 0 ? 0 : offset - 1
+            guard let bytes = try? file.read(at: from, count: Int(min(size - from, UInt64(1 + needle.count + rest)))) else { return nil }
+            let start = Int(offset - from)
+            guard offset == 0 || bytes[0] == FileLedgerStore.newline,
+                  bytes.count > start + needle.count, bytes[start..<(start + needle.count)].elementsEqual(needle),
+                  let end = bytes[start...].firstIndex(of: FileLedgerStore.newline),
+                  let (lineID, record) = FileLedgerStore.decodeSubjectLine(Array(bytes[start..<end])), SubjectID(lineID) == id
+            else { continue }
+            return record
+        }
+        return nil
     }
 
     func heads(_ visit: (SignedHead) throws -> Void) throws {
@@ -1184,8 +1220,9 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         // durable takes them out again, so that a failed command (a full disk) changes nothing.
         // (A crash in between leaves them: records without events, which are allowed.)
         var recordsFrom: UInt64?
+        let recordLines = FileLedgerStore.encodeSubjectLines(commit.subjects)
         if !commit.subjects.isEmpty {
-            recordsFrom = try appendLines(FileLedgerStore.encodeSubjectLines(commit.subjects), to: store.subjectsPath, create: false)
+            recordsFrom = try appendLines(recordLines, to: store.subjectsPath, create: false)
         }
         func withdrawRecords() {
             guard let recordsFrom, let subjects = try? store.openFiles.file(store.subjectsPath, writable: true) else { return }
@@ -1220,6 +1257,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         }
         // An erasure's event is durable: now the record goes.
         if !commit.erasedSubjects.isEmpty { try destroySubjectRecords(Set(commit.erasedSubjects)) }
+        updateSubjectIndex(appended: recordLines, at: recordsFrom, rewritten: !commit.revisedSubjects.isEmpty || !commit.erasedSubjects.isEmpty)
         // Nothing cached describes the log any more.
         state = nil
         usableIndex = nil
@@ -1237,6 +1275,21 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         } catch {
             return "\(error)"
         }
+    }
+
+    /// Brings `subjects.idx` up to date after a commit: the records it appended added in place,
+    /// or the index written afresh when the file was rewritten, or the index describes another
+    /// size of it (a commit of a writer that crashed before updating it, or none yet). A hint
+    /// (``SubjectIndexFile``): a failure here leaves it stale, which costs reads of every line
+    /// until a commit writes it afresh, and is not the command's.
+    private func updateSubjectIndex(appended lines: [UInt8], at offset: UInt64?, rewritten: Bool) {
+        guard rewritten || offset != nil, let subjects = try? store.openFiles.file(store.subjectsPath, writable: false) else { return }
+        if !rewritten, let offset, let index = try? store.openFiles.file(store.subjectIndexPath, writable: true) {
+            let added = lines.withUnsafeBytes { SubjectIndexFile.entries(ofLines: $0, at: offset) }
+            if (try? SubjectIndexFile.insert(added, into: index, covered: offset, newCovered: offset + UInt64(lines.count))) == true { return }
+        }
+        guard let bytes = try? subjects.readAll() else { return }
+        try? PosixFile.writeAtomically(SubjectIndexFile.build(from: bytes), to: store.subjectIndexPath, mode: 0o600)
     }
 
     /// Where entries of the log lie: from lines.idx where it may be used, the rest read from

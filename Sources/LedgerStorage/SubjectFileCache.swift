@@ -39,6 +39,13 @@ final class SubjectFileCache: Sendable {
     }
 
     private let state = Mutex<(snapshot: Snapshot?, lookups: Int)>((nil, 0))
+    private let scanCount = Mutex(0)
+
+    /// How many lookups of this store read every line of the file (for tests: a lookup that
+    /// `subjects.idx` answered reads one line).
+    var scans: Int { scanCount.withLock { $0 } }
+
+    func noteScan() { scanCount.withLock { $0 += 1 } }
 
     deinit {
         state.withLock { if let held = $0.snapshot?.held { close(held) } }
