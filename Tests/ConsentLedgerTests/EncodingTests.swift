@@ -25,17 +25,20 @@ import Testing
         #expect((try? CanonicalJSON.parse(Array(text.utf8), canonical: true)) == value)
     }
 
+    /// A string of fewer than `count` pieces of `alphabet`, chosen by a generator seeded with `seed`.
+    static func pieces(of alphabet: [String], seed: Int, fewerThan count: UInt64) -> String {
+        var x = UInt64(seed) &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+        return (0..<Int(x % count)).map { _ in
+            x = x &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            return alphabet[Int((x >> 33) % UInt64(alphabet.count))]
+        }.joined()
+    }
+
     /// Member names ordered by their UTF-8 bytes where that is UTF-16's order, by their UTF-16
     /// code units where it is not: always as UTF-16 orders them.
     @Test func memberNamesSortAsTheirUTF16CodeUnits() async {
         let alphabet: [String] = ["a", "b", "z", "A", "~", "\u{7F}", "é", "\u{0800}", "€", "\u{D7FF}", "\u{E000}", "\u{FB33}", "\u{FFFD}", "😀", "\u{10000}", "\u{10FFFF}"]
-        let name = Gen.int(in: 0...999_999).map { seed -> String in
-            var x = UInt64(seed) &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
-            return (0..<Int(x % 4)).map { _ in
-                x = x &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
-                return alphabet[Int((x >> 33) % UInt64(alphabet.count))]
-            }.joined()
-        }
+        let name = Gen.int(in: 0...999_999).map { Self.pieces(of: alphabet, seed: $0, fewerThan: 4) }
         await propertyCheck(count: 2000, input: zip(name, name)) { a, b in
             #expect(CanonicalJSON.utf16Less(a, b) == a.utf16.lexicographicallyPrecedes(b.utf16))
         }
@@ -85,13 +88,7 @@ import Testing
 
     @Test func writtenStringsEqualTheReferenceAndParseBack() async {
         let alphabet: [String] = ["a", "Z", " ", "\"", "\\", "\n", "\u{0}", "\u{1F}", "\u{7F}", "é", "€", "😀", "/", "abcdefghijklmnop"]
-        let strings = Gen.int(in: 0...999_999).map { seed -> String in
-            var x = UInt64(seed) &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
-            return (0..<Int(x % 12)).map { _ in
-                x = x &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
-                return alphabet[Int((x >> 33) % UInt64(alphabet.count))]
-            }.joined()
-        }
+        let strings = Gen.int(in: 0...999_999).map { Self.pieces(of: alphabet, seed: $0, fewerThan: 12) }
         await propertyCheck(count: 2000, input: strings) { s in
             var out: [UInt8] = [0x5B]
             CanonicalJSON.writeString(s, into: &out)
