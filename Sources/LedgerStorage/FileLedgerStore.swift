@@ -1011,21 +1011,27 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         CanonicalJSON.writeString(id.text, into: &needle)
         needle += Array(#","salt":""#.utf8)
         // The same answers as the scan below, from what the process has read.
-        let cached = try store.subjectCache.withSnapshot(of: file) { snapshot throws -> SubjectRecord? in
-            if snapshot.undecodable.contains(where: { $0.count > needle.count && $0.starts(with: needle) }) {
-                throw ConsentError.integrity(IntegrityFailure(.subjectRecord, line: nil, seq: nil, problem: "\(store.subjectsPath) has a malformed line for subject id '\(id.text)'"))
+        func fromCache() throws -> SubjectRecord?? {
+            try store.subjectCache.withSnapshot(of: file) { snapshot throws -> SubjectRecord? in
+                if snapshot.undecodable.contains(where: { $0.count > needle.count && $0.starts(with: needle) }) {
+                    throw ConsentError.integrity(IntegrityFailure(.subjectRecord, line: nil, seq: nil, problem: "\(store.subjectsPath) has a malformed line for subject id '\(id.text)'"))
+                }
+                if snapshot.repeated.contains(id) {
+                    throw ConsentError.integrity(IntegrityFailure(.subjectRecord, line: nil, seq: nil, problem: "\(store.subjectsPath) repeats subject id '\(id.text)'"))
+                }
+                if let record = snapshot.records[id] { return record }
+                if let malformed = snapshot.firstShapeless {
+                    throw ConsentError.integrity(IntegrityFailure(.subjectRecord, line: nil, seq: nil, problem: "\(store.subjectsPath) line \(malformed) is not a subject record, and subject id '\(id.text)' has none: it may have been that line"))
+                }
+                return nil
             }
-            if snapshot.repeated.contains(id) {
-                throw ConsentError.integrity(IntegrityFailure(.subjectRecord, line: nil, seq: nil, problem: "\(store.subjectsPath) repeats subject id '\(id.text)'"))
-            }
-            if let record = snapshot.records[id] { return record }
-            if let malformed = snapshot.firstShapeless {
-                throw ConsentError.integrity(IntegrityFailure(.subjectRecord, line: nil, seq: nil, problem: "\(store.subjectsPath) line \(malformed) is not a subject record, and subject id '\(id.text)' has none: it may have been that line"))
-            }
-            return nil
         }
-        if let cached { return cached }
+        // From memory when the process keeps the file; else through the index; else the cache
+        // counts a lookup the index did not answer (from the third it keeps what it reads), or
+        // every line is read.
+        if store.subjectCache.isKeeping, let cached = try fromCache() { return cached }
         if let indexed = indexedSubjectRecord(id, in: file, needle: needle) { return indexed }
+        if let cached = try fromCache() { return cached }
         store.subjectCache.noteScan()
         var found: SubjectRecord?
         var malformed: Int?

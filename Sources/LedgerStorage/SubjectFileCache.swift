@@ -17,7 +17,9 @@ import Musl
 /// given to a later file while the cache still names it. Records are checked where they are used (their signature), never here: what this
 /// keeps are the bytes the file held.
 ///
-/// A process's first two lookups scan the file as before and keep nothing, since a short-lived
+/// Lookups that `subjects.idx` answers (``SubjectIndexFile``) do not come here. Of the others
+/// (an id without a record, a stale or missing index), a process's first two scan the file as
+/// before and keep nothing, since a short-lived
 /// command looks up one subject, at most twice (`prove-state` and `export` check that it has
 /// events, then read it): keeping would decode every record, which took 120 ms at 50,000
 /// subjects. From the third lookup on (a writer that goes on) it keeps what it reads.

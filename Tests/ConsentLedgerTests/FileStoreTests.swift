@@ -255,6 +255,8 @@ final class Counter: Sendable {
         let path = LedgerPropertyTests.folder("one-lookup")
         defer { removeFolder(path) }
         try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "one-lookup", keyProtection: .insecurePlaintext).execute(Array(seedScenario))
+        // Without the index (subjects.idx), as a ledger written before it was.
+        unlink(path + "/subjects.idx")
         let store = FileLedgerStore(directory: path)
         let reader = try Ledger.open(store: store)
         #expect(try reader.hasEvents(subjectID: "alice"))
@@ -262,6 +264,33 @@ final class Counter: Sendable {
         #expect(!store.subjectCache.isKeeping)
         _ = try reader.exportSubject("alice")
         #expect(store.subjectCache.isKeeping)
+        // With it, lookups it answers read one line each, and the process keeps nothing.
+        try Ledger.open(store: FileLedgerStore(directory: path)).execute(LedgerCommand(subjectID: "index-maker", request: .give(feature: "timeline", consents: ["required"])))
+        let indexed = FileLedgerStore(directory: path)
+        let another = try Ledger.open(store: indexed)
+        #expect(try another.hasEvents(subjectID: "alice"))
+        _ = try another.proveState(for: "alice")
+        _ = try another.exportSubject("alice")
+        #expect(!indexed.subjectCache.isKeeping && indexed.subjectCache.scans == 0)
+    }
+
+    /// A long-running writer for subjects that have records finds each through the index and
+    /// never reads every record (which stalled the write that did it: 120 ms at 50,000
+    /// subjects); one whose lookups found no record 32 times reads them all once and keeps them.
+    @Test func aWriterReadsEveryRecordOnlyAfterManyLookupsFoundNone() throws {
+        let path = LedgerPropertyTests.folder("record-misses")
+        defer { removeFolder(path) }
+        let ids = (0..<40).map { "known-\($0)" }
+        let maker = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "record-misses", keyProtection: .insecurePlaintext)
+        for id in ids { try maker.execute(LedgerCommand(subjectID: id, request: .give(feature: "timeline", consents: ["required"]))) }
+        let store = FileLedgerStore(directory: path)
+        let writer = try Ledger.open(store: store)
+        for id in ids { try writer.execute(LedgerCommand(subjectID: id, request: .give(feature: "timeline", consents: ["optional-a"]))) }
+        #expect(writer.memory.withLock { $0.records == nil && $0.recordMisses == 0 })
+        #expect(store.subjectCache.scans == 0 && !store.subjectCache.isKeeping)
+        for k in 0..<33 { try writer.execute(LedgerCommand(subjectID: "new-\(k)", request: .give(feature: "timeline", consents: ["required"]))) }
+        #expect(writer.memory.withLock { $0.records != nil && $0.recordMisses == Ledger.recordsLookedUpAlone })
+        #expect(try Ledger.open(store: FileLedgerStore(directory: path)).verify().subjects == 73)
     }
 
     /// A long-running writer keeps what it read of subjects.jsonl and reads only what was

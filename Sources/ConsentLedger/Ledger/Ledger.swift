@@ -143,8 +143,9 @@ public final class Ledger: Sendable {
         /// Every subject record as last read from the store, not yet checked: a write checks a
         /// record when it first uses it, without reading the whole file each time.
         var records: [SubjectID: SubjectRecord]?
-        /// How many records this process's writes looked up one by one (``recordsLookedUpAlone``).
-        var recordLookups = 0
+        /// How many of the records this process's writes looked up one by one were not found
+        /// (``recordsLookedUpAlone``).
+        var recordMisses = 0
         var signer: (any EventSigner)?
         /// A full replay with the log size it reached, when loaded.
         var replay: LedgerReplay?

@@ -98,19 +98,22 @@ extension Ledger {
                 // An id the last reading did not have (a new subject, or one another writer
                 // added) is looked up alone when there are few such ids: a lookup decodes no
                 // other record, where reading them all decodes every record of the ledger. A
-                // process that has looked up many (a long-running writer) reads them all once
-                // and keeps them, and from then on looks up alone only the ids they lack.
+                // process whose lookups found no record many times (a long-running writer of new
+                // subjects: in the file store each such lookup reads every line) reads them all
+                // once and keeps them, and from then on looks up alone only the ids they lack.
+                // Lookups that find their record do not count: the file store finds those
+                // through its index, and reading them all would stall the write that does it
+                // (120 ms at 50,000 subjects).
                 let missing = unchecked.filter { records?[$0] == nil }
-                let lookedUp = memory.withLock { $0.recordLookups }
-                let readAll = missing.count > Self.recordsLookedUpAlone || (records == nil && lookedUp >= Self.recordsLookedUpAlone)
+                let missed = memory.withLock { $0.recordMisses }
+                let readAll = missing.count > Self.recordsLookedUpAlone || (records == nil && missed >= Self.recordsLookedUpAlone)
                 if readAll { records = try tx.subjectRecords() }
                 var found: [(id: SubjectID, record: SubjectRecord)] = []
                 for id in unchecked {
                     var record = records?[id]
                     if record == nil, !readAll {
                         record = try tx.subjectRecord(id)
-                        memory.withLock { $0.recordLookups += 1 }
-                        if let record { records?[id] = record }
+                        if let record { records?[id] = record } else { memory.withLock { $0.recordMisses += 1 } }
                     }
                     if let record { found.append((id, record)) }
                 }
@@ -253,7 +256,7 @@ extension Ledger {
     }
 
     /// Up to this many subjects unknown to the process, a write looks their records up one by
-    /// one; beyond it, it reads all records at once.
+    /// one; beyond it, or once this many lookups found no record, it reads all records at once.
     static let recordsLookedUpAlone = 32
 
     /// Convenience for one command.
