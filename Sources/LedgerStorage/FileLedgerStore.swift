@@ -1088,11 +1088,9 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
             // From the byte before the line (a newline, unless the line is the file's first).
             let from = offset == 0 ? 0 : offset - 1
             guard let bytes = try? file.read(at: from, count: Int(min(size - from, UInt64(1 + needle.count + rest)))) else { return nil }
-            let start = Int(offset - from)
-            guard offset == 0 || bytes[0] == FileLedgerStore.newline,
-                  bytes.count > start + needle.count, bytes[start..<(start + needle.count)].elementsEqual(needle),
-                  let end = bytes[start...].firstIndex(of: FileLedgerStore.newline),
-                  let (lineID, record) = FileLedgerStore.decodeSubjectLine(Array(bytes[start..<end])), SubjectID(lineID) == id
+            // The file may have been cut since its size was read: `bytes` may be short.
+            guard let line = SubjectIndexFile.completeLine(in: bytes, at: Int(offset - from), atFileStart: offset == 0, startingWith: needle),
+                  let (lineID, record) = FileLedgerStore.decodeSubjectLine(Array(line)), SubjectID(lineID) == id
             else { continue }
             return record
         }

@@ -101,6 +101,16 @@ enum SubjectIndexFile {
         return nil
     }
 
+    /// The line of `bytes` that starts at `start`, when the byte before it is a newline (or it
+    /// starts the file), it starts with `needle`, and a newline ends it; nil for anything else,
+    /// whatever `bytes` holds (a read may return less than was asked for).
+    static func completeLine(in bytes: [UInt8], at start: Int, atFileStart: Bool, startingWith needle: [UInt8]) -> ArraySlice<UInt8>? {
+        guard start >= 0, bytes.count > start + needle.count else { return nil }
+        guard atFileStart ? start == 0 : start >= 1 && bytes[start - 1] == 0x0A else { return nil }
+        guard bytes[start..<(start + needle.count)].elementsEqual(needle), let end = bytes[start...].firstIndex(of: 0x0A) else { return nil }
+        return bytes[start..<end]
+    }
+
     /// Adds entries to the index in place, the file's lines from `covered` to `newCovered`
     /// appended since the index last described it. False when the index must be written afresh
     /// instead: no index, one that describes another size of the file, or too full.

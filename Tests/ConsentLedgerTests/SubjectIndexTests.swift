@@ -139,6 +139,22 @@ import Glibc
         #expect(try Ledger.open(store: FileLedgerStore(directory: path)).verify().subjects == 80)
     }
 
+    /// What a read at an index's offset returned, however short (the file cut since its size
+    /// was read): a line only when it is whole and the id's; never a crash.
+    @Test(arguments: [
+        ("", 1, false, false), ("\n", 1, false, false), ("\n{\"id\":\"a\"", 1, false, false),
+        ("\n{\"id\":\"a\",\"salt\":\"00\"}", 1, false, false), ("x{\"id\":\"a\",\"salt\":\"00\"}\n", 1, false, false),
+        ("\n{\"id\":\"a\",\"salt\":\"00\"}\n", 1, false, true), ("{\"id\":\"a\",\"salt\":\"00\"}\n", 0, true, true),
+        ("{\"id\":\"a\",\"salt\":\"00\"}\n", 0, false, false), ("\n{\"id\":\"b\",\"salt\":\"00\"}\n", 1, false, false),
+        ("\n{\"id\":\"a\",\"salt\":\"00\"}\n", 40, false, false), ("\n{\"id\":\"a\",\"salt\":\"00\"}\n", -1, false, false),
+    ])
+    func aLineIsTakenOnlyWhenWholeAndTheIDs(_ text: String, _ start: Int, _ atFileStart: Bool, _ taken: Bool) {
+        let needle = Array(#"{"id":"a","salt":""#.utf8)
+        let line = SubjectIndexFile.completeLine(in: Array(text.utf8), at: start, atFileStart: atFileStart, startingWith: needle)
+        #expect((line != nil) == taken)
+        if let line { #expect(Array(line) == Array(#"{"id":"a","salt":"00"}"#.utf8)) }
+    }
+
     /// An erased subject's key leaves the index: overwritten in place (the same file's bytes)
     /// before the index is written afresh without it, and the other keys stay reachable.
     @Test func anErasedKeyIsOverwrittenInPlaceAndTheOthersStayReachable() throws {
