@@ -1,4 +1,5 @@
 import Dispatch
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -117,50 +118,90 @@ enum ProcessInfoCores {
 
 /// Computes `transform(i)` for `0..<count` on other threads while the caller is still producing
 /// the inputs: the caller calls ``ready(_:)`` as inputs become available, in order, and whole
-/// chunks of them are handed to worker threads at once, so the caller's serial work and the
-/// workers' overlap. ``finish()`` computes what is left (less than a chunk) on the caller's own
-/// thread, waits, and returns the results in index order: a small input (one command's few
-/// events) is never handed to another thread, which would cost more in waking it and waiting
-/// than the work itself.
+/// chunks of them are offered to worker threads at once, so the caller's serial work and the
+/// workers' overlap. ``finish()`` then has the caller compute every chunk no worker has taken
+/// yet, alongside the workers, before it waits for theirs and returns the results in index
+/// order.
+///
+/// Chunks are small enough that every core gets some of a group commit's few dozen events
+/// (the group's leader would otherwise sign them all on its own while the other cores sleep),
+/// and a chunk a worker has not started is the caller's to take, so a worker slow to wake
+/// delays nothing. An input too small to share (one command's few events) is never offered:
+/// waking a thread for it would cost more than the work.
 package final class OverlappedMap<T: Sendable>: @unchecked Sendable {
+    /// Inputs fewer than this are computed on the caller's thread alone.
+    package static var minimumToShare: Int { 4 }
+    /// The largest chunk: big batches still spread over every core in many pieces.
+    static var largestChunk: Int { 64 }
+
     private let results: ResultSlots<T>
     private let count: Int
     private let chunk: Int
+    private let shares: Bool
     private let transform: @Sendable (Int) -> T
     private let group = DispatchGroup()
-    private var submitted = 0
+    /// Chunks whose inputs are ready, and the next chunk to be taken (by a worker or the
+    /// caller): chunks are taken in order, each once.
+    private let progress = Mutex<(ready: Int, taken: Int)>((0, 0))
 
-    package init(count: Int, chunk: Int = 64, _ transform: @escaping @Sendable (Int) -> T) {
+    /// `chunk`: the inputs per chunk; by default a size that gives each core two or more chunks,
+    /// between 1 and 64 (``chunkSize(for:cores:)``).
+    package init(count: Int, chunk: Int? = nil, _ transform: @escaping @Sendable (Int) -> T) {
         self.count = count
-        self.chunk = chunk
+        self.chunk = max(1, chunk ?? Self.chunkSize(for: count, cores: ProcessInfoCores.count))
+        self.shares = count >= Self.minimumToShare
         self.transform = transform
         results = ResultSlots(count: count)
     }
 
-    /// Inputs `0..<available` are ready: whole chunks of them go to the workers.
-    package func ready(_ available: Int) {
-        while available - submitted >= chunk {
-            let range = submitted..<min(available, submitted + chunk)
-            let (results, transform) = (self.results, self.transform)
-            DispatchQueue.global().async(group: group) {
-                for i in range { results.set(i, transform(i)) }
-            }
-            submitted = range.upperBound
+    /// A count's chunk size: at least two chunks per core, at most ``largestChunk`` inputs each.
+    package static func chunkSize(for count: Int, cores: Int) -> Int {
+        min(largestChunk, max(1, count / (2 * max(1, cores))))
+    }
+
+    private var chunks: Int { (count + chunk - 1) / chunk }
+
+    /// Takes the next ready chunk, if any: its index.
+    private func take() -> Int? {
+        progress.withLock { p in
+            guard p.taken < p.ready else { return nil }
+            p.taken += 1
+            return p.taken - 1
         }
     }
 
-    /// Waits for the chunks handed out and drops their results: for giving up part-way.
-    package func abandon() {
-        group.wait()
-        results.discard(submitted)
+    private func compute(chunk c: Int) {
+        for i in c * chunk..<min(count, (c + 1) * chunk) { results.set(i, transform(i)) }
     }
 
-    /// Computes the inputs not handed out on this thread, waits for the others, and returns
-    /// every result (call once all inputs are ready).
+    /// Inputs `0..<available` are ready: whole chunks of them are offered to the workers.
+    package func ready(_ available: Int) {
+        guard shares else { return }
+        let newlyReady = progress.withLock { p -> Int in
+            let before = p.ready
+            p.ready = max(p.ready, min(available, count) / chunk)
+            return p.ready - before
+        }
+        // One task per chunk made ready; a task finds nothing to do if the caller took it.
+        for _ in 0..<newlyReady {
+            DispatchQueue.global().async(group: group) { [self] in
+                if let c = take() { compute(chunk: c) }
+            }
+        }
+    }
+
+    /// Waits for the chunks taken and drops their results: for giving up part-way.
+    package func abandon() {
+        group.wait()
+        results.discard(min(count, progress.withLock { $0.taken } * chunk))
+    }
+
+    /// Computes, on the caller's thread, every chunk no worker has taken (the last, partial one
+    /// among them), waits for the workers', and returns every result (call once all inputs are
+    /// ready).
     package func finish() -> [T] {
-        ready(count)
-        for i in submitted..<count { results.set(i, transform(i)) }
-        submitted = count
+        progress.withLock { $0.ready = chunks }
+        while let c = take() { compute(chunk: c) }
         group.wait()
         return results.take()
     }

@@ -338,23 +338,71 @@ import Testing
     }
 }
 
-/// Signing a commit's events overlaps building them: whole chunks go to other threads as they
-/// are built, and what is left is signed on the caller's own thread. A command's few events
-/// never wait for another thread to wake up.
+/// Signing a commit's events overlaps building them: whole chunks are offered to other threads
+/// as they are built, and the caller takes every chunk no worker has started. A command's few
+/// events never wait for another thread to wake up.
 @Suite struct OverlappedMapTests {
-    @Test(arguments: [0, 1, 2, 63, 64, 65, 200])
-    func resultsArriveInOrderAndWhatIsLeftOfAChunkRunsOnTheCallersThread(count: Int) {
-        let caller = pthread_self()
-        let ranOnCaller = Mutex([Bool](repeating: false, count: count))
-        let map = OverlappedMap<Int>(count: count, chunk: 64) { i in
-            let here = pthread_equal(pthread_self(), caller) != 0
-            ranOnCaller.withLock { $0[i] = here }
+    @Test(arguments: [0, 1, 2, 3, 4, 5, 27, 63, 64, 65, 200, 1_000], [nil, 1, 7, 64] as [Int?])
+    func everyResultIsComputedOnceAndArrivesInOrder(count: Int, chunk: Int?) {
+        let computed = Mutex([Int](repeating: 0, count: count))
+        let map = OverlappedMap<Int>(count: count, chunk: chunk) { i in
+            computed.withLock { $0[i] += 1 }
             return i * 3
         }
         for built in 0...count { map.ready(built) }
         #expect(map.finish() == (0..<count).map { $0 * 3 })
-        let whole = count / 64 * 64
-        #expect(ranOnCaller.withLock { $0 } == (0..<count).map { $0 >= whole })
+        #expect(computed.withLock { $0 } == [Int](repeating: 1, count: count))
+    }
+
+    @Test(arguments: 0..<OverlappedMap<Int>.minimumToShare)
+    func anInputTooSmallToShareRunsOnTheCallersThread(count: Int) {
+        let caller = pthread_self()
+        let elsewhere = Mutex(0)
+        let map = OverlappedMap<Int>(count: count, chunk: 1) { i in
+            if pthread_equal(pthread_self(), caller) == 0 { elsewhere.withLock { $0 += 1 } }
+            return i
+        }
+        for built in 0...count { map.ready(built) }
+        #expect(map.finish() == Array(0..<count))
+        #expect(elsewhere.withLock { $0 } == 0)
+    }
+
+    /// The caller does not wait idle for workers: a worker here cannot finish until the caller
+    /// has computed a chunk itself. (Before, the caller computed only the last partial chunk and
+    /// then waited, so a group commit's leader signed everything or nothing.)
+    @Test func theCallerTakesTheChunksNoWorkerHasStarted() {
+        let caller = pthread_self()
+        let callerComputed = DispatchSemaphore(value: 0)
+        let timedOut = Mutex(false)
+        let map = OverlappedMap<Int>(count: 16, chunk: 4) { i in
+            if pthread_equal(pthread_self(), caller) != 0 {
+                callerComputed.signal()
+            } else if callerComputed.wait(timeout: .now() + 10) == .timedOut {
+                timedOut.withLock { $0 = true }
+            } else {
+                callerComputed.signal()
+            }
+            return i
+        }
+        for built in 0...16 { map.ready(built) }
+        #expect(map.finish() == Array(0..<16))
+        #expect(timedOut.withLock { $0 } == false)
+    }
+
+    @Test(arguments: [0, 3, 64, 200])
+    func anAbandonedMapDestroysWhatItComputed(built: Int) {
+        let alive = MovedResultsTests.Counter()
+        do {
+            let map = OverlappedMap<MovedResultsTests.Counted>(count: 200, chunk: 8) { i in MovedResultsTests.Counted(i, alive) }
+            map.ready(built)
+            map.abandon()
+        }
+        #expect(alive.count.withLock { $0 } == 0)
+    }
+
+    @Test(arguments: [(1, 2, 1), (3, 2, 1), (27, 2, 6), (27, 1, 13), (1_000, 2, 64), (200, 16, 6)])
+    func aChunkGivesEachCoreTwoOrMore(count: Int, cores: Int, expected: Int) {
+        #expect(OverlappedMap<Int>.chunkSize(for: count, cores: cores) == expected)
     }
 }
 

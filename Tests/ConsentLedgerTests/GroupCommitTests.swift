@@ -128,6 +128,37 @@ import Testing
         }
     }
 
+    /// Each waiting caller is woken alone (with its result, or to lead the next group), and
+    /// callers of `executeInOrder` wait for the leader's place on a condition of their own:
+    /// many writers and in-order importers at once all finish, each call answered once. A
+    /// wake-up lost anywhere would leave a caller asleep: the test then fails at its deadline
+    /// rather than hanging.
+    @Test(arguments: [(writers: 12, importers: 0), (writers: 12, importers: 2), (writers: 3, importers: 3)])
+    func everyWaitingCallerIsWokenWithItsResult(writers: Int, importers: Int) throws {
+        let folder = TemporaryFolder("group")
+        defer { folder.remove() }
+        let ledger = try Self.makeLedger(folder, store: MemoryLedgerStore())
+        let perWriter = 30, perImporter = 12
+        let answered = Mutex(0)
+        let done = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            onThreads(writers + importers) { t in
+                if t < writers {
+                    for k in 0..<perWriter {
+                        if (try? ledger.execute(Self.give("w\(t)-\(k)"))) != nil { answered.withLock { $0 += 1 } }
+                    }
+                } else {
+                    let commands = (0..<perImporter).map { Self.give("i\(t)-\($0)") }
+                    try? ledger.executeInOrder(commands, groupSize: 3) { _, _, _ in answered.withLock { $0 += 1 } }
+                }
+            }
+            done.signal()
+        }
+        #expect(done.wait(timeout: .now() + 120) == .success, "a caller was never woken")
+        #expect(answered.withLock { $0 } == writers * perWriter + importers * perImporter)
+        #expect(try ledger.verify().events == 1 + writers * perWriter + importers * perImporter)
+    }
+
     /// A subject record that fails its check (its signature altered) is the error of the call
     /// that names that subject only: the group is run call by call, and the other call of the
     /// group is committed.

@@ -43,4 +43,27 @@ final class ThreadCondition: @unchecked Sendable {
 
     func signal() { pthread_cond_signal(condition) }
     func broadcast() { pthread_cond_broadcast(condition) }
+
+    /// A condition of one waiter's own, used with this lock: for waking one thread of many
+    /// without waking the others.
+    final class Waiter: @unchecked Sendable {
+        fileprivate let condition: UnsafeMutablePointer<pthread_cond_t>
+
+        init() {
+            condition = .allocate(capacity: 1)
+            condition.initialize(to: pthread_cond_t())
+            pthread_cond_init(condition, nil)
+        }
+
+        deinit {
+            pthread_cond_destroy(condition)
+            condition.deallocate()
+        }
+    }
+
+    /// Waits on `waiter`'s condition, with the lock held, until it is signalled (or spuriously).
+    func wait(on waiter: Waiter) { pthread_cond_wait(waiter.condition, mutex) }
+
+    /// Wakes the thread waiting on `waiter`'s condition, if any.
+    func signal(_ waiter: Waiter) { pthread_cond_signal(waiter.condition) }
 }
