@@ -27,7 +27,8 @@
 // per operation against ledger size on log axes.
 // Beside each it prints the raw libsodium rate of the matching primitive, measured in this run,
 // and the ratio; the batched append's and verify's limits are measured again just before and
-// just after their phase, and the higher of the two is the limit. Nothing is asserted: the numbers are for the reader and the closing note.
+// just after their phase, and the higher of the two is the limit. Nothing is asserted: the
+// numbers are for the reader and the closing note.
 
 import ConsentDomain
 import ConsentLedger
