@@ -490,6 +490,8 @@ func option(_ name: String, _ args: [String]) -> String? {
 }
 
 func format(_ value: Double) -> String {
+    // A failed phase can give an infinite rate (no time measured): printed, never converted.
+    guard value.isFinite else { return String(value) }
     if value >= 100 { return String(Int(value.rounded())) }
     let scaled = (value * 100).rounded() / 100
     return String(scaled)

@@ -264,3 +264,27 @@ extension String {
         return replacingCharacters(in: r, with: b)
     }
 }
+
+/// The ledger's SHA-256 (OpenSSL's low-level functions, in a context on the stack) against the
+/// FIPS 180-4 examples and against libsodium's, at every length around the 64-byte block and
+/// its padding boundary (55/56 bytes), as the tree's 64- and 65-byte node inputs are.
+@Suite struct OpenSSLSHA256Tests {
+    @Test(arguments: [
+        ("", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"),
+        ("abc", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"),
+        ("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq", "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"),
+    ])
+    func theStandardsExamplesHashAsPublished(message: String, digest: String) {
+        #expect(Array(message.utf8).withUnsafeBytes { OpenSSLSHA256().sha256($0) }.hex == digest)
+    }
+
+    @Test func everyLengthUpToThreeBlocksHashesAsLibsodiumDoes() {
+        let bytes = (0..<200).map { UInt8(truncatingIfNeeded: $0 &* 37 &+ 11) }
+        for length in 0...bytes.count {
+            let prefix = Array(bytes.prefix(length))
+            let ours = prefix.withUnsafeBytes { OpenSSLSHA256().sha256($0) }
+            let sodium = prefix.withUnsafeBytes { Sodium().sha256($0) }
+            #expect(ours == sodium, "length \(length)")
+        }
+    }
+}
