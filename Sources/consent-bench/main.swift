@@ -317,6 +317,17 @@ struct RawRates {
     var verifyAllCores: Double = 0
 }
 
+/// How many times per second `body` runs on this thread, over about `seconds`.
+func operationsPerSecond(over seconds: Double, _ body: () -> Void) -> Double {
+    var n = 0
+    let start = now()
+    while now() - start < seconds {
+        for _ in 0..<200 { body() }
+        n += 200
+    }
+    return Double(n) / (now() - start)
+}
+
 /// Operations per second for one core, on messages the size of an event body.
 func rawRates(messageSize: Int) -> RawRates {
     _ = Sodium()
@@ -325,15 +336,7 @@ func rawRates(messageSize: Int) -> RawRates {
     var message = [UInt8](repeating: 0x61, count: messageSize)
     var sig = [UInt8](repeating: 0, count: 64)
     var digest = [UInt8](repeating: 0, count: 32)
-    func rate(_ body: () -> Void) -> Double {
-        var n = 0
-        let start = now()
-        while now() - start < 1.5 {
-            for _ in 0..<200 { body() }
-            n += 200
-        }
-        return Double(n) / (now() - start)
-    }
+    func rate(_ body: () -> Void) -> Double { operationsPerSecond(over: 1.5, body) }
     let sign = rate { message[0] &+= 1; crypto_sign_detached(&sig, nil, message, UInt64(message.count), sk) }
     crypto_sign_detached(&sig, nil, message, UInt64(message.count), sk)
     let verify = rate { _ = crypto_sign_verify_detached(sig, message, UInt64(message.count), pk) }
@@ -362,16 +365,10 @@ enum RawNow {
     static func sign() -> Double {
         var message = [UInt8](repeating: 0x61, count: 330)
         var sig = [UInt8](repeating: 0, count: 64)
-        var n = 0
-        let start = now()
-        while now() - start < 1.0 {
-            for _ in 0..<200 {
-                message[0] &+= 1
-                crypto_sign_detached(&sig, nil, message, UInt64(message.count), keys.sk)
-            }
-            n += 200
+        return operationsPerSecond(over: 1.0) {
+            message[0] &+= 1
+            crypto_sign_detached(&sig, nil, message, UInt64(message.count), keys.sk)
         }
-        return Double(n) / (now() - start)
     }
 
     /// Verifications per second with every core verifying at once.
