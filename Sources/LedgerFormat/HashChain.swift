@@ -29,46 +29,103 @@ public struct HashChain: Sendable {
     /// event (the end of the commit) carries the subject map's root after all of them; `streams`
     /// is advanced past the events. Without it the events are of format 1.
     public func seal(_ events: [LedgerEvent], after prev: Digest, signer: any EventSigner, streams: inout StreamState?) throws -> (records: [EventRecord], head: Digest) {
-        let keyID = keyID(of: signer.publicKey)
-        let version: Int64 = streams == nil ? 1 : 2
-        // Bodies are built in order (each links to the one before); each chunk is signed on
-        // other threads as soon as it is built, so signing overlaps the building.
-        let bodies = ResultSlots<(LedgerEvent, Digest, [UInt8], StreamLink)>(count: events.count)
-        let signing = OverlappedMap<EventRecord>(count: events.count) { i in
-            let (event, prev, body, stream) = bodies.get(i)
-            let message = EventCodec.signedMessage(body: body)
-            let signature = message.withUnsafeBytes { signer.sign($0) }
-            return EventRecord(event: event, prev: prev, keyID: keyID, body: body, signature: signature, version: version, stream: stream)
-        }
-        var link = prev
-        var built = 0
-        do {
-            for (i, event) in events.enumerated() {
-                var stream = StreamLink()
-                let key = streams == nil ? [] : StreamKey.of(event.payload)
-                if streams != nil { stream = try streams!.link(event, key: key, endsCommit: i == events.count - 1) }
-                let body = EventCodec.body(of: event, prev: link, keyID: keyID, version: version, stream: stream)
-                bodies.set(i, (event, link, body, stream))
-                built = i + 1
-                signing.ready(built)
-                link = hash(ofBody: body)
-                if streams != nil { streams!.newest[key] = event.seq }
-            }
-        } catch {
-            // Let the chunks already handed out finish before their inputs go away.
-            signing.abandon()
-            bodies.discard(built)
-            throw error
-        }
-        let records = signing.finish()
-        _ = bodies.take()
-        return (records, link)
+        let sealer = ChainSealer(chain: self, after: prev, signer: signer, streams: streams)
+        streams = nil
+        for event in events { try sealer.append(event) }
+        let sealed = try sealer.finish()
+        streams = sealed.streams
+        return (sealed.records, sealed.head)
     }
 
     /// Seals format-2 events (see ``seal(_:after:signer:streams:)``).
     public func seal(_ events: [LedgerEvent], after prev: Digest, signer: any EventSigner, streams: StreamState) throws -> (records: [EventRecord], head: Digest) {
         var state: StreamState? = streams
         return try seal(events, after: prev, signer: signer, streams: &state)
+    }
+}
+
+/// Seals the events of one commit as they are decided: each ``append(_:)`` links the event
+/// after the one before, and chunks of built bodies are signed on other threads meanwhile
+/// (``OverlappedMap``), so that a writer deciding a thousand commands has the first ones signed
+/// by the time it decides the last. ``finish()`` signs what is left and returns the records.
+///
+/// The body of the newest event is built only when the next one comes, or at ``finish()``: the
+/// last event of a commit carries the subject map's root (format 2), and only then is it known
+/// to be the last. A sealer dropped before it finishes (a refused batch, an error) waits for
+/// the signatures already started and destroys them.
+public final class ChainSealer {
+    private let chain: HashChain
+    private let keyID: String
+    private let version: Int64
+    private var streams: StreamState?
+    private var link: Digest
+    /// The newest event, whose body waits for the next event or the end of the commit.
+    private var held: LedgerEvent?
+    private let signing: OverlappedMap<(LedgerEvent, Digest, [UInt8], StreamLink), EventRecord>
+    private var finished = false
+    /// How many events were appended.
+    public private(set) var count = 0
+
+    /// A sealer of events after the one whose body hashes to `prev`, signed by `signer`. With
+    /// `streams`, format 2 (see ``HashChain/seal(_:after:signer:streams:)``); it is consumed: a
+    /// second reference would make sealing copy the newest event of every stream met so far.
+    public init(chain: HashChain, after prev: Digest, signer: any EventSigner, streams: consuming StreamState?) {
+        self.chain = chain
+        let keyID = chain.keyID(of: signer.publicKey)
+        let version: Int64 = streams == nil ? 1 : 2
+        self.keyID = keyID
+        self.version = version
+        self.streams = streams
+        link = prev
+        signing = OverlappedMap { input in
+            let (event, prev, body, stream) = input
+            let message = EventCodec.signedMessage(body: body)
+            let signature = message.withUnsafeBytes { signer.sign($0) }
+            return EventRecord(event: event, prev: prev, keyID: keyID, body: body, signature: signature, version: version, stream: stream)
+        }
+    }
+
+    /// The streams as they were given, while no event has been appended: for a write that
+    /// appends nothing after all. Nil once one has (the streams are then the sealer's).
+    public func takeUnusedStreams() -> StreamState? {
+        guard count == 0, !finished else { return nil }
+        defer { streams = nil }
+        return streams
+    }
+
+    /// The next event of the commit. Throws when its stream cannot be linked (the subject map
+    /// cannot be read); the sealer is then of no further use.
+    public func append(_ event: LedgerEvent) throws {
+        precondition(!finished, "a sealer takes no events after it finished")
+        if let held { try build(held, endsCommit: false) }
+        held = event
+        count += 1
+    }
+
+    /// Seals the last event, signs what no other thread has, and returns the records in order,
+    /// the chain's new head hash and the streams advanced past the events.
+    public func finish() throws -> (records: [EventRecord], head: Digest, streams: StreamState?) {
+        precondition(!finished, "a sealer finishes once")
+        if let held { try build(held, endsCommit: true) }
+        held = nil
+        finished = true
+        let records = signing.finish()
+        defer { streams = nil }
+        return (records, link, streams)
+    }
+
+    private func build(_ event: LedgerEvent, endsCommit: Bool) throws {
+        var stream = StreamLink()
+        let key = streams == nil ? [] : StreamKey.of(event.payload)
+        if streams != nil { stream = try streams!.link(event, key: key, endsCommit: endsCommit) }
+        let body = EventCodec.body(of: event, prev: link, keyID: keyID, version: version, stream: stream)
+        signing.append((event, link, body, stream))
+        link = chain.hash(ofBody: body)
+        if streams != nil { streams!.newest[key] = event.seq }
+    }
+
+    deinit {
+        if !finished { signing.abandon() }
     }
 }
 

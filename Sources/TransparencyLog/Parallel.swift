@@ -116,94 +116,141 @@ enum ProcessInfoCores {
     }()
 }
 
-/// Computes `transform(i)` for `0..<count` on other threads while the caller is still producing
-/// the inputs: the caller calls ``ready(_:)`` as inputs become available, in order, and whole
-/// chunks of them are offered to worker threads at once, so the caller's serial work and the
-/// workers' overlap. ``finish()`` then has the caller compute every chunk no worker has taken
-/// yet, alongside the workers, before it waits for theirs and returns the results in index
-/// order.
+/// Computes `transform` of inputs on other threads while the caller is still producing them:
+/// the caller ``append(_:)``s inputs in order, as they become available (how many there will
+/// be need not be known), and whole chunks of them are offered to worker threads at once, so
+/// the caller's serial work and the workers' overlap. ``finish()`` then has the caller compute
+/// the inputs not yet in a chunk and every chunk no worker has taken, alongside the workers,
+/// before it waits for theirs and returns the results in input order.
 ///
-/// Chunks are small enough that every core gets some of a group commit's few dozen events
-/// (the group's leader would otherwise sign them all on its own while the other cores sleep),
-/// and a chunk a worker has not started is the caller's to take, so a worker slow to wake
-/// delays nothing. An input too small to share (one command's few events) is never offered:
-/// waking a thread for it would cost more than the work.
-package final class OverlappedMap<T: Sendable>: @unchecked Sendable {
-    /// Inputs fewer than this are computed on the caller's thread alone.
+/// A commit's events are signed this way while the commands after them are still being
+/// decided. Chunks are small at first, so that every core gets some of a group commit's few
+/// dozen events (the group's leader would otherwise sign them all on its own while the other
+/// cores sleep), and grow with the inputs, up to ``largestChunk``. A chunk a worker has not
+/// started is the caller's to take, so a worker slow to wake delays nothing. Fewer inputs than
+/// ``minimumToShare`` (one command's few events) are never offered: waking a thread for them
+/// would cost more than the work.
+package final class OverlappedMap<Input: Sendable, T: Sendable>: @unchecked Sendable {
+    /// Inputs fewer than this are computed on the caller's thread alone; it is also the
+    /// smallest chunk.
     package static var minimumToShare: Int { 4 }
     /// The largest chunk: big batches still spread over every core in many pieces.
     static var largestChunk: Int { 64 }
 
-    private let results: ResultSlots<T>
-    private let count: Int
-    private let chunk: Int
-    private let shares: Bool
-    private let transform: @Sendable (Int) -> T
+    /// Consecutive inputs and, once one thread has taken and computed them, their results.
+    private final class Chunk: @unchecked Sendable {
+        var inputs: [Input]
+        var results: [T] = []
+
+        init(_ inputs: [Input]) { self.inputs = inputs }
+
+        func compute(_ transform: (Input) -> T) {
+            results.reserveCapacity(inputs.count)
+            for input in inputs { results.append(transform(input)) }
+            inputs = []
+        }
+    }
+
+    private let transform: @Sendable (Input) -> T
+    private let fixedChunk: Int?
     private let group = DispatchGroup()
-    /// Chunks whose inputs are ready, and the next chunk to be taken (by a worker or the
-    /// caller): chunks are taken in order, each once.
-    private let progress = Mutex<(ready: Int, taken: Int)>((0, 0))
+    // The caller's alone: inputs not yet in a chunk, and how many were appended.
+    private var pending: [Input] = []
+    private var appended = 0
+    /// The chunks offered so far, in input order, how many of them have been taken (by a
+    /// worker or the caller: chunks are taken in order, each once), and the workers at work.
+    private let offered = Mutex<(chunks: [Chunk], taken: Int, workers: Int)>(([], 0, 0))
+    /// Workers at most: one core fewer than the machine has, since the caller is busy on its
+    /// own (deciding and building what comes next). One more would take turns with the caller
+    /// on the cores and slow the caller's serial work, which every result waits for.
+    private let maxWorkers = max(1, ProcessInfoCores.count - 1)
+    private var done = false
 
-    /// `chunk`: the inputs per chunk; by default a size that gives each core two or more chunks,
-    /// between 1 and 64 (``chunkSize(for:cores:)``).
-    package init(count: Int, chunk: Int? = nil, _ transform: @escaping @Sendable (Int) -> T) {
-        self.count = count
-        self.chunk = max(1, chunk ?? Self.chunkSize(for: count, cores: ProcessInfoCores.count))
-        self.shares = count >= Self.minimumToShare
+    /// `chunk`: the inputs per chunk; by default a size that gives each core two or more chunks
+    /// of the inputs so far, between ``minimumToShare`` and ``largestChunk``
+    /// (``chunkSize(after:cores:)``).
+    package init(chunk: Int? = nil, _ transform: @escaping @Sendable (Input) -> T) {
+        fixedChunk = chunk.map { max(1, $0) }
         self.transform = transform
-        results = ResultSlots(count: count)
     }
 
-    /// A count's chunk size: at least two chunks per core, at most ``largestChunk`` inputs each.
-    package static func chunkSize(for count: Int, cores: Int) -> Int {
-        min(largestChunk, max(1, count / (2 * max(1, cores))))
+    /// The size of the next chunk once `appended` inputs have been appended.
+    package static func chunkSize(after appended: Int, cores: Int) -> Int {
+        min(largestChunk, max(minimumToShare, appended / (2 * max(1, cores))))
     }
 
-    private var chunks: Int { (count + chunk - 1) / chunk }
-
-    /// Takes the next ready chunk, if any: its index.
-    private func take() -> Int? {
-        progress.withLock { p in
-            guard p.taken < p.ready else { return nil }
-            p.taken += 1
-            return p.taken - 1
+    /// Takes the next offered chunk no one has taken, if any.
+    private func take() -> Chunk? {
+        offered.withLock { o in
+            guard o.taken < o.chunks.count else { return nil }
+            o.taken += 1
+            return o.chunks[o.taken - 1]
         }
     }
 
-    private func compute(chunk c: Int) {
-        for i in c * chunk..<min(count, (c + 1) * chunk) { results.set(i, transform(i)) }
+    /// A worker's next chunk; when there is none, the worker stops (under the same lock as
+    /// ``append(_:)`` counts the workers, so that no chunk is left without one).
+    private func takeOrStop() -> Chunk? {
+        offered.withLock { o in
+            guard o.taken < o.chunks.count else {
+                o.workers -= 1
+                return nil
+            }
+            o.taken += 1
+            return o.chunks[o.taken - 1]
+        }
     }
 
-    /// Inputs `0..<available` are ready: whole chunks of them are offered to the workers.
-    package func ready(_ available: Int) {
-        guard shares else { return }
-        let newlyReady = progress.withLock { p -> Int in
-            let before = p.ready
-            p.ready = max(p.ready, min(available, count) / chunk)
-            return p.ready - before
+    /// The next input, in order; whole chunks of them are offered to the workers.
+    package func append(_ input: Input) {
+        pending.append(input)
+        appended += 1
+        guard appended >= Self.minimumToShare else { return }
+        let size = fixedChunk ?? Self.chunkSize(after: appended, cores: ProcessInfoCores.count)
+        guard pending.count >= size else { return }
+        let chunk = Chunk(pending)
+        pending = []
+        let startsWorker = offered.withLock { o -> Bool in
+            o.chunks.append(chunk)
+            guard o.workers < maxWorkers else { return false }
+            o.workers += 1
+            return true
         }
-        // One task per chunk made ready; a task finds nothing to do if the caller took it.
-        for _ in 0..<newlyReady {
+        // A worker takes chunks in order until none is left.
+        if startsWorker {
             DispatchQueue.global().async(group: group) { [self] in
-                if let c = take() { compute(chunk: c) }
+                while let chunk = takeOrStop() { chunk.compute(transform) }
             }
         }
     }
 
-    /// Waits for the chunks taken and drops their results: for giving up part-way.
+    /// Gives up part-way: no chunk is started any more, those started are waited for, and
+    /// every result is destroyed.
     package func abandon() {
+        guard !done else { return }
+        done = true
+        offered.withLock { $0.taken = $0.chunks.count }
         group.wait()
-        results.discard(min(count, progress.withLock { $0.taken } * chunk))
+        pending = []
+        offered.withLock { $0.chunks = [] }
     }
 
-    /// Computes, on the caller's thread, every chunk no worker has taken (the last, partial one
-    /// among them), waits for the workers', and returns every result (call once all inputs are
-    /// ready).
+    /// Computes, on the caller's thread, the inputs not yet in a chunk and every chunk no
+    /// worker has taken, waits for the workers', and returns every result in input order (call
+    /// once, after the last input).
     package func finish() -> [T] {
-        progress.withLock { $0.ready = chunks }
-        while let c = take() { compute(chunk: c) }
+        precondition(!done, "an overlapped map is finished once")
+        done = true
+        let last = Chunk(pending)
+        pending = []
+        last.compute(transform)
+        while let chunk = take() { chunk.compute(transform) }
         group.wait()
-        return results.take()
+        var results: [T] = []
+        results.reserveCapacity(appended)
+        for chunk in offered.withLock({ $0.chunks }) { results += chunk.results }
+        results += last.results
+        return results
     }
 }
 

@@ -338,33 +338,51 @@ import Testing
     }
 }
 
-/// Signing a commit's events overlaps building them: whole chunks are offered to other threads
-/// as they are built, and the caller takes every chunk no worker has started. A command's few
-/// events never wait for another thread to wake up.
+/// Signing a commit's events overlaps deciding and building them: whole chunks are offered to
+/// other threads as the inputs arrive, and the caller takes every chunk no worker has started. A
+/// command's few events never wait for another thread to wake up.
 @Suite struct OverlappedMapTests {
     @Test(arguments: [0, 1, 2, 3, 4, 5, 27, 63, 64, 65, 200, 1_000], [nil, 1, 7, 64] as [Int?])
     func everyResultIsComputedOnceAndArrivesInOrder(count: Int, chunk: Int?) {
         let computed = Mutex([Int](repeating: 0, count: count))
-        let map = OverlappedMap<Int>(count: count, chunk: chunk) { i in
+        let map = OverlappedMap<Int, Int>(chunk: chunk) { i in
             computed.withLock { $0[i] += 1 }
             return i * 3
         }
-        for built in 0...count { map.ready(built) }
+        for i in 0..<count { map.append(i) }
         #expect(map.finish() == (0..<count).map { $0 * 3 })
         #expect(computed.withLock { $0 } == [Int](repeating: 1, count: count))
     }
 
-    @Test(arguments: 0..<OverlappedMap<Int>.minimumToShare)
+    @Test(arguments: 0..<OverlappedMap<Int, Int>.minimumToShare)
     func anInputTooSmallToShareRunsOnTheCallersThread(count: Int) {
         let caller = pthread_self()
         let elsewhere = Mutex(0)
-        let map = OverlappedMap<Int>(count: count, chunk: 1) { i in
+        let map = OverlappedMap<Int, Int>(chunk: 1) { i in
             if pthread_equal(pthread_self(), caller) == 0 { elsewhere.withLock { $0 += 1 } }
             return i
         }
-        for built in 0...count { map.ready(built) }
+        for i in 0..<count { map.append(i) }
         #expect(map.finish() == Array(0..<count))
         #expect(elsewhere.withLock { $0 } == 0)
+    }
+
+    /// A chunk is offered as soon as its inputs are there, not when the last input is: here the
+    /// caller appends no more until a worker has computed the first chunk, with a 10-second
+    /// deadline. (A map that offered its chunks only at the end would sign a commit's events
+    /// only after its last command was decided.)
+    @Test func aChunkIsComputedElsewhereWhileTheCallerIsStillAppending() {
+        let caller = pthread_self()
+        let workerComputed = DispatchSemaphore(value: 0)
+        let map = OverlappedMap<Int, Int>(chunk: 4) { i in
+            if pthread_equal(pthread_self(), caller) == 0, i == 3 { workerComputed.signal() }
+            return i
+        }
+        for i in 0..<4 { map.append(i) }
+        let waited = workerComputed.wait(timeout: .now() + 10)
+        for i in 4..<10 { map.append(i) }
+        #expect(map.finish() == Array(0..<10))
+        #expect(waited == .success)
     }
 
     /// The caller does not wait idle for workers: a worker here cannot finish until the caller
@@ -374,7 +392,7 @@ import Testing
         let caller = pthread_self()
         let callerComputed = DispatchSemaphore(value: 0)
         let timedOut = Mutex(false)
-        let map = OverlappedMap<Int>(count: 16, chunk: 4) { i in
+        let map = OverlappedMap<Int, Int>(chunk: 4) { i in
             if pthread_equal(pthread_self(), caller) != 0 {
                 callerComputed.signal()
             } else if callerComputed.wait(timeout: .now() + 10) == .timedOut {
@@ -384,25 +402,27 @@ import Testing
             }
             return i
         }
-        for built in 0...16 { map.ready(built) }
+        for i in 0..<16 { map.append(i) }
         #expect(map.finish() == Array(0..<16))
         #expect(timedOut.withLock { $0 } == false)
     }
 
     @Test(arguments: [0, 3, 64, 200])
-    func anAbandonedMapDestroysWhatItComputed(built: Int) {
+    func anAbandonedMapDestroysWhatItComputed(appended: Int) {
         let alive = MovedResultsTests.Counter()
         do {
-            let map = OverlappedMap<MovedResultsTests.Counted>(count: 200, chunk: 8) { i in MovedResultsTests.Counted(i, alive) }
-            map.ready(built)
+            let map = OverlappedMap<Int, MovedResultsTests.Counted>(chunk: 8) { i in MovedResultsTests.Counted(i, alive) }
+            for i in 0..<appended { map.append(i) }
             map.abandon()
         }
         #expect(alive.count.withLock { $0 } == 0)
     }
 
-    @Test(arguments: [(1, 2, 1), (3, 2, 1), (27, 2, 6), (27, 1, 13), (1_000, 2, 64), (200, 16, 6)])
-    func aChunkGivesEachCoreTwoOrMore(count: Int, cores: Int, expected: Int) {
-        #expect(OverlappedMap<Int>.chunkSize(for: count, cores: cores) == expected)
+    /// Chunks start at the smallest size worth sharing and grow with the inputs so far, to two
+    /// or more per core, up to 64.
+    @Test(arguments: [(1, 2, 4), (4, 2, 4), (27, 2, 6), (27, 1, 13), (1_000, 2, 64), (200, 16, 6)])
+    func aChunkGivesEachCoreTwoOrMore(appended: Int, cores: Int, expected: Int) {
+        #expect(OverlappedMap<Int, Int>.chunkSize(after: appended, cores: cores) == expected)
     }
 }
 

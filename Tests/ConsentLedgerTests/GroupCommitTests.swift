@@ -56,6 +56,30 @@ import Testing
         #expect(try ledger.verify().events == 4)
     }
 
+    /// One call's commands are sealed (and signed on other threads) as they are decided. When
+    /// a later one is refused, nothing is appended, and the streams the sealer had advanced past
+    /// the refused call's events are not kept: the next write links each stream to its newest
+    /// event in the log, and the subject map holds no subject that has no event.
+    @Test func aCallRefusedAfterItsFirstCommandsWereSealedLeavesTheStreamsAsTheLogHasThem() throws {
+        let folder = TemporaryFolder("group")
+        defer { folder.remove() }
+        let ledger = try Self.makeLedger(folder)
+        try ledger.execute([Self.give("alice")])
+        let log = readBytes(folder.path + "/ledger/ledger.jsonl")
+        // Enough events for chunks of them to be signed elsewhere before the refusal.
+        let accepted = (0..<8).map { Self.give("new-\($0)", ["required", "optional-a"]) }
+        #expect(throws: ConsentError.self) {
+            try ledger.execute([Self.give("alice", ["optional-a"])] + accepted + [Self.give("bob", feature: "no-such-feature")])
+        }
+        #expect(readBytes(folder.path + "/ledger/ledger.jsonl") == log)
+        try ledger.execute([Self.give("alice", ["optional-a"])])
+        try ledger.execute([Self.give("carol")])
+        #expect(try ledger.report(for: "alice").events.count == 2)
+        #expect(try ledger.report(for: "new-0").events.isEmpty)
+        #expect(try ledger.verify().events == 4)
+        #expect(try Ledger.open(store: FileLedgerStore(directory: folder.path + "/ledger")).verify().events == 4)
+    }
+
     /// A group of nothing but refused calls commits nothing.
     @Test func aGroupOfRefusedCallsCommitsNothing() throws {
         let folder = TemporaryFolder("group")

@@ -35,6 +35,34 @@ extension Ledger {
     /// `signer` must hold the key in force; a key rotation (its events signed by the key it
     /// retires) gives the new key as `headSigner`, since the head after it is the new key's.
     func commit(_ events: [LedgerEvent], _ view: LogView, _ tx: any LedgerWriteTransaction, signer: any EventSigner, headSigner: (any EventSigner)? = nil, streams: consuming (state: StreamState, nextIndex: Int64)?, subjects: [(subjectID: SubjectID, record: SubjectRecord)], erasing: [SubjectID] = [], revising: [(subjectID: SubjectID, record: SubjectRecord?)] = []) throws -> Committed {
+        // Consumed, not copied: sealing adds to the streams' newest events, and a second
+        // reference would make that copy the newest event of every stream met so far.
+        let nextIndex = streams?.nextIndex
+        let sealer = self.sealer(view, signer: signer, streams: (consume streams)?.state)
+        try seal(events, with: sealer)
+        return try commit(sealed: sealer, view, tx, signer: signer, headSigner: headSigner, mapNextIndex: nextIndex, subjects: subjects, erasing: erasing, revising: revising)
+    }
+
+    /// A sealer of events after the log's last complete commit (``ChainSealer``): a write hands
+    /// it the events it decides as it goes, then commits them with
+    /// ``commit(sealed:_:_:signer:headSigner:mapNextIndex:subjects:erasing:revising:)``.
+    func sealer(_ view: LogView, signer: any EventSigner, streams: consuming StreamState?) -> ChainSealer {
+        ChainSealer(chain: chain, after: chain.hash(ofBody: view.log.last.body), signer: signer, streams: streams)
+    }
+
+    /// Hands `events` to `sealer`, in order. Its only failure is the subject map's.
+    func seal(_ events: [LedgerEvent], with sealer: ChainSealer) throws {
+        do {
+            for event in events { try sealer.append(event) }
+        } catch {
+            throw mapFailure("\(error)")
+        }
+    }
+
+    /// Commits the events `sealer` was given (see above); `mapNextIndex` is the index of the
+    /// subject map's next record, with the streams the sealer was made with.
+    func commit(sealed sealer: ChainSealer, _ view: LogView, _ tx: any LedgerWriteTransaction, signer: any EventSigner, headSigner: (any EventSigner)? = nil, mapNextIndex nextIndex: Int64?, subjects: [(subjectID: SubjectID, record: SubjectRecord)], erasing: [SubjectID] = [], revising: [(subjectID: SubjectID, record: SubjectRecord?)] = []) throws -> Committed {
+        precondition(sealer.count > 0, "a commit appends events")
         let log = view.log
         let inForce = view.keys.current
         guard signer.publicKey == inForce.key else {
@@ -44,13 +72,10 @@ extension Ledger {
         }
         var frontier = try trustedFrontier(view)
         let hasher = chain.hasher
-        // Consumed, not copied: sealing adds to the streams' newest events, and a second
-        // reference would make that copy the newest event of every stream met so far.
-        let nextIndex = streams?.nextIndex
-        var state = (consume streams)?.state
         let (records, newHash): ([EventRecord], Digest)
+        var state: StreamState?
         do {
-            (records, newHash) = try chain.seal(events, after: chain.hash(ofBody: log.last.body), signer: signer, streams: &state)
+            (records, newHash, state) = try sealer.finish()
         } catch {
             throw mapFailure("\(error)")
         }
@@ -65,7 +90,7 @@ extension Ledger {
             treeHashes += frontier.append(MerkleTree.leafHash(line, hasher: hasher), hasher: hasher)
             entries.append(line)
         }
-        let head = ChainHead(seq: events.last!.seq, hash: newHash)
+        let head = ChainHead(seq: records.last!.event.seq, hash: newHash)
         let headSigner = headSigner ?? signer
         let signedHead = SignedHead.sign(
             Checkpoint(origin: genesis.ledgerName, size: frontier.size, root: frontier.root(hasher: hasher)),
@@ -86,7 +111,7 @@ extension Ledger {
             }
         }
         let warning = try tx.commit(LedgerCommit(firstSeq: log.size, entries: entries, derived: derived, subjects: subjects, head: signedHead, erasedSubjects: erasing, revisedSubjects: revising)).map {
-            "events seq \(events.first!.seq)–\(head.seq) are durably appended, but writing the derived data or the head after them failed (\($0)); the next write repairs them"
+            "events seq \(records.first!.event.seq)–\(head.seq) are durably appended, but writing the derived data or the head after them failed (\($0)); the next write repairs them"
         }
         let after = warning == nil ? state.map { ($0, (derived.subjectMap?.at ?? 0) + Int64(derived.subjectMap?.records.count ?? 0)) } : nil
         return Committed(size: log.size + records.count, head: head, signedHead: signedHead, frontier: frontier, warning: warning, streams: after)

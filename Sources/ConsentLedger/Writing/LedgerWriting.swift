@@ -172,10 +172,19 @@ extension Ledger {
             let at = try commandTime(after: log.last.event)
             var nextSeq = log.last.event.seq + 1
             var events: [LedgerEvent] = []
+            // The events are sealed as they are decided, so that other cores sign the first
+            // while this thread decides the rest. A batch's events go to the sealer once the
+            // whole batch is accepted, since a refused batch's must not be sealed; when the
+            // group is one batch, a refusal appends nothing at all, so each command's go at once.
+            let mapNextIndex = streams?.nextIndex
+            let sealer = sealer(view, signer: signer, streams: (consume streams)?.state)
+            let sealEachCommand = batches.count == 1
             // Each batch is decided on a copy of the states its subjects had after the batches
             // accepted before it, kept only if every command of the batch is accepted.
             var outcomes: [Result<[CommandResult], ConsentError>] = []
-            for batch in batches {
+            // The sealer's failure (the subject map's) is the whole group's, not a refusal.
+            var sealFailure: (any Error)?
+            deciding: for batch in batches {
                 var batchStates: [SubjectRef: SubjectState] = [:]
                 var batchSeq = nextSeq
                 var batchEvents: [LedgerEvent] = []
@@ -200,7 +209,16 @@ extension Ledger {
                         batchStates[ref] = state
                         batchSeq += UInt64(outcome.events.count)
                         let key = keys[SubjectID(command.subjectID)]!
-                        batchEvents += outcome.events.map { EvidenceSeal.sealing($0, key: key, hasher: chain.hasher) }
+                        let sealed = outcome.events.map { EvidenceSeal.sealing($0, key: key, hasher: chain.hasher) }
+                        if sealEachCommand {
+                            do {
+                                try seal(sealed, with: sealer)
+                            } catch {
+                                sealFailure = error
+                                break deciding
+                            }
+                        }
+                        batchEvents += sealed
                         results.append(CommandResult(subjectID: command.subjectID, events: outcome.events, notes: outcome.notes, listing: ConsentListing(state: state, catalog: catalog)))
                     }
                 } catch {
@@ -210,16 +228,20 @@ extension Ledger {
                 }
                 states.merge(batchStates) { $1 }
                 nextSeq = batchSeq
+                if !sealEachCommand { try seal(batchEvents, with: sealer) }
                 events += batchEvents
                 outcomes.append(.success(results))
             }
+            if let sealFailure { throw sealFailure }
             let accepted = outcomes.flatMap { (try? $0.get()) ?? [] }
             guard !events.isEmpty else {
                 // Nothing to append, but what was read stays useful: the records and the
                 // salts of subjects that have them (never a new subject's unsaved salt).
-                // So do the streams, taken out of memory for this write: put back unchanged.
+                // So do the streams, taken out of memory for this write: put back unchanged,
+                // unless a refused batch's events went to the sealer, which changed them.
                 for id in newSalts.keys { salts[id] = nil }
-                afterCommit.append { [self, salts, streams] in memory.withLock { $0.salts = salts; $0.records = records; $0.streams = streams } }
+                let streams = sealer.takeUnusedStreams().map { (state: $0, nextIndex: mapNextIndex!) }
+                afterCommit.append { [self, salts] in memory.withLock { $0.salts = salts; $0.records = records; $0.streams = streams } }
                 return outcomes.map { $0.map { ExecutionReport(results: $0, recovered: nil) } }
             }
             let withEvents = Set(accepted.filter { !$0.events.isEmpty }.map { SubjectID($0.subjectID) })
@@ -233,7 +255,7 @@ extension Ledger {
                 return (id, SubjectRecord(salt: salt, signature: signature))
             }
             if records != nil { for new in newRecords { records![new.subjectID] = new.record } }
-            let committed = try commit(events, view, tx, signer: signer, streams: consume streams, subjects: newRecords)
+            let committed = try commit(sealed: sealer, view, tx, signer: signer, mapNextIndex: mapNextIndex, subjects: newRecords)
             let (size, head, warning) = (committed.size, committed.head, committed.warning)
             // Cache only salts that are on disk: a new subject whose command appended nothing
             // gets a fresh salt next time, saved with its first events.
