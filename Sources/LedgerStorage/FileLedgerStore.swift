@@ -845,20 +845,33 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
 
     func derivedCounts() throws -> DerivedCounts {
         let indexed = try indexFile()?.size() ?? 0
-        let tree = try derivedFile(store.treePath)?.size() ?? 0
-        let map = try derivedFile(store.subjectMapPath)?.size() ?? 0
+        let tree = try treeFile()?.size() ?? 0
+        let map = try mapFile()?.size() ?? 0
         return DerivedCounts(indexed: Int(indexed / UInt64(FileLedgerStore.locationSize)), treeHashes: Int64(tree / 32), subjectMapRecords: Int64(map / UInt64(SubjectMapRecord.size)))
     }
 
+    // The derived files this transaction reads, each opened (its path checked) once: under the
+    // lock no other process replaces them, and this transaction's own commit, which may, forgets
+    // them.
     private var tree: PosixFile??
+    private var map: PosixFile??
+
+    private func treeFile() throws -> PosixFile? {
+        if tree == nil { tree = .some(try derivedFile(store.treePath)) }
+        return tree!
+    }
+
+    private func mapFile() throws -> PosixFile? {
+        if map == nil { map = .some(try derivedFile(store.subjectMapPath)) }
+        return map!
+    }
 
     func treeHashes(_ indexes: [Int64]) throws -> [Digest] {
-        if tree == nil { tree = .some(try derivedFile(store.treePath)) }
         func missing(_ index: Int64) -> ConsentError {
             integrity("\(store.treePath) has no hash at index \(index) (\(store.names.derivedRepair))", kind: .derivedData)
         }
         if let bad = indexes.first(where: { $0 < 0 || $0 >= Int64.max / 32 }) { throw missing(bad) }
-        guard let file = tree! else {
+        guard let file = try treeFile() else {
             if let first = indexes.first { throw missing(first) }
             return []
         }
@@ -889,12 +902,9 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         return hashes
     }
 
-    private var map: PosixFile??
-
     func subjectMapRecord(_ index: Int64) throws -> [UInt8] {
         let size = SubjectMapRecord.size
-        if map == nil { map = .some(try derivedFile(store.subjectMapPath)) }
-        guard index >= 0, index < Int64.max / Int64(size), let file = map! else {
+        guard index >= 0, index < Int64.max / Int64(size), let file = try mapFile() else {
             throw integrity("\(store.subjectMapPath) has no record \(index) (\(store.names.derivedRepair))", kind: .derivedData)
         }
         let bytes = try file.read(at: UInt64(index) * UInt64(size), count: size)
