@@ -46,7 +46,7 @@ public struct HashChain: Sendable {
 
 /// Seals the events of one commit as they are decided: each ``append(_:)`` links the event
 /// after the one before, and chunks of built bodies are signed on other threads meanwhile
-/// (``OverlappedMap``), so that a writer deciding a thousand commands has the first ones signed
+/// (`OverlappedMap`), so that a writer deciding a thousand commands has the first ones signed
 /// by the time it decides the last. ``finish()`` signs what is left and returns the records.
 ///
 /// The body of the newest event is built only when the next one comes, or at ``finish()``: the
@@ -67,7 +67,7 @@ public final class ChainSealer {
     public private(set) var count = 0
 
     /// A sealer of events after the one whose body hashes to `prev`, signed by `signer`. With
-    /// `streams`, format 2 (see ``HashChain/seal(_:after:signer:streams:)``); it is consumed: a
+    /// `streams`, format 2 (as `HashChain.seal(_:after:signer:streams:)` seals them); it is consumed: a
     /// second reference would make sealing copy the newest event of every stream met so far.
     public init(chain: HashChain, after prev: Digest, signer: any EventSigner, streams: consuming StreamState?) {
         self.chain = chain
@@ -86,9 +86,12 @@ public final class ChainSealer {
     }
 
     /// The streams as they were given, while no event has been appended: for a write that
-    /// appends nothing after all. Nil once one has (the streams are then the sealer's).
+    /// appends nothing after all, which puts them back. Nil once one has (the streams are then
+    /// the sealer's, advanced past events that will not be appended). The sealer takes no
+    /// events afterwards.
     public func takeUnusedStreams() -> StreamState? {
         guard count == 0, !finished else { return nil }
+        finished = true
         defer { streams = nil }
         return streams
     }
