@@ -161,8 +161,8 @@ package final class OverlappedMap<Input: Sendable, T: Sendable>: @unchecked Send
     /// worker or the caller: chunks are taken in order, each once), and the workers at work.
     private let offered = Mutex<(chunks: [Chunk], taken: Int, workers: Int)>(([], 0, 0))
     /// Workers at most: one core fewer than the machine has, since the caller is busy on its
-    /// own (deciding and building what comes next). One more would take turns with the caller
-    /// on the cores and slow the caller's serial work, which every result waits for.
+    /// own (deciding and building what comes next), and every result waits for its serial
+    /// work: one more worker could take turns with it on the cores.
     private let maxWorkers = max(1, ProcessInfoCores.count - 1)
     private var done = false
 
