@@ -160,9 +160,9 @@ package final class OverlappedMap<Input: Sendable, T: Sendable>: @unchecked Send
     /// The chunks offered so far, in input order, how many of them have been taken (by a
     /// worker or the caller: chunks are taken in order, each once), and the workers at work.
     private let offered = Mutex<(chunks: [Chunk], taken: Int, workers: Int)>(([], 0, 0))
-    /// Workers at most: one core fewer than the machine has, since the caller is busy on its
-    /// own (deciding and building what comes next), and every result waits for its serial
-    /// work: one more worker could take turns with it on the cores.
+    /// Workers at most: one core fewer than the machine has (one on a single core), since the
+    /// caller is busy on its own (deciding and building what comes next), and every result
+    /// waits for its serial work: one more worker could take turns with it on the cores.
     private let maxWorkers = max(1, ProcessInfoCores.count - 1)
     private var done = false
 
