@@ -202,10 +202,10 @@ public struct FileLedgerStore: LedgerStore {
     /// lock, and when the lock file cannot be opened (the waiting path reports why).
     public func readingWithoutWaiting<T>(_ body: () throws -> T) throws -> T? {
         try requireLedger()
-        guard let file = try? openFiles.borrowLockFile(lockPath) else { return nil }
-        defer { openFiles.returnLockFile(file) }
-        guard try file.lock(exclusive: false, timeout: .zero) else { return nil }
-        defer { file.unlock() }
+        guard let lent = try? openFiles.borrowLockFile(lockPath) else { return nil }
+        defer { openFiles.returnLockFile(lent) }
+        guard try lent.file.lock(exclusive: false, timeout: .zero) else { return nil }
+        defer { lent.file.unlock() }
         return try body()
     }
 
@@ -259,15 +259,16 @@ public struct FileLedgerStore: LedgerStore {
 
     private func withLock<T>(exclusive: Bool, _ body: () throws -> T) throws -> T {
         try requireLedger()
-        let file: PosixFile
+        let lent: OpenFileCache.LentLockFile
         do {
-            file = try openFiles.borrowLockFile(lockPath)
+            lent = try openFiles.borrowLockFile(lockPath)
         } catch {
             // A read-only copy (an auditor's, say) can still be read without the lock; any other
             // failure to lock is an error.
             if exclusive || !(errno == EROFS || errno == EACCES) { throw error }
             return try body()
         }
+        let file = lent.file
         guard try file.lock(exclusive: exclusive, timeout: lockTimeout) else {
             let holders = file.lockHolders()
             let who = holders.isEmpty ? "another process" : holders.joined(separator: " and ")
@@ -277,7 +278,7 @@ public struct FileLedgerStore: LedgerStore {
         }
         defer {
             file.unlock()
-            openFiles.returnLockFile(file)
+            openFiles.returnLockFile(lent)
         }
         return try body()
     }
@@ -844,10 +845,20 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
     // MARK: Derived data
 
     func derivedCounts() throws -> DerivedCounts {
-        let indexed = try indexFile()?.size() ?? 0
-        let tree = try treeFile()?.size() ?? 0
-        let map = try mapFile()?.size() ?? 0
-        return DerivedCounts(indexed: Int(indexed / UInt64(FileLedgerStore.locationSize)), treeHashes: Int64(tree / 32), subjectMapRecords: Int64(map / UInt64(SubjectMapRecord.size)))
+        let sizes = try derivedSizes()
+        return DerivedCounts(indexed: Int(sizes.index / UInt64(FileLedgerStore.locationSize)), treeHashes: Int64(sizes.tree / 32), subjectMapRecords: Int64(sizes.map / UInt64(SubjectMapRecord.size)))
+    }
+
+    /// The derived files' sizes in bytes, read once per transaction (a write reads them twice,
+    /// for its view and for the subject map's records; under the lock no other process
+    /// changes them) and forgotten at its commit.
+    private var knownDerivedSizes: (index: UInt64, tree: UInt64, map: UInt64)?
+
+    private func derivedSizes() throws -> (index: UInt64, tree: UInt64, map: UInt64) {
+        if let knownDerivedSizes { return knownDerivedSizes }
+        let sizes = (index: try indexFile()?.size() ?? 0, tree: try treeFile()?.size() ?? 0, map: try mapFile()?.size() ?? 0)
+        knownDerivedSizes = sizes
+        return sizes
     }
 
     // The derived files this transaction reads, each opened (its path checked) once: under the
@@ -1272,7 +1283,10 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         // An erasure's event is durable: now the record goes.
         if !commit.erasedSubjects.isEmpty { try destroySubjectRecords(Set(commit.erasedSubjects)) }
         updateSubjectIndex(appended: recordLines, at: recordsFrom, rewritten: !commit.revisedSubjects.isEmpty || !commit.erasedSubjects.isEmpty)
-        // Nothing cached describes the log any more.
+        // Nothing cached describes the log any more. The derived files are as they were until
+        // they are written below: their sizes tell whether a write must cut what lies after it.
+        let derivedSizesBefore = knownDerivedSizes
+        knownDerivedSizes = nil
         state = nil
         usableIndex = nil
         cachedTailLocations = nil
@@ -1283,7 +1297,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
             let newSize = log.size + commit.entries.count
             let interval = Self.derivedSyncInterval
             let sync = !inLog || newSize / interval != log.size / interval || derived.indexFrom < log.size || derived.treeFrom < Int64(MerkleTree.storedHashCount(Int64(log.size)))
-            try writeDerived(derived, locations: locations, sync: sync)
+            try writeDerived(derived, locations: locations, sync: sync, sizesBefore: derivedSizesBefore)
             if !inLog, let head = commit.head { try PosixFile.writeAtomically(Array(head.note.utf8), to: store.headPath) }
             return nil
         } catch {
@@ -1344,7 +1358,9 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         try file.appendDurably(bytes, at: expected)
     }
 
-    private func writeDerived(_ derived: DerivedUpdate, locations: [(offset: UInt64, length: UInt32)], sync: Bool) throws {
+    /// `sizesBefore`, when this transaction read them: the files' sizes before the commit, so
+    /// that a file known to end where the new data does is not asked its size again.
+    private func writeDerived(_ derived: DerivedUpdate, locations: [(offset: UInt64, length: UInt32)], sync: Bool, sizesBefore: (index: UInt64, tree: UInt64, map: UInt64)?) throws {
         let size = FileLedgerStore.locationSize
         // The index may stay behind the log (a copy appending in parts), never run past it.
         guard derived.streamKeys.count <= locations.count else {
@@ -1358,7 +1374,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         }
         let indexEnd = UInt64(derived.indexFrom * size + bytes.count)
         try index.write(bytes, at: UInt64(derived.indexFrom * size))
-        if try index.size() > indexEnd { try index.truncate(to: indexEnd) }
+        if sizesBefore.map({ $0.index > indexEnd }) ?? true, try index.size() > indexEnd { try index.truncate(to: indexEnd) }
         if sync { try index.sync() }
         let tree = try store.openFiles.file(store.treePath, writable: true, create: true)
         var hashes: [UInt8] = []
@@ -1366,7 +1382,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         for h in derived.treeHashes { hashes += h.bytes }
         let treeEnd = UInt64(derived.treeFrom) * 32 + UInt64(hashes.count)
         try tree.write(hashes, at: UInt64(derived.treeFrom) * 32)
-        if try tree.size() > treeEnd { try tree.truncate(to: treeEnd) }
+        if sizesBefore.map({ $0.tree > treeEnd }) ?? true, try tree.size() > treeEnd { try tree.truncate(to: treeEnd) }
         if sync { try tree.sync() }
         if let subjectMap = derived.subjectMap, subjectMap.at == 0 {
             // A whole map (a rebuild, or a compaction): written aside and renamed over the old
@@ -1377,7 +1393,8 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
             let start = UInt64(subjectMap.at) * UInt64(SubjectMapRecord.size)
             let bytes = subjectMap.records.bytes
             try map.write(bytes, at: start)
-            if try map.size() > start + UInt64(bytes.count) { try map.truncate(to: start + UInt64(bytes.count)) }
+            let end = start + UInt64(bytes.count)
+            if sizesBefore.map({ $0.map > end }) ?? true, try map.size() > end { try map.truncate(to: end) }
             if sync { try map.sync() }
             if subjectMap.records.count > 0 {
                 store.mapCompactor.appended(to: map, path: store.subjectMapPath, count: subjectMap.at + Int64(subjectMap.records.count), last: subjectMap.records[subjectMap.records.count - 1])

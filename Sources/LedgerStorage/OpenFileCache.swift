@@ -29,7 +29,7 @@ import Musl
 /// of one process that shared one would share its lock. Lock files are therefore lent, one to a
 /// transaction at a time (``borrowLockFile(_:)``), and given back unlocked.
 final class OpenFileCache: Sendable {
-    private struct Kept: @unchecked Sendable {
+    fileprivate struct Kept: @unchecked Sendable {
         // `PosixFile` is immutable (a descriptor and a path); it is shared read-only here.
         let file: PosixFile
         let device: UInt64
@@ -70,9 +70,16 @@ final class OpenFileCache: Sendable {
         return file
     }
 
+    /// A lock file lent to one transaction, with the device and inode it was found at when
+    /// it was an idle one (given back without asking the file system again).
+    struct LentLockFile {
+        let file: PosixFile
+        fileprivate let kept: Kept?
+    }
+
     /// A lock file of its own for one transaction: an idle one whose path still names it, or
-    /// one opened afresh. Give it back with ``returnLockFile(_:path:)`` once unlocked.
-    func borrowLockFile(_ path: String) throws -> PosixFile {
+    /// one opened afresh. Give it back with ``returnLockFile(_:)`` once unlocked.
+    func borrowLockFile(_ path: String) throws -> LentLockFile {
         var info = stat()
         if lstat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG {
             let (device, inode) = (UInt64(info.st_dev), UInt64(info.st_ino))
@@ -81,15 +88,15 @@ final class OpenFileCache: Sendable {
                 locks.removeAll { $0.device != device || $0.inode != inode }
                 return locks.popLast()
             }
-            if let idle { return idle.file }
+            if let idle { return LentLockFile(file: idle.file, kept: idle) }
         }
         // The lock file is not ledger data: a copied ledger may lack it, so make it on demand.
-        return try PosixFile.regular(path, flags: O_RDONLY | O_CREAT)
+        return LentLockFile(file: try PosixFile.regular(path, flags: O_RDONLY | O_CREAT), kept: nil)
     }
 
     /// Takes back a lock file lent by ``borrowLockFile(_:)``, which its transaction unlocked.
-    func returnLockFile(_ file: PosixFile) {
-        guard let entry = Self.kept(file) else { return }
+    func returnLockFile(_ lent: LentLockFile) {
+        guard let entry = lent.kept ?? Self.kept(lent.file) else { return }
         idleLocks.withLock { locks in
             if locks.count < Self.idleLockLimit { locks.append(entry) }
         }

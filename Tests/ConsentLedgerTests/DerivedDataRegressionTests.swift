@@ -74,6 +74,29 @@ import Glibc
         #expect(readBytes(path + "/lines.idx").count == 11 * 32)
     }
 
+    /// Derived data past what the next write puts there (bytes someone appended, records of
+    /// entries past the log's end) is cut by that write: each file ends where a copy of the
+    /// ledger without them ends after the same write. The write knows the files' sizes from its
+    /// own reading of them in the same transaction; the extra bytes are not whole records.
+    @Test(arguments: ["lines.idx", "tree.hashes"])
+    func aWriteCutsDerivedDataPastWhatItWrites(_ name: String) throws {
+        let (path, ledger) = try Self.ledger("ahead")
+        let twin = path + "-twin"
+        defer { removeFolder(path, twin) }
+        try ledger.execute(Array(seedScenario))
+        copyFolder(path, to: twin)
+        writeBytes(readBytes(path + "/" + name) + [UInt8](repeating: 0xA5, count: 32 * 40 + 8), to: path + "/" + name)
+        let command = LedgerCommand(subjectID: "alice", request: .revoke(feature: "timeline", consent: "required"))
+        for folder in [path, twin] {
+            let writer = try Ledger.open(store: FileLedgerStore(directory: folder), clock: SteppingClock(start: "2026-06-01T09:00:00.000Z").clock)
+            try writer.execute(command)
+        }
+        for file in ["lines.idx", "tree.hashes", "subjects.map"] {
+            #expect(readBytes(path + "/" + file).count == readBytes(twin + "/" + file).count, "\(file) after extra bytes in \(name)")
+        }
+        #expect(try Ledger.open(store: FileLedgerStore(directory: path)).verify().events == Ledger.open(store: FileLedgerStore(directory: twin)).verify().events)
+    }
+
     /// Cutting the last command and rewriting `head` passed `verify`, although
     /// `checkpoints.jsonl` held a signed checkpoint of the longer log.
     @Test func aCutLogFailsVerifyAgainstTheRecordedCheckpoints() throws {
