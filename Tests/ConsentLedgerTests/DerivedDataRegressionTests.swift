@@ -267,6 +267,37 @@ import Glibc
         #expect(failure.problem.contains("does not verify with the ledger's key"), "\(failure.problem)")
     }
 
+    /// A log of one-command commits keeps a head per commit, whose signatures verify checks on
+    /// all cores: of two heads with a bad signature, the first in log order is reported.
+    @Test func ofManyEarlierHeadsTheFirstBadOneIsReported() throws {
+        let (path, ledger) = try DerivedDataRegressionTests.ledger("many-heads")
+        defer { removeFolder(path) }
+        for i in 0..<100 {
+            try ledger.execute(LedgerCommand(subjectID: "p\(i)", request: .give(feature: "timeline", consents: ["required"])))
+        }
+        #expect(verifyFolder(path) == .ok(events: 101))
+        var all = lines(of: readBytes(path + "/ledger.jsonl"))
+        let heads = all.indices.filter { isHeadLine(all[$0]) }
+        #expect(heads.count == 101)
+        func damage(_ line: Int) throws -> UInt64 {
+            let head = try SignedHead(logLine: Array(all[line].dropLast()))
+            var bytes = Array(head.note.utf8)
+            let at = bytes.count - 6
+            bytes[at] = bytes[at] == UInt8(ascii: "A") ? UInt8(ascii: "B") : UInt8(ascii: "A")
+            all[line] = CanonicalJSON.serialize(.object(["head": .string(String(decoding: bytes, as: UTF8.self))])) + [0x0A]
+            return head.seq
+        }
+        _ = try damage(heads[80])
+        let first = try damage(heads[30])
+        writeBytes(Array(all.joined()), to: path + "/ledger.jsonl")
+        guard case .failed(.integrity(let failure)) = verifyFolder(path) else {
+            Issue.record("verify passed with two bad earlier heads")
+            return
+        }
+        #expect(failure.kind == .head && failure.seq == first, "\(failure)")
+        #expect(failure.problem.contains("does not verify with the ledger's key"), "\(failure.problem)")
+    }
+
     /// Every head line is checked by verify, not only the newest: one whose signature or root
     /// is wrong, or that stands where its size does not say, fails it; reads skip them.
     @Test(arguments: ["signature", "place"])

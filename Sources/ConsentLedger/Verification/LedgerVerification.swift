@@ -193,13 +193,21 @@ extension Ledger {
     }
 
     /// The heads of earlier commits that the storage keeps: each signed by the ledger's key and
-    /// name, with the root of the log's first SIZE entries.
+    /// name, with the root of the log's first SIZE entries. The signatures are checked on all
+    /// cores (a folder keeps one head per commit, nearly one per event in a log of one-command
+    /// commits); the first head at fault, in log order, is reported.
     func checkEarlierHeads(_ heads: [SignedHead], roots: [Int64: Digest], keys: KeySchedule) throws {
-        for head in heads {
+        let failures = parallelMap(heads.count) { [self] i -> String? in
             do {
-                try head.verify(key: try noteKey(keys.forCheckpoint(size: head.checkpoint.size).key), verifier: verifier)
+                try heads[i].verify(key: try noteKey(keys.forCheckpoint(size: heads[i].checkpoint.size).key), verifier: verifier)
+                return nil
             } catch {
-                throw ConsentError.integrity(IntegrityFailure(.head, line: nil, seq: head.seq, problem: "the head kept after entry \(head.seq) does not verify with the ledger's key: \(error)"))
+                return "\(error)"
+            }
+        }
+        for (head, failure) in zip(heads, failures) {
+            if let failure {
+                throw ConsentError.integrity(IntegrityFailure(.head, line: nil, seq: head.seq, problem: "the head kept after entry \(head.seq) does not verify with the ledger's key: \(failure)"))
             }
             guard head.checkpoint.origin == genesis.ledgerName, roots[head.checkpoint.size] == head.checkpoint.root else {
                 throw ConsentError.integrity(IntegrityFailure(.head, line: nil, seq: head.seq, problem: "the head kept after entry \(head.seq) commits to root \(head.checkpoint.root.hex) of '\(head.checkpoint.origin)', but the log's first \(head.checkpoint.size) records hash to another root"))
