@@ -62,6 +62,9 @@ let package = Package(
             pkgConfig: "libcrypto",
             providers: [.apt(["libssl-dev"])]
         ),
+        // A Linux system call Swift's Glibc module does not declare: `statx`, to ask a file's
+        // identity without its times (LedgerStorage's `PosixFile.Identity`).
+        .systemLibrary(name: "CLinux"),
         // The bench's baseline only: a plain SQLite table doing a durable command's work.
         .systemLibrary(
             name: "CSQLite",
@@ -71,7 +74,7 @@ let package = Package(
         .target(name: "ConsentDomain"),
         .target(name: "TransparencyLog", dependencies: ["CSodium", "CLibCrypto"], swiftSettings: crossModule),
         .target(name: "LedgerFormat", dependencies: ["ConsentDomain", "TransparencyLog"], swiftSettings: crossModule),
-        .target(name: "LedgerStorage", dependencies: ["LedgerFormat"], swiftSettings: crossModule),
+        .target(name: "LedgerStorage", dependencies: ["LedgerFormat", "CLinux"], swiftSettings: crossModule),
         .target(name: "ConsentLedger", dependencies: ["ConsentDomain", "TransparencyLog", "LedgerFormat", "LedgerStorage"], swiftSettings: crossModule),
         .target(name: "ConsentReports", dependencies: ["ConsentLedger"], swiftSettings: crossModule),
         .target(name: "LogWitness", dependencies: ["TransparencyLog", "LedgerFormat", "LedgerStorage"]),

@@ -11,7 +11,9 @@ import Musl
 /// Opening a file the careful way (``PosixFile/regular(_:flags:mode:)``: open without following
 /// a link, `fstat` that it is a regular file, two `fcntl`s to make it blocking) and closing it
 /// again was five system calls per file per transaction: about 70 of a durable command's 100,
-/// and half of a one-subject read's. A kept descriptor costs one `lstat` of its path instead.
+/// and half of a one-subject read's. A kept descriptor costs one `statx` of its path instead,
+/// for its type and identity only (``PosixFile/Identity``: not its times, so that the log's
+/// sync does not write its inode).
 ///
 /// Why that one call is enough: a ledger's files are changed in place or replaced by `rename`
 /// (a rewritten subject file, a compacted subject map, a repair), and a replaced path names a
@@ -52,9 +54,8 @@ final class OpenFileCache: Sendable {
     /// `create`. The same errors as opening it afresh.
     func file(_ path: String, writable: Bool, create: Bool = false) throws -> PosixFile {
         let key = Key(path: path, writable: writable)
-        var info = stat()
-        if lstat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG {
-            let (device, inode) = (UInt64(info.st_dev), UInt64(info.st_ino))
+        if let found = PosixFile.identity(of: path), found.isRegularFile {
+            let (device, inode) = (found.device, found.inode)
             if let hit = kept.withLock({ k -> Kept? in
                 guard let entry = k[key], entry.device == device, entry.inode == inode else { return nil }
                 return entry
@@ -80,9 +81,8 @@ final class OpenFileCache: Sendable {
     /// A lock file of its own for one transaction: an idle one whose path still names it, or
     /// one opened afresh. Give it back with ``returnLockFile(_:)`` once unlocked.
     func borrowLockFile(_ path: String) throws -> LentLockFile {
-        var info = stat()
-        if lstat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG {
-            let (device, inode) = (UInt64(info.st_dev), UInt64(info.st_ino))
+        if let found = PosixFile.identity(of: path), found.isRegularFile {
+            let (device, inode) = (found.device, found.inode)
             let idle = idleLocks.withLock { locks -> Kept? in
                 // Lock files of a replaced path are let go: they no longer exclude anyone.
                 locks.removeAll { $0.device != device || $0.inode != inode }
@@ -103,8 +103,7 @@ final class OpenFileCache: Sendable {
     }
 
     private static func kept(_ file: PosixFile) -> Kept? {
-        var info = stat()
-        guard fstat(file.fd, &info) == 0 else { return nil }
-        return Kept(file: file, device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
+        guard let identity = file.identity() else { return nil }
+        return Kept(file: file, device: identity.device, inode: identity.inode)
     }
 }

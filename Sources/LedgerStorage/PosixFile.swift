@@ -1,3 +1,4 @@
+import CLinux
 import ConsentDomain
 import LedgerFormat
 import TransparencyLog
@@ -55,21 +56,51 @@ final class PosixFile {
             guard lstat(path, &st) == 0, (st.st_mode & S_IFMT) != S_IFREG else { throw ConsentError.storage(message) }
             throw ConsentError.storage("\(path) is \(describe(mode: st.st_mode)), not a regular file: a ledger's files are files of their own; nothing was changed")
         }
-        var st = stat()
-        guard fstat(file.fd, &st) == 0 else { throw ConsentError.storage("cannot stat \(path): \(reason())") }
-        guard (st.st_mode & S_IFMT) == S_IFREG else {
-            throw ConsentError.storage("\(path) is \(describe(mode: st.st_mode)), not a regular file: a ledger's files are files of their own; nothing was changed")
+        guard let identity = file.identity() else { throw ConsentError.storage("cannot stat \(path): \(reason())") }
+        guard identity.isRegularFile else {
+            throw ConsentError.storage("\(path) is \(describe(mode: identity.mode)), not a regular file: a ledger's files are files of their own; nothing was changed")
         }
         _ = fcntl(file.fd, F_SETFL, fcntl(file.fd, F_GETFL) & ~O_NONBLOCK)
         return file
     }
 
+    /// A file's type and identity, asked without its times. Since Linux 6.13 a `stat` that
+    /// reads a file's times marks them as seen, and the next write then stamps the file with a
+    /// fine-grained time, which dirties its inode: the log's `fdatasync` after it writes the
+    /// inode too, one more write the sync waits for (measured: two block requests per sync
+    /// instead of one). The log is asked about in every transaction, so its type, identity
+    /// and size are asked without its times (`statx` with the type and inode only; `lseek`).
+    struct Identity: Equatable {
+        let mode: mode_t
+        let device: UInt64
+        let inode: UInt64
+
+        var isRegularFile: Bool { mode & S_IFMT == S_IFREG }
+    }
+
+    /// What `path` names (not followed, if it is a symbolic link, unless `followingLinks`);
+    /// nil when nothing does or it cannot be asked.
+    static func identity(of path: String, followingLinks: Bool = false) -> Identity? {
+        var mode: UInt32 = 0, device: UInt64 = 0, inode: UInt64 = 0
+        guard consentledger_identity(AT_FDCWD, path, followingLinks ? 0 : AT_SYMLINK_NOFOLLOW, &mode, &device, &inode) == 0 else { return nil }
+        return Identity(mode: mode_t(mode), device: device, inode: inode)
+    }
+
+    /// What this descriptor is open on.
+    func identity() -> Identity? {
+        var mode: UInt32 = 0, device: UInt64 = 0, inode: UInt64 = 0
+        guard consentledger_descriptor_identity(fd, &mode, &device, &inode) == 0 else { return nil }
+        return Identity(mode: mode_t(mode), device: device, inode: inode)
+    }
+
     static func reason(_ code: Int32 = errno) -> String { String(cString: strerror(code)) }
 
+    /// The file's size, from `lseek` to its end (which reads no times: ``Identity``). Reads and
+    /// writes name their offsets (`pread`, `pwrite`), so moving the descriptor's own is harmless.
     func size() throws -> UInt64 {
-        var st = stat()
-        guard fstat(fd, &st) == 0 else { throw ConsentError.storage("cannot stat \(path): \(PosixFile.reason())") }
-        return UInt64(st.st_size)
+        let end = lseek(fd, 0, SEEK_END)
+        guard end >= 0 else { throw ConsentError.storage("cannot stat \(path): \(PosixFile.reason())") }
+        return UInt64(end)
     }
 
     /// Reads up to `count` bytes at `offset`; fewer only at the end of the file.
@@ -177,7 +208,7 @@ final class PosixFile {
         let cutBack: Bool
     }
 
-    /// Writes `bytes` at `offset`, the file's end, and syncs them. On failure the file is cut
+    /// Writes `bytes` at `offset`, where the file's content ends, and syncs them. On failure the file is cut
     /// back to `offset` (best effort) before ``AppendFailed`` is thrown: bytes that failed to
     /// reach the disk are never left where a later reader would adopt them.
     func appendDurably(_ bytes: [UInt8], at offset: UInt64) throws(AppendFailed) {
@@ -187,6 +218,39 @@ final class PosixFile {
         } catch {
             let cutBack = (try? truncate(to: offset)) != nil && (try? sync()) != nil
             throw AppendFailed(error: error, cutBack: cutBack)
+        }
+    }
+
+    /// Where the file's content ends: before the run of zero bytes at its end, if any (the
+    /// log's space reserved for appends, ``FileLedgerStore``). Reads back from `size` a block
+    /// at a time; 0 when every byte is zero.
+    func contentEnd(size: UInt64) throws -> UInt64 {
+        let block: UInt64 = 16 << 10
+        var end = size
+        while end > 0 {
+            let start = end > block ? end - block : 0
+            let bytes = try read(at: start, count: Int(end - start))
+            // The file is never cut under the lock this is read in; if it was, what remains.
+            if let last = PosixFile.lastNonZero(bytes) { return start + UInt64(last) + 1 }
+            end = start
+        }
+        return 0
+    }
+
+    /// The index of the last byte that is not zero, a word at a time (a reserve of tens of
+    /// kilobytes is skipped on every transaction that reads the log's tail).
+    static func lastNonZero(_ bytes: [UInt8]) -> Int? {
+        bytes.withUnsafeBytes { raw -> Int? in
+            var i = raw.count
+            while i >= 8 {
+                if raw.loadUnaligned(fromByteOffset: i - 8, as: UInt64.self) != 0 { break }
+                i -= 8
+            }
+            while i > 0 {
+                if raw[i - 1] != 0 { return i - 1 }
+                i -= 1
+            }
+            return nil
         }
     }
 
@@ -345,16 +409,14 @@ final class PosixFile {
     enum Kind { case missing, file, directory, symlink }
 
     static func kind(of path: String) -> Kind {
-        var st = stat()
-        guard stat(path, &st) == 0 else { return .missing }
-        return (st.st_mode & S_IFMT) == S_IFDIR ? .directory : .file
+        guard let identity = identity(of: path, followingLinks: true) else { return .missing }
+        return identity.mode & S_IFMT == S_IFDIR ? .directory : .file
     }
 
     /// What is at `path` itself, without following a symlink there.
     static func ownKind(of path: String) -> Kind {
-        var st = stat()
-        guard lstat(path, &st) == 0 else { return .missing }
-        switch st.st_mode & S_IFMT {
+        guard let identity = identity(of: path) else { return .missing }
+        switch identity.mode & S_IFMT {
         case S_IFDIR: return .directory
         case S_IFLNK: return .symlink
         default: return .file
@@ -363,8 +425,7 @@ final class PosixFile {
 
     /// Whether `path` is a regular file (not a symlink, folder, FIFO or device).
     static func isRegularFile(_ path: String) -> Bool {
-        var st = stat()
-        return lstat(path, &st) == 0 && (st.st_mode & S_IFMT) == S_IFREG
+        identity(of: path)?.isRegularFile ?? false
     }
 
     static func directoryEntries(_ path: String) -> [String] {

@@ -1997,6 +1997,12 @@ def read_file(folder, name):
         return f.read()
 
 
+def log_content(log):
+    """The content of a log file (The log file): its bytes before the run of zero bytes at its
+    end, which a writer reserves for its appends."""
+    return log.rstrip(b"\0")
+
+
 def verify_folder(folder, log=None, head_text=None, derived=None, subjects=None, subject_map=None):
     """Verifies the ledger folder; `log` and `head_text` replace ledger.jsonl and head, `derived`
     the bytes of (lines.idx, tree.hashes) (False: none; None: the folder's; an absent file is
@@ -2018,6 +2024,8 @@ def verify_folder(folder, log=None, head_text=None, derived=None, subjects=None,
         if not os.path.isfile(os.path.join(folder, "ledger.jsonl")):
             raise Failure(None, None, "no ledger at %s (no ledger.jsonl)" % folder)
         log = read_file(folder, "ledger.jsonl")
+    # The log's content: its bytes before the zero bytes reserved for appends (The log file).
+    log = log_content(log)
 
     # Steps 1 and 2: the key, the catalogue and the genesis event.
     public_key = hex_decode(trimmed_text(read_file(folder, "public.key")), 32)
@@ -2338,8 +2346,17 @@ def find_end_in_log(log, ends, starts, name):
     def where(k):
         return "the line at byte offset %d (line %d)" % (starts[k], k + 1)
 
+    # The newest head line whose commit (its lines since the head line before it) holds no zero
+    # byte: an acknowledged line never holds one, and a zero byte marks a write into the log's
+    # reserve that a crash cut short.
     k = len(ends) - 1
-    while k >= 0 and not is_head_line(line(k)):
+    while k >= 0:
+        if is_head_line(line(k)):
+            p = k - 1
+            while p >= 0 and not is_head_line(line(p)):
+                p -= 1
+            if log.find(b"\0", ends[p] if p >= 0 else 0, ends[k]) < 0:
+                break
         k -= 1
     if k < 0:
         raise Failure(None, None, "the log holds no head line: the signed head that ends every commit is missing")
@@ -2364,10 +2381,14 @@ def find_end_in_log(log, ends, starts, name):
     if last.seq != head[0]:
         raise Failure(None, last.seq, "the head line at byte offset %d covers %d entries, but follows the event of seq %d"
                       % (starts[k], head[0] + 1, last.seq))
-    # After the head: events only, in sequence; complete commits kept, the rest torn.
+    # After the head: events only, in sequence; complete commits kept, the rest torn. From the
+    # first zero byte after the head on, everything is torn.
     kept = sum(1 for j in range(k) if not is_head_line(line(j)))
     end, torn, previous = ends[k], 0, last.seq
+    first_zero = log.find(b"\0", ends[k])
     for j in range(k + 1, len(ends)):
+        if first_zero >= 0 and ends[j] > first_zero:
+            break
         try:
             e = decode_line(line(j))
         except DecodeError as err:
@@ -3221,6 +3242,21 @@ def check_vectors(checks, here):
                head_verdict(as_line(log, 8, b'{"hx').replace(file_lines[3], bad_line_3), "signature does not verify", 3, 2))
     checks.run("the newest head line repeated (a commit of no entries) verifies: the copy before it is the newest's own head",
                lambda: (verify_folder(folder, log=log + file_lines[-1] + b"\n").events == 10, "10 events"))
+
+    # The log file's reserve (The log file): zero bytes after the content are no part of it; a
+    # zero byte inside the newest commit marks a write into the reserve a crash cut short.
+    reserve = b"\0" * (32768 - len(log) % 32768)
+    checks.run("the log followed by a reserve of zero bytes up to a multiple of 32,768 verifies as without it",
+               lambda: (lambda r: (r.events == 10 and r.torn is None, "%d events, torn %r" % (r.events, r.torn)))(verify_folder(folder, log=log + reserve)))
+    last_commit = log.rfind(b"\n", 0, log.rfind(b"\n", 0, len(log) - 1)) + 1  # the newest commit's last event line
+    holed = log[:last_commit + 30] + b"\0" * 20 + log[last_commit + 50:] + reserve
+    checks.run("a hole of zero bytes in the newest commit's last event line: that commit is torn (9 events, torn from its first line)",
+               lambda: (lambda r: (r.events == 9 and r.torn is not None and r.torn[0] == last_commit,
+                                   "%d events, torn %r" % (r.events, r.torn)))(verify_folder(folder, log=holed)))
+    head_holed = log[:len(log) - 40] + b"\0" * 20 + log[len(log) - 20:] + reserve
+    checks.run("a hole of zero bytes in the newest head line: the commit's events are kept, the head line is torn",
+               lambda: (lambda r: (r.events == 10 and r.torn is not None and r.torn[0] == log.rfind(b"\n", 0, len(log) - 1) + 1,
+                                   "%d events, torn %r" % (r.events, r.torn)))(verify_folder(folder, log=head_holed)))
 
     # The older layout (a `head` file; no head lines, every line an event line) stays readable:
     # the tiny ledger in that layout, its log the event lines and its head the newest note.

@@ -286,7 +286,7 @@ import Testing
         var garbled = good
         for i in tree.count..<garbled.count { garbled[i] = 0xEE }
         writeBytes(garbled, to: path + "/tree.hashes")
-        writeBytes(Array(lines(of: readBytes(path + "/ledger.jsonl")).dropLast().joined()), to: path + "/ledger.jsonl")
+        writeBytes(Array(lines(of: readLog(path)).dropLast().joined()), to: path + "/ledger.jsonl")
         let reopened = try Ledger.open(store: FileLedgerStore(directory: path))
         let (checkpoint, _) = try reopened.signedCheckpoint()
         #expect(checkpoint.size == 13, "the command past the head is read, its tree hashes computed again")

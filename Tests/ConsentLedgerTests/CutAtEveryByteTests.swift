@@ -30,17 +30,23 @@ import Testing
         for (name, bytes) in files { writeBytes(bytes, to: path + "/" + name) }
     }
 
-    @Test func theLogCutAtEveryByteOfItsLastCommitKeepsOnlyCompleteCommits() throws {
-        let (path, before, after, truth, events) = try Self.folders("log")
+    /// The log cut at every byte of its last commit: at the file's end (a log without a
+    /// reserve, as older writers appended), and inside the reserve, the rest of the file still
+    /// zeros (a write into the reserve that a crash cut short).
+    @Test(arguments: [false, true])
+    func theLogCutAtEveryByteOfItsLastCommitKeepsOnlyCompleteCommits(inReserve: Bool) throws {
+        let (path, before, after, truth, events) = try Self.folders(inReserve ? "log-reserve" : "log")
         defer { removeFolder(path) }
-        let start = before["ledger.jsonl"]!.count, full = after["ledger.jsonl"]!
+        let start = withoutReserve(before["ledger.jsonl"]!).count, full = withoutReserve(after["ledger.jsonl"]!)
+        let fileSize = after["ledger.jsonl"]!.count
+        #expect(!inReserve || fileSize > full.count, "the writer left a reserve")
         // The commit's events end at the start of its head line: from there on it is complete
         // (a commit whose head line was cut is vouched for by its events' signatures).
         let headLine = full[start...].firstRange(of: Array(#"{"head":"#.utf8))!.lowerBound
         var cuts = 0
         for end in start...full.count {
             Self.restore(before, to: path)
-            writeBytes(Array(full[..<end]), to: path + "/ledger.jsonl")
+            writeBytes(Array(full[..<end]) + (inReserve ? [UInt8](repeating: 0, count: fileSize - end) : []), to: path + "/ledger.jsonl")
             let ledger = try Ledger.open(store: FileLedgerStore(directory: path))
             let complete = end >= headLine
             let report = try ledger.report(for: "alice")

@@ -136,7 +136,7 @@ import Glibc
         _ = try ledger.signedCheckpoint()
         // Take off the last commit's head line and cut inside its last event: its events look
         // like a commit a crash cut short.
-        let log = Array(lines(of: readBytes(path + "/ledger.jsonl")).dropLast().joined())
+        let log = Array(lines(of: readLog(path)).dropLast().joined())
         writeBytes(Array(log.dropLast(40)), to: path + "/ledger.jsonl")
         let files = ["ledger.jsonl", "subjects.jsonl", "checkpoints.jsonl"].map { readBytes(path + "/" + $0) }
         let reopened = try Ledger.open(store: FileLedgerStore(directory: path))
@@ -178,7 +178,7 @@ import Glibc
 /// the head's root does not vouch for.
 @Suite struct SignedHeadTests {
     static func trueRoot(_ path: String, size: Int64) throws -> Digest {
-        let lines = eventLines(of: readBytes(path + "/ledger.jsonl")).prefix(Int(size)).map { Array($0.dropLast()) }
+        let lines = eventLines(of: readLog(path)).prefix(Int(size)).map { Array($0.dropLast()) }
         var frontier = MerkleFrontier()
         for line in lines { frontier.append(MerkleTree.leafHash(line, hasher: OpenSSLSHA256()), hasher: OpenSSLSHA256()) }
         return frontier.root(hasher: OpenSSLSHA256())
@@ -191,7 +191,7 @@ import Glibc
             try ledger.execute(command)
             let head = try #require(newestHead(path))
             try head.verify(key: try ledger.verifierKey, verifier: Sodium())
-            let all = lines(of: readBytes(path + "/ledger.jsonl"))
+            let all = lines(of: readLog(path))
             let size = Int64(all.filter { !isHeadLine($0) }.count)
             #expect(head.checkpoint.size == size, "after command \(i)")
             #expect(all.last.map(isHeadLine) == true && all.filter(isHeadLine).count == i + 2, "one head line per commit, the genesis's included, in the same write")
@@ -276,7 +276,7 @@ import Glibc
             try ledger.execute(LedgerCommand(subjectID: "p\(i)", request: .give(feature: "timeline", consents: ["required"])))
         }
         #expect(verifyFolder(path) == .ok(events: 101))
-        var all = lines(of: readBytes(path + "/ledger.jsonl"))
+        var all = lines(of: readLog(path))
         let heads = all.indices.filter { isHeadLine(all[$0]) }
         #expect(heads.count == 101)
         func damage(_ line: Int) throws -> UInt64 {
@@ -306,7 +306,7 @@ import Glibc
         defer { removeFolder(path) }
         try ledger.execute(LedgerCommand(subjectID: "p1", request: .give(feature: "timeline", consents: ["required"])))
         try ledger.execute(LedgerCommand(subjectID: "p2", request: .give(feature: "timeline", consents: ["required"])))
-        var all = lines(of: readBytes(path + "/ledger.jsonl"))
+        var all = lines(of: readLog(path))
         let heads = all.indices.filter { isHeadLine(all[$0]) }
         #expect(heads.count == 3)
         let middle = heads[1]

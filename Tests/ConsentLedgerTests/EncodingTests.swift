@@ -187,7 +187,7 @@ import Testing
     }
 
     @Test func unknownMembersAndTypesAreRefused() throws {
-        let tiny = eventLines(of: readBytes(packageRoot + "/Spec/vectors/tiny-ledger/ledger.jsonl"))
+        let tiny = eventLines(of: readLog(packageRoot + "/Spec/vectors/tiny-ledger"))
         let line = String(decoding: tiny[1].dropLast(), as: UTF8.self)
         let extra = line.replacingOccurrences(of: "\"version\":\"1.0\"}", with: "\"version\":\"1.0\",\"x\":1}")
         #expect(throws: EventDecodingError(problem: "member 'x' is not part of the ledger format")) {
@@ -215,7 +215,7 @@ import Testing
         (#""type":"consent.given","#, "", "member 'type' is missing"),
     ])
     func onlyTheEightEventTypesAreRead(_ case_: (String, String, String)) throws {
-        let tiny = eventLines(of: readBytes(packageRoot + "/Spec/vectors/tiny-ledger/ledger.jsonl"))
+        let tiny = eventLines(of: readLog(packageRoot + "/Spec/vectors/tiny-ledger"))
         let line = String(decoding: tiny[1].dropLast(), as: UTF8.self)
         #expect(try EventCodec.decode(line: Array(line.utf8)).event.payload.subject != nil)
         let edited = line.replacingOccurrences(of: case_.0, with: case_.1)
@@ -227,7 +227,7 @@ import Testing
     /// make a new string. The hint never changes what is read: a body with another key id (one
     /// digit off) reads as its own.
     @Test func aKeyIDHintNeverChangesWhatIsRead() throws {
-        let tiny = eventLines(of: readBytes(packageRoot + "/Spec/vectors/tiny-ledger/ledger.jsonl"))
+        let tiny = eventLines(of: readLog(packageRoot + "/Spec/vectors/tiny-ledger"))
         let line = String(decoding: tiny[1].dropLast(), as: UTF8.self)
         let other = line.replacingOccurrences(of: #""kid":"56475aa75463474c""#, with: #""kid":"56475aa75463474d""#)
         #expect(other != line)
@@ -257,7 +257,7 @@ import Testing
         ("an empty evidence reference", #""feature":"#, #""evidence":"","feature":"#, "the evidence reference is empty"),
     ])
     func evidenceMembersAreChecked(_ case_: (String, String, String, String)) throws {
-        let tiny = eventLines(of: readBytes(packageRoot + "/Spec/vectors/tiny-ledger/ledger.jsonl"))
+        let tiny = eventLines(of: readLog(packageRoot + "/Spec/vectors/tiny-ledger"))
         // seq 3 (line 4): bob's grant, which has no evidence.
         var line = String(decoding: tiny[3].dropLast(), as: UTF8.self)
         #expect(!line.contains("channel"))
@@ -273,7 +273,7 @@ import Testing
         ("a negative renews before a bad channel", [(#""seq":"#, #""renews":-1,"seq":"#), (#""cmd":"#, #""channel":"fax","cmd":"#)], "member 'renews' is missing or negative"),
     ])
     func grantChecksRunInTheSpecifiedOrder(_ case_: (String, [(String, String)], String)) throws {
-        let tiny = eventLines(of: readBytes(packageRoot + "/Spec/vectors/tiny-ledger/ledger.jsonl"))
+        let tiny = eventLines(of: readLog(packageRoot + "/Spec/vectors/tiny-ledger"))
         var line = String(decoding: tiny[3].dropLast(), as: UTF8.self)
         for (from, to) in case_.1 {
             #expect(line.contains(from))
@@ -286,7 +286,7 @@ import Testing
     /// else of that length or near it is refused with the reader's message, as before.
     @Test(arguments: ["uppercase", "a digit past f", "one digit short", "one digit more"])
     func aSubjectThatIsNotAPseudonymIsRefused(_ change: String) throws {
-        let tiny = eventLines(of: readBytes(packageRoot + "/Spec/vectors/tiny-ledger/ledger.jsonl"))
+        let tiny = eventLines(of: readLog(packageRoot + "/Spec/vectors/tiny-ledger"))
         let line = String(decoding: tiny[3].dropLast(), as: UTF8.self)
         let record = try EventCodec.decode(line: Array(line.utf8))
         let subject = try #require(record.event.payload.subject)
@@ -303,7 +303,7 @@ import Testing
     }
 
     @Test func evidenceOnAWithdrawalIsNotPartOfItsEvent() throws {
-        let tiny = eventLines(of: readBytes(packageRoot + "/Spec/vectors/tiny-ledger/ledger.jsonl"))
+        let tiny = eventLines(of: readLog(packageRoot + "/Spec/vectors/tiny-ledger"))
         let revoked = String(decoding: tiny.first { String(decoding: $0, as: UTF8.self).contains("consent.revoked") }!.dropLast(), as: UTF8.self)
         let line = revoked.replacingOccurrences(of: #""feature":"#, with: #""evidence":"scan","feature":"#)
         #expect(throws: EventDecodingError(problem: "member 'evidence' does not belong to a 'consent.revoked' event")) { try EventCodec.decode(line: Array(line.utf8)) }
@@ -318,7 +318,7 @@ import Testing
         ("a stream member in format 1", #""seq":1,"#, #""seq":1,"streamPrev":0,"#, "member 'streamPrev' does not belong to a 'consent.given' event"),
     ])
     func streamMembersFollowTheirRules(_ case_: (String, String, String, String)) throws {
-        let tiny = eventLines(of: readBytes(packageRoot + "/Spec/vectors/tiny-ledger/ledger.jsonl"))
+        let tiny = eventLines(of: readLog(packageRoot + "/Spec/vectors/tiny-ledger"))
         var line = String(decoding: tiny[1].dropLast(), as: UTF8.self).replacingOccurrences(of: case_.1, with: case_.2)
         if case_.0.hasSuffix("format 1") { line = line.replacingOccurrences(of: "\"v\":2,", with: "\"v\":1,") }
         #expect(throws: EventDecodingError(problem: case_.3), "\(case_.0)") { try EventCodec.decode(line: Array(line.utf8)) }

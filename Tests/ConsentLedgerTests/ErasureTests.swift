@@ -56,7 +56,7 @@ import Testing
         let allBefore = try ledger.exportAll()
         let stateBefore = try ledger.proveState(for: "alice-0042")
         let (_, oldNote) = try ledger.signedCheckpoint()
-        let logBefore = readBytes(path + "/ledger.jsonl")
+        let logBefore = readLog(path)
         // Before: the log holds her evidence only sealed; the ledger, which holds her record,
         // shows it in clear.
         #expect(!Self.contains(logBefore, Array(Self.aliceEvidence.utf8)) && !Self.contains(logBefore, Array("alice-0042".utf8)))
@@ -67,7 +67,7 @@ import Testing
         let erasedRef = try ledger.subjectRefOfErased(receipt)
         #expect(receipt.appended && receipt.events == 5 && receipt.pseudonym == erasedRef)
         // The log was only appended to.
-        let logAfter = readBytes(path + "/ledger.jsonl")
+        let logAfter = readLog(path)
         #expect(logAfter.starts(with: logBefore))
 
         // Everything verifies: the ledger, every checkpoint, the bundles and proofs issued before,

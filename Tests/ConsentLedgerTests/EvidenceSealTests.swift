@@ -60,7 +60,7 @@ import Testing
 
     /// The tiny ledger's seq 9 holds bob's reference sealed; his record's key opens it.
     @Test func theVectorGrantHoldsItsReferenceSealedAndBobsRecordOpensIt() throws {
-        let tiny = eventLines(of: readBytes(packageRoot + "/Spec/vectors/tiny-ledger/ledger.jsonl"))
+        let tiny = eventLines(of: readLog(packageRoot + "/Spec/vectors/tiny-ledger"))
         #expect(!String(decoding: tiny[9], as: UTF8.self).contains("scan-0042"))
         let record = try EventCodec.decode(line: Array(tiny[9].dropLast()))
         guard case .consentGiven(let g) = record.event.payload else { Issue.record("not a grant"); return }
@@ -72,7 +72,7 @@ import Testing
 
     /// A ledger written before sealing holds references in clear: they are still read.
     @Test func aReferenceInClearFromAnOlderLedgerIsStillRead() throws {
-        let tiny = eventLines(of: readBytes(packageRoot + "/Spec/vectors/tiny-ledger/ledger.jsonl"))
+        let tiny = eventLines(of: readLog(packageRoot + "/Spec/vectors/tiny-ledger"))
         let line = String(decoding: tiny[3].dropLast(), as: UTF8.self).replacingOccurrences(of: #""feature":"#, with: #""evidence":"scan-0007","feature":"#)
         let record = try EventCodec.decode(line: Array(line.utf8))
         guard case .consentGiven(let g) = record.event.payload else { Issue.record("not a grant"); return }
@@ -90,19 +90,19 @@ import Testing
         ("not a string", #""sealedEvidence":12,"seq":"#, "member 'sealedEvidence' must be a string"),
     ])
     func theSealedMemberHasItsShape(_ case_: (String, String, String)) {
-        let tiny = eventLines(of: readBytes(packageRoot + "/Spec/vectors/tiny-ledger/ledger.jsonl"))
+        let tiny = eventLines(of: readLog(packageRoot + "/Spec/vectors/tiny-ledger"))
         let line = String(decoding: tiny[3].dropLast(), as: UTF8.self).replacingOccurrences(of: #""seq":"#, with: case_.1)
         #expect(throws: EventDecodingError(problem: case_.2), "\(case_.0)") { try EventCodec.decode(line: Array(line.utf8)) }
     }
 
     @Test func aReferenceIsEitherSealedOrInClearNeverBoth() {
-        let tiny = eventLines(of: readBytes(packageRoot + "/Spec/vectors/tiny-ledger/ledger.jsonl"))
+        let tiny = eventLines(of: readLog(packageRoot + "/Spec/vectors/tiny-ledger"))
         let line = String(decoding: tiny[9].dropLast(), as: UTF8.self).replacingOccurrences(of: #""feature":"#, with: #""evidence":"scan-0042","feature":"#)
         #expect(throws: EventDecodingError(problem: "a grant holds its evidence reference either sealed ('sealedEvidence') or in clear ('evidence'), not both")) { try EventCodec.decode(line: Array(line.utf8)) }
     }
 
     @Test func aSealedReferenceOnAWithdrawalIsNotPartOfItsEvent() {
-        let tiny = eventLines(of: readBytes(packageRoot + "/Spec/vectors/tiny-ledger/ledger.jsonl"))
+        let tiny = eventLines(of: readLog(packageRoot + "/Spec/vectors/tiny-ledger"))
         let revoked = String(decoding: tiny.first { String(decoding: $0, as: UTF8.self).contains("consent.revoked") }!.dropLast(), as: UTF8.self)
         let line = revoked.replacingOccurrences(of: #""seq":"#, with: #""sealedEvidence":"\#(String(repeating: "ab", count: 41))","seq":"#)
         #expect(throws: EventDecodingError(problem: "member 'sealedEvidence' does not belong to a 'consent.revoked' event")) { try EventCodec.decode(line: Array(line.utf8)) }
@@ -117,7 +117,7 @@ import Testing
         let reference = "Scan 17 of Zoë Müller's paper form"
         let (result, _) = try ledger.execute(LedgerCommand(subjectID: "zoe", request: .give(feature: "timeline", consents: ["required"]), evidence: GrantEvidence(channel: .paper, reference: reference)))
         #expect(result.listing.features.flatMap(\.consents).contains { if case .given(let g) = $0.status { g.evidence.reference == reference } else { false } })
-        let log = readBytes(path + "/ledger.jsonl")
+        let log = readLog(path)
         #expect(!ErasureTests.contains(log, Array(reference.utf8)) && ErasureTests.contains(log, Array("sealedEvidence".utf8)))
         for fresh in [ledger, try Ledger.open(store: FileLedgerStore(directory: path))] {
             let grant = try #require(try fresh.report(for: "zoe").events.first)

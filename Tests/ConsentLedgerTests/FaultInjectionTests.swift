@@ -95,7 +95,8 @@ import Testing
                 // half-written line in the log, no record of a subject without events.
                 if events == before {
                     for name in ["ledger.jsonl", "subjects.jsonl"] {
-                        #expect(readBytes(work + "/" + name) == readBytes(base + "/" + name), "\(call) \(n + 1) of \(total) changed \(name)")
+                        // The content: a write cut back takes the log's reserve out with it.
+                        #expect(withoutReserve(readBytes(work + "/" + name)) == withoutReserve(readBytes(base + "/" + name)), "\(call) \(n + 1) of \(total) changed \(name)")
                     }
                 }
             }

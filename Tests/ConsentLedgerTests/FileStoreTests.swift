@@ -28,8 +28,10 @@ import Glibc
         Dictionary(uniqueKeysWithValues: Self.files.map { ($0, readBytes(path + "/" + $0)) })
     }
 
+    /// Appends where the file's content ends, as a writer does: the log's reserved zero bytes
+    /// are taken out first.
     func append(_ bytes: [UInt8], to path: String) {
-        writeBytes(readBytes(path) + bytes, to: path)
+        writeBytes(withoutReserve(readBytes(path)) + bytes, to: path)
     }
 
     /// A long-running writer reuses its parse of the log's last head line only while the line's
@@ -41,7 +43,7 @@ import Glibc
         let give = LedgerCommand(subjectID: "dora", request: .give(feature: "timeline", consents: ["required"]))
         try ledger.execute(give)
         _ = try ledger.report(for: "dora")
-        var log = readBytes(path + "/ledger.jsonl")
+        var log = readLog(path)
         let lines = log.split(separator: 0x0A, omittingEmptySubsequences: false)
         let headLine = try #require(lines.last { $0.starts(with: Array(#"{"head""#.utf8)) })
         // A base64 character of the signature, near the line's end, replaced by another.
@@ -55,14 +57,14 @@ import Glibc
     @Test func partialLineFromACrashIsIgnoredByReadsAndRemovedByTheNextWrite() throws {
         let (ledger, path) = try makeLedger("torn")
         defer { removeFolder(path) }
-        let before = readBytes(path + "/ledger.jsonl")
+        let before = readLog(path)
         let garbage = Array(#"{"body":{"actor":"self","at":"2026-"#.utf8)
         append(garbage, to: path + "/ledger.jsonl")
         let report = try ledger.verify()
         #expect(report.events == 8)
         #expect(report.torn == TornTail(offset: UInt64(before.count), byteCount: garbage.count, completeLines: 0))
         #expect(try ledger.report(for: "alice").torn != nil)
-        #expect(readBytes(path + "/ledger.jsonl") == before + garbage, "reads change nothing")
+        #expect(readLog(path) == before + garbage, "reads change nothing")
         let (_, recovered) = try ledger.execute(LedgerCommand(subjectID: "bob", request: .give(feature: "timeline", consents: ["required"])))
         #expect(recovered?.byteCount == garbage.count)
         #expect(readBytes("\(path)/recovered/torn-at-\(before.count).bin") == garbage, "torn bytes kept aside")
@@ -73,7 +75,7 @@ import Glibc
     @Test func incompleteTrailingCommandIsDroppedAndReported() throws {
         let (ledger, path) = try makeLedger("cmd")
         defer { removeFolder(path) }
-        let before = readBytes(path + "/ledger.jsonl")
+        let before = readLog(path)
         // A two-event command (revoke Timeline's required consent, cascading optional-a) of which
         // only the first line reached the disk before a crash.
         let alice = try #require(try ledger.subjectRef(for: "alice"))
@@ -106,7 +108,7 @@ import Glibc
         defer { removeFolder(path) }
         useHeadFileLayout(path)
         let ledger = try Ledger.open(store: FileLedgerStore(directory: path))
-        let log = readBytes(path + "/ledger.jsonl")
+        let log = readLog(path)
         writeBytes(Array(log.dropLast(20)), to: path + "/ledger.jsonl")
         #expect(throws: ConsentError.self) { try ledger.verify() }
         do {
@@ -115,7 +117,7 @@ import Glibc
         } catch ConsentError.integrity(let failure) {
             #expect(failure.problem.contains("acknowledged events are missing"))
         }
-        #expect(readBytes(path + "/ledger.jsonl") == Array(log.dropLast(20)), "nothing was repaired or appended")
+        #expect(readLog(path) == Array(log.dropLast(20)), "nothing was repaired or appended")
     }
 
     @Test func badRequestsChangeNoByte() throws {
@@ -172,13 +174,13 @@ import Glibc
         }
         #expect(failure.problem.contains("catalogue"))
         writeBytes(catalog, to: path + "/catalog.json")
-        let log = readBytes(path + "/ledger.jsonl")
+        let log = readLog(path)
         rewriteNewestHead(path) { note in
             var changed = Array(note.utf8)
             changed[changed.count - 2] = changed[changed.count - 2] == 0x30 ? 0x31 : 0x30
             return String(decoding: changed, as: UTF8.self)
         }
-        #expect(readBytes(path + "/ledger.jsonl") != log)
+        #expect(readLog(path) != log)
         #expect(TamperTests.isCaught(verifyFolder(path)))
         writeBytes(log, to: path + "/ledger.jsonl")
         #expect(verifyFolder(path) == .ok(events: 8))
@@ -375,7 +377,7 @@ final class Counter: Sendable {
         let index = readBytes(path + "/lines.idx"), tree = readBytes(path + "/tree.hashes")
         try ledger.execute(LedgerCommand(subjectID: "bob", request: .give(feature: "timeline", consents: ["required", "optional-a"])))
         // Take the last head line off (or most of it) and put back the derived data from before.
-        var all = lines(of: readBytes(path + "/ledger.jsonl"))
+        var all = lines(of: readLog(path))
         let headLine = all.removeLast()
         let log = Array(all.joined()) + (cutInsideTheHeadLine ? Array(headLine.prefix(50)) : [])
         writeBytes(log, to: path + "/ledger.jsonl")
@@ -385,7 +387,7 @@ final class Counter: Sendable {
         #expect(try reopened.report(for: "bob").listing.activeFeatures.map(\.feature.key) == ["timeline"])
         #expect(newestHead(path)?.checkpoint.size == 8, "the newest head is the first commit's")
         #expect(try reopened.verify().events == 10)
-        #expect(readBytes(path + "/ledger.jsonl") == log, "a read signs nothing")
+        #expect(readLog(path) == log, "a read signs nothing")
         let (checkpoint, _) = try reopened.signedCheckpoint()
         #expect(checkpoint.size == 10)
         #expect(checkpoint.root == (try reopened.checkpoint(size: 10)).root, "the root includes the command past the head")
@@ -404,7 +406,7 @@ final class Counter: Sendable {
         defer { removeFolder(path) }
         let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "torn-commit", keyProtection: .insecurePlaintext)
         try ledger.execute(Array(seedScenario))
-        let before = readBytes(path + "/ledger.jsonl")
+        let before = readLog(path)
         let last = try ledger.store.logState().last
         // Three one-event commands for two new subjects, sealed as one commit; only the first two
         // reach the disk.

@@ -65,13 +65,13 @@ import Testing
         defer { folder.remove() }
         let ledger = try Self.makeLedger(folder)
         try ledger.execute([Self.give("alice")])
-        let log = readBytes(folder.path + "/ledger/ledger.jsonl")
+        let log = readLog(folder.path + "/ledger")
         // Enough events for chunks of them to be signed elsewhere before the refusal.
         let accepted = (0..<8).map { Self.give("new-\($0)", ["required", "optional-a"]) }
         #expect(throws: ConsentError.self) {
             try ledger.execute([Self.give("alice", ["optional-a"])] + accepted + [Self.give("bob", feature: "no-such-feature")])
         }
-        #expect(readBytes(folder.path + "/ledger/ledger.jsonl") == log)
+        #expect(readLog(folder.path + "/ledger") == log)
         try ledger.execute([Self.give("alice", ["optional-a"])])
         try ledger.execute([Self.give("carol")])
         #expect(try ledger.report(for: "alice").events.count == 2)
@@ -85,10 +85,10 @@ import Testing
         let folder = TemporaryFolder("group")
         defer { folder.remove() }
         let ledger = try Self.makeLedger(folder)
-        let log = readBytes(folder.path + "/ledger/ledger.jsonl")
+        let log = readLog(folder.path + "/ledger")
         let outcomes = try ledger.executeGroup([[Self.give("a", ["optional-a"])], [Self.give("b", feature: "x")]], stopAtRefusal: false)
         #expect(outcomes.allSatisfy { if case .failure = $0 { true } else { false } })
-        #expect(readBytes(folder.path + "/ledger/ledger.jsonl") == log)
+        #expect(readLog(folder.path + "/ledger") == log)
     }
 
     /// `executeInOrder` commits a group per sync, acknowledges each command once its group is

@@ -186,13 +186,13 @@ import Glibc
         try ledger.execute(LedgerCommand(subjectID: "alice", request: .give(feature: "timeline", consents: ["optional-a"])))
         #expect(asked.withLock { $0 } == 1, "the first write asks, the second does not")
 
-        let before = readBytes(path + "/ledger.jsonl")
+        let before = readLog(path)
         for source: PassphraseSource? in [nil, { Self.secret("not the passphrase") }] {
             let locked = try Ledger.open(store: FileLedgerStore(directory: path), passphrase: source)
             #expect(throws: ConsentError.self) {
                 try locked.execute(LedgerCommand(subjectID: "bob", request: .give(feature: "timeline", consents: ["required"])))
             }
-            #expect(readBytes(path + "/ledger.jsonl") == before, "a locked key appends nothing")
+            #expect(readLog(path) == before, "a locked key appends nothing")
         }
     }
 

@@ -114,8 +114,9 @@ import Testing
                                  payload: .consentRevoked(ConsentRevoked(subject: ref, feature: 2, consent: "required", reason: .withdrawn)))
         var streams: StreamState? = try ledger.streamStateForSealing([forged])
         let (records, _) = try ledger.chain.seal([forged], after: ledger.chain.hash(ofBody: log.last.body), signer: genesis, streams: &streams)
-        let file = try PosixFile(path: path + "/ledger.jsonl", flags: O_WRONLY | O_APPEND)
-        try file.write(records[0].lineWithoutNewline + [0x0A], at: try file.size())
+        // Where the log's content ends, in the space its writer reserved, as a writer appends.
+        let file = try PosixFile(path: path + "/ledger.jsonl", flags: O_WRONLY)
+        try file.write(records[0].lineWithoutNewline + [0x0A], at: UInt64(readLog(path).count))
 
         let reopened = try Self.reopen(path)
         for attempt in [{ _ = try reopened.verify() }, { _ = try reopened.report(for: "alice") }] as [() throws -> Void] {
@@ -138,8 +139,9 @@ import Testing
                                 payload: .keyRotated(KeyRotated(publicKey: newKey.hex, handover: handover.hex)))
         var streams: StreamState? = try ledger.streamStateForSealing([event])
         let (records, _) = try ledger.chain.seal([event], after: prev, signer: signer, streams: &streams)
-        let file = try PosixFile(path: path + "/ledger.jsonl", flags: O_WRONLY | O_APPEND)
-        try file.write(records[0].lineWithoutNewline + [0x0A], at: try file.size())
+        // Where the log's content ends, in the space its writer reserved, as a writer appends.
+        let file = try PosixFile(path: path + "/ledger.jsonl", flags: O_WRONLY)
+        try file.write(records[0].lineWithoutNewline + [0x0A], at: UInt64(readLog(path).count))
         return seq
     }
 
@@ -442,8 +444,9 @@ import Testing
             }
             _ = try tx.commit(LedgerCommit(firstSeq: size, entries: [], derived: DerivedUpdate(indexFrom: size, streamKeys: [], treeFrom: Int64(size), treeHashes: [], subjectMap: nil), subjects: [], head: nil, revisedSubjects: revised))
         }
-        let file = try PosixFile(path: path + "/ledger.jsonl", flags: O_WRONLY | O_APPEND)
-        try file.write(records[0].lineWithoutNewline + [0x0A], at: try file.size())
+        // Where the log's content ends, in the space its writer reserved, as a writer appends.
+        let file = try PosixFile(path: path + "/ledger.jsonl", flags: O_WRONLY)
+        try file.write(records[0].lineWithoutNewline + [0x0A], at: UInt64(readLog(path).count))
         #expect {
             _ = try KeyRotationTests.reopen(path).verify()
         } throws: { error in

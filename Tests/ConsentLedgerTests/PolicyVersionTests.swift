@@ -108,14 +108,14 @@ import Testing
     @Test func publishingRefusesStructuralChangesAndIgnoresNoOps() throws {
         let (ledger, path) = try Self.ledger("publish-refused")
         defer { removeFolder(path) }
-        let log = readBytes(path + "/ledger.jsonl")
+        let log = readLog(path)
         #expect(try ledger.publish(SeedCatalog.catalog) == nil)
         #expect(try ledger.previewPublication(SeedCatalog.catalog).changes.isEmpty)
         let fewer = try Catalog(features: [SeedCatalog.catalog.features[0]])
         #expect(throws: ConsentError.self) { try ledger.publish(fewer) }
         #expect(throws: ConsentError.self) { try ledger.previewPublication(fewer) }
         #expect(throws: ConsentError.self) { try ledger.publish(Self.catalog(bumping: [("timeline", "required", "2.0 ")])) }
-        #expect(readBytes(path + "/ledger.jsonl") == log)
+        #expect(readLog(path) == log)
     }
 
     /// The preview names each changed consent and counts the subjects whose current grant
@@ -161,7 +161,7 @@ import Testing
         // the hash is not. (In the older layout, whose unsigned `SEQ HASH` head a tamperer
         // without the key can write.)
         useHeadFileLayout(path)
-        let lines = readBytes(path + "/ledger.jsonl").split(separator: 0x0A).map(Array.init)
+        let lines = readLog(path).split(separator: 0x0A).map(Array.init)
         let record = try EventCodec.decode(line: lines[8])
         guard case .catalogPublished(let published) = record.event.payload else { Issue.record("no publish"); return }
         let forged = LedgerEvent(seq: record.event.seq, at: record.event.at, actor: record.event.actor, command: record.event.command,

@@ -128,7 +128,7 @@ import Testing
                 if i == publishAt % numbers.count { try ledger.publish(PolicyVersionTests.catalog(bumping: [("timeline", "required", "2.0"), ("medication-management", "optional-a", "1.1")])) }
                 _ = try? ledger.execute(LedgerCommand(subjectID: LedgerPropertyTests.command(n).subjectID, request: LedgerPropertyTests.command(n).request))
             }
-            let lines = eventLines(of: readBytes(path + "/ledger.jsonl")).map { try! EventCodec.decode(line: Array($0.dropLast())).event }
+            let lines = eventLines(of: readLog(path)).map { try! EventCodec.decode(line: Array($0.dropLast())).event }
             for cut in lines.indices where cut % 3 == 0 {
                 let t = lines[cut].at
                 var replay = LedgerReplay(catalog: SeedCatalog.catalog)

@@ -64,7 +64,7 @@ import Glibc
     @Test func proveConsistencyFromACheckpointLargerThanTheLedgerIsAnIntegrityFailure() throws {
         let (ledger, path) = try AuditExportTests.ledger("rollback")
         defer { removeFolder(path) }
-        let log = lines(of: readBytes(path + "/ledger.jsonl"))
+        let log = lines(of: readLog(path))
         let (_, note) = try ledger.signedCheckpoint()
         // Cut the log back, with its head lines, to a commit boundary of at most 8 events, and
         // delete the derived data.

@@ -74,6 +74,17 @@ func readBytes(_ path: String) -> [UInt8] {
     (try? LocalFile.read(path, limit: 1 << 30)) ?? []
 }
 
+/// The content of the log of the ledger in `folder`: its bytes before the zero bytes a writer
+/// reserves after them for its appends (`Spec/ledger-format.md`, "The log file").
+func readLog(_ folder: String) -> [UInt8] {
+    withoutReserve(readBytes(folder + "/ledger.jsonl"))
+}
+
+/// `bytes` without the zero bytes at their end.
+func withoutReserve(_ bytes: [UInt8]) -> [UInt8] {
+    Array(bytes[..<(bytes.lastIndex(where: { $0 != 0 }).map { $0 + 1 } ?? 0)])
+}
+
 func writeBytes(_ bytes: [UInt8], to path: String) {
     let f = fopen(path, "wb")!
     _ = bytes.withUnsafeBytes { fwrite($0.baseAddress, 1, $0.count, f) }
@@ -247,14 +258,14 @@ func newestHead(_ folder: String) -> SignedHead? {
     if access(folder + "/head", F_OK) == 0 {
         return RecordedHead.parse(String(decoding: readBytes(folder + "/head"), as: UTF8.self))?.signed
     }
-    guard let line = lines(of: readBytes(folder + "/ledger.jsonl")).last(where: { isHeadLine($0) && $0.last == 0x0A }) else { return nil }
+    guard let line = lines(of: readLog(folder)).last(where: { isHeadLine($0) && $0.last == 0x0A }) else { return nil }
     return try? SignedHead(logLine: Array(line.dropLast()))
 }
 
 /// Turns a ledger folder into the older layout, which the storage still reads and writes: the
 /// head lines taken out of the log and the newest one's note written to a `head` file.
 func useHeadFileLayout(_ folder: String) {
-    let all = lines(of: readBytes(folder + "/ledger.jsonl"))
+    let all = lines(of: readLog(folder))
     let note = newestHead(folder)!.note
     writeBytes(Array(all.filter { !isHeadLine($0) }.joined()), to: folder + "/ledger.jsonl")
     writeBytes(Array(note.utf8), to: folder + "/head")
@@ -269,7 +280,7 @@ func rewriteNewestHead(_ folder: String, _ change: (String) -> String) {
         writeBytes(Array(change(String(decoding: readBytes(folder + "/head"), as: UTF8.self)).utf8), to: folder + "/head")
         return
     }
-    var all = lines(of: readBytes(folder + "/ledger.jsonl"))
+    var all = lines(of: readLog(folder))
     let i = all.lastIndex(where: isHeadLine)!
     let note = try! SignedHead(logLine: Array(all[i].dropLast())).note
     all[i] = CanonicalJSON.serialize(.object(["head": .string(change(note))])) + [0x0A]

@@ -47,7 +47,7 @@ import Testing
 
     @Test func everySingleByteChangeIsCaught() {
         let scratch = Scratch()
-        let log = readBytes(Self.tiny + "/ledger.jsonl")
+        let log = readLog(Self.tiny)
         #expect(scratch.outcome(ofLog: log) == .ok(events: 10))
         var missed: [Int] = []
         for offset in log.indices {
@@ -63,14 +63,14 @@ import Testing
 
     @Test func everyTruncationIsCaught() {
         let scratch = Scratch()
-        let log = readBytes(Self.tiny + "/ledger.jsonl")
+        let log = readLog(Self.tiny)
         let missed = (0..<log.count).filter { !scratch.holds(scratch.outcome(ofLog: Array(log[..<$0]))) }
         #expect(missed.isEmpty, "truncations at these lengths were not caught: \(missed.prefix(20))")
     }
 
     @Test func everyDeletedLineAndSwappedPairIsCaught() {
         let scratch = Scratch()
-        let original = lines(of: readBytes(Self.tiny + "/ledger.jsonl"))
+        let original = lines(of: readLog(Self.tiny))
         for i in original.indices {
             var deleted = original
             deleted.remove(at: i)
@@ -91,7 +91,7 @@ import Testing
             defer { removeFolder(path) }
             let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "r", keyProtection: .insecurePlaintext)
             for n in numbers { _ = try? ledger.execute(LedgerPropertyTests.command(n)) }
-            let log = readBytes(path + "/ledger.jsonl")
+            let log = readLog(path)
             let scratch = Scratch(copying: path)
             let all = lines(of: log)
             var flipped = log

@@ -46,16 +46,22 @@ import Glibc
         )
     }
 
+    /// A file of a ledger the code wrote, as a vector holds it: the log without the zero bytes
+    /// reserved after its content (a vector is the content; a reserve is no part of it).
+    static func vectorContent(_ path: String) -> [UInt8] {
+        path.hasSuffix("/ledger.jsonl") ? withoutReserve(readBytes(path)) : readBytes(path)
+    }
+
     /// The vector folder `name` holds the files the code wrote at `path` (rewritten with
     /// CONSENTLEDGER_UPDATE_VECTORS), and the committed folder verifies as it is.
     static func expectVectorFolder(_ name: String, writtenAt path: String, scratch: String, events: Int) {
         let files = ["ledger.jsonl", "catalog.json", "public.key", "secret.key", "subjects.jsonl"]
         if getenv("CONSENTLEDGER_UPDATE_VECTORS") != nil {
             _ = system("mkdir -p '\(vectors)/\(name)'")
-            for f in files { writeBytes(readBytes(path + "/" + f), to: "\(vectors)/\(name)/\(f)") }
+            for f in files { writeBytes(vectorContent(path + "/" + f), to: "\(vectors)/\(name)/\(f)") }
         }
         for f in files {
-            let same = readBytes(path + "/" + f) == readBytes("\(vectors)/\(name)/\(f)")
+            let same = vectorContent(path + "/" + f) == readBytes("\(vectors)/\(name)/\(f)")
             #expect(same, "Spec/vectors/\(name)/\(f) differs from what the code writes")
         }
         let copy = scratch + "/copy"
@@ -138,16 +144,16 @@ import Glibc
         let update = getenv("CONSENTLEDGER_UPDATE_VECTORS") != nil
         if update {
             _ = system("mkdir -p '\(Self.vectors)/tiny-ledger' '\(Self.vectors)/tampered'")
-            for f in files { writeBytes(readBytes(path + "/" + f), to: "\(Self.vectors)/tiny-ledger/\(f)") }
+            for f in files { writeBytes(Self.vectorContent(path + "/" + f), to: "\(Self.vectors)/tiny-ledger/\(f)") }
             writeBytes(expected, to: Self.vectors + "/expected.json")
         }
         for f in files {
-            let same = readBytes(path + "/" + f) == readBytes("\(Self.vectors)/tiny-ledger/\(f)")
+            let same = Self.vectorContent(path + "/" + f) == readBytes("\(Self.vectors)/tiny-ledger/\(f)")
             #expect(same, "Spec/vectors/tiny-ledger/\(f) differs from what the code writes")
         }
         let same = readBytes(Self.vectors + "/expected.json") == expected
             #expect(same, "Spec/vectors/expected.json differs")
-        let original = lines(of: readBytes(path + "/ledger.jsonl"))
+        let original = lines(of: readLog(path))
         for t in Self.tamperings {
             let bytes = Array(changingEvents(original, t.change).joined())
             let vectorPath = "\(Self.vectors)/tampered/\(t.name).jsonl"
@@ -189,7 +195,7 @@ import Glibc
     func expectedJSON(ledger: Ledger, path: String, report: VerificationReport) throws -> [UInt8] {
         let hasher = Sodium()
         var events: [JSONValue] = []
-        for (i, line) in eventLines(of: readBytes(path + "/ledger.jsonl")).enumerated() {
+        for (i, line) in eventLines(of: readLog(path)).enumerated() {
             let record = try EventCodec.decode(line: Array(line.dropLast()))
             events.append(.object([
                 "line": .int(Int64(i + 1)),

@@ -100,7 +100,7 @@ import TransparencyLog
         // One base64 character of the head's signature changed, the note otherwise the same.
         let logPath = path + "/ledger.jsonl"
         var bytes = Array(try Data(contentsOf: URL(fileURLWithPath: logPath)))
-        let at = bytes.count - 11  // the line ends `…Zhigk=\n"}` and a newline
+        let at = withoutReserve(bytes).count - 11  // the line ends `…Zhigk=\n"}` and a newline
         bytes[at] = bytes[at] == UInt8(ascii: "Y") ? UInt8(ascii: "X") : UInt8(ascii: "Y")
         try Data(bytes).write(to: URL(fileURLWithPath: logPath))
         let forged = try #require(try FileLedgerStore(directory: path).read { try $0.logState() }.signedHead)
