@@ -1379,8 +1379,9 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
     /// appends, and grows in steps of this many bytes. An append into the reserve leaves the
     /// file's size as it was, so its `fdatasync` writes the data and flushes the disk's cache;
     /// an append that changes the size also writes the inode first, a third write waited for
-    /// in turn (on ext4, 0.09 against 0.145 ms for a kilobyte on the bench's machine). Readers
-    /// take the content to end before the zeros (`Spec/ledger-format.md`, "The log file").
+    /// in turn (on ext4, 0.09 against 0.145 ms for a kilobyte on the bench's machine), and so
+    /// does one after the file's times were read (``PosixFile/Identity``). Readers take the
+    /// content to end before the zeros (`Spec/ledger-format.md`, "The log file").
     static let reserveStep: UInt64 = 32 << 10
 
     private func append(_ bytes: [UInt8], to file: PosixFile, at expected: UInt64, line: Int) throws {
