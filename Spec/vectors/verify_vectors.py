@@ -3257,6 +3257,12 @@ def check_vectors(checks, here):
     checks.run("a hole of zero bytes in the newest head line: the commit's events are kept, the head line is torn",
                lambda: (lambda r: (r.events == 10 and r.torn is not None and r.torn[0] == log.rfind(b"\n", 0, len(log) - 1) + 1,
                                    "%d events, torn %r" % (r.events, r.torn)))(verify_folder(folder, log=head_holed)))
+    # A large commit's head line written again (Writing, step 5), a crash leaving a hole in it:
+    # the commit and its first head line stand, the repeated line is torn.
+    repeat_holed = log + file_lines[-1][:10] + b"\0" * 20 + file_lines[-1][30:] + b"\n" + reserve
+    checks.run("a hole of zero bytes in the newest head line written again: the commit stands, the repetition is torn",
+               lambda: (lambda r: (r.events == 10 and r.torn is not None and r.torn[0] == len(log),
+                                   "%d events, torn %r" % (r.events, r.torn)))(verify_folder(folder, log=repeat_holed)))
 
     # The older layout (a `head` file; no head lines, every line an event line) stays readable:
     # the tiny ledger in that layout, its log the event lines and its head the newest note.

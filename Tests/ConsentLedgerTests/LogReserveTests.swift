@@ -135,3 +135,90 @@ import Glibc
         #expect(fstat(file.fd, &st) == 0 && UInt64(st.st_size) == 20)
     }
 }
+
+/// A large commit's head line is written once more after it, alone, once the commit is durable
+/// (`Spec/ledger-format.md`, Writing, step 5): a reader then finds the log's end from that line,
+/// not from the whole commit.
+@Suite struct RepeatedHeadLineTests {
+    /// The log's lines (without their 0x0A) from byte `from` of its content on.
+    static func lines(_ path: String, from: Int = 0) -> [[UInt8]] {
+        readLog(path)[from...].split(separator: 0x0A, omittingEmptySubsequences: false).dropLast().map(Array.init)
+    }
+
+    /// Commands enough for a commit past the threshold (about 90 KB).
+    static let bulk = 200
+
+    static func isHeadLine(_ line: [UInt8]) -> Bool { line.starts(with: Array("{\"h".utf8)) }
+
+    /// Commands for `count` new subjects, one event each: about 450 bytes of log apiece.
+    static func newSubjects(_ count: Int, from first: Int = 0) -> [LedgerCommand] {
+        (first..<(first + count)).map { LedgerCommand(subjectID: "bulk-\($0)", request: .give(feature: "timeline", consents: ["required"])) }
+    }
+
+    func makeLedger(_ label: String) throws -> (Ledger, String) {
+        let path = LedgerPropertyTests.folder(label)
+        let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: label, keyProtection: .insecurePlaintext)
+        try ledger.execute(Array(seedScenario))
+        return (ledger, path)
+    }
+
+    /// Writes `commands` as one commit (one group of `executeInOrder`).
+    func commitInOneGroup(_ ledger: Ledger, _ commands: [LedgerCommand]) throws {
+        try ledger.executeInOrder(commands, groupSize: commands.count) { _, _, warning in #expect(warning == nil) }
+    }
+
+    @Test func aLargeCommitsHeadLineIsWrittenAgainAloneAndASmallOnesIsNot() throws {
+        let (ledger, path) = try makeLedger("head-repeated")
+        defer { removeFolder(path) }
+        let small = Self.lines(path)
+        #expect(zip(small, small.dropFirst()).allSatisfy { !(Self.isHeadLine($0) && Self.isHeadLine($1)) }, "a small commit has one head line")
+        let before = readLog(path).count
+        try commitInOneGroup(ledger, Self.newSubjects(Self.bulk))
+        let commit = Self.lines(path, from: before)
+        #expect(readLog(path).count - before > FileLedgerTransaction.headRepeatedAfter)
+        #expect(commit.count == Self.bulk + 2 && commit[..<Self.bulk].allSatisfy { !Self.isHeadLine($0) })
+        #expect(Self.isHeadLine(commit[Self.bulk]) && commit[Self.bulk + 1] == commit[Self.bulk], "the head line, then the same line again")
+        let reopened = try Ledger.open(store: FileLedgerStore(directory: path))
+        let report = try reopened.verify()
+        #expect(report.events == 8 + Self.bulk && report.torn == nil)
+        #expect(try reopened.report(for: "bulk-\(Self.bulk - 1)").events.count == 1)
+        // The next (small) commit has one head line again.
+        let grown = readLog(path).count
+        try reopened.execute(Self.newSubjects(1, from: Self.bulk))
+        let next = Self.lines(path, from: grown)
+        #expect(next.count == 2 && !Self.isHeadLine(next[0]) && Self.isHeadLine(next[1]))
+        #expect(try Ledger.open(store: FileLedgerStore(directory: path)).verify().events == 8 + Self.bulk + 1)
+    }
+
+    /// A crash after the commit's sync, during the repeated head line's write, leaves that line
+    /// cut short, or with a hole of zeros: a torn tail after the commit, which is kept whole.
+    /// Reads change nothing; the next write keeps the torn bytes aside and cuts them.
+    @Test(arguments: [("cut short", 50, 0), ("with a hole at its start", 0, 20), ("with a hole inside", 100, 20)])
+    func aCrashDuringTheRepeatedHeadLineLosesNothing(_ how: String, _ at: Int, _ hole: Int) throws {
+        let (ledger, path) = try makeLedger("head-repeat-torn-\(at)-\(hole)")
+        defer { removeFolder(path) }
+        try commitInOneGroup(ledger, Self.newSubjects(Self.bulk))
+        let content = readLog(path), file = readBytes(path + "/ledger.jsonl")
+        let repeated = content.dropLast().lastIndex(of: 0x0A)! + 1
+        var written = file
+        if hole == 0 {
+            for i in (repeated + at)..<content.count { written[i] = 0 }
+        } else {
+            for i in (repeated + at)..<(repeated + at + hole) { written[i] = 0 }
+        }
+        writeBytes(written, to: path + "/ledger.jsonl")
+
+        let reopened = try Ledger.open(store: FileLedgerStore(directory: path))
+        let report = try reopened.verify()
+        #expect(report.events == 8 + Self.bulk, "\(how): every event of the commit kept")
+        #expect(report.torn?.offset == UInt64(repeated), "\(how): torn \(String(describing: report.torn))")
+        #expect(try reopened.report(for: "bulk-\(Self.bulk - 1)").events.count == 1)
+        #expect(readBytes(path + "/ledger.jsonl") == written, "reads change nothing")
+
+        let (_, recovered) = try reopened.execute(Self.newSubjects(1, from: Self.bulk)[0])
+        #expect(recovered?.offset == UInt64(repeated))
+        let after = try Ledger.open(store: FileLedgerStore(directory: path)).verify()
+        #expect(after.events == 8 + Self.bulk + 1 && after.torn == nil)
+        #expect(!readLog(path).contains(0))
+    }
+}
