@@ -327,6 +327,15 @@ public struct FileLedgerStore: LedgerStore {
         !line.isEmpty && line.allSatisfy { $0 == 0x20 }
     }
 
+    /// Whether a line of `subjects.jsonl` is no record and no sign of damage, but skipped: an
+    /// erased record's line of spaces, or a line that holds a zero byte, bytes of an append into
+    /// the file's reserve that a crash cut short (a page of it never written), never
+    /// acknowledged (`Spec/ledger-format.md`, subjects.jsonl).
+    static func isSkippedRecordLine(_ line: some Collection<UInt8>) -> Bool {
+        if line.first == 0x20, isErasedLine(line) { return true }
+        return line.withContiguousStorageIfAvailable { !$0.isEmpty && memchr($0.baseAddress!, 0, $0.count) != nil } ?? line.contains(0)
+    }
+
     static func decodeSubjectLine(_ line: [UInt8]) -> (String, SubjectRecord)? {
         let prefix = Array(#"{"id":"#.utf8), middle = Array(#","salt":""#.utf8), sigMiddle = Array(#"","sig":""#.utf8)
         var body = line[...]
@@ -992,7 +1001,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         var start = 0
         while let end = bytes[start...].firstIndex(of: FileLedgerStore.newline) {
             let line = Array(bytes[start..<end])
-            if FileLedgerStore.isErasedLine(line) {
+            if FileLedgerStore.isSkippedRecordLine(line) {
                 blank = true
             } else if let (id, _) = FileLedgerStore.decodeSubjectLine(line), ids.contains(SubjectID(id)) {
                 try file.write([UInt8](repeating: 0x20, count: line.count), at: UInt64(start))
@@ -1028,7 +1037,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
             let line = Array(bytes[start..<end])
             if let (id, old) = FileLedgerStore.decodeSubjectLine(line), let revised = replacements[SubjectID(id)], revised?.salt ?? old.salt == old.salt {
                 if let revised { out += FileLedgerStore.encodeSubjectLines([(SubjectID(id), revised)]) }
-            } else if !FileLedgerStore.isErasedLine(line) {
+            } else if !FileLedgerStore.isSkippedRecordLine(line) {
                 out += line
                 out.append(FileLedgerStore.newline)
             }
@@ -1044,7 +1053,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         // A trailing line without a newline was never acknowledged (a crash mid-write): ignored.
         for line in bytes.split(separator: FileLedgerStore.newline, omittingEmptySubsequences: false).dropLast() {
             lineNumber += 1
-            if FileLedgerStore.isErasedLine(line) { continue }
+            if FileLedgerStore.isSkippedRecordLine(line) { continue }
             guard let (id, record) = FileLedgerStore.decodeSubjectLine(Array(line)) else {
                 throw ConsentError.integrity(IntegrityFailure(.subjectRecord, line: nil, seq: nil, problem: "\(store.subjectsPath) line \(lineNumber) is not {\"id\":…,\"salt\":…[,\"sig\":…]}"))
             }
@@ -1101,11 +1110,16 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
                 let lineEnd = UnsafeRawPointer(memchr(base + lineStart, Int32(FileLedgerStore.newline), end - lineStart)!).assumingMemoryBound(to: UInt8.self) - base
                 let length = lineEnd - lineStart
                 lineNumber += 1
-                // A line not even shaped like a record might have been this subject's (a line of
-                // spaces is an erased record's remains).
+                // A line of spaces is an erased record's remains; one holding a zero byte, an
+                // unacknowledged append's.
+                if FileLedgerStore.isSkippedRecordLine(UnsafeBufferPointer(start: base + lineStart, count: length)) {
+                    lineStart = lineEnd + 1
+                    continue
+                }
+                // A line not even shaped like a record might have been this subject's.
                 if malformed == nil {
                     let shaped = length > shape.count + 2 && memcmp(base + lineStart, shape, shape.count) == 0 && base[lineEnd - 2] == 0x22 && base[lineEnd - 1] == 0x7D
-                    if !shaped, !FileLedgerStore.isErasedLine(UnsafeBufferPointer(start: base + lineStart, count: length)) { malformed = lineNumber }
+                    if !shaped { malformed = lineNumber }
                 }
                 if length > needle.count, memcmp(base + lineStart, needle, needle.count) == 0 {
                     guard let (lineID, record) = FileLedgerStore.decodeSubjectLine(Array(UnsafeBufferPointer(start: base + lineStart, count: length))), SubjectID(lineID) == id else {
@@ -1276,13 +1290,16 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         // durable takes them out again, so that a failed command (a full disk) changes nothing.
         // (A crash in between leaves them: records without events, which are allowed.)
         var recordsFrom: UInt64?
+        var recordsSize: UInt64 = 0
         let recordLines = FileLedgerStore.encodeSubjectLines(commit.subjects)
         if !commit.subjects.isEmpty {
-            recordsFrom = try appendLines(recordLines, to: store.subjectsPath, create: false)
+            (recordsFrom, recordsSize) = try appendRecords(recordLines)
         }
         func withdrawRecords() {
             guard let recordsFrom, let subjects = try? store.openFiles.file(store.subjectsPath, writable: true) else { return }
+            // Its reserve as it was: zeros up to the size it had.
             try? subjects.truncate(to: recordsFrom)
+            if recordsSize > recordsFrom { try? subjects.truncate(to: recordsSize) }
             _ = try? subjects.sync()
         }
         if !commit.revisedSubjects.isEmpty { try reviseSubjectRecords(commit.revisedSubjects) }
@@ -1425,14 +1442,14 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         let end = expected + UInt64(bytes.count)
         // The older layout is written as it was: appended, without a reserve.
         if end <= reserved || !headIsInLog() {
-            try file.appendDurably(bytes, at: expected)
+            try file.appendDurably(bytes, at: expected, restoring: reserved)
         } else {
             // Past the reserve: a new one, zeros up to the next step, written and synced with
             // the entries (the size changes once, for the next appends of about a step).
             let step = Self.reserveStep
             var padded = bytes
             padded.append(contentsOf: repeatElement(0, count: Int((end / step + 1) * step - end)))
-            try file.appendDurably(padded, at: expected)
+            try file.appendDurably(padded, at: expected, restoring: reserved)
         }
     }
 
@@ -1494,6 +1511,38 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         }
         try PosixFile.writeNew(bytes, to: path)
         try PosixFile.syncDirectory(folder)
+    }
+
+    /// Appends subject records to `subjects.jsonl` and syncs it. Like the log, the file keeps
+    /// zero bytes reserved after its lines, and records are written over them where the lines
+    /// end: the sync of an append that leaves the file's size as it was writes the data alone,
+    /// not the inode too (``reserveStep``). A command for a new subject syncs its record before
+    /// its events, so this is half of such a command's syncs. A partial line a crash left at the
+    /// end (never acknowledged) is cut off first. Returns the offset the lines were written at
+    /// and the file's size before.
+    private func appendRecords(_ lines: [UInt8]) throws -> (offset: UInt64, sizeBefore: UInt64) {
+        let file = try store.openFiles.file(store.subjectsPath, writable: true, create: false)
+        var size = try file.size()
+        var end = try file.contentEnd(size: size)
+        if end > 0, try file.read(at: end - 1, count: 1) != [FileLedgerStore.newline] {
+            let bytes = try file.read(at: 0, count: Int(end))
+            end = UInt64(bytes.lastIndex(of: FileLedgerStore.newline).map { $0 + 1 } ?? 0)
+            try file.truncate(to: end)
+            size = end
+        }
+        var bytes = lines
+        let stop = end + UInt64(lines.count)
+        if stop > size {
+            // Past the reserve: a new one, zeros up to the next step, in the same write and sync.
+            let step = Self.reserveStep
+            bytes.append(contentsOf: repeatElement(0, count: Int((stop / step + 1) * step - stop)))
+        }
+        do {
+            try file.appendDurably(bytes, at: end, restoring: size)
+        } catch {
+            throw error.error
+        }
+        return (end, size)
     }
 
     /// Appends complete lines to a line file and syncs it, first cutting off a partial line that

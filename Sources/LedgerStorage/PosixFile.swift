@@ -211,12 +211,17 @@ final class PosixFile {
     /// Writes `bytes` at `offset`, where the file's content ends, and syncs them. On failure the file is cut
     /// back to `offset` (best effort) before ``AppendFailed`` is thrown: bytes that failed to
     /// reach the disk are never left where a later reader would adopt them.
-    func appendDurably(_ bytes: [UInt8], at offset: UInt64) throws(AppendFailed) {
+    ///
+    /// `restoring`: the file's size before the write, when it ended in zero bytes reserved for
+    /// appends (the log, the records): on failure the file is cut back to `offset` and then
+    /// given that size again, its end zero bytes as before (a hole, which takes no space on a
+    /// full disk), so that a failed write leaves the file as it was, byte for byte.
+    func appendDurably(_ bytes: [UInt8], at offset: UInt64, restoring size: UInt64? = nil) throws(AppendFailed) {
         do {
             try write(bytes, at: offset)
             try sync()
         } catch {
-            let cutBack = (try? truncate(to: offset)) != nil && (try? sync()) != nil
+            let cutBack = (try? truncate(to: offset)) != nil && (size.map { $0 <= offset || (try? truncate(to: $0)) != nil } ?? true) && (try? sync()) != nil
             throw AppendFailed(error: error, cutBack: cutBack)
         }
     }

@@ -63,9 +63,10 @@ final class SubjectFileCache: Sendable {
     /// a process's first lookups (``scansBeforeKeeping``), which scan instead. All under the lock, so the snapshot is
     /// updated in place, never copied, and no descriptor is closed while another holds it.
     func withSnapshot<T>(of file: PosixFile, _ body: (Snapshot) throws -> T) throws -> T? {
-        var info = stat()
-        guard fstat(file.fd, &info) == 0 else { return nil }
-        let (device, inode, size) = (UInt64(info.st_dev), UInt64(info.st_ino), Int(info.st_size))
+        // Its identity and size without its times (``PosixFile/Identity``): reading those would
+        // make the records file's next append write its inode too.
+        guard let identity = file.identity(), let end = try? file.size() else { return nil }
+        let (device, inode, size) = (identity.device, identity.inode, Int(end))
         return try state.withLock { s throws -> T? in
             s.lookups += 1
             let usable = s.snapshot.map { $0.device == device && $0.inode == inode && $0.covered <= size } ?? false
@@ -76,7 +77,10 @@ final class SubjectFileCache: Sendable {
                 if let old = s.snapshot?.held { close(old) }
                 s.snapshot = Snapshot(held: held, device: device, inode: inode, covered: 0)
             }
-            if s.snapshot!.covered < size {
+            // The file may end in zero bytes reserved for appends: a first byte that is zero
+            // means nothing was appended since (appends are written where the lines end), and
+            // the reserve is not read again on every lookup.
+            if s.snapshot!.covered < size, try file.read(at: UInt64(s.snapshot!.covered), count: 1) != [0] {
                 let bytes = try file.read(at: UInt64(s.snapshot!.covered), count: size - s.snapshot!.covered)
                 Self.take(bytes, into: &s.snapshot!)
             }
@@ -92,7 +96,7 @@ final class SubjectFileCache: Sendable {
             let line = Array(bytes[lineStart..<(lineEnd - 1)])
             lineStart = lineEnd
             snapshot.lines += 1
-            if FileLedgerStore.isErasedLine(line) { continue }
+            if FileLedgerStore.isSkippedRecordLine(line) { continue }
             let shaped = line.count > shape.count + 2 && line.starts(with: shape) && line[line.count - 2] == 0x22 && line[line.count - 1] == 0x7D
             if !shaped {
                 snapshot.firstShapeless = snapshot.firstShapeless ?? snapshot.lines

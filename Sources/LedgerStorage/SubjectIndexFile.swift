@@ -166,7 +166,7 @@ enum SubjectIndexFile {
                 slot = (slot + 1) & (slots - 1)
             }
         }
-        table.replaceSubrange(0..<headerSize, with: headerBytes(Header(slots: slots, entries: placed, covered: UInt64(subjects.count))))
+        table.replaceSubrange(0..<headerSize, with: headerBytes(Header(slots: slots, entries: placed, covered: UInt64(PosixFile.lastNonZero(subjects).map { $0 + 1 } ?? 0))))
         return table
     }
 
@@ -180,7 +180,9 @@ enum SubjectIndexFile {
         while start < lines.count, let newline = memchr(pointer + start, 0x0A, lines.count - start) {
             let end = UnsafeRawPointer(newline) - pointer
             defer { start = end + 1 }
-            guard end - start > prefix.count, memcmp(pointer + start, prefix, prefix.count) == 0 else { continue }
+            guard end - start > prefix.count, memcmp(pointer + start, prefix, prefix.count) == 0,
+                  memchr(pointer + start, 0, end - start) == nil  // a line an unfinished append left
+            else { continue }
             // The id's string ends where `,"salt":"` first follows it: inside a JSON string a
             // quote is always escaped, so the string cannot hold those bytes.
             let from = start + prefix.count

@@ -1025,7 +1025,7 @@ def check_clock(checks, here):
     folder = os.path.join(here, "clock-ledger")
     seed = bytes(range(32))
     lines = event_lines(read_file(folder, "ledger.jsonl"))
-    salts = {json.loads(r)["id"]: bytes.fromhex(json.loads(r)["salt"]) for r in read_file(folder, "subjects.jsonl").split(b"\n") if r}
+    salts = {json.loads(r)["id"]: bytes.fromhex(json.loads(r)["salt"]) for r in read_file(folder, "subjects.jsonl").split(b"\n")[:-1] if r and b"\0" not in r}
     key = NoteKey("consentledger.example/clock", ed25519_public_key(seed))
     catalog_value = parse_canonical(read_file(folder, "catalog.json"))
 

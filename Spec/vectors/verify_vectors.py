@@ -2714,9 +2714,13 @@ def read_subject_records(folder, data=None):
     if data is None:
         data = read_file(folder, "subjects.jsonl")
     records = {}
+    # Zero bytes after the last line are reserved for appends; a line that holds a zero byte is
+    # bytes of an append a crash cut short, never acknowledged (subjects.jsonl): both skipped.
     for n, line in enumerate(data.split(b"\n")[:-1], 1):
         if line and line.strip(b" ") == b"":
             continue  # an erased record's bytes, overwritten with spaces (an erasure cut short)
+        if b"\0" in line:
+            continue
         decoded = decode_subject_line(line)
         if decoded is None:
             raise ValueError("subjects.jsonl line %d is not %s" % (n, SUBJECT_LINE_FORM))
@@ -2777,6 +2781,8 @@ def read_subject_record(data, subject_id):
     needle = b'{"id":' + serialize(subject_id) + b',"salt":"'
     found, malformed = None, None
     for n, line in enumerate(data.split(b"\n")[:-1], 1):
+        if (line and line.strip(b" ") == b"") or b"\0" in line:
+            continue  # an erased record's spaces, or an unfinished append's bytes
         shaped = (line.startswith(SUBJECT_SHAPE_START) and line.endswith(SUBJECT_SHAPE_END)
                   and len(line) >= len(SUBJECT_SHAPE_START) + len(SUBJECT_SHAPE_END) + 1)
         if malformed is None and not shaped:
@@ -3321,6 +3327,17 @@ def check_vectors(checks, here):
             return str(e) == "subjects.jsonl line 3 repeats subject id 'alice'", str(e)
         return False, "accepted"
     checks.run("subjects.jsonl with a repeated id is refused", repeated_id)
+
+    # The records file's reserve (subjects.jsonl): zero bytes after the lines are no record, and
+    # a line holding a zero byte (an append into the reserve a crash cut short) is skipped.
+    records_reserve = b"\0" * (32768 - len(subjects_bytes) % 32768)
+    checks.run("subjects.jsonl followed by a reserve of zero bytes verifies as without it",
+               lambda: (lambda r: (r.events == 10, "%d events" % r.events))(verify_folder(folder, subjects=subjects_bytes + records_reserve)))
+    torn_append = subject_lines[0][:12] + b"\0" * 40 + subject_lines[0][52:] + b"\n" + records_reserve
+    checks.run("subjects.jsonl with a line holding zero bytes after its records (an unfinished append): skipped, verifies",
+               lambda: (lambda r: (r.events == 10, "%d events" % r.events))(verify_folder(folder, subjects=subjects_bytes + torn_append)))
+    checks.run("one subject's record: a line holding zero bytes is skipped, not a malformed line",
+               lambda: (lambda r: (r is not None and r.salt == salts["bob"], repr(r)))(read_subject_record(subjects_bytes + torn_append, "bob")))
 
     def salts_swapped(lines):
         records = [parse_canonical(line) for line in lines]

@@ -222,3 +222,65 @@ import Glibc
         #expect(!readLog(path).contains(0))
     }
 }
+
+/// The records file's reserve (`Spec/ledger-format.md`, subjects.jsonl, The reserve): a new
+/// subject's record is written over zero bytes kept after the lines, so that its sync leaves the
+/// file's size alone; a line holding a zero byte (an append a crash cut short) is skipped.
+@Suite struct RecordsReserveTests {
+    static let step = Int(FileLedgerTransaction.reserveStep)
+
+    func makeLedger(_ label: String) throws -> (Ledger, String) {
+        let path = LedgerPropertyTests.folder(label)
+        let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: label, keyProtection: .insecurePlaintext)
+        try ledger.execute(Array(seedScenario))
+        return (ledger, path)
+    }
+
+    static func give(_ subject: String) -> LedgerCommand {
+        LedgerCommand(subjectID: subject, request: .give(feature: "timeline", consents: ["required"]))
+    }
+
+    @Test func aNewSubjectsRecordIsWrittenIntoTheReserve() throws {
+        let (ledger, path) = try makeLedger("records-reserve")
+        defer { removeFolder(path) }
+        let file = readBytes(path + "/subjects.jsonl"), lines = withoutReserve(file)
+        let subjects = try ledger.verify().subjects
+        #expect(file.count == Self.step && lines.last == 0x0A, "the file ends at a step, after its lines")
+        #expect(file[lines.count...].allSatisfy { $0 == 0 })
+        try ledger.execute(Self.give("zoe"))
+        let after = readBytes(path + "/subjects.jsonl")
+        #expect(after.count == file.count, "a record written into the reserve leaves the size as it was")
+        #expect(withoutReserve(after).starts(with: lines) && withoutReserve(after).count > lines.count)
+        let reopened = try Ledger.open(store: FileLedgerStore(directory: path))
+        #expect(try reopened.verify().subjects == subjects + 1)
+        #expect(try reopened.report(for: "zoe").events.count == 1)
+        #expect(try FileLedgerStore(directory: path).readSubjectRecords().count == subjects + 1)
+    }
+
+    /// A record line with a hole of zeros where a page was never written, after the records:
+    /// skipped by every reader (the full read, one subject's read, verification), and the
+    /// subject it would have been gets a record of its own.
+    @Test(arguments: ["a subject with its own record", "the subject of the torn line"])
+    func aLineHoldingZeroBytesIsSkipped(_ reader: String) throws {
+        let (ledger, path) = try makeLedger("records-torn-\(reader.count)")
+        defer { removeFolder(path) }
+        let file = readBytes(path + "/subjects.jsonl"), lines = withoutReserve(file)
+        let subjects = try ledger.verify().subjects
+        let ids = try FileLedgerStore(directory: path).readSubjectRecords().keys.sorted()
+        var torn = FileLedgerStore.encodeSubjectLines([(SubjectID("zed"), SubjectRecord(salt: [UInt8](repeating: 7, count: 16), signature: nil))])
+        for i in 10..<30 { torn[i] = 0 }
+        writeBytes(lines + torn + [UInt8](repeating: 0, count: file.count - lines.count - torn.count), to: path + "/subjects.jsonl")
+        let reopened = try Ledger.open(store: FileLedgerStore(directory: path))
+        #expect(try reopened.verify().subjects == subjects)
+        #expect(try FileLedgerStore(directory: path).readSubjectRecords().keys.sorted() == ids)
+        if reader == "a subject with its own record" {
+            #expect(try reopened.report(for: "alice").events.count > 0)
+        } else {
+            #expect(try reopened.report(for: "zed").events.isEmpty)
+            try reopened.execute(Self.give("zed"))
+            let again = try Ledger.open(store: FileLedgerStore(directory: path))
+            #expect(try again.verify().subjects == subjects + 1)
+            #expect(try again.report(for: "zed").events.count == 1)
+        }
+    }
+}

@@ -49,7 +49,7 @@ import Glibc
     /// A file of a ledger the code wrote, as a vector holds it: the log without the zero bytes
     /// reserved after its content (a vector is the content; a reserve is no part of it).
     static func vectorContent(_ path: String) -> [UInt8] {
-        path.hasSuffix("/ledger.jsonl") ? withoutReserve(readBytes(path)) : readBytes(path)
+        path.hasSuffix("/ledger.jsonl") || path.hasSuffix("/subjects.jsonl") ? withoutReserve(readBytes(path)) : readBytes(path)
     }
 
     /// The vector folder `name` holds the files the code wrote at `path` (rewritten with
