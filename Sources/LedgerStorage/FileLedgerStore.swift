@@ -1444,13 +1444,16 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         if end <= reserved || !headIsInLog() {
             try file.appendDurably(bytes, at: expected, restoring: reserved)
         } else {
-            // Past the reserve: a new one, zeros up to the next step, written and synced with
-            // the entries (the size changes once, for the next appends of about a step).
-            let step = Self.reserveStep
-            var padded = bytes
-            padded.append(contentsOf: repeatElement(0, count: Int((end / step + 1) * step - end)))
-            try file.appendDurably(padded, at: expected, restoring: reserved)
+            // Past the reserve: a new one, written and synced with the entries (the size
+            // changes once, for the next appends of about a step).
+            try file.appendDurably(bytes + Self.newReserve(after: end), at: expected, restoring: reserved)
         }
+    }
+
+    /// The zero bytes of a new reserve after content that ends at `end`: up to the next
+    /// multiple of ``reserveStep`` (at least one).
+    static func newReserve(after end: UInt64) -> Repeated<UInt8> {
+        repeatElement(0, count: Int((end / reserveStep + 1) * reserveStep - end))
     }
 
     /// `sizesBefore`, when this transaction read them: the files' sizes before the commit, so
@@ -1532,11 +1535,8 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         }
         var bytes = lines
         let stop = end + UInt64(lines.count)
-        if stop > size {
-            // Past the reserve: a new one, zeros up to the next step, in the same write and sync.
-            let step = Self.reserveStep
-            bytes.append(contentsOf: repeatElement(0, count: Int((stop / step + 1) * step - stop)))
-        }
+        // Past the reserve: a new one, in the same write and sync.
+        if stop > size { bytes += Self.newReserve(after: stop) }
         do {
             try file.appendDurably(bytes, at: end, restoring: size)
         } catch {
