@@ -74,6 +74,14 @@ func now() -> Double {
     return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
 }
 
+/// CPU seconds this process has used, user and system, on all its threads.
+func cpuSeconds() -> Double {
+    var usage = rusage()
+    getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &usage)
+    func seconds(_ t: timeval) -> Double { Double(t.tv_sec) + Double(t.tv_usec) / 1e6 }
+    return seconds(usage.ru_utime) + seconds(usage.ru_stime)
+}
+
 func emit(_ key: String, _ events: Int, _ seconds: Double, _ extra: String = "") {
     print("RESULT \(key) \(events) \(seconds) \(extra)")
 }
@@ -234,10 +242,10 @@ func phaseFsync(dir: String, bytes: Int) throws {
 enum BenchError: Error { case failed(String) }
 
 func phaseReplay(dir: String) throws {
-    let start = now()
+    let (start, cpuStart) = (now(), cpuSeconds())
     let ledger = try Ledger.open(store: FileLedgerStore(directory: dir))
     let replay = try ledger.loadAll()
-    emit("replay", replay.eventCount, now() - start, "subjects=\(replay.subjects.count)")
+    emit("replay", replay.eventCount, now() - start, "subjects=\(replay.subjects.count) cpu=\(cpuSeconds() - cpuStart)")
 }
 
 /// Checkpoints and proofs through the library, on the open ledger: the mean of many.
@@ -301,11 +309,11 @@ func phaseWriter(location: String, count: Int, writer: Int) throws {
 }
 
 func phaseVerify(dir: String) throws {
-    let start = now()
+    let (start, cpuStart) = (now(), cpuSeconds())
     let storage = try store(dir)
     let ledger = try Ledger.open(store: storage)
     let report = try ledger.verify()
-    let wall = now() - start
+    let (wall, cpu) = (now() - start, cpuSeconds() - cpuStart)
     // What verify checked a signature of, besides the events (counted after the timing): a
     // folder keeps every commit's signed head, and each subject record is signed.
     let (heads, records) = try storage.read { tx -> (Int, Int) in
@@ -313,7 +321,7 @@ func phaseVerify(dir: String) throws {
         try tx.heads { _ in heads += 1 }
         return (heads, try tx.subjectRecords().count)
     }
-    emit("verify", report.events, wall, "subjects=\(report.subjects) heads=\(heads) records=\(records)")
+    emit("verify", report.events, wall, "subjects=\(report.subjects) heads=\(heads) records=\(records) cpu=\(cpu)")
 }
 
 // MARK: - Raw libsodium rates
@@ -639,12 +647,14 @@ for size in sizes {
     print([pad("consentctl apply, 4 procs", 28), pad(String(applied.commands), 9, right: true), pad(format(applied.seconds), 9, right: true), pad(format(Double(applied.commands) / applied.seconds) + " c/s", 10, right: true), pad("", 8), "  whole processes at once, commands/s in total vs raw fdatasync \(format(1 / fsyncP50))/s", "  \(format(Double(applied.commands) / applied.seconds * fsyncP50 * 100))% (target >= 25%)", applied.failed ? "  FAILED" : ""].joined(separator: " "))
     if applied.failed { failures += 1 }
     let replay = measure(["phase", "replay", dir])
-    row("replay (links + rules)", replay, limitName: "target 1M events/s:", limit: 1_000_000)
+    // How many cores a phase kept busy: its CPU time over its wall time.
+    func busy(_ m: Measured) -> String { noteValue(m, "cpu").map { ", \(format($0 / m.seconds)) cores busy" } ?? "" }
+    row("replay (links + rules)", replay, limitName: "target 1M events/s\(busy(replay)):", limit: 1_000_000)
     plot.add("replay, whole ledger", size: size, ms: replay.seconds * 1000)
     let verifyBefore = RawNow.verifyAllCores()
     let verify = measure(["phase", "verify", dir])
     let verifyAfter = RawNow.verifyAllCores()
-    row("verify (all, \(cores) cores)", verify, limitName: "verify, \(cores) cores at once (target 90%; \(format(verifyBefore))/s before, \(format(verifyAfter))/s after)", limit: max(verifyBefore, verifyAfter))
+    row("verify (all, \(cores) cores)", verify, limitName: "verify, \(cores) cores at once (target 90%; \(format(verifyBefore))/s before, \(format(verifyAfter))/s after\(busy(verify)))", limit: max(verifyBefore, verifyAfter))
     // Events are not all verify checks: every commit's signed head and every subject record
     // carry a signature too, and the ledgers of the small sizes hold many one-command commits
     // from the durable phases before this one.

@@ -461,6 +461,39 @@ import Testing
         }
         #expect(alive.count.withLock { $0 } == 0)
     }
+
+    /// Work given to run alongside runs once, and has finished when the results are returned,
+    /// whether they are computed on all cores or (too few) on the calling thread.
+    @Test(arguments: [0, 10, 5_000])
+    func workAlongsideRunsOnceBeforeTheResultsAreReturned(count: Int) {
+        let runs = Mutex(0)
+        let results = parallelResults(count, minimumForParallel: 64, alongside: { runs.withLock { $0 += 1 } }) { $0 * 2 }
+        #expect(runs.withLock { $0 } == 1)
+        var all: [Int] = []
+        while let next = results.next() { all.append(next) }
+        #expect(all == (0..<count).map { $0 * 2 })
+    }
+
+    /// With a pool, the next batch's results are written into the storage of the batch before,
+    /// once that is gone; what a batch held is destroyed whether it was taken or not.
+    @Test(arguments: [0, 2_500, 5_000])
+    func aPoolLendsTheSameStorageToTheNextBatch(taking: Int) {
+        let alive = Counter()
+        let pool = ResultSlotsPool<Counted>()
+        for batch in 0..<3 {
+            do {
+                let results = parallelResults(5_000, minimumForParallel: 64, pool: pool) { Counted($0, alive) }
+                #expect(pool.spareCount == 0, "batch \(batch) took the spare storage, or made its own")
+                for _ in 0..<taking { _ = results.next() }
+            }
+            #expect(alive.count.withLock { $0 } == 0)
+            #expect(pool.spareCount == 1, "batch \(batch) gave its storage back")
+        }
+        // A larger batch than the spare storage holds gets storage of its own.
+        let larger = parallelResults(6_000, minimumForParallel: 64, pool: pool) { Counted($0, alive) }
+        #expect(pool.spareCount == 1)
+        _ = larger.next()
+    }
 }
 
 /// The direct body writer must produce exactly what the generic RFC 8785 serialiser does, for
