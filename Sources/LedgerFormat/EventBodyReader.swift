@@ -77,10 +77,14 @@ package struct EventBodyReader {
     package struct KeyIDHint: Sendable {
         package let text: String
         let bytes: [UInt8]
+        /// Whether the key id's bytes could stand in a plain string (no quote, backslash or
+        /// control byte), so that a body's string of the same bytes is this key id.
+        let isPlain: Bool
 
         package init(_ text: String) {
             self.text = text
             bytes = Array(text.utf8)
+            isPlain = bytes.allSatisfy { $0 >= 0x20 && $0 < 0x7F && $0 != 0x22 && $0 != 0x5C }
         }
 
         func matches(_ other: UnsafeBufferPointer<UInt8>) -> Bool {
@@ -122,6 +126,46 @@ package struct EventBodyReader {
     }
 
     private static let staticNames: [StaticString] = ["actor", "at", "attested", "catalog", "cause", "channel", "cmd", "cmdSize", "compromisedSince", "consent", "correctedFrom", "document", "effectiveAt", "evidence", "feature", "handover", "kid", "ledger", "noticeLanguage", "notices", "prev", "publicKey", "reason", "renews", "sealedEvidence", "seq", "streamPrev", "streamRoot", "subject", "type", "v", "version"]
+
+    /// The member name whose string starts at `start` (at its opening quote) and the offset of
+    /// its closing quote; nil when there is no string there or it is not a name of the format.
+    /// The closing quote is looked for in two eight-byte words, then the byte after them (the
+    /// longest name has 16 bytes), not byte by byte: a body has about 15 names. A quote that is escaped, or any other
+    /// content a name cannot have, makes no known name, so it is found by the comparison.
+    private static func knownName(at start: Int, in bytes: UnsafeBufferPointer<UInt8>) -> (Name, end: Int)? {
+        guard start < bytes.count, bytes[start] == 0x22 else { return nil }
+        let first = start + 1
+        var end: Int?
+        if first + 16 < bytes.count, let base = UnsafeRawPointer(bytes.baseAddress) {
+            // The lowest byte marked is the first quote (a false mark can only follow a true one).
+            func quotes(_ word: UInt64) -> UInt64 {
+                let x = word ^ 0x2222_2222_2222_2222
+                return (x &- 0x0101_0101_0101_0101) & ~x & 0x8080_8080_8080_8080
+            }
+            let low = quotes(base.loadUnaligned(fromByteOffset: first, as: UInt64.self))
+            if low != 0 {
+                end = first + low.trailingZeroBitCount / 8
+            } else {
+                let high = quotes(base.loadUnaligned(fromByteOffset: first + 8, as: UInt64.self))
+                if high != 0 {
+                    end = first + 8 + high.trailingZeroBitCount / 8
+                } else if bytes[first + 16] == 0x22 {
+                    end = first + 16
+                }
+            }
+        } else {
+            var i = first
+            while i < bytes.count, i <= first + 16 {
+                if bytes[i] == 0x22 {
+                    end = i
+                    break
+                }
+                i += 1
+            }
+        }
+        guard let end, let name = name(at: first..<end, in: bytes) else { return nil }
+        return (name, end)
+    }
 
     /// Which member name the bytes spell: a guess from length and first letter, then an exact
     /// comparison.
@@ -172,12 +216,16 @@ package struct EventBodyReader {
         guard bytes[1] != UInt8(ascii: "}") else { throw EventDecodingError(problem: "body is an empty object") }
         while true {
             let nameOffset = p.index
-            guard let range = p.plainASCIIString() else {
-                guard p.index < bytes.count, bytes[p.index] == 0x22 else { throw p.error("expected a member name") }
-                let other = try p.parseString()
-                throw EventDecodingError(problem: "member '\(other)' is not part of the ledger format")
-            }
-            guard let name = Self.name(at: range, in: bytes) else {
+            let name: Name
+            if let (known, end) = Self.knownName(at: p.index, in: bytes) {
+                name = known
+                p.index = end + 1
+            } else {
+                guard let range = p.plainASCIIString() else {
+                    guard p.index < bytes.count, bytes[p.index] == 0x22 else { throw p.error("expected a member name") }
+                    let other = try p.parseString()
+                    throw EventDecodingError(problem: "member '\(other)' is not part of the ledger format")
+                }
                 throw EventDecodingError(problem: "member '\(String(decoding: UnsafeBufferPointer(rebasing: bytes[range]), as: UTF8.self))' is not part of the ledger format")
             }
             // Known names are ASCII, so byte order is RFC 8785's UTF-16 order.
@@ -215,7 +263,8 @@ package struct EventBodyReader {
                 default: cause = value
                 }
             case .at, .effectiveAt, .correctedFrom:
-                guard let r = p.plainASCIIString(), let t = Timestamp(canonicalUTF8: UnsafeBufferPointer(rebasing: bytes[r])) else {
+                // A canonical time is 24 bytes of digits and separators.
+                guard let t = p.takeQuoted(length: 24, { Timestamp(canonicalUTF8: $0) }) else {
                     throw EventDecodingError(problem: "member '\(name.text)' is not a canonical UTC time like 2026-01-31T08:00:00.000Z")
                 }
                 switch name {
@@ -224,7 +273,7 @@ package struct EventBodyReader {
                 default: correctedFrom = t
                 }
             case .prev, .streamRoot:
-                guard let r = p.plainASCIIString(), let d = Digest(hexBytes: UnsafeBufferPointer(rebasing: bytes[r])) else {
+                guard let d = p.takeQuoted(length: 64, { Digest(hexBytes: $0) }) else {
                     throw EventDecodingError(problem: "member '\(name.text)' is not 64 lowercase hex digits")
                 }
                 if name == .prev { prev = d } else { streamRoot = d }
@@ -233,7 +282,7 @@ package struct EventBodyReader {
                 let start = p.index
                 switch name {
                 case .subject:
-                    if let r = p.plainASCIIString(), let ref = SubjectRef(pseudonymHex: UnsafeBufferPointer(rebasing: bytes[r])) {
+                    if let ref = p.takeQuoted(length: 32, { SubjectRef(pseudonymHex: $0) }) {
                         pseudonym = ref
                         break member
                     }
@@ -243,7 +292,7 @@ package struct EventBodyReader {
                         break member
                     }
                 case .kid:
-                    if let hint = keyIDHint, let r = p.plainASCIIString(), hint.matches(UnsafeBufferPointer(rebasing: bytes[r])) {
+                    if let hint = keyIDHint, hint.isPlain, p.takeQuoted(length: hint.bytes.count, { hint.matches($0) ? true : nil }) != nil {
                         kid = hint.text
                         break member
                     }

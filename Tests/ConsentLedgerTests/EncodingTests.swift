@@ -249,6 +249,36 @@ import Testing
         #expect(try read(line, EventBodyReader.KeyIDHint("56475aa7")).keyID == "56475aa75463474c")
     }
 
+    /// The reader takes short cuts: a member name's closing quote found a word at a time, a
+    /// `prev`, subject, time or expected key id taken by its length and checked as what it must
+    /// be. Whatever a body's bytes, a body it reads must be exactly the canonical encoding of
+    /// what it read: one byte of a real body (every type of the vectors, the 16-byte name
+    /// `compromisedSince` among them) made a quote, a backslash, a control byte, a letter or a
+    /// digit is refused, or read as the body it then is.
+    @Test func aBodyThatIsReadIsTheEncodingOfWhatWasRead() async throws {
+        let bodies = try eventLines(of: readLog(packageRoot + "/Spec/vectors/rotated-ledger")).map { line in
+            try Array(line.dropLast()).withUnsafeBufferPointer { Array(try EventCodec.splitLine($0, decodeSignature: false).body) }
+        }
+        #expect(bodies.count > 10)
+        let replacements: [UInt8] = [0x22, 0x5C, 0x00, 0x1F, 0x7F, 0xC3, UInt8(ascii: "a"), UInt8(ascii: "z"), UInt8(ascii: "0"), UInt8(ascii: "9"), UInt8(ascii: ":"), UInt8(ascii: ",")]
+        func check(_ body: [UInt8], hint: EventBodyReader.KeyIDHint?) {
+            guard let read = try? body.withUnsafeBufferPointer({ try EventBodyReader.read($0, keyIDHint: hint) }) else { return }
+            let encoded = EventCodec.body(of: read.event, prev: read.prev, keyID: read.keyID, version: read.version, stream: read.stream)
+            #expect(encoded == body, "\(String(decoding: body, as: UTF8.self))")
+        }
+        let input = zip(Gen.int(in: 0..<bodies.count), Gen.int(in: 0...1_000), Gen.int(in: 0..<replacements.count))
+        await propertyCheck(count: 3_000, input: input) { which, at, replacement in
+            var body = bodies[which]
+            body[at % body.count] = replacements[replacement]
+            check(body, hint: nil)
+            check(body, hint: EventBodyReader.KeyIDHint("56475aa75463474c"))
+        }
+        for body in bodies {
+            #expect((try? body.withUnsafeBufferPointer { try EventBodyReader.read($0) }) != nil)
+            check(body, hint: nil)
+        }
+    }
+
     /// Evidence members belong to a grant only, and carry checked values.
     @Test(arguments: [
         ("an unknown channel", #""cmd":"#, #""channel":"fax","cmd":"#, "member 'channel' must be one of app, portal, paper, phone, clinician"),
@@ -556,6 +586,68 @@ import Testing
             let text = Base64.encode(bytes)
             #expect(text.utf8.count == (bytes.count + 2) / 3 * 4)
             #expect(Base64.decode(text) == bytes)
+        }
+    }
+}
+
+/// A body's plain strings are scanned eight bytes at a time while none of the eight can end
+/// the string or disqualify it: the word test must agree with a byte at a time, exactly.
+@Suite struct PlainASCIIScanTests {
+    /// Printable ASCII other than a quote or a backslash: what may stay in the fast scan.
+    static func isPlain(_ b: UInt8) -> Bool { b >= 0x20 && b < 0x7F && b != 0x22 && b != 0x5C }
+
+    static func word(_ bytes: [UInt8]) -> UInt64 {
+        bytes.withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) }
+    }
+
+    /// Every byte value at every position, among seven plain bytes.
+    @Test(arguments: 0..<8)
+    func everyByteValueAtEveryPosition(position: Int) {
+        for value in 0...255 {
+            var bytes = [UInt8](repeating: UInt8(ascii: "a"), count: 8)
+            bytes[position] = UInt8(value)
+            #expect(CanonicalJSON.Parser.isPlainASCII(Self.word(bytes)) == Self.isPlain(UInt8(value)), "byte \(value) at \(position)")
+        }
+    }
+
+    /// Words of bytes near every boundary the test has (and any byte), mixed: a borrow or carry
+    /// from one byte into the next would show as a word judged unlike its bytes.
+    @Test func wordsOfBoundaryBytesAgreeWithTheirBytes() async {
+        let edges: [UInt8] = [0x00, 0x01, 0x1F, 0x20, 0x21, 0x22, 0x23, 0x5B, 0x5C, 0x5D, 0x7E, 0x7F, 0x80, 0x81, 0xA2, 0xDC, 0xFE, 0xFF]
+        let byte = Gen.int(in: 0...(edges.count + 255)).map { $0 < edges.count ? edges[$0] : UInt8($0 - edges.count) }
+        await propertyCheck(count: 5_000, input: byte.array(of: 8...8)) { bytes in
+            #expect(CanonicalJSON.Parser.isPlainASCII(Self.word(bytes)) == bytes.allSatisfy(Self.isPlain), "\(bytes)")
+        }
+    }
+
+    /// The string the parser finds, or its refusal, is what a byte at a time finds, for
+    /// strings of any length with any byte anywhere.
+    @Test func aPlainStringIsFoundAsAByteAtATimeFindsIt() async {
+        let byte = Gen.int(in: 0...40).map { n -> UInt8 in
+            switch n {
+            case 0: 0x22
+            case 1: 0x5C
+            case 2: 0x1F
+            case 3: 0x7F
+            case 4: 0xC3
+            default: UInt8(ascii: "a") + UInt8(n % 26)
+            }
+        }
+        await propertyCheck(count: 3_000, input: byte.array(of: 0...40)) { content in
+            let text: [UInt8] = [0x22] + content + [0x22, UInt8(ascii: ",")]
+            let expected: Range<Int>? = {
+                for (i, b) in content.enumerated() {
+                    if b == 0x22 { return 1..<(1 + i) }
+                    if !Self.isPlain(b) { return nil }
+                }
+                return 1..<(1 + content.count)
+            }()
+            text.withUnsafeBufferPointer { buffer in
+                var parser = CanonicalJSON.Parser(bytes: buffer, canonical: true)
+                let found = parser.plainASCIIString()
+                #expect(found == expected, "\(content)")
+                #expect(parser.index == (found.map { $0.upperBound + 1 } ?? 0))
+            }
         }
     }
 }

@@ -16,7 +16,13 @@ public struct LedgerReplay: Sendable {
     public private(set) var eventCount = 0
     /// The clock corrections so far (rule 5b).
     public private(set) var clockCorrections = ClockCorrections()
-    private var openCommand: (span: CommandSpan, subject: SubjectRef?, at: Timestamp, actor: String)?
+    /// The command still open, and what its first event set that the others must share. Kept
+    /// apart, and only for a command of more than one event: an optional tuple holding a string
+    /// was copied out and destroyed for every event of a replay.
+    private var openCommand: CommandSpan?
+    private var openSubject: SubjectRef?
+    private var openAt = Timestamp(millisecondsSinceEpoch: 0)
+    private var openActor = ""
 
     public init(catalog: Catalog) {
         self.catalog = catalog
@@ -36,17 +42,22 @@ public struct LedgerReplay: Sendable {
             throw ReplayViolation(seq: seq, problem: "time \(event.at) is earlier than the previous event's \(lastAt)")
         }
         if let open = openCommand {
-            guard event.command == open.span, event.payload.subject == open.subject else {
-                throw ReplayViolation(seq: seq, problem: "command starting at seq \(open.span.first) is incomplete: expected \(open.span.size) events")
+            guard event.command == open, event.payload.subject == openSubject else {
+                throw ReplayViolation(seq: seq, problem: "command starting at seq \(open.first) is incomplete: expected \(open.size) events")
             }
-            guard event.at == open.at, event.actor.utf8.elementsEqual(open.actor.utf8) else {
+            guard event.at == openAt, event.actor.utf8.elementsEqual(openActor.utf8) else {
                 throw ReplayViolation(seq: seq, problem: "events of one command share one time and one actor")
             }
         } else {
             guard event.command.first == seq, event.command.size >= 1 else {
                 throw ReplayViolation(seq: seq, problem: "event claims command start \(event.command.first), but a new command must start at its own seq")
             }
-            openCommand = (event.command, event.payload.subject, event.at, event.actor)
+            if event.command.size > 1 {
+                openCommand = event.command
+                openSubject = event.payload.subject
+                openAt = event.at
+                openActor = event.actor
+            }
         }
         switch event.payload {
         case .ledgerCreated(let created):
@@ -108,7 +119,7 @@ public struct LedgerReplay: Sendable {
     }
 
     /// The start of the command still open, when the log ends inside one.
-    public var incompleteCommand: CommandSpan? { openCommand?.span }
+    public var incompleteCommand: CommandSpan? { openCommand }
 
     /// A subject's state; a subject with no events has no consents (rule R1).
     public func state(of subject: SubjectRef) -> SubjectState {
