@@ -208,3 +208,30 @@ import Testing
         }
     }
 }
+
+/// The rules compare actors and policy versions as bytes: two strings Unicode calls equal but
+/// that are different bytes are different versions (`==` would call them the same).
+@Suite struct SameBytesTests {
+    @Test(arguments: [
+        ("1.0", "1.0", true),
+        ("1.0", "1.0 ", false),
+        ("", "", true),
+        ("caf\u{E9}", "cafe\u{301}", false),
+        ("a\u{301}\u{316}", "a\u{316}\u{301}", false),
+        ("a long policy version name, past fifteen bytes", "a long policy version name, past fifteen bytes", true),
+        ("a long policy version name, past fifteen bytes", "a long policy version name, past fifteen byteS", false),
+    ])
+    func stringsAreTheSameOnlyWhenTheirBytesAre(_ case_: (String, String, Bool)) {
+        #expect(case_.0.hasSameBytes(as: case_.1) == case_.2)
+        #expect(case_.1.hasSameBytes(as: case_.0) == case_.2)
+        #expect(case_.0.hasSameBytes(as: case_.1) == Array(case_.0.utf8).elementsEqual(Array(case_.1.utf8)))
+    }
+
+    /// A string that is not stored as UTF-8 (made from UTF-16, as Foundation may give one) is
+    /// compared by its bytes all the same.
+    @Test func aStringStoredOtherwiseIsComparedByItsBytes() {
+        let utf16 = String(decoding: Array("cafe\u{301} 1.0".utf16), as: UTF16.self)
+        #expect(utf16.hasSameBytes(as: "cafe\u{301} 1.0"))
+        #expect(!utf16.hasSameBytes(as: "caf\u{E9} 1.0"))
+    }
+}

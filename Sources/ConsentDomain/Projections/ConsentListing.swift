@@ -9,7 +9,7 @@ public struct ConsentLine: Hashable, Sendable {
 
     /// Given under an older policy version: shown `outdated`, with both versions.
     public var isOutdated: Bool {
-        if case .given(let grant) = status { return !grant.version.utf8.elementsEqual(definition.version.utf8) }
+        if case .given(let grant) = status { return !grant.version.hasSameBytes(as: definition.version) }
         return false
     }
 

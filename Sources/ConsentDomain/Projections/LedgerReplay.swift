@@ -45,7 +45,7 @@ public struct LedgerReplay: Sendable {
             guard event.command == open, event.payload.subject == openSubject else {
                 throw ReplayViolation(seq: seq, problem: "command starting at seq \(open.first) is incomplete: expected \(open.size) events")
             }
-            guard event.at == openAt, event.actor.utf8.elementsEqual(openActor.utf8) else {
+            guard event.at == openAt, event.actor.hasSameBytes(as: openActor) else {
                 throw ReplayViolation(seq: seq, problem: "events of one command share one time and one actor")
             }
         } else {
@@ -107,7 +107,9 @@ public struct LedgerReplay: Sendable {
             }
             clockCorrections.append(.init(seq: seq, at: event.at, correctedFrom: correction.correctedFrom, reason: correction.reason))
         default:
-            guard genesis != nil, let subject = event.payload.subject else {
+            // The genesis event starts the catalogue versions: asking for them, not for the
+            // optional genesis (which copied it), on every subject's event.
+            guard !catalogVersions.isEmpty, let subject = event.payload.subject else {
                 throw ReplayViolation(seq: seq, problem: "the log does not start with a genesis event")
             }
             try subjects[subject, default: SubjectState()].apply(event, catalog: catalog)

@@ -112,7 +112,7 @@ public struct SubjectState: Hashable, Sendable {
     /// Given, and of the policy version in force.
     public func isCurrent(_ feature: Feature, _ consent: ConsentDefinition) -> Bool {
         if case .given(let grant)? = status(feature: feature.code, consent: consent.code) {
-            return grant.version.utf8.elementsEqual(consent.version.utf8)
+            return grant.version.hasSameBytes(as: consent.version)
         }
         return false
     }
@@ -190,7 +190,7 @@ public struct SubjectState: Hashable, Sendable {
             if !definition.isRequired && !isActive(feature) {
                 throw ReplayViolation(seq: seq, problem: "optional consent '\(definition.code)' given while '\(feature.key)' is not active: a required consent is withheld or outdated (rule R2)")
             }
-            if !given.version.utf8.elementsEqual(definition.version.utf8) {
+            if !given.version.hasSameBytes(as: definition.version) {
                 throw ReplayViolation(seq: seq, problem: "consent '\(definition.code)' of '\(feature.key)' records policy version '\(given.version)' but the catalogue's is '\(definition.version)'")
             }
             if let effective = given.evidence.effectiveAt {
