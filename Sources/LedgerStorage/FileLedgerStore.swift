@@ -800,7 +800,7 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         while offset < stop {
             let want = Int(min(UInt64(chunkSize), stop - offset))
             if buffer.count < carried + want { buffer.append(contentsOf: repeatElement(0, count: carried + want - buffer.count)) }
-            let got = try file.read(at: offset, into: &buffer, startingAt: carried, count: want)
+            let got = try file.readInParts(at: offset, into: &buffer, startingAt: carried, count: want)
             guard got > 0 else { throw integrity("the log ended while being read (at byte offset \(offset))") }
             offset += UInt64(got)
             let filled = carried + got

@@ -158,9 +158,9 @@ package final class ResultSlots<T>: @unchecked Sendable {
     deinit { slots.deallocate() }
 }
 
-enum ProcessInfoCores {
+package enum ProcessInfoCores {
     /// Online cores, read once.
-    static let count: Int = {
+    package static let count: Int = {
         let n = Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))
         return max(1, n)
     }()

@@ -284,3 +284,36 @@ import Glibc
         }
     }
 }
+
+/// The log is read in chunks of 4 MiB, each in pieces read at once, one per core: what is read
+/// must be what one read gives, the file's end included.
+@Suite struct ReadInPartsTests {
+    /// (file size, offset, count): below one piece's 1 MiB, two pieces, pieces of odd sizes, a
+    /// read that runs past the file's end in its first piece, in its last, and one from past it.
+    static let mebibyte = 1 << 20
+    static let cases: [(size: Int, offset: Int, count: Int)] = [
+        (3 * mebibyte, 0, mebibyte), (3 * mebibyte, 0, 2 * mebibyte), (5 * mebibyte, 7, 4 * mebibyte + 3),
+        (3 * mebibyte, 0, 4 * mebibyte), (3 * mebibyte + 5, mebibyte, 4 * mebibyte), (2 * mebibyte, 3 * mebibyte, 2 * mebibyte),
+    ]
+
+    @Test(arguments: cases)
+    func aReadInPartsGivesWhatOneReadGives(_ case_: (size: Int, offset: Int, count: Int)) throws {
+        let folder = TemporaryFolder("parts")
+        defer { folder.remove() }
+        let path = folder.path + "/file"
+        var state: UInt64 = 0x9E37_79B9_7F4A_7C15
+        let bytes = (0..<case_.size).map { _ -> UInt8 in
+            state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            return UInt8(truncatingIfNeeded: state >> 56)
+        }
+        writeBytes(bytes, to: path)
+        let file = try PosixFile(path: path, flags: O_RDONLY)
+        var whole = [UInt8](repeating: 0, count: case_.count + 9)
+        var parts = whole
+        let once = try file.read(at: UInt64(case_.offset), into: &whole, startingAt: 9, count: case_.count)
+        let inParts = try file.readInParts(at: UInt64(case_.offset), into: &parts, startingAt: 9, count: case_.count)
+        #expect(once == max(0, min(case_.count, case_.size - case_.offset)))
+        #expect(inParts == once)
+        #expect(parts[..<(9 + once)] == whole[..<(9 + once)])
+    }
+}
