@@ -2574,7 +2574,7 @@ def check_lines(log, ends, starts, count, public_key, catalog, head, version, de
         e.line, e.hash = number, body_hash
         e.offset, e.length = starts[i], ends[i] - 1 - starts[i]
         records.append(e)
-        # The reference checks derived data per batch of up to 4096 lines, once every line of the
+        # The reference checks derived data per batch of up to 16384 lines, once every line of the
         # batch has passed (its batches also end at its 4 MiB reads; not part of the format).
         if derived is not None and (len(records) % DERIVED_BATCH == 0 or i == count - 1):
             tree.check(records[-(len(records) % DERIVED_BATCH or DERIVED_BATCH):], log, derived)
@@ -2587,7 +2587,7 @@ def check_lines(log, ends, starts, count, public_key, catalog, head, version, de
 # ---------------------------------------------------------------------------------------------
 
 INDEX_ENTRY = 32
-DERIVED_BATCH = 4096
+DERIVED_BATCH = 16384
 NO_SUBJECT = bytes(16)
 
 
