@@ -127,18 +127,15 @@ package enum CanonicalJSON {
         if value < 0 { out.append(UInt8(ascii: "-")) }
         // The magnitude as unsigned, so that Int64.min has one too.
         var magnitude = value.magnitude
-        var digits = 1
-        var power: UInt64 = 10
-        while digits < 20, magnitude >= power { digits += 1; power = power &* 10 }
-        let start = out.count
-        out.append(contentsOf: repeatElement(UInt8(ascii: "0"), count: digits))
-        out.withUnsafeMutableBufferPointer { buffer in
-            var i = start + digits - 1
+        // The digits from the last, on the stack, then appended at once (20 digits hold any).
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { digits in
+            var i = 20
             repeat {
-                buffer[i] = UInt8(ascii: "0") + UInt8(magnitude % 10)
-                magnitude /= 10
                 i -= 1
+                digits[i] = UInt8(ascii: "0") + UInt8(magnitude % 10)
+                magnitude /= 10
             } while magnitude > 0
+            out.append(contentsOf: UnsafeBufferPointer(rebasing: digits[i...]))
         }
     }
 

@@ -28,23 +28,21 @@ public struct EventRecord: Hashable, Sendable {
     }
 
     /// The line without its newline: the Merkle tree's entry for this event.
-    public var lineWithoutNewline: [UInt8] { Array(line.dropLast()) }
+    public var lineWithoutNewline: [UInt8] { line(newline: false) }
 
     /// The line as stored, newline included: `{"body":BODY,"sig":"HEX"}\n`, itself canonical JSON.
-    public var line: [UInt8] {
+    public var line: [UInt8] { line(newline: true) }
+
+    private func line(newline: Bool) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(body.count + 150)
-        appendLine(to: &out)
-        return out
-    }
-
-    /// Appends the line, newline included, to `out`.
-    func appendLine(to out: inout [UInt8]) {
         out.append(contentsOf: EventCodec.linePrefix)
         out.append(contentsOf: body)
         out.append(contentsOf: EventCodec.signaturePrefix)
         signature.bytes.withUnsafeBytes { Hex.append($0, to: &out) }
         out.append(contentsOf: EventCodec.lineSuffix)
+        if newline { out.append(UInt8(ascii: "\n")) }
+        return out
     }
 }
 
@@ -77,7 +75,7 @@ public enum EventCodec {
     public static let formatVersion: Int64 = 2
     static let linePrefix = Array(#"{"body":"#.utf8)
     static let signaturePrefix = Array(#","sig":""#.utf8)
-    static let lineSuffix = Array("\"}\n".utf8)
+    static let lineSuffix = Array("\"}".utf8)
     /// Prepended to the body before signing, so an event signature can never be mistaken for a
     /// signature over anything else the same key signs.
     public static let signingContext = Array("consentledger-event-v1\n".utf8)

@@ -34,7 +34,7 @@ public struct HashChain: Sendable {
         for event in events { try sealer.append(event) }
         let sealed = try sealer.finish()
         streams = sealed.streams
-        return (sealed.records, sealed.head)
+        return (sealed.entries.map(\.record), sealed.head)
     }
 
     /// Seals format-2 events (see ``seal(_:after:signer:streams:)``).
@@ -47,7 +47,10 @@ public struct HashChain: Sendable {
 /// Seals the events of one commit as they are decided: each ``append(_:)`` links the event
 /// after the one before, and chunks of built bodies are signed on other threads meanwhile
 /// (`OverlappedMap`), so that a writer deciding a thousand commands has the first ones signed
-/// by the time it decides the last. ``finish()`` signs what is left and returns the records.
+/// by the time it decides the last. ``finish()`` signs what is left and returns the entries.
+/// The thread that signs an event also writes its line and the line's Merkle leaf hash
+/// (``SealedEntry``): work of each event alone, which the writer's own thread, on which the
+/// whole commit waits, would otherwise do after the signing.
 ///
 /// The body of the newest event is built only when the next one comes, or at ``finish()``: the
 /// last event of a commit carries the subject map's root (format 2), and only then is it known
@@ -61,7 +64,7 @@ public final class ChainSealer {
     private var link: Digest
     /// The newest event, whose body waits for the next event or the end of the commit.
     private var held: LedgerEvent?
-    private let signing: OverlappedMap<(LedgerEvent, Digest, [UInt8], StreamLink), EventRecord>
+    private let signing: OverlappedMap<(LedgerEvent, Digest, [UInt8], StreamLink, [UInt8]), SealedEntry>
     private var finished = false
     /// How many events were appended.
     public private(set) var count = 0
@@ -77,11 +80,14 @@ public final class ChainSealer {
         self.version = version
         self.streams = streams
         link = prev
+        let hasher = chain.hasher
         signing = OverlappedMap { input in
-            let (event, prev, body, stream) = input
+            let (event, prev, body, stream, streamKey) = input
             let message = EventCodec.signedMessage(body: body)
             let signature = message.withUnsafeBytes { signer.sign($0) }
-            return EventRecord(event: event, prev: prev, keyID: keyID, body: body, signature: signature, version: version, stream: stream)
+            let record = EventRecord(event: event, prev: prev, keyID: keyID, body: body, signature: signature, version: version, stream: stream)
+            let line = record.lineWithoutNewline
+            return SealedEntry(record: record, line: line, leafHash: MerkleTree.leafHash(line, hasher: hasher), streamKey: streamKey)
         }
     }
 
@@ -105,24 +111,24 @@ public final class ChainSealer {
         count += 1
     }
 
-    /// Seals the last event, signs what no other thread has, and returns the records in order,
+    /// Seals the last event, signs what no other thread has, and returns the entries in order,
     /// the chain's new head hash and the streams advanced past the events.
-    public func finish() throws -> (records: [EventRecord], head: Digest, streams: StreamState?) {
+    public func finish() throws -> (entries: [SealedEntry], head: Digest, streams: StreamState?) {
         precondition(!finished, "a sealer finishes once")
         if let held { try build(held, endsCommit: true) }
         held = nil
         finished = true
-        let records = signing.finish()
+        let entries = signing.finish()
         defer { streams = nil }
-        return (records, link, streams)
+        return (entries, link, streams)
     }
 
     private func build(_ event: LedgerEvent, endsCommit: Bool) throws {
         var stream = StreamLink()
-        let key = streams == nil ? [] : StreamKey.of(event.payload)
+        let key = StreamKey.of(event.payload)
         if streams != nil { stream = try streams!.link(event, key: key, endsCommit: endsCommit) }
         let body = EventCodec.body(of: event, prev: link, keyID: keyID, version: version, stream: stream)
-        signing.append((event, link, body, stream))
+        signing.append((event, link, body, stream, key))
         link = chain.hash(ofBody: body)
         if streams != nil { streams!.newest[key] = event.seq }
     }
@@ -130,6 +136,17 @@ public final class ChainSealer {
     deinit {
         if !finished { signing.abandon() }
     }
+}
+
+/// One sealed event as a commit appends it.
+public struct SealedEntry: Sendable {
+    public let record: EventRecord
+    /// The log's entry: the record's line without its newline.
+    public let line: [UInt8]
+    /// The line's Merkle leaf hash (RFC 6962: SHA-256 of 0x00 and the line).
+    public let leafHash: Digest
+    /// The event's stream (``StreamKey``), by which the storage indexes the entry.
+    public let streamKey: [UInt8]
 }
 
 /// What sealing format-2 events needs to know of the log: the newest event of every stream the

@@ -7,6 +7,9 @@ package enum Hex {
 
     @inlinable
     package static func encode(_ bytes: some Sequence<UInt8>) -> String {
+        if let encoded = bytes.withContiguousStorageIfAvailable({ encode(buffer: UnsafeRawBufferPointer($0)) }) {
+            return encoded
+        }
         var out: [UInt8] = []
         for b in bytes {
             out.append(digits[Int(b >> 4)])
@@ -15,13 +18,37 @@ package enum Hex {
         return String(decoding: out, as: UTF8.self)
     }
 
-    /// Appends the lowercase hex of `bytes` to `out`, without building a String.
-    package static func append(_ bytes: UnsafeRawBufferPointer, to out: inout [UInt8]) {
-        for b in bytes {
-            out.append(digits[Int(b >> 4)])
-            out.append(digits[Int(b & 0x0F)])
+    /// The lowercase hex of `bytes`, written straight into the string's storage: a writer
+    /// spells a pseudonym this way for every command.
+    package static func encode(buffer bytes: UnsafeRawBufferPointer) -> String {
+        String(unsafeUninitializedCapacity: 2 * bytes.count) { out in
+            write(bytes, to: UnsafeMutableRawPointer(out.baseAddress!))
+            return 2 * bytes.count
         }
     }
+
+    /// Appends the lowercase hex of `bytes` to `out`, without building a String. The digits are
+    /// written on the stack and appended at once: appending them one by one checked the array's
+    /// capacity twice a byte, and a writer appends a signature's 128 digits to every line.
+    package static func append(_ bytes: UnsafeRawBufferPointer, to out: inout [UInt8]) {
+        guard !bytes.isEmpty else { return }
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 2 * bytes.count) { digits in
+            write(bytes, to: UnsafeMutableRawPointer(digits.baseAddress!))
+            out.append(contentsOf: UnsafeBufferPointer(digits))
+        }
+    }
+
+    /// Writes the `2 * bytes.count` lowercase hex digits of `bytes` at `out`.
+    private static func write(_ bytes: UnsafeRawBufferPointer, to out: UnsafeMutableRawPointer) {
+        let table = digitSpelling
+        for (i, b) in bytes.enumerated() {
+            out.storeBytes(of: table[Int(b >> 4)], toByteOffset: 2 * i, as: UInt8.self)
+            out.storeBytes(of: table[Int(b & 0x0F)], toByteOffset: 2 * i + 1, as: UInt8.self)
+        }
+    }
+
+    /// The sixteen digits, at a fixed address: written without the bounds checks of `digits`.
+    private static var digitSpelling: UnsafePointer<UInt8> { ("0123456789abcdef" as StaticString).utf8Start }
 
     /// Decodes lowercase hex; uppercase or odd length is `nil`, so each value has one spelling.
     package static func decode(_ text: String) -> [UInt8]? {

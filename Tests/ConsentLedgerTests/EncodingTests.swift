@@ -186,6 +186,34 @@ import Testing
         #expect(try CanonicalJSON.serialize(CanonicalJSON.parse(line, canonical: true)) == line)
     }
 
+    /// A commit appends what the sealer returns: each entry's line, leaf hash and stream are
+    /// made on the thread that signed it. Enough events that the workers sign most of them, in
+    /// both formats, each entry must be exactly what its record gives.
+    @Test(arguments: [1, 2])
+    func aSealedEntryIsItsRecordsLineLeafHashAndStream(version: Int) throws {
+        let signer = SodiumSigner(seed: vectorSeed)!
+        let hasher = OpenSSLSHA256()
+        let at = Timestamp(canonical: "2026-01-15T09:00:00.000Z")!
+        let events = (0..<300).map { i in
+            let subject = SubjectRef(String(format: "%032x", i % 7))
+            return LedgerEvent(seq: UInt64(5 + i), at: at, actor: i % 2 == 0 ? "self" : "dr. \"house\"", command: CommandSpan(first: UInt64(5 + i), size: 1),
+                               payload: .consentGiven(ConsentGiven(subject: subject, feature: 1 + i % 2, consent: "optional-a", version: "1.0")))
+        }
+        let sealer = ChainSealer(chain: HashChain(hasher: hasher), after: .zero, signer: signer, streams: version == 2 ? emptyStreams() : nil)
+        for event in events { try sealer.append(event) }
+        let sealed = try sealer.finish()
+        #expect(sealed.entries.map(\.record.event) == events)
+        for entry in sealed.entries {
+            var line = entry.record.line
+            #expect(line.removeLast() == 0x0A)
+            #expect(entry.line == line)
+            #expect(entry.line == entry.record.lineWithoutNewline)
+            #expect(entry.leafHash == hasher.sha256([0] + line))
+            #expect(entry.streamKey == StreamKey.of(entry.record.event.payload))
+            #expect(try EventCodec.decode(line: line) == entry.record)
+        }
+    }
+
     @Test func unknownMembersAndTypesAreRefused() throws {
         let tiny = eventLines(of: readLog(packageRoot + "/Spec/vectors/tiny-ledger"))
         let line = String(decoding: tiny[1].dropLast(), as: UTF8.self)

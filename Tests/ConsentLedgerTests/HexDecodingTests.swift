@@ -1,4 +1,5 @@
 import ConsentDomain
+import PropertyBased
 import Testing
 @testable import LedgerFormat
 @testable import TransparencyLog
@@ -77,6 +78,41 @@ import Testing
         line[start + position] = byte
         for decode in [false, true] {
             #expect(throws: EventDecodingError.self) { try line.withUnsafeBufferPointer { _ = try EventCodec.splitLine($0, decodeSignature: decode) } }
+        }
+    }
+}
+
+/// Hex is written straight into a string's or an array's storage (a pseudonym for every command,
+/// a signature for every line). Each against a digit at a time.
+@Suite struct HexEncodingTests {
+    static func reference(_ bytes: [UInt8]) -> String {
+        let digits = Array("0123456789abcdef")
+        return String(bytes.flatMap { [digits[Int($0 >> 4)], digits[Int($0 & 0x0F)]] })
+    }
+
+    @Test(arguments: 0...255)
+    func everyByteIsSpelledByItsTwoLowercaseDigits(_ value: Int) {
+        let byte = UInt8(value)
+        let expected = String(format: "%02x", value)
+        #expect(Hex.encode([byte]) == expected)
+        #expect(Hex.encode([7, byte, 9]) == "07" + expected + "09")
+        var out: [UInt8] = Array("x".utf8)
+        [byte].withUnsafeBytes { Hex.append($0, to: &out) }
+        #expect(String(decoding: out, as: UTF8.self) == "x" + expected)
+    }
+
+    @Test func anyBytesAreSpelledAsOneDigitAtATimeSpellsThem() async {
+        await propertyCheck(count: 500, input: Gen.int(in: 0...255).array(of: 0...300)) { ints in
+            let bytes = ints.map(UInt8.init)
+            let expected = Self.reference(bytes)
+            #expect(Hex.encode(bytes) == expected)
+            #expect(Hex.encode(bytes[...]) == expected)
+            // A sequence with no contiguous storage takes the other path.
+            #expect(Hex.encode(bytes.lazy.map { $0 }) == expected)
+            var out: [UInt8] = [0x5B]
+            bytes.withUnsafeBytes { Hex.append($0, to: &out) }
+            #expect(out == [0x5B] + Array(expected.utf8))
+            #expect(Hex.decode(expected) == bytes)
         }
     }
 }

@@ -67,6 +67,18 @@ struct MemoryTree {
         (0..<n).map { Array("entry \($0) \(salt)".utf8) }
     }
 
+    /// RFC 6962's leaf hash, SHA-256(0x00 ‖ entry), for entries of every length a line may
+    /// have and the empty one (whose hash RFC 6962 gives).
+    @Test(arguments: [0, 1, 63, 64, 65, 333, 575, 4096])
+    func aLeafHashIsTheHashOfAZeroByteAndTheEntry(length: Int) {
+        let h = OpenSSLSHA256()
+        let entry = (0..<length).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) }
+        #expect(MerkleTree.leafHash(entry, hasher: h) == h.sha256([0] + entry))
+        if length == 0 {
+            #expect(MerkleTree.leafHash(entry, hasher: h).hex == "6e340b9cffb37a989ca544e6bb780a2c78901d3fb33738768511a30617afa01d")
+        }
+    }
+
     @Test func storedHashCountMatchesTheStore() {
         for n in 1...200 {
             #expect(MerkleTree.storedHashCount(Int64(n)) == Int64(MemoryTree(Self.entries(n)).stored.count))

@@ -61,7 +61,9 @@ public struct SubjectRef: Hashable, Comparable, Sendable, CustomStringConvertibl
         switch storage {
         case .text(let text): return text
         case .pseudonym(let high, let low):
-            let digits = Array("0123456789abcdef".utf8)
+            // The digits at a fixed address: an array of them, made on every call, cost more
+            // than the spelling (a writer spells a subject in every event's body).
+            let digits = ("0123456789abcdef" as StaticString).utf8Start
             return String(unsafeUninitializedCapacity: 32) { out in
                 for i in 0..<16 {
                     out[i] = digits[Int(truncatingIfNeeded: high >> UInt64(60 - 4 * i)) & 0xF]
@@ -75,7 +77,12 @@ public struct SubjectRef: Hashable, Comparable, Sendable, CustomStringConvertibl
     /// The pseudonym's 16 bytes (a subject's stream key), or nil for a reference that is not one.
     public var pseudonymBytes: [UInt8]? {
         guard case .pseudonym(let high, let low) = storage else { return nil }
-        return (0..<8).map { UInt8(truncatingIfNeeded: high >> UInt64(56 - 8 * $0)) } + (0..<8).map { UInt8(truncatingIfNeeded: low >> UInt64(56 - 8 * $0)) }
+        return [UInt8](unsafeUninitializedCapacity: 16) { out, count in
+            let bytes = UnsafeMutableRawBufferPointer(out)
+            bytes.storeBytes(of: high.bigEndian, toByteOffset: 0, as: UInt64.self)
+            bytes.storeBytes(of: low.bigEndian, toByteOffset: 8, as: UInt64.self)
+            count = 16
+        }
     }
 
     public var description: String { value }

@@ -72,25 +72,25 @@ extension Ledger {
         }
         var frontier = try trustedFrontier(view)
         let hasher = chain.hasher
-        let (records, newHash): ([EventRecord], Digest)
+        let (sealed, newHash): ([SealedEntry], Digest)
         var state: StreamState?
         do {
-            (records, newHash, state) = try sealer.finish()
+            (sealed, newHash, state) = try sealer.finish()
         } catch {
             throw mapFailure("\(error)")
         }
         var entries: [[UInt8]] = []
-        entries.reserveCapacity(records.count)
+        entries.reserveCapacity(sealed.count)
         var keys: [[UInt8]] = []
-        keys.reserveCapacity(records.count)
+        keys.reserveCapacity(sealed.count)
         var treeHashes: [Digest] = []
-        for record in records {
-            let line = record.lineWithoutNewline
-            keys.append(StreamKey.of(record.event.payload))
-            treeHashes += frontier.append(MerkleTree.leafHash(line, hasher: hasher), hasher: hasher)
-            entries.append(line)
+        for entry in sealed {
+            keys.append(entry.streamKey)
+            treeHashes += frontier.append(entry.leafHash, hasher: hasher)
+            entries.append(entry.line)
         }
-        let head = ChainHead(seq: records.last!.event.seq, hash: newHash)
+        let (firstSeq, lastSeq) = (sealed.first!.record.event.seq, sealed.last!.record.event.seq)
+        let head = ChainHead(seq: lastSeq, hash: newHash)
         let headSigner = headSigner ?? signer
         let signedHead = SignedHead.sign(
             Checkpoint(origin: genesis.ledgerName, size: frontier.size, root: frontier.root(hasher: hasher)),
@@ -111,10 +111,10 @@ extension Ledger {
             }
         }
         let warning = try tx.commit(LedgerCommit(firstSeq: log.size, entries: entries, derived: derived, subjects: subjects, head: signedHead, erasedSubjects: erasing, revisedSubjects: revising)).map {
-            "events seq \(records.first!.event.seq)–\(head.seq) are durably appended, but writing the derived data or the head after them failed (\($0)); the next write repairs them"
+            "events seq \(firstSeq)–\(head.seq) are durably appended, but writing the derived data or the head after them failed (\($0)); the next write repairs them"
         }
         let after = warning == nil ? state.map { ($0, (derived.subjectMap?.at ?? 0) + Int64(derived.subjectMap?.records.count ?? 0)) } : nil
-        return Committed(size: log.size + records.count, head: head, signedHead: signedHead, frontier: frontier, warning: warning, streams: after)
+        return Committed(size: log.size + sealed.count, head: head, signedHead: signedHead, frontier: frontier, warning: warning, streams: after)
     }
 
     /// The Merkle frontier of the whole log (up to its last complete command), built only from
