@@ -23,7 +23,23 @@ public enum Pseudonym {
     /// The pseudonym of `id` under `salt`; nil when the salt is not ``saltLength`` bytes.
     public static func ref(id: [UInt8], salt: [UInt8], hasher: any SHA256Hasher) -> SubjectRef? {
         guard salt.count == saltLength else { return nil }
-        let digest = hasher.sha256(context + salt + id)
-        return SubjectRef(Hex.encode(digest.bytes.prefix(16)))
+        // The message on the stack and the reference from the digest's words: a writer makes
+        // one for every command, and the concatenations, the hex and its reading back were
+        // most of the cost.
+        let digest = withUnsafeTemporaryAllocation(byteCount: context.count + salt.count + id.count, alignment: 1) { message in
+            var at = message.baseAddress!
+            func append(_ part: [UInt8]) {
+                part.withUnsafeBytes { if let base = $0.baseAddress { at.copyMemory(from: base, byteCount: $0.count) } }
+                at += part.count
+            }
+            append(context)
+            append(salt)
+            append(id)
+            return hasher.sha256(UnsafeRawBufferPointer(message))
+        }
+        return withUnsafeTemporaryAllocation(byteCount: 32, alignment: 8) { bytes in
+            digest.copyBytes(to: bytes.baseAddress!)
+            return SubjectRef(pseudonymBytes: UnsafeRawBufferPointer(rebasing: bytes[0..<16]))
+        }
     }
 }

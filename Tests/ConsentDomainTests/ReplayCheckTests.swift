@@ -192,6 +192,8 @@ import Testing
         #expect((ref.pseudonymBytes != nil) == isPseudonym)
         if let bytes = ref.pseudonymBytes {
             #expect(bytes.map { String($0 >> 4, radix: 16) + String($0 & 0xF, radix: 16) }.joined() == text)
+            #expect(bytes.withUnsafeBytes { SubjectRef(pseudonymBytes: $0) } == ref)
+            #expect(bytes.withUnsafeBytes { SubjectRef(pseudonymBytes: $0) }.value == text)
         }
         let fromBytes = Array(text.utf8).withUnsafeBufferPointer { SubjectRef(pseudonymHex: $0) }
         #expect(fromBytes == (isPseudonym ? ref : nil))

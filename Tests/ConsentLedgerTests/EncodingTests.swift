@@ -679,3 +679,22 @@ import Testing
         }
     }
 }
+
+/// The pseudonym against its definition in `Spec/`: the first 16 bytes of
+/// SHA-256("consentledger-subject-v1\n" ‖ salt ‖ UTF-8(id)), in hex.
+@Suite struct PseudonymTests {
+    @Test func aPseudonymIsTheFirstHalfOfTheHashOfTheContextTheSaltAndTheId() async {
+        let hasher = OpenSSLSHA256()
+        let input = zip(Gen.int(in: 0...255).array(of: 16...16), Gen.int(in: 0...255).array(of: 0...80))
+        await propertyCheck(count: 500, input: input) { saltInts, idInts in
+            let salt = saltInts.map(UInt8.init), id = idInts.map(UInt8.init)
+            let digest = hasher.sha256(Array("consentledger-subject-v1\n".utf8) + salt + id)
+            #expect(Pseudonym.ref(id: id, salt: salt, hasher: hasher)?.value == Hex.encode(digest.bytes.prefix(16)))
+        }
+    }
+
+    @Test(arguments: [0, 15, 17, 32])
+    func aSaltOfAnotherLengthMakesNoPseudonym(length: Int) {
+        #expect(Pseudonym.ref(id: Array("patient-1042".utf8), salt: [UInt8](repeating: 7, count: length), hasher: OpenSSLSHA256()) == nil)
+    }
+}

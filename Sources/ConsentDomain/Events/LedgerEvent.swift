@@ -28,6 +28,14 @@ public struct SubjectRef: Hashable, Comparable, Sendable, CustomStringConvertibl
         self.storage = storage
     }
 
+    /// The pseudonym whose 16 bytes are `bytes` (the inverse of ``pseudonymBytes``): made from
+    /// a digest without spelling it in hex and reading the hex back.
+    public init(pseudonymBytes bytes: UnsafeRawBufferPointer) {
+        precondition(bytes.count == 16, "a pseudonym has 16 bytes")
+        storage = .pseudonym(UInt64(bigEndian: bytes.loadUnaligned(fromByteOffset: 0, as: UInt64.self)),
+                             UInt64(bigEndian: bytes.loadUnaligned(fromByteOffset: 8, as: UInt64.self)))
+    }
+
     private static func pseudonym(hex: UnsafeBufferPointer<UInt8>) -> Storage? {
         guard hex.count == 32 else { return nil }
         // A table, not a branch per digit: replay reads a subject for nearly every event.
