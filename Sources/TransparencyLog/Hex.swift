@@ -21,7 +21,8 @@ package enum Hex {
     /// The lowercase hex of `bytes`, written straight into the string's storage: a writer
     /// spells a pseudonym this way for every command.
     package static func encode(buffer bytes: UnsafeRawBufferPointer) -> String {
-        String(unsafeUninitializedCapacity: 2 * bytes.count) { out in
+        guard !bytes.isEmpty else { return "" }
+        return String(unsafeUninitializedCapacity: 2 * bytes.count) { out in
             write(bytes, to: UnsafeMutableRawPointer(out.baseAddress!))
             return 2 * bytes.count
         }

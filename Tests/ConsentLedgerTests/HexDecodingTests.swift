@@ -101,6 +101,15 @@ import Testing
         #expect(String(decoding: out, as: UTF8.self) == "x" + expected)
     }
 
+    @Test func noBytesAreSpelledAsNothing() {
+        #expect(Hex.encode([UInt8]()) == "")
+        #expect(Hex.encode([UInt8]()[...]) == "")
+        #expect(Hex.encode(buffer: UnsafeRawBufferPointer(start: nil, count: 0)) == "")
+        var out: [UInt8] = [1]
+        Hex.append(UnsafeRawBufferPointer(start: nil, count: 0), to: &out)
+        #expect(out == [1])
+    }
+
     @Test func anyBytesAreSpelledAsOneDigitAtATimeSpellsThem() async {
         await propertyCheck(count: 500, input: Gen.int(in: 0...255).array(of: 0...300)) { ints in
             let bytes = ints.map(UInt8.init)
