@@ -56,6 +56,29 @@ import Testing
         #expect(try ledger.verify().events == 4)
     }
 
+    /// A call is decided against the states the accepted calls before it in the group left:
+    /// each call after the first needs the one before it (R2: an optional consent needs the
+    /// feature's required one), and the last call's states, which no call reads after it, are
+    /// not merged back (a bulk execute's only call).
+    @Test func aCallInAGroupSeesTheStatesTheAcceptedCallsBeforeItLeft() throws {
+        let folder = TemporaryFolder("group-chain")
+        defer { folder.remove() }
+        let ledger = try Self.makeLedger(folder)
+        let outcomes = try ledger.executeGroup([
+            [Self.give("dave")],
+            [Self.give("dave", ["optional-a"])],
+            [Self.give("dave", ["optional-b"]), Self.give("erin")],
+        ], stopAtRefusal: false)
+        #expect(try outcomes.map { try $0.get().results.map(\.events.count) } == [[1], [1], [1, 1]])
+        let listing = try ledger.report(for: "dave").listing
+        #expect(listing.activeFeatures.map(\.feature.key) == ["timeline"])
+        #expect(try ledger.report(for: "dave").events.count == 3)
+        // The next group starts from what the ledger remembers, not from the last call's states.
+        let next = try ledger.executeGroup([[Self.give("dave", ["optional-a"])]], stopAtRefusal: false)
+        #expect(try next[0].get().results[0].events.isEmpty, "optional-a was already given")
+        #expect(try ledger.verify().events == 5, "the genesis and four consents")
+    }
+
     /// One call's commands are sealed (and signed on other threads) as they are decided. When
     /// a later one is refused, nothing is appended, and the streams the sealer had advanced past
     /// the refused call's events are not kept: the next write links each stream to its newest

@@ -184,7 +184,7 @@ extension Ledger {
             var outcomes: [Result<[CommandResult], ConsentError>] = []
             // The sealer's failure (the subject map's) is the whole group's, not a refusal.
             var sealFailure: (any Error)?
-            deciding: for batch in batches {
+            deciding: for (index, batch) in batches.enumerated() {
                 var batchStates: [SubjectRef: SubjectState] = [:]
                 var batchSeq = nextSeq
                 var batchEvents: [LedgerEvent] = []
@@ -226,7 +226,9 @@ extension Ledger {
                     if stopAtRefusal { break }
                     continue
                 }
-                states.merge(batchStates) { $1 }
+                // Only the batches after this one read the states: after the last (a bulk
+                // execute's only batch, of a thousand subjects) the merge would be work thrown away.
+                if index < batches.count - 1 { states.merge(batchStates) { $1 } }
                 nextSeq = batchSeq
                 if !sealEachCommand { try seal(batchEvents, with: sealer) }
                 events += batchEvents
