@@ -491,4 +491,21 @@ final class Counter: Sendable {
         let report = try Ledger.open(store: FileLedgerStore(directory: path)).verify()
         #expect(report.events == whole.eventCount)
     }
+
+    /// A range is read in chunks of (nearly) equal size, none larger than the chunk: no short
+    /// last chunk, whose few lines would make a last batch too small to keep both cores busy.
+    @Test(arguments: [(1, 1 << 20), (1 << 20, 1 << 20), ((1 << 20) + 1, 1 << 20), (10_059_776, 1 << 20), (47_939_584, 1 << 20), (1_000, 97), (96, 97), (4_097, 4_096)])
+    func aRangeIsReadInChunksOfEqualSize(_ bytes: Int, _ chunk: Int) {
+        var left = UInt64(bytes)
+        var sizes: [Int] = []
+        while left > 0 {
+            let size = FileLedgerStore.readSize(left: left, chunk: chunk)
+            #expect(size > 0 && size <= chunk)
+            sizes.append(size)
+            left -= UInt64(size)
+        }
+        #expect(sizes.reduce(0, +) == bytes)
+        #expect(sizes.count == (bytes + chunk - 1) / chunk)
+        #expect(sizes.max()! - sizes.min()! <= 1, "chunks of \(sizes.min()!) to \(sizes.max()!) bytes")
+    }
 }

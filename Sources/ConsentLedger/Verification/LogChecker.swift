@@ -28,9 +28,11 @@ struct LogChecker {
     /// Tree sizes whose RFC 6962 root to compute from the lines themselves (the sizes of
     /// recorded checkpoints, which `verify` checks against the log).
     var rootsWanted: Set<Int64> = []
-    /// Entries per batch. Each batch ends with the threads joining, and the thread that applied
-    /// the batch before joins the decoding late: at 4,096 entries (about 2 MB of log), a replay
-    /// of a million events kept 1.6 of two cores busy, at 16,384 1.9, for 2 MB more memory.
+    /// Entries per batch, at most; a batch also ends where the storage's read does (the file
+    /// storage reads about 2,000 events at a time). Each batch ends with the threads joining,
+    /// and the thread that applied the batch before joins the decoding late, so a batch cut
+    /// short is a core idle: at 4,096 entries, which split each 4 MB read of the time into two
+    /// batches and a remainder, a replay of a million events kept 1.6 of two cores busy.
     var batchSize = 16_384
 
     /// What the parallel stage learns of one line.
