@@ -803,41 +803,42 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
     private func forEachLines(from: UInt64, to stop: UInt64, eventsOnly: Bool = false, _ visit: ([UInt8], UInt64, [Range<Int>]) throws -> Bool) throws {
         let skipHeads = eventsOnly && headIsInLog()
         let file = try logFile()
-        var offset = from
-        // One buffer for the whole read, the partial line a chunk ends with moved to its front
-        // for the next: a new array per chunk, and the carry joined to it, were a tenth of a
-        // replay (page faults and copies). A visitor that keeps the buffer gets its own copy.
         let chunkSize = FileLedgerStore.logReadChunk.load(ordering: .relaxed)
+        // Two buffers: the visitor's chunk in one while the next is read into the other, on
+        // another thread, after the partial line the visitor's chunk ends with. Read between
+        // the visits, on the visiting thread, the reads kept a core idle for a tenth of a
+        // replay (the visitor's work, decoding a batch, runs on every core). A visitor that
+        // keeps a buffer gets its own copy.
         var buffer = [UInt8](repeating: 0, count: Int(min(UInt64(chunkSize), stop - min(stop, from))))
-        var carried = 0
+        var spare: [UInt8] = []
+        var offset = from
         var bufferOffset = from
-        while offset < stop {
-            let want = FileLedgerStore.readSize(left: stop - offset, chunk: chunkSize)
-            if buffer.count < carried + want { buffer.append(contentsOf: repeatElement(0, count: carried + want - buffer.count)) }
-            let got = try file.readInParts(at: offset, into: &buffer, startingAt: carried, count: want)
-            guard got > 0 else { throw integrity("the log ended while being read (at byte offset \(offset))") }
-            offset += UInt64(got)
-            let filled = carried + got
-            var spans: [Range<Int>] = []
-            var consumed = 0
-            buffer.withUnsafeBufferPointer { all in
-                let base = all.baseAddress!
-                var start = 0
-                while start < filled, let hit = memchr(base + start, Int32(FileLedgerStore.newline), filled - start) {
-                    let end = base.distance(to: hit.assumingMemoryBound(to: UInt8.self))
-                    if !skipHeads || !SignedHead.isLogLine(UnsafeBufferPointer(rebasing: all[start..<end])) { spans.append(start..<end) }
-                    start = end + 1
-                }
-                consumed = start
+        guard offset < stop else { return }
+        var chunk = try LogChunk.read(file, into: &buffer, carryFrom: nil, at: offset, count: FileLedgerStore.readSize(left: stop - offset, chunk: chunkSize), skipHeads: skipHeads)
+        while true {
+            guard chunk.read > 0 else { throw integrity("the log ended while being read (at byte offset \(offset))") }
+            offset += UInt64(chunk.read)
+            var ahead: LogChunk.ReadAhead?
+            if offset < stop {
+                let next = LogChunk.ReadAhead(file: file, buffer: spare, carry: buffer, carried: chunk.consumed..<chunk.filled, at: offset, count: FileLedgerStore.readSize(left: stop - offset, chunk: chunkSize), skipHeads: skipHeads)
+                spare = []
+                next.start()
+                ahead = next
             }
-            guard try visit(buffer, bufferOffset, spans) else { return }
-            carried = filled - consumed
-            if carried > 0 {
-                buffer.withUnsafeMutableBufferPointer { all in
-                    _ = memmove(all.baseAddress!, all.baseAddress! + consumed, carried)
-                }
+            let more: Bool
+            do {
+                more = try visit(buffer, bufferOffset, chunk.spans)
+            } catch {
+                ahead?.wait()
+                throw error
             }
-            bufferOffset += UInt64(consumed)
+            guard let ahead else { return }
+            let (next, nextBuffer) = ahead.wait()
+            guard more else { return }
+            spare = buffer
+            buffer = nextBuffer
+            bufferOffset += UInt64(chunk.consumed)
+            chunk = try next.get()
         }
     }
 

@@ -492,6 +492,58 @@ final class Counter: Sendable {
         #expect(report.events == whole.eventCount)
     }
 
+    /// The next chunk is read on another thread while the ledger checks the one before: a
+    /// damaged event is named whichever chunk, and which part of the last batch, it falls in,
+    /// by replay (its command's events no longer share one actor, or the last differs from the
+    /// head) and by verify (its signature), and the read under way when the check fails is
+    /// waited for (the folder is removed right after).
+    @Test(arguments: [1_000, 16_384, 1 << 20], [5, 300, 500, 699])
+    func aDamagedEventIsNamedWhicheverChunkAndPartItFallsIn(chunk: Int, line: Int) throws {
+        let path = LedgerPropertyTests.folder("chunks-damaged-\(chunk)-\(line)")
+        defer { removeFolder(path) }
+        let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "chunks", keyProtection: .insecurePlaintext)
+        // 700 events in one commit: the last batch (all of them, with the largest chunk) is
+        // checked in parts.
+        let commands = (0..<233).map { LedgerCommand(subjectID: "p\($0)", request: .give(feature: "timeline", consents: ["required", "optional-a", "optional-b"])) }
+        _ = try ledger.execute(commands)
+        var all = lines(of: readLog(path))
+        let events = all.indices.filter { !isHeadLine(all[$0]) }
+        #expect(events.count == 700)
+        // A different actor: the body's hash and signature no longer match.
+        let target = events[line]
+        let text = String(decoding: all[target], as: UTF8.self)
+        #expect(text.contains("\"actor\":\"self\""))
+        all[target] = Array(text.replacingOccurrences(of: "\"actor\":\"self\"", with: "\"actor\":\"selF\"").utf8)
+        writeBytes(Array(all.joined()), to: path + "/ledger.jsonl")
+        let saved = FileLedgerStore.logReadChunk.exchange(chunk, ordering: .relaxed)
+        defer { FileLedgerStore.logReadChunk.store(saved, ordering: .relaxed) }
+        do {
+            try Ledger.open(store: FileLedgerStore(directory: path)).loadAll()
+            Issue.record("replay passed a damaged event")
+        } catch ConsentError.integrity(let failure) {
+            #expect(failure.seq == UInt64(line), "\(failure)")
+        }
+        guard case .failed(.integrity(let failure)) = verifyFolder(path) else {
+            Issue.record("verify passed a damaged event")
+            return
+        }
+        #expect(failure.seq == UInt64(line) && failure.problem.contains("signature does not verify"), "\(failure)")
+    }
+
+    /// The log's last batch is checked in parts that halve, down to a few hundred lines; other
+    /// batches, and a last batch that is small already, in one part.
+    @Test(arguments: [(2_100, true, [1_050, 525, 262, 263]), (700, true, [350, 350]), (511, true, [511]), (2_100, false, [2_100]), (1, true, [1])])
+    func theLastBatchIsCheckedInPartsThatHalve(lines: Int, isLast: Bool, parts: [Int]) {
+        var left = lines
+        var sizes: [Int] = []
+        while left > 0 {
+            let size = LogChecker.partSize(available: left, isLastBatch: isLast)
+            sizes.append(size)
+            left -= size
+        }
+        #expect(sizes == parts)
+    }
+
     /// A range is read in chunks of (nearly) equal size, none larger than the chunk: no short
     /// last chunk, whose few lines would make a last batch too small to keep both cores busy.
     @Test(arguments: [(1, 1 << 20), (1 << 20, 1 << 20), ((1 << 20) + 1, 1 << 20), (10_059_776, 1 << 20), (47_939_584, 1 << 20), (1_000, 97), (96, 97), (4_097, 4_096)])
