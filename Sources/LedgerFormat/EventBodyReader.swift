@@ -125,30 +125,59 @@ package struct EventBodyReader {
         return try reader.event()
     }
 
-    private static let staticNames: [StaticString] = ["actor", "at", "attested", "catalog", "cause", "channel", "cmd", "cmdSize", "compromisedSince", "consent", "correctedFrom", "document", "effectiveAt", "evidence", "feature", "handover", "kid", "ledger", "noticeLanguage", "notices", "prev", "publicKey", "reason", "renews", "sealedEvidence", "seq", "streamPrev", "streamRoot", "subject", "type", "v", "version"]
+    /// A member name's bytes as two little-endian words (zero past its end), for comparing a
+    /// name with all of them at once.
+    struct NameWords {
+        let name: Name
+        let length: Int
+        let low: UInt64
+        let high: UInt64
+    }
+
+    /// Every name's words, in ``Name`` order: a table made once for the process's life, read
+    /// through a pointer (an array read on every member went through its checks each time).
+    /// Written once, before first use, and only read after: safe to share.
+    nonisolated(unsafe) static let nameWords: UnsafePointer<NameWords> = {
+        let table = UnsafeMutablePointer<NameWords>.allocate(capacity: names.count)
+        for (i, name) in names.enumerated() {
+            var (low, high): (UInt64, UInt64) = (0, 0)
+            for (k, byte) in name.enumerated() {
+                if k < 8 { low |= UInt64(byte) << (8 * UInt64(k)) } else { high |= UInt64(byte) << (8 * UInt64(k - 8)) }
+            }
+            (table + i).initialize(to: NameWords(name: Name(rawValue: i)!, length: name.count, low: low, high: high))
+            precondition(names.count == Name.version.rawValue + 1, "a name for every case")
+        }
+        return UnsafePointer(table)
+    }()
 
     /// The member name whose string starts at `start` (at its opening quote) and the offset of
     /// its closing quote; nil when there is no string there or it is not a name of the format.
-    /// The closing quote is looked for in two eight-byte words, then the byte after them (the
-    /// longest name has 16 bytes), not byte by byte: a body has about 15 names. A quote that is escaped, or any other
-    /// content a name cannot have, makes no known name, so it is found by the comparison.
-    private static func knownName(at start: Int, in bytes: UnsafeBufferPointer<UInt8>) -> (Name, end: Int)? {
+    /// The name is read as two eight-byte words, its closing quote found in them (the longest
+    /// name has 16 bytes), and compared with the names' words: first those after `previous`
+    /// (members come in canonical order, so the next is usually a few names on), then the others
+    /// (a repeated or out-of-order name, which the caller reports). A quote that is escaped, or
+    /// any other content a name cannot have, makes no known name. Compared a byte at a time
+    /// (`memcmp` after a guess from the length and first letter), names were 8% of a replay.
+    static func knownName(at start: Int, in bytes: UnsafeBufferPointer<UInt8>, after previous: Name?, table: UnsafePointer<NameWords> = nameWords) -> (Name, end: Int)? {
         guard start < bytes.count, bytes[start] == 0x22 else { return nil }
         let first = start + 1
         var end: Int?
+        var (low, high): (UInt64, UInt64) = (0, 0)
         if first + 16 < bytes.count, let base = UnsafeRawPointer(bytes.baseAddress) {
             // The lowest byte marked is the first quote (a false mark can only follow a true one).
             func quotes(_ word: UInt64) -> UInt64 {
                 let x = word ^ 0x2222_2222_2222_2222
                 return (x &- 0x0101_0101_0101_0101) & ~x & 0x8080_8080_8080_8080
             }
-            let low = quotes(base.loadUnaligned(fromByteOffset: first, as: UInt64.self))
-            if low != 0 {
-                end = first + low.trailingZeroBitCount / 8
+            low = UInt64(littleEndian: base.loadUnaligned(fromByteOffset: first, as: UInt64.self))
+            high = UInt64(littleEndian: base.loadUnaligned(fromByteOffset: first + 8, as: UInt64.self))
+            let lowQuotes = quotes(low)
+            if lowQuotes != 0 {
+                end = first + lowQuotes.trailingZeroBitCount / 8
             } else {
-                let high = quotes(base.loadUnaligned(fromByteOffset: first + 8, as: UInt64.self))
-                if high != 0 {
-                    end = first + 8 + high.trailingZeroBitCount / 8
+                let highQuotes = quotes(high)
+                if highQuotes != 0 {
+                    end = first + 8 + highQuotes.trailingZeroBitCount / 8
                 } else if bytes[first + 16] == 0x22 {
                     end = first + 16
                 }
@@ -160,55 +189,31 @@ package struct EventBodyReader {
                     end = i
                     break
                 }
+                if i - first < 8 { low |= UInt64(bytes[i]) << (8 * UInt64(i - first)) } else if i - first < 16 { high |= UInt64(bytes[i]) << (8 * UInt64(i - first - 8)) }
                 i += 1
             }
         }
-        guard let end, let name = name(at: first..<end, in: bytes) else { return nil }
-        return (name, end)
-    }
-
-    /// Which member name the bytes spell: a guess from length and first letter, then an exact
-    /// comparison.
-    private static func name(at range: Range<Int>, in bytes: UnsafeBufferPointer<UInt8>) -> Name? {
-        guard let first = range.first.map({ bytes[$0] }) else { return nil }
-        let guess: Name?
-        switch (range.count, first) {
-        case (5, 0x61): guess = .actor
-        case (2, 0x61): guess = .at
-        case (8, 0x61): guess = .attested
-        case (16, 0x63): guess = .compromisedSince
-        case (7, 0x63):
-            let second = bytes[range.lowerBound + 1]
-            guess = bytes[range.lowerBound + 2] == 0x74 ? .catalog : (second == 0x6D ? .cmdSize : (second == 0x68 ? .channel : .consent))
-        case (13, 0x63): guess = .correctedFrom
-        case (11, 0x65): guess = .effectiveAt
-        case (8, 0x65): guess = .evidence
-        case (14, 0x6E): guess = .noticeLanguage
-        case (14, 0x73): guess = .sealedEvidence
-        case (5, 0x63): guess = .cause
-        case (3, 0x63): guess = .cmd
-        case (7, 0x66): guess = .feature
-        case (3, 0x6B): guess = .kid
-        case (8, 0x68): guess = .handover
-        case (6, 0x6C): guess = .ledger
-        case (4, 0x70): guess = .prev
-        case (9, 0x70): guess = .publicKey
-        case (6, 0x72): guess = bytes[range.lowerBound + 2] == 0x61 ? .reason : .renews
-        case (8, 0x64): guess = .document
-        case (7, 0x6E): guess = .notices
-        case (3, 0x73): guess = .seq
-        case (7, 0x73): guess = .subject
-        case (10, 0x73): guess = bytes[range.lowerBound + 6] == 0x50 ? .streamPrev : .streamRoot
-        case (4, 0x74): guess = .type
-        case (1, 0x76): guess = .v
-        case (7, 0x76): guess = .version
-        default: guess = nil
+        guard let end else { return nil }
+        let length = end - first
+        guard length >= 1 else { return nil }
+        // Only the name's own bytes: the rest of the words is what follows it.
+        low &= length >= 8 ? ~0 : (1 << (8 * UInt64(length))) - 1
+        high &= length <= 8 ? 0 : (length >= 16 ? ~0 : (1 << (8 * UInt64(length - 8))) - 1)
+        let count = Name.version.rawValue + 1
+        let next = previous.map { $0.rawValue + 1 } ?? 0
+        func matches(_ i: Int) -> Bool {
+            let words = table[i]
+            return words.length == length && words.low == low && words.high == high
         }
-        guard let guess else { return nil }
-        return memcmp(staticNames[guess.rawValue].utf8Start, bytes.baseAddress! + range.lowerBound, range.count) == 0 ? guess : nil
+        for i in next..<count where matches(i) { return (table[i].name, end) }
+        for i in 0..<next where matches(i) { return (table[i].name, end) }
+        return nil
     }
 
     private mutating func scan(_ bytes: UnsafeBufferPointer<UInt8>) throws {
+        // Read once for the body, not for each of its members (a global's every read checks
+        // that it is made).
+        let nameTable = Self.nameWords
         var p = CanonicalJSON.Parser(bytes: bytes, canonical: true)
         guard bytes.count >= 2, bytes[0] == UInt8(ascii: "{") else { throw p.error("expected a JSON object") }
         p.index = 1
@@ -217,7 +222,7 @@ package struct EventBodyReader {
         while true {
             let nameOffset = p.index
             let name: Name
-            if let (known, end) = Self.knownName(at: p.index, in: bytes) {
+            if let (known, end) = Self.knownName(at: p.index, in: bytes, after: previous, table: nameTable) {
                 name = known
                 p.index = end + 1
             } else {

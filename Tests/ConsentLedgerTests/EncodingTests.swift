@@ -233,6 +233,36 @@ import Testing
         #expect(throws: EventDecodingError(problem: "member 'v' must be 1 or 2 (this reader knows format versions 1 and 2)")) { try EventCodec.decode(line: Array(future.utf8)) }
     }
 
+    /// A member name is recognised from its bytes read as two words: every name of the format,
+    /// in the middle of a body (the words read in place) and at its end (read a byte at a
+    /// time), whichever name came before it (the caller refuses a repeated or out-of-order
+    /// one); a name one byte longer or shorter, or with its last byte changed, is none (unless
+    /// it spells another name), and so is a string of 17 bytes or with an escaped quote.
+    @Test(arguments: 0..<EventBodyReader.names.count)
+    func everyMemberNameIsRecognisedFromItsBytes(_ index: Int) {
+        let name = EventBodyReader.names[index]
+        func known(_ text: [UInt8], after previous: EventBodyReader.Name? = nil) -> (Int, Int)? {
+            text.withUnsafeBufferPointer { EventBodyReader.knownName(at: 0, in: $0, after: previous).map { ($0.0.rawValue, $0.end) } }
+        }
+        let quote = UInt8(ascii: "\"")
+        let middle = [quote] + name + Array("\":1,\"zzzzzzzzzzzzzzzzzz\":1}".utf8)
+        let end = [quote] + name + [quote]
+        for previous in [nil, EventBodyReader.Name(rawValue: 0), EventBodyReader.Name(rawValue: index), EventBodyReader.Name(rawValue: EventBodyReader.names.count - 1)] {
+            #expect(known(middle, after: previous).map { [$0.0, $0.1] } == [index, name.count + 1])
+            #expect(known(end, after: previous).map { [$0.0, $0.1] } == [index, name.count + 1])
+        }
+        var changed = name
+        changed[changed.count - 1] ^= 0x01
+        for variant in [name + Array("x".utf8), Array(name.dropLast()), changed] {
+            let expected = EventBodyReader.names.firstIndex(of: variant)
+            #expect(known([quote] + variant + Array("\":1,\"zzzzzzzzzzzzzzzzzz\":1}".utf8))?.0 == expected, "\(String(decoding: variant, as: UTF8.self))")
+            #expect(known([quote] + variant + [quote])?.0 == expected, "\(String(decoding: variant, as: UTF8.self))")
+        }
+        #expect(known(Array("\"compromisedSincee\":1,\"zzzzzzzzzzzzzzzzzz\":1}".utf8)) == nil)
+        #expect(known(Array("\"ver\\\"sion\":1,\"zzzzzzzzzzzzzzzzzz\":1}".utf8)) == nil)
+        #expect(known(Array("\"\":1,\"zzzzzzzzzzzzzzzzzz\":1}".utf8)) == nil)
+    }
+
     /// The type is recognised from the body's bytes; anything but one of the eight types, even
     /// one byte off or of the same length, is refused by name, as is a missing type.
     @Test(arguments: [

@@ -362,7 +362,15 @@ extension String {
         let (mine, theirs) = (utf8, other.utf8)
         guard mine.count == theirs.count else { return false }
         let compared = mine.withContiguousStorageIfAvailable { a in
-            theirs.withContiguousStorageIfAvailable { b in a.elementsEqual(b) }
+            theirs.withContiguousStorageIfAvailable { b in
+                // A plain loop: `elementsEqual` of two buffers went through their iterators.
+                var i = 0
+                while i < a.count {
+                    if a[i] != b[i] { return false }
+                    i += 1
+                }
+                return true
+            }
         }
         return (compared ?? nil) ?? mine.elementsEqual(theirs)
     }

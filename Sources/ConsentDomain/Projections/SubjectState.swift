@@ -106,15 +106,12 @@ public struct SubjectState: Hashable, Sendable {
     }
 
     public func isGiven(feature: Int, consent: String) -> Bool {
-        status(feature: feature, consent: consent)?.isGiven ?? false
+        table.isGiven(ConsentKey(feature: feature, consent: consent))
     }
 
     /// Given, and of the policy version in force.
     public func isCurrent(_ feature: Feature, _ consent: ConsentDefinition) -> Bool {
-        if case .given(let grant)? = status(feature: feature.code, consent: consent.code) {
-            return grant.version.hasSameBytes(as: consent.version)
-        }
-        return false
+        table.isGiven(ConsentKey(feature: feature.code, consent: consent.code), version: consent.version)
     }
 
     /// Given under an older policy version than the one in force: the subject must consent again.
@@ -206,7 +203,7 @@ public struct SubjectState: Hashable, Sendable {
             let (feature, definition) = try resolve(revoked.feature, revoked.consent, seq: seq, catalog: catalog)
             try enter(feature, seq: seq)
             let key = ConsentKey(feature: feature.code, consent: definition.code)
-            guard table[key]?.isGiven == true else {
+            guard table.isGiven(key) else {
                 throw ReplayViolation(seq: seq, problem: "consent '\(definition.code)' of '\(feature.key)' is revoked while it is withheld")
             }
             var cause: UInt64?
@@ -269,19 +266,48 @@ public struct SubjectState: Hashable, Sendable {
 /// every subject's: a dictionary's table and hashing cost a third of the memory of a 5M-event
 /// verify and a tenth of replay's time.
 private struct ConsentTable: Sendable {
-    var entries: [(key: ConsentKey, status: ConsentStatus)] = []
+    /// A struct, not a tuple: a tuple of these was copied through the runtime's generic tuple
+    /// copy, and a lookup copied every entry it passed.
+    struct Entry: Sendable {
+        let key: ConsentKey
+        var status: ConsentStatus
+    }
+
+    var entries: [Entry] = []
+
+    /// Where `key`'s entry is, compared in place.
+    func index(of key: ConsentKey) -> Int? {
+        var i = 0
+        while i < entries.count {
+            if entries[i].key.feature == key.feature && entries[i].key.consent == key.consent { return i }
+            i += 1
+        }
+        return nil
+    }
+
+    /// Whether the consent is given now, without copying its status.
+    func isGiven(_ key: ConsentKey) -> Bool {
+        guard let i = index(of: key) else { return false }
+        return entries[i].status.isGiven
+    }
+
+    /// Whether the consent is given now under policy `version`, without copying its status.
+    func isGiven(_ key: ConsentKey, version: String) -> Bool {
+        guard let i = index(of: key) else { return false }
+        return entries[i].status.isGiven(version: version)
+    }
 
     subscript(key: ConsentKey) -> ConsentStatus? {
-        get { entries.first { $0.key.feature == key.feature && $0.key.consent == key.consent }?.status }
+        get { index(of: key).map { entries[$0].status } }
         set {
-            let index = entries.firstIndex { $0.key.feature == key.feature && $0.key.consent == key.consent }
+            let index = index(of: key)
             switch (index, newValue) {
             case (let i?, let status?): entries[i].status = status
             case (let i?, nil): entries.remove(at: i)
             case (nil, let status?):
                 // Grown a little at a time (an array doubles): most subjects stop at a few.
                 if entries.count == entries.capacity { entries.reserveCapacity(entries.count + max(3, entries.count / 2)) }
-                entries.append((key, status))
+                entries.append(Entry(key: key, status: status))
             case (nil, nil): break
             }
         }
@@ -289,6 +315,14 @@ private struct ConsentTable: Sendable {
 
     var dictionary: [ConsentKey: ConsentStatus] {
         Dictionary(uniqueKeysWithValues: entries.lazy.map { ($0.key, $0.status) })
+    }
+}
+
+extension ConsentStatus {
+    /// Given, under policy version `version` (compared byte for byte).
+    func isGiven(version: String) -> Bool {
+        if case .given(let grant) = self { return grant.version.hasSameBytes(as: version) }
+        return false
     }
 }
 

@@ -91,21 +91,28 @@ public struct Timestamp: Hashable, Comparable, Sendable, CustomStringConvertible
     /// Parses exactly the canonical form written by ``rfc3339``; anything else is `nil`.
     /// Parses the canonical form from UTF-8 bytes.
     public init?(canonicalUTF8 b: UnsafeBufferPointer<UInt8>) {
-        guard b.count == 24 else { return nil }
-        for (i, c) in b.enumerated() {
-            let ok: Bool
-            switch i {
-            case 4, 7: ok = c == 0x2D
-            case 10: ok = c == 0x54
-            case 13, 16: ok = c == 0x3A
-            case 19: ok = c == 0x2E
-            case 23: ok = c == 0x5A
-            default: ok = c >= 0x30 && c <= 0x39
+        // Read in place, the fields at their fixed offsets: every event has a time, and the
+        // general parser (offsets, fractions of any length, checked twice over) was 700
+        // instructions of each event's replay.
+        guard b.count == 24, let base = b.baseAddress,
+            base[4] == 0x2D, base[7] == 0x2D, base[10] == 0x54, base[13] == 0x3A, base[16] == 0x3A, base[19] == 0x2E, base[23] == 0x5A
+        else { return nil }
+        var notDigits: UInt8 = 0
+        func number(_ from: Int, _ count: Int) -> Int64 {
+            var value: Int64 = 0
+            for i in from..<from + count {
+                let digit = base[i] &- 0x30
+                notDigits |= digit > 9 ? 1 : 0
+                value = value &* 10 &+ Int64(digit)
             }
-            guard ok else { return nil }
+            return value
         }
-        guard let parsed = Timestamp.parse(b) else { return nil }
-        self = parsed
+        let (y, mo, d) = (number(0, 4), number(5, 2), number(8, 2))
+        let (h, mi, s, ms) = (number(11, 2), number(14, 2), number(17, 2), number(20, 3))
+        guard notDigits == 0, mo >= 1, mo <= 12, d >= 1, d <= Self.daysInMonth(y, mo), h < 24, mi < 60, s < 60 else { return nil }
+        let value = Timestamp(millisecondsSinceEpoch: Self.days(fromCivil: y, mo, d) * 86_400_000 + h * 3_600_000 + mi * 60_000 + s * 1000 + ms)
+        guard value >= .earliest, value <= .latest else { return nil }
+        self = value
     }
 
     public init?(canonical text: String) {

@@ -178,12 +178,12 @@ struct LogChecker {
             // in order.
             func checkPart(_ batch: EntryBatch, _ part: Range<Int>) throws {
                 if let failed = failure.withLock({ $0 }) { throw failed }
-                let known = knownKeys.withLock { $0 }
+                let checking = signatures.map { SignatureContext(verifier: $0, known: knownKeys.withLock { $0 }) }
                 let hint = keyIDHint
                 let outcomes = parallelResults(part.count, minimumForParallel: Self.smallestPart, alongside: pending, pool: outcomeSlots) { k in
                     let i = part.lowerBound + k
                     return batch.withEntry(i) { line in
-                        Self.check(line, number: batch.seq(i) + 1, hasher: hasher, signatures: signatures.map { ($0, known) }, hashLeaf: hashLeaves, indexedKey: batch.indexedKeys?[i], keyIDHint: hint)
+                        Self.check(line, number: batch.seq(i) + 1, hasher: hasher, signatures: checking, hashLeaf: hashLeaves, indexedKey: batch.indexedKeys?[i], keyIDHint: hint)
                     }
                 }
                 pending = nil
@@ -260,7 +260,21 @@ struct LogChecker {
         return available / 2
     }
 
-    private static func check(_ line: UnsafeBufferPointer<UInt8>, number: Int, hasher: any SHA256Hasher, signatures: (verifier: any SignatureVerifier, known: [String: PublicKey])?, hashLeaf: Bool, indexedKey: [UInt8]?, keyIDHint: EventBodyReader.KeyIDHint?) -> LineOutcome {
+    /// What the parallel stage checks signatures with: a class, since every line is handed
+    /// it (as an optional tuple of an existential and a dictionary, it was copied and destroyed
+    /// for each line through the runtime's generic witnesses, 600 instructions a line).
+    final class SignatureContext: Sendable {
+        let verifier: any SignatureVerifier
+        /// The keys the ordered stage had learned when the part was started.
+        let known: [String: PublicKey]
+
+        init(verifier: any SignatureVerifier, known: [String: PublicKey]) {
+            self.verifier = verifier
+            self.known = known
+        }
+    }
+
+    private static func check(_ line: UnsafeBufferPointer<UInt8>, number: Int, hasher: any SHA256Hasher, signatures: SignatureContext?, hashLeaf: Bool, indexedKey: [UInt8]?, keyIDHint: EventBodyReader.KeyIDHint?) -> LineOutcome {
         do throws(EventDecodingError) {
             let (body, signature) = try EventCodec.splitLine(line, decodeSignature: signatures != nil)
             let read = try EventBodyReader.read(body, keyIDHint: keyIDHint)
