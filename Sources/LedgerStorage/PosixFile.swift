@@ -151,10 +151,11 @@ final class PosixFile {
     }
 
     /// ``read(at:into:startingAt:count:)`` in pieces of 1 MiB or more read at once, one per
-    /// core. Replay and verify read the log in chunks of 4 MiB between the batches they decode
-    /// on every core, and copying a chunk from the page cache on one core, the other waiting,
-    /// was 4.5% of a replay's CPU with a core idle meanwhile. The count is of the bytes read
-    /// from the start: a piece that comes back short (the file ended) ends it there.
+    /// core. Replay and verify once read the log in chunks of 4 MiB between the batches they
+    /// decoded on every core, and copying a chunk from the page cache on one core, the other
+    /// waiting, was 4.5% of a replay's CPU. (They now read a megabyte at most, beside the batch
+    /// before, so their reads are of one piece.) The count is of the bytes read from the start:
+    /// a piece that comes back short (the file ended) ends it there.
     package func readInParts(at offset: UInt64, into buffer: inout [UInt8], startingAt start: Int, count: Int) throws -> Int {
         let parts = min(ProcessInfoCores.count, count >> 20)
         guard parts > 1 else { return try read(at: offset, into: &buffer, startingAt: start, count: count) }

@@ -285,8 +285,8 @@ import Glibc
     }
 }
 
-/// The log is read in chunks of 4 MiB, each in pieces read at once, one per core: what is read
-/// must be what one read gives, the file's end included.
+/// A read of 2 MiB or more is made in pieces read at once, one per core: what is read must be
+/// what one read gives, the file's end included.
 @Suite struct ReadInPartsTests {
     /// (file size, offset, count): below one piece's 1 MiB, two pieces, pieces of odd sizes, a
     /// read that runs past the file's end in its first piece, in its last, and one from past it.
