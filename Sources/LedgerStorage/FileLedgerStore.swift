@@ -1,4 +1,5 @@
 import LedgerFormat
+import Dispatch
 import Synchronization
 import TransparencyLog
 #if canImport(Glibc)
@@ -815,12 +816,15 @@ final class FileLedgerTransaction: LedgerWriteTransaction {
         var bufferOffset = from
         guard offset < stop else { return }
         var chunk = try LogChunk.read(file, into: &buffer, carryFrom: nil, at: offset, count: FileLedgerStore.readSize(left: stop - offset, chunk: chunkSize), skipHeads: skipHeads)
+        // Made when a second chunk is to be read.
+        var readQueue: DispatchQueue?
         while true {
             guard chunk.read > 0 else { throw integrity("the log ended while being read (at byte offset \(offset))") }
             offset += UInt64(chunk.read)
             var ahead: LogChunk.ReadAhead?
             if offset < stop {
-                let next = LogChunk.ReadAhead(file: file, buffer: spare, carry: buffer, carried: chunk.consumed..<chunk.filled, at: offset, count: FileLedgerStore.readSize(left: stop - offset, chunk: chunkSize), skipHeads: skipHeads)
+                readQueue = readQueue ?? DispatchQueue(label: "ConsentLedger.log-read-ahead")
+                let next = LogChunk.ReadAhead(file: file, buffer: spare, carry: buffer, carried: chunk.consumed..<chunk.filled, at: offset, count: FileLedgerStore.readSize(left: stop - offset, chunk: chunkSize), skipHeads: skipHeads, queue: readQueue!)
                 spare = []
                 next.start()
                 ahead = next

@@ -55,10 +55,17 @@ struct LogChunk {
         private let offset: UInt64
         private let count: Int
         private let skipHeads: Bool
+        private let queue: DispatchQueue
         private var result: Result<LogChunk, any Error>?
         private let group = DispatchGroup()
 
-        init(file: PosixFile, buffer: [UInt8], carry: [UInt8], carried: Range<Int>, at offset: UInt64, count: Int, skipHeads: Bool) {
+        /// `queue`: a serial queue of the reader's own. Work sent to Dispatch's global queue
+        /// waits for a free thread of its pool, which the visitor's work on every core holds
+        /// until it is done, so the read began only then; a queue made with a label may start
+        /// a thread of its own. One for each reader, so that readers do not wait for each
+        /// other's reads.
+        init(file: PosixFile, buffer: [UInt8], carry: [UInt8], carried: Range<Int>, at offset: UInt64, count: Int, skipHeads: Bool, queue: DispatchQueue) {
+            self.queue = queue
             self.file = file
             self.buffer = buffer
             self.carry = carry
@@ -68,13 +75,8 @@ struct LogChunk {
             self.skipHeads = skipHeads
         }
 
-        /// A queue of its own: work sent to a global queue waits for a free thread of its
-        /// pool, which the visitor's work on every core holds until it is done, so the read
-        /// began only then. A queue made with a label may start a thread of its own.
-        private static let queue = DispatchQueue(label: "ConsentLedger.log-read-ahead")
-
         func start() {
-            Self.queue.async(group: group) { [self] in
+            queue.async(group: group) { [self] in
                 result = Result { try LogChunk.read(file, into: &buffer, carryFrom: (carry!, carried), at: offset, count: count, skipHeads: skipHeads) }
                 // Let go of the visited chunk's buffer, so that it is written in place when it
                 // is the next read's.

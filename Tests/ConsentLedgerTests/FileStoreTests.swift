@@ -530,6 +530,29 @@ final class Counter: Sendable {
         #expect(failure.seq == UInt64(line) && failure.problem.contains("signature does not verify"), "\(failure)")
     }
 
+    /// Each reader reads ahead on a queue of its own: four threads replaying and verifying one
+    /// ledger at once, in chunks of 1,000 bytes (many reads ahead each), all read the whole log.
+    @Test func readersAtOnceEachReadTheWholeLog() throws {
+        let path = LedgerPropertyTests.folder("chunks-readers")
+        defer { removeFolder(path) }
+        let ledger = try Ledger.create(store: FileLedgerStore(directory: path), catalog: SeedCatalog.catalog, name: "chunks", keyProtection: .insecurePlaintext)
+        _ = try ledger.execute((0..<100).map { LedgerCommand(subjectID: "p\($0)", request: .give(feature: "timeline", consents: ["required", "optional-a"])) })
+        let saved = FileLedgerStore.logReadChunk.exchange(1_000, ordering: .relaxed)
+        defer { FileLedgerStore.logReadChunk.store(saved, ordering: .relaxed) }
+        let counts = Mutex<[Int]>([])
+        onThreads(4) { i in
+            let count: Int
+            do {
+                let reader = try Ledger.open(store: FileLedgerStore(directory: path))
+                count = i % 2 == 0 ? try reader.loadAll().eventCount : try reader.verify().events
+            } catch {
+                count = -1
+            }
+            counts.withLock { $0.append(count) }
+        }
+        #expect(counts.withLock { $0 } == [201, 201, 201, 201])
+    }
+
     /// The log's last batch is checked in parts that halve, down to a few hundred lines; other
     /// batches, and a last batch that is small already, in one part.
     @Test(arguments: [(2_100, true, [1_050, 525, 262, 263]), (700, true, [350, 350]), (511, true, [511]), (2_100, false, [2_100]), (1, true, [1])])
