@@ -263,6 +263,27 @@ import Testing
         #expect(known(Array("\"\":1,\"zzzzzzzzzzzzzzzzzz\":1}".utf8)) == nil)
     }
 
+    /// A member name that repeats, or comes before the one it should follow, is refused with
+    /// its name and offset: the names before the last one are still recognised (after the
+    /// names that may follow it), so the reader can say which rule the body breaks.
+    @Test(arguments: [
+        (#""actor":"self","#, #""actor":"self","actor":"self","#, "duplicate member name 'actor'"),
+        (#""kid":"#, #""v":2,"kid":"#, "member 'kid' is out of canonical (RFC 8785) order"),
+        (#""version":"1.0"}"#, #""version":"1.0","seq":1}"#, "member 'seq' is out of canonical (RFC 8785) order"),
+    ])
+    func aRepeatedOrMisorderedMemberIsRefusedByName(_ case_: (String, String, String)) throws {
+        let tiny = eventLines(of: readLog(packageRoot + "/Spec/vectors/tiny-ledger"))
+        let line = String(decoding: tiny[1].dropLast(), as: UTF8.self)
+        let edited = line.replacingOccurrences(of: case_.0, with: case_.1)
+        #expect(edited != line)
+        do {
+            _ = try EventCodec.decode(line: Array(edited.utf8))
+            Issue.record("read a body with \(case_.2)")
+        } catch {
+            #expect(error.problem.contains(case_.2), "\(error.problem)")
+        }
+    }
+
     /// The type is recognised from the body's bytes; anything but one of the eight types, even
     /// one byte off or of the same length, is refused by name, as is a missing type.
     @Test(arguments: [
